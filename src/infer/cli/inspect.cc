@@ -1,0 +1,122 @@
+// `infer inspect`: what a model folder holds: architecture, parameters, weight bytes,
+// per-layer attention kind and RoPE base, KV-cache bytes per token.
+#include <cstdio>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "infer/cli/common.h"
+#include "infer/core/mapped_file.h"
+
+namespace infer::cli {
+
+namespace {
+
+std::string HumanCount(int64_t count) {
+  const auto value = static_cast<double>(count);
+  if (value >= 1e9) return fmt::format("{:.2f}B", value / 1e9);
+  if (value >= 1e6) return fmt::format("{:.2f}M", value / 1e6);
+  return fmt::format("{:.1f}K", value / 1e3);
+}
+
+const char* RopeScalingName(RopeScalingType type) {
+  switch (type) {
+    case RopeScalingType::kDefault:
+      return "default";
+    case RopeScalingType::kLinear:
+      return "linear";
+    case RopeScalingType::kLlama3:
+      return "llama3";
+  }
+  return "?";
+}
+
+void RunInspect(const ModelArgs& args, bool as_json) {
+  ThreadPool pool(args.threads);
+  LoadedModel loaded = LoadModelFromArgs(args, &pool);
+  const ModelConfig& config = loaded.config;
+  const int64_t params = ParameterCount(config);
+  const int64_t kv_bytes_f32 = config.KvCacheBytesPerToken(DType::kF32);
+  const int64_t kv_bytes_bf16 = config.KvCacheBytesPerToken(DType::kBF16);
+  const std::vector<int64_t>& eos =
+      loaded.generation.eos_token_ids.empty() ? config.eos_token_ids : loaded.generation.eos_token_ids;
+
+  if (as_json) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (const auto& layer : config.layers) {
+      layers.push_back({{"attention", layer.sliding_window > 0 ? "sliding" : "full"},
+                        {"sliding_window", layer.sliding_window},
+                        {"rope_theta", layer.rope.theta},
+                        {"rope_scaling", RopeScalingName(layer.rope.scaling)}});
+    }
+    nlohmann::json out = {{"path", loaded.path},
+                          {"architecture", config.architecture},
+                          {"model_type", config.model_type},
+                          {"parameters", params},
+                          {"weight_dtype", DTypeName(loaded.weight_dtype)},
+                          {"weight_bytes", loaded.weight_bytes},
+                          {"load_format", args.load_format},
+                          {"load_time_s", loaded.load_time_s},
+                          {"num_layers", config.num_layers},
+                          {"hidden_size", config.hidden_size},
+                          {"num_heads", config.num_heads},
+                          {"num_kv_heads", config.num_kv_heads},
+                          {"head_dim", config.head_dim},
+                          {"intermediate_size", config.intermediate_size},
+                          {"vocab_size", config.vocab_size},
+                          {"tie_word_embeddings", config.tie_word_embeddings},
+                          {"eos_token_ids", eos},
+                          {"kv_cache_bytes_per_token_f32", kv_bytes_f32},
+                          {"kv_cache_bytes_per_token_bf16", kv_bytes_bf16},
+                          {"layers", layers}};
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  std::string text;
+  auto line = [&](const std::string& key, const std::string& value) {
+    text += fmt::format("{:<22}{}\n", key + ":", value);
+  };
+  line("model", loaded.path);
+  line("architecture", fmt::format("{} (model_type {})", config.architecture, config.model_type));
+  line("parameters", fmt::format("{} ({}{})", HumanCount(params), params,
+                                 config.tie_word_embeddings ? ", tied embeddings counted once" : ""));
+  line("weights", fmt::format("{}, {:.3f} GB{}", DTypeName(loaded.weight_dtype),
+                              static_cast<double>(loaded.weight_bytes) / 1e9,
+                              args.load_format == "dummy" ? " (dummy random)" : ""));
+  line("load time", fmt::format("{:.3f} s", loaded.load_time_s));
+  line("shape", fmt::format("{} layers, hidden {}, heads {}/{} kv, head_dim {}, intermediate {}, "
+                            "vocab {}",
+                            config.num_layers, config.hidden_size, config.num_heads,
+                            config.num_kv_heads, config.head_dim, config.intermediate_size,
+                            config.vocab_size));
+  line("activation", config.activation == Activation::kSilu ? "silu" : "gelu_pytorch_tanh");
+  line("norms", fmt::format("rms eps {}{}{}", config.rms_norm_eps,
+                            config.norm_style == NormStyle::kOffsetInF32 ? ", (1+w) in f32" : "",
+                            config.qk_norm ? ", qk-norm" : ""));
+  line("max positions", std::to_string(config.max_position_embeddings));
+  line("eos ids", fmt::format("{}", fmt::join(eos, ", ")));
+  line("kv cache per token", fmt::format("{} bytes (f32), {} bytes (bf16)", kv_bytes_f32, kv_bytes_bf16));
+  text += "layer  attention  window  rope_theta  rope_scaling\n";
+  for (size_t i = 0; i < config.layers.size(); ++i) {
+    const auto& layer = config.layers[i];
+    text += fmt::format("{:>5}  {:<9}  {:>6}  {:>10}  {}\n", i,
+                        layer.sliding_window > 0 ? "sliding" : "full",
+                        layer.sliding_window > 0 ? std::to_string(layer.sliding_window) : "-",
+                        layer.rope.theta, RopeScalingName(layer.rope.scaling));
+  }
+  std::fputs(text.c_str(), stdout);
+}
+
+}  // namespace
+
+void AddInspectCommand(CLI::App& app) {
+  auto* command = app.add_subcommand("inspect", "Describe a model: architecture, parameters, layers");
+  auto args = std::make_shared<ModelArgs>();
+  auto as_json = std::make_shared<bool>(false);
+  AddModelOptions(*command, *args);
+  command->add_flag("--json", *as_json, "Print one JSON object");
+  command->callback([args, as_json] { RunInspect(*args, *as_json); });
+}
+
+}  // namespace infer::cli

@@ -1,0 +1,31 @@
+// The `infer` binary: one subcommand per job (inspect, tokenize, generate, serve, ...).
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+
+#include "infer/core/error.h"
+#include "infer/core/log.h"
+
+namespace infer::cli {
+void AddInspectCommand(CLI::App& app);
+}  // namespace infer::cli
+
+int main(int argc, char** argv) {
+  infer::InitLogging();
+  CLI::App app{"infer: LLM inference for Llama 3.x, Qwen3 and Gemma 3 checkpoints"};
+  app.require_subcommand(1);
+  infer::cli::AddInspectCommand(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  } catch (const infer::Error& error) {
+    std::fprintf(stderr, "error: %s\n", error.what());
+    return 1;
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "error: %s\n", error.what());
+    return 1;
+  }
+  return 0;
+}

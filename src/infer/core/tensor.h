@@ -1,0 +1,66 @@
+// Tensors: a dtype, a shape and strides over storage that is owned, borrowed or memory-mapped.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "infer/core/dtype.h"
+
+namespace infer {
+
+using Shape = std::vector<int64_t>;
+
+int64_t NumElements(const Shape& shape);
+std::string ShapeString(const Shape& shape);  // "[2048, 8192]"
+
+// A view: it never frees the memory itself; `keepalive` (a MappedFile, an AlignedBuffer
+// or nothing for borrowed memory) holds the storage alive while any view uses it.
+// Strides are in elements, row-major by default.
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(DType dtype, Shape shape, void* data, std::shared_ptr<const void> keepalive = nullptr);
+
+  // Owned, zero-initialised, 64-byte-aligned storage.
+  static Tensor Empty(DType dtype, Shape shape, bool huge_pages = false);
+  // Borrowed memory: the caller keeps it alive.
+  static Tensor Borrow(DType dtype, Shape shape, void* data) { return {dtype, shape, data}; }
+
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  const Shape& strides() const { return strides_; }
+  int64_t dim(size_t axis) const { return shape_.at(axis); }
+  size_t rank() const { return shape_.size(); }
+  int64_t numel() const { return NumElements(shape_); }
+  size_t size_bytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype_); }
+  bool defined() const { return data_ != nullptr || numel() == 0; }
+  bool is_contiguous() const;
+
+  void* raw() const { return data_; }
+  template <typename T>
+  T* data() const {
+    return static_cast<T*>(data_);
+  }
+  const std::shared_ptr<const void>& keepalive() const { return keepalive_; }
+
+  // Row `index` of the first axis, as a view of rank-1.
+  Tensor Row(int64_t index) const;
+  // The same memory with a new contiguous shape of equal element count.
+  Tensor Reshape(Shape shape) const;
+
+ private:
+  DType dtype_ = DType::kF32;
+  Shape shape_;
+  Shape strides_;
+  void* data_ = nullptr;
+  std::shared_ptr<const void> keepalive_;
+};
+
+// Reads element i of a contiguous tensor of any float dtype as f32.
+float ElementAsF32(const Tensor& tensor, int64_t index);
+
+}  // namespace infer

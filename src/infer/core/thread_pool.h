@@ -1,0 +1,55 @@
+// A fixed pool of worker threads for data-parallel kernels; the calling thread takes part.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace infer {
+
+// Number of CPUs this process may run on (sched_getaffinity), at least 1.
+int AvailableCpus();
+
+class ThreadPool {
+ public:
+  // num_threads <= 0 means AvailableCpus(). The pool starts num_threads - 1 workers.
+  explicit ThreadPool(int num_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int num_threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Runs fn(task_idx) for task_idx in [0, num_tasks) across the pool and waits for all.
+  // The first exception thrown by a task is rethrown here. Called from inside a task, it
+  // runs the tasks inline (no nested parallelism).
+  void RunTasks(int num_tasks, const std::function<void(int)>& fn);
+
+  // Splits [0, n) into num_threads() contiguous chunks (multiples of `grain`, except the
+  // last) and runs fn(begin, end) on each.
+  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void WorkerLoop();
+  void DrainTasks();
+
+  std::vector<std::thread> workers_;
+  std::mutex run_mutex_;  // one RunTasks at a time
+  std::atomic<uint64_t> generation_{0};
+  // next_task_ rests at kClosed between runs so that a worker waking late from an earlier
+  // run cannot claim a task before the next run has published num_tasks_ and task_fn_.
+  static constexpr int kClosed = 1 << 30;
+  std::atomic<int> next_task_{kClosed};
+  std::atomic<int> pending_tasks_{0};
+  std::atomic<int> num_tasks_{0};
+  std::atomic<const std::function<void(int)>*> task_fn_{nullptr};
+  std::mutex error_mutex_;
+  std::exception_ptr first_error_;
+  std::atomic<bool> stop_{false};
+};
+
+}  // namespace infer

@@ -1,0 +1,62 @@
+// The kernel interface the model calls: CPU ops on f32 activations and bf16/f16/f32
+// weights. Each op checks its arguments, then dispatches to the ISA chosen at start-up
+// (cpu/dispatch.h). Kernels know nothing of models, configs or requests.
+#pragma once
+
+#include <cstdint>
+
+#include "infer/core/tensor.h"
+#include "infer/core/thread_pool.h"
+
+namespace infer::kernels {
+
+// y[m, n] = x[m, k] . w[n, k]^T (+ bias[n]).
+// x and y are f32, row-major, with row strides x_stride / y_stride (elements).
+// w is a contiguous [n, k] tensor in bf16, f16 or f32; bias (may be null) is [n], any float
+// dtype. Products accumulate in f32 from exactly widened weights.
+void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Tensor& w,
+            const Tensor* bias, float* y, int64_t y_stride, ThreadPool& pool);
+
+// RMSNorm over the last axis of x [rows, dim] (row stride = dim), into y (may alias x):
+// y = x * rsqrt(mean(x^2) + eps) * (weight_offset + w). weight_offset is 0 (Llama, Qwen3)
+// or 1 (Gemma's (1 + w)). w is [dim], any float dtype.
+void RmsNorm(const float* x, int64_t rows, int64_t dim, const Tensor& w, float eps,
+             float weight_offset, float* y);
+
+// Rotary embedding in Hugging Face's rotate_half layout, in place, on x viewed as
+// [num_tokens, num_heads, head_dim] with row stride `token_stride` between tokens.
+// Dimension i pairs with i + head_dim/2. cos/sin are [num_tokens, head_dim/2].
+void Rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
+          int64_t token_stride, const float* cos, const float* sin);
+
+struct AttentionParams {
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  float scale = 1.0F;          // scores = q . k * scale
+  int64_t sliding_window = 0;  // 0: full causal; else a query sees this many keys, itself included
+};
+
+// Causal attention for num_tokens queries at positions first_pos .. first_pos + num_tokens - 1.
+// q: [num_tokens, num_heads * head_dim]. The caches hold keys/values for positions
+// 0 .. first_pos + num_tokens - 1 as [num_kv_heads][kv_head_stride] with position p of head h
+// at h * kv_head_stride + p * head_dim. Query head h reads kv head h / (num_heads/num_kv_heads).
+// out: [num_tokens, num_heads * head_dim]. Softmax in f32.
+void Attention(const float* q, int64_t num_tokens, int64_t first_pos, const float* k_cache,
+               const float* v_cache, int64_t kv_head_stride, const AttentionParams& params,
+               float* out, ThreadPool& pool);
+
+// out[i] = act(gate[i]) * up[i] for i < n (out may alias gate or up).
+void SiluMul(const float* gate, const float* up, float* out, int64_t n);
+void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n);
+
+// x[i] += y[i].
+void Add(float* x, const float* y, int64_t n);
+
+// out[t, :] = table[ids[t], :] * scale, widened to f32. ids are checked against the table.
+void Embed(const Tensor& table, const int32_t* ids, int64_t num_tokens, float scale, float* out);
+
+// x[i] = tanh(x[i] / cap) * cap.
+void SoftCap(float* x, int64_t n, float cap);
+
+}  // namespace infer::kernels

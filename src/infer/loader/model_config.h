@@ -1,0 +1,76 @@
+// ModelConfig: every number and switch that changes the decoder's math, as runtime data.
+// The only code that knows the names "llama", "qwen3" and "gemma3" is hf_config.cc.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "infer/core/dtype.h"
+
+namespace infer {
+
+enum class Activation { kSilu, kGeluTanh };
+enum class RopeScalingType { kDefault, kLinear, kLlama3 };
+
+struct RopeConfig {
+  double theta = 10000.0;
+  RopeScalingType scaling = RopeScalingType::kDefault;
+  double factor = 1.0;             // linear and llama3
+  double low_freq_factor = 1.0;    // llama3
+  double high_freq_factor = 4.0;   // llama3
+  int64_t original_max_position_embeddings = 8192;  // llama3
+};
+
+struct LayerConfig {
+  // Keys a query may attend to, itself included; 0 means the whole causal prefix.
+  int64_t sliding_window = 0;
+  RopeConfig rope;
+};
+
+// How RMSNorm applies its weight. kScaleAfterCast: w * cast(x_hat) (Llama, Qwen3);
+// kOffsetInF32: cast(x_hat * (1 + w)) computed in f32 (Gemma).
+enum class NormStyle { kScaleAfterCast, kOffsetInF32 };
+
+struct ModelConfig {
+  std::string model_type;    // as in config.json; for display only
+  std::string architecture;  // architectures[0]; for display only
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  NormStyle norm_style = NormStyle::kScaleAfterCast;
+  bool qk_norm = false;         // RMSNorm per head on q and k, before RoPE
+  bool sandwich_norms = false;  // extra norms after attention and after the MLP (Gemma)
+  bool attention_bias = false;  // q, k, v and o projections
+  bool mlp_bias = false;        // gate, up and down projections
+  Activation activation = Activation::kSilu;
+  double embed_scale = 1.0;     // embeddings are multiplied by this (Gemma: sqrt(hidden))
+  double query_scale = 0.0;     // attention scores are q.k * query_scale
+  double final_logit_softcap = 0.0;  // 0: none; else logits = tanh(logits / c) * c
+  bool tie_word_embeddings = false;
+  DType dtype = DType::kBF16;   // torch_dtype: the dtype dummy weights are made in
+  std::vector<LayerConfig> layers;
+  int64_t bos_token_id = -1;
+  int64_t pad_token_id = -1;
+  std::vector<int64_t> eos_token_ids;
+
+  int64_t q_dim() const { return num_heads * head_dim; }
+  int64_t kv_dim() const { return num_kv_heads * head_dim; }
+  // K and V bytes for one token across all layers, at `kv_dtype`.
+  int64_t KvCacheBytesPerToken(DType kv_dtype) const {
+    return 2 * num_layers * kv_dim() * static_cast<int64_t>(DTypeSize(kv_dtype));
+  }
+};
+
+// Reads config.json (a file path). Throws infer::Error naming the file and key.
+ModelConfig LoadModelConfig(const std::string& config_path);
+// The same from JSON text; `source` names it in errors.
+ModelConfig ParseModelConfig(const std::string& json_text, const std::string& source);
+
+}  // namespace infer

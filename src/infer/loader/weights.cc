@@ -1,0 +1,264 @@
+#include "infer/loader/weights.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "infer/core/error.h"
+#include "infer/core/mapped_file.h"
+#include "infer/loader/model_path.h"
+#include "infer/loader/safetensors.h"
+
+namespace infer {
+
+std::vector<WeightSlot> WeightSlots(const ModelConfig& config, ModelWeights& weights) {
+  const int64_t hidden = config.hidden_size;
+  const int64_t inter = config.intermediate_size;
+  const int64_t head_dim = config.head_dim;
+  weights.layers.resize(static_cast<size_t>(config.num_layers));
+  std::vector<WeightSlot> slots;
+  auto add = [&](std::string name, Shape shape, Tensor* tensor) {
+    slots.push_back({std::move(name), std::move(shape), tensor});
+  };
+  add("model.embed_tokens.weight", {config.vocab_size, hidden}, &weights.embed_tokens);
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    LayerWeights& layer = weights.layers[static_cast<size_t>(i)];
+    const std::string prefix = "model.layers." + std::to_string(i) + ".";
+    add(prefix + "input_layernorm.weight", {hidden}, &layer.attn_norm);
+    add(prefix + "self_attn.q_proj.weight", {config.q_dim(), hidden}, &layer.q_proj);
+    add(prefix + "self_attn.k_proj.weight", {config.kv_dim(), hidden}, &layer.k_proj);
+    add(prefix + "self_attn.v_proj.weight", {config.kv_dim(), hidden}, &layer.v_proj);
+    add(prefix + "self_attn.o_proj.weight", {hidden, config.q_dim()}, &layer.o_proj);
+    if (config.attention_bias) {
+      add(prefix + "self_attn.q_proj.bias", {config.q_dim()}, &layer.q_bias);
+      add(prefix + "self_attn.k_proj.bias", {config.kv_dim()}, &layer.k_bias);
+      add(prefix + "self_attn.v_proj.bias", {config.kv_dim()}, &layer.v_bias);
+      add(prefix + "self_attn.o_proj.bias", {hidden}, &layer.o_bias);
+    }
+    if (config.qk_norm) {
+      add(prefix + "self_attn.q_norm.weight", {head_dim}, &layer.q_norm);
+      add(prefix + "self_attn.k_norm.weight", {head_dim}, &layer.k_norm);
+    }
+    // Llama's "post_attention_layernorm" is the pre-MLP norm; Gemma's sandwich layout has a
+    // real post-attention norm and names the pre-MLP one "pre_feedforward_layernorm".
+    if (config.sandwich_norms) {
+      add(prefix + "post_attention_layernorm.weight", {hidden}, &layer.attn_post_norm);
+      add(prefix + "pre_feedforward_layernorm.weight", {hidden}, &layer.mlp_norm);
+      add(prefix + "post_feedforward_layernorm.weight", {hidden}, &layer.mlp_post_norm);
+    } else {
+      add(prefix + "post_attention_layernorm.weight", {hidden}, &layer.mlp_norm);
+    }
+    add(prefix + "mlp.gate_proj.weight", {inter, hidden}, &layer.gate_proj);
+    add(prefix + "mlp.up_proj.weight", {inter, hidden}, &layer.up_proj);
+    add(prefix + "mlp.down_proj.weight", {hidden, inter}, &layer.down_proj);
+    if (config.mlp_bias) {
+      add(prefix + "mlp.gate_proj.bias", {inter}, &layer.gate_bias);
+      add(prefix + "mlp.up_proj.bias", {inter}, &layer.up_bias);
+      add(prefix + "mlp.down_proj.bias", {hidden}, &layer.down_bias);
+    }
+  }
+  add("model.norm.weight", {hidden}, &weights.final_norm);
+  if (!config.tie_word_embeddings) add("lm_head.weight", {config.vocab_size, hidden}, &weights.lm_head);
+  return slots;
+}
+
+int64_t ParameterCount(const ModelConfig& config) {
+  ModelWeights scratch;
+  int64_t count = 0;
+  for (const auto& slot : WeightSlots(config, scratch)) count += NumElements(slot.shape);
+  return count;
+}
+
+namespace {
+
+constexpr size_t kTensorAlignBytes = 64;
+
+size_t AlignUp(size_t value, size_t alignment) { return (value + alignment - 1) / alignment * alignment; }
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t Fnv1a(const std::string& text) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) hash = (hash ^ c) * 0x100000001b3ull;
+  return hash;
+}
+
+void RunParallel(ThreadPool* pool, int64_t n, int64_t grain,
+                 const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool != nullptr) {
+    pool->ParallelFor(n, grain, fn);
+  } else if (n > 0) {
+    fn(0, n);
+  }
+}
+
+// Fills `tensor` with uniform values of standard deviation `stddev`: element i depends only
+// on (seed, tensor name, i), so the result is the same for any thread count.
+void FillUniform(Tensor& tensor, const std::string& name, uint64_t seed, double stddev,
+                 ThreadPool* pool) {
+  const uint64_t stream = SplitMix64(seed ^ Fnv1a(name));
+  const auto half_width = static_cast<float>(stddev * std::sqrt(3.0));
+  const int64_t count = tensor.numel();
+  RunParallel(pool, count, 1 << 16, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const uint64_t bits = SplitMix64(stream + static_cast<uint64_t>(i));
+      const float unit = static_cast<float>(bits >> 40) * (1.0F / 16777216.0F);  // [0, 1)
+      const float value = (2.0F * unit - 1.0F) * half_width;
+      switch (tensor.dtype()) {
+        case DType::kBF16:
+          tensor.data<uint16_t>()[i] = F32ToBf16(value);
+          break;
+        case DType::kF16:
+          tensor.data<uint16_t>()[i] = F32ToF16(value);
+          break;
+        default:
+          tensor.data<float>()[i] = value;
+      }
+    }
+  });
+}
+
+void FillConstant(Tensor& tensor, float value) {
+  for (int64_t i = 0; i < tensor.numel(); ++i) {
+    switch (tensor.dtype()) {
+      case DType::kBF16:
+        tensor.data<uint16_t>()[i] = F32ToBf16(value);
+        break;
+      case DType::kF16:
+        tensor.data<uint16_t>()[i] = F32ToF16(value);
+        break;
+      default:
+        tensor.data<float>()[i] = value;
+    }
+  }
+}
+
+// Carves every slot out of one buffer (2 MiB pages when asked), 64-byte aligned each.
+std::shared_ptr<AlignedBuffer> AllocateSlots(std::vector<WeightSlot>& slots,
+                                             const std::vector<DType>& dtypes, bool huge_pages) {
+  size_t total = 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    total = AlignUp(total, kTensorAlignBytes) +
+            static_cast<size_t>(NumElements(slots[i].shape)) * DTypeSize(dtypes[i]);
+  }
+  auto buffer = std::make_shared<AlignedBuffer>(std::max<size_t>(total, 1), huge_pages);
+  size_t offset = 0;
+  for (size_t i = 0; i < slots.size(); ++i) {
+    offset = AlignUp(offset, kTensorAlignBytes);
+    *slots[i].tensor = Tensor(dtypes[i], slots[i].shape, buffer->data() + offset, buffer);
+    offset += slots[i].tensor->size_bytes();
+  }
+  return buffer;
+}
+
+void InitDummy(const ModelConfig& config, std::vector<WeightSlot>& slots, const LoadOptions& options) {
+  std::vector<DType> dtypes(slots.size(), config.dtype);
+  AllocateSlots(slots, dtypes, options.placement == WeightPlacement::kHugePageCopy);
+  const float norm_value = config.norm_style == NormStyle::kOffsetInF32 ? 0.0F : 1.0F;
+  for (auto& slot : slots) {
+    const bool is_norm = slot.hf_name.find("norm.weight") != std::string::npos;
+    const bool is_bias = slot.hf_name.ends_with(".bias");
+    if (is_norm) {
+      FillConstant(*slot.tensor, norm_value);
+    } else if (is_bias) {
+      FillConstant(*slot.tensor, 0.0F);
+    } else {
+      // std 1/sqrt(fan_in) keeps activations O(1) through the random network.
+      const double fan_in = static_cast<double>(slot.shape.back());
+      FillUniform(*slot.tensor, slot.hf_name, options.dummy_seed, 1.0 / std::sqrt(fan_in),
+                  options.pool);
+    }
+  }
+}
+
+void LoadFromCheckpoint(const std::string& folder, std::vector<WeightSlot>& slots,
+                        const ModelConfig& config, const LoadOptions& options,
+                        std::vector<std::string>& warnings) {
+  SafetensorsCheckpoint checkpoint = SafetensorsCheckpoint::Open(folder);
+  const auto& tensors = checkpoint.tensors();
+  // Multimodal Gemma 3 checkpoints keep the language model under "language_model.".
+  std::string prefix;
+  if (!tensors.contains("model.embed_tokens.weight") &&
+      tensors.contains("language_model.model.embed_tokens.weight")) {
+    prefix = "language_model.";
+  }
+  std::set<std::string> used;
+  std::vector<DType> dtypes;
+  std::vector<Tensor> views;
+  for (auto& slot : slots) {
+    const std::string name = prefix + slot.hf_name;
+    auto it = tensors.find(name);
+    INFER_CHECK(it != tensors.end(), "{}: missing tensor '{}' (shape {})", folder, name,
+                ShapeString(slot.shape));
+    const SafetensorsEntry& entry = *it->second.entry;
+    INFER_CHECK(entry.shape == slot.shape, "{}: tensor '{}' has shape {} but the config needs {}",
+                it->second.file->path(), name, ShapeString(entry.shape), ShapeString(slot.shape));
+    views.push_back(it->second.file->View(entry));
+    dtypes.push_back(views.back().dtype());
+    used.insert(name);
+  }
+  for (const auto& [name, location] : tensors) {
+    if (used.contains(name)) continue;
+    std::string warning =
+        (name == prefix + "lm_head.weight" && config.tie_word_embeddings)
+            ? fmt::format("tensor '{}' ignored: tie_word_embeddings uses the embedding", name)
+            : fmt::format("unexpected tensor '{}' in {} ignored", name, location.file->path());
+    warnings.push_back(std::move(warning));
+  }
+  if (options.placement == WeightPlacement::kMmap) {
+    for (size_t i = 0; i < slots.size(); ++i) *slots[i].tensor = views[i];
+    return;
+  }
+  AllocateSlots(slots, dtypes, /*huge_pages=*/true);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    auto* destination = static_cast<std::byte*>(slots[i].tensor->raw());
+    const auto* source = static_cast<const std::byte*>(views[i].raw());
+    RunParallel(options.pool, static_cast<int64_t>(views[i].size_bytes()), 1 << 20,
+                [&](int64_t begin, int64_t end) {
+                  std::memcpy(destination + begin, source + begin, static_cast<size_t>(end - begin));
+                });
+  }
+}
+
+}  // namespace
+
+LoadedModel LoadModel(const std::string& model, const LoadOptions& options) {
+  namespace fs = std::filesystem;
+  const auto start = std::chrono::steady_clock::now();
+  LoadedModel loaded;
+  loaded.path = ResolveModelPath(model);
+  const fs::path folder(loaded.path);
+  loaded.config = LoadModelConfig((folder / "config.json").string());
+  loaded.generation = LoadGenerationConfig((folder / "generation_config.json").string());
+  std::vector<WeightSlot> slots = WeightSlots(loaded.config, loaded.weights);
+  if (options.dummy) {
+    InitDummy(loaded.config, slots, options);
+  } else {
+    LoadFromCheckpoint(loaded.path, slots, loaded.config, options, loaded.warnings);
+  }
+  if (loaded.config.tie_word_embeddings) loaded.weights.lm_head = loaded.weights.embed_tokens;
+  for (const auto& slot : slots) loaded.weight_bytes += static_cast<int64_t>(slot.tensor->size_bytes());
+  loaded.weight_dtype = loaded.weights.layers.empty() ? loaded.weights.embed_tokens.dtype()
+                                                      : loaded.weights.layers[0].q_proj.dtype();
+  constexpr size_t kMaxWarningsShown = 10;
+  for (size_t i = 0; i < loaded.warnings.size() && i < kMaxWarningsShown; ++i) {
+    spdlog::warn("{}", loaded.warnings[i]);
+  }
+  if (loaded.warnings.size() > kMaxWarningsShown) {
+    spdlog::warn("... and {} more unexpected tensors", loaded.warnings.size() - kMaxWarningsShown);
+  }
+  loaded.load_time_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return loaded;
+}
+
+}  // namespace infer

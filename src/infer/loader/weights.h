@@ -1,0 +1,78 @@
+// Model weights: the tensor list derived from ModelConfig (one list drives safetensors
+// loading, dummy weights, "missing tensor" errors and `infer inspect`), and where the bytes
+// live (zero-copy mmap, or a copy in huge-page-backed memory).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "infer/core/tensor.h"
+#include "infer/core/thread_pool.h"
+#include "infer/loader/generation_config.h"
+#include "infer/loader/model_config.h"
+
+namespace infer {
+
+// Optional tensors are left undefined (Tensor::defined() is false) when the config has no
+// use for them.
+struct LayerWeights {
+  Tensor attn_norm;  // before attention (input_layernorm)
+  Tensor q_proj, k_proj, v_proj, o_proj;
+  Tensor q_bias, k_bias, v_bias, o_bias;  // attention_bias
+  Tensor q_norm, k_norm;                  // qk_norm
+  Tensor attn_post_norm;                  // sandwich_norms: after attention
+  Tensor mlp_norm;                        // before the MLP
+  Tensor mlp_post_norm;                   // sandwich_norms: after the MLP
+  Tensor gate_proj, up_proj, down_proj;
+  Tensor gate_bias, up_bias, down_bias;   // mlp_bias
+};
+
+struct ModelWeights {
+  Tensor embed_tokens;
+  Tensor final_norm;
+  Tensor lm_head;  // the same tensor as embed_tokens when tie_word_embeddings
+  std::vector<LayerWeights> layers;
+};
+
+// One tensor the config calls for: its Hugging Face name, expected shape and slot.
+struct WeightSlot {
+  std::string hf_name;
+  Shape shape;
+  Tensor* tensor;
+};
+// Every tensor of the model, in checkpoint order. lm_head is listed only when untied.
+std::vector<WeightSlot> WeightSlots(const ModelConfig& config, ModelWeights& weights);
+// Parameters, counting tied embeddings once.
+int64_t ParameterCount(const ModelConfig& config);
+
+// Where weight bytes live. kMmap: views into the mmap'd safetensors (zero-copy; pages come
+// from the page cache, usually 4 KiB). kHugePageCopy: one copy into 2 MiB-page-backed
+// memory at load (fewer TLB misses when streaming weights in decode).
+enum class WeightPlacement { kMmap, kHugePageCopy };
+
+struct LoadOptions {
+  bool dummy = false;  // random weights from config.json alone (--load-format dummy)
+  uint64_t dummy_seed = 0;
+  WeightPlacement placement = WeightPlacement::kMmap;
+  ThreadPool* pool = nullptr;  // used for copies and dummy init; null = single thread
+};
+
+// A model folder loaded: the config, generation defaults and weights.
+struct LoadedModel {
+  std::string path;
+  ModelConfig config;
+  GenerationConfig generation;
+  ModelWeights weights;
+  DType weight_dtype = DType::kBF16;  // dtype of the projection weights
+  int64_t weight_bytes = 0;
+  double load_time_s = 0.0;
+  std::vector<std::string> warnings;  // unexpected tensors and the like, already logged
+};
+
+// `model` is a folder or a Hugging Face id (see model_path.h). Throws infer::Error that
+// names the file and tensor at fault.
+LoadedModel LoadModel(const std::string& model, const LoadOptions& options);
+
+}  // namespace infer
