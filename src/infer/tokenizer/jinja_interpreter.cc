@@ -1,0 +1,534 @@
+// Tree-walking evaluation of chat templates with Jinja2's scoping: a for-loop iteration gets its
+// own scope (so `set` inside a loop does not leak; namespace() is the way out), `if` does not.
+#include "infer/tokenizer/jinja_interpreter.h"
+
+#include <cmath>
+#include <ctime>
+#include <unordered_map>
+
+#include "infer/tokenizer/jinja_builtins.h"
+#include "infer/tokenizer/jinja_parser.h"
+#include "infer/tokenizer/utf8.h"
+
+namespace infer::jinja {
+namespace {
+
+// Output and recursion bounds: templates are data from model folders; never run away.
+constexpr size_t kMaxOutputBytes = size_t{256} << 20;
+constexpr int kMaxCallDepth = 64;
+constexpr int64_t kMaxRangeLength = 1'000'000;
+
+enum class Flow { kNormal, kBreak, kContinue };
+
+Value Arithmetic(const std::string& op, const Value& a, const Value& b) {
+  if (a.IsUndefined()) FailUndefined(a);
+  if (b.IsUndefined()) FailUndefined(b);
+  const bool both_ints = (a.IsInt() || a.IsBool()) && (b.IsInt() || b.IsBool());
+  const auto as_int = [](const Value& v) { return v.IsBool() ? int64_t{v.AsBool()} : v.AsInt(); };
+  if (op == "+") {
+    if (a.IsString() && b.IsString()) return Value(a.AsString() + b.AsString());
+    if (a.IsList() && b.IsList()) {
+      ValueList joined = a.AsList();
+      joined.insert(joined.end(), b.AsList().begin(), b.AsList().end());
+      return Value(std::move(joined));
+    }
+  }
+  if (op == "*") {
+    const Value* sequence =
+        a.IsString() || a.IsList() ? &a : (b.IsString() || b.IsList() ? &b : nullptr);
+    const Value* count = sequence == &a ? &b : &a;
+    if (sequence != nullptr && (count->IsInt() || count->IsBool())) {
+      const int64_t n = std::max<int64_t>(0, as_int(*count));
+      INFER_CHECK(n * static_cast<int64_t>(sequence->IsString() ? sequence->AsString().size()
+                                                                : sequence->AsList().size()) <
+                      static_cast<int64_t>(kMaxOutputBytes),
+                  "sequence repetition too large");
+      if (sequence->IsString()) {
+        std::string out;
+        for (int64_t i = 0; i < n; ++i) out += sequence->AsString();
+        return Value(out);
+      }
+      ValueList out;
+      for (int64_t i = 0; i < n; ++i)
+        out.insert(out.end(), sequence->AsList().begin(), sequence->AsList().end());
+      return Value(std::move(out));
+    }
+  }
+  if (!a.IsNumber() || !b.IsNumber())
+    Fail("unsupported operand type(s) for {}: '{}' and '{}'", op, a.TypeName(), b.TypeName());
+  if (both_ints) {
+    const int64_t x = as_int(a), y = as_int(b);
+    if (op == "+") return Value(x + y);
+    if (op == "-") return Value(x - y);
+    if (op == "*") return Value(x * y);
+    if (op == "/") {
+      INFER_CHECK(y != 0, "division by zero");
+      return Value(static_cast<double>(x) / static_cast<double>(y));
+    }
+    if (op == "//" || op == "%") {
+      INFER_CHECK(y != 0, "integer division or modulo by zero");
+      int64_t quotient = x / y;
+      if ((x % y != 0) && ((x < 0) != (y < 0))) --quotient;
+      return op == "//" ? Value(quotient) : Value(x - quotient * y);
+    }
+    if (op == "**") {
+      if (y >= 0) {
+        int64_t result = 1;
+        for (int64_t i = 0; i < y && i < 64; ++i) result *= x;
+        return Value(result);
+      }
+      return Value(std::pow(static_cast<double>(x), static_cast<double>(y)));
+    }
+  }
+  const double x = a.ToDouble(), y = b.ToDouble();
+  if (op == "+") return Value(x + y);
+  if (op == "-") return Value(x - y);
+  if (op == "*") return Value(x * y);
+  if (op == "/") {
+    INFER_CHECK(y != 0, "float division by zero");
+    return Value(x / y);
+  }
+  if (op == "//" || op == "%") {
+    INFER_CHECK(y != 0, "float modulo");
+    const double quotient = std::floor(x / y);
+    return op == "//" ? Value(quotient) : Value(x - quotient * y);
+  }
+  if (op == "**") return Value(std::pow(x, y));
+  Fail("unsupported operator {}", op);
+}
+
+// Python slice semantics on lists and (code points of) strings.
+Value SliceValue(const Value& object, const Value& start_value, const Value& stop_value,
+                 const Value& step_value) {
+  if (object.IsUndefined()) FailUndefined(object);
+  const auto optional_int = [](const Value& v, const char* what) -> std::optional<int64_t> {
+    if (v.IsNone() || v.IsUndefined()) return std::nullopt;
+    INFER_CHECK(v.IsInt(), "slice {} must be an integer", what);
+    return v.AsInt();
+  };
+  const int64_t step = optional_int(step_value, "step").value_or(1);
+  INFER_CHECK(step != 0, "slice step cannot be zero");
+  std::u32string chars;
+  const bool is_string = object.IsString();
+  if (is_string) chars = ToCodePoints(object.AsString());
+  INFER_CHECK(is_string || object.IsList(), "'{}' object is not subscriptable", object.TypeName());
+  const int64_t length =
+      is_string ? static_cast<int64_t>(chars.size()) : static_cast<int64_t>(object.AsList().size());
+  const auto clamp = [&](std::optional<int64_t> index, int64_t fallback) {
+    if (!index) return fallback;
+    int64_t i = *index;
+    if (i < 0) i += length;
+    if (step > 0) return std::clamp<int64_t>(i, 0, length);
+    return std::clamp<int64_t>(i, -1, length - 1);
+  };
+  const int64_t start = clamp(optional_int(start_value, "start"), step > 0 ? 0 : length - 1);
+  const int64_t stop = clamp(optional_int(stop_value, "stop"), step > 0 ? length : -1);
+  std::u32string out_chars;
+  ValueList out_items;
+  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+    if (is_string)
+      out_chars.push_back(chars[i]);
+    else
+      out_items.push_back(object.AsList()[i]);
+  }
+  return is_string ? Value(FromCodePoints(out_chars)) : Value(std::move(out_items));
+}
+
+class Renderer {
+ public:
+  explicit Renderer(const ValueDict& globals) {
+    scopes_.emplace_back();
+    for (const auto& [name, value] : globals) scopes_.back()[name] = value;
+    DefineBuiltins();
+  }
+
+  std::string Run(const NodeList& program) {
+    RenderNodes(program);
+    return std::move(out_);
+  }
+
+ private:
+  using Scope = std::unordered_map<std::string, Value>;
+
+  void DefineBuiltins() {
+    Scope& globals = scopes_.front();
+    const auto define = [&](const char* name, Function fn) {
+      if (!globals.count(name)) globals[name] = Value(std::move(fn));
+    };
+    define("raise_exception", [](const ValueList& args, const ValueDict&) -> Value {
+      throw TemplateException(args.empty() ? std::string("raise_exception") : args[0].Str());
+    });
+    define("strftime_now", [](const ValueList& args, const ValueDict&) -> Value {
+      INFER_CHECK(!args.empty() && args[0].IsString(), "strftime_now expects a format string");
+      const std::time_t now = std::time(nullptr);
+      std::tm local{};
+      localtime_r(&now, &local);
+      char buffer[256];
+      const size_t n = std::strftime(buffer, sizeof(buffer), args[0].AsString().c_str(), &local);
+      return Value(std::string(buffer, n));
+    });
+    define("namespace", [](const ValueList& args, const ValueDict& kwargs) -> Value {
+      auto ns = std::make_shared<Namespace>();
+      for (const Value& arg : args) {
+        INFER_CHECK(arg.IsDict(), "namespace() takes keyword arguments or a dict");
+        ns->attributes = arg.AsDict();
+      }
+      for (const auto& [key, value] : kwargs) {
+        bool replaced = false;
+        for (auto& [k, v] : ns->attributes)
+          if (k == key) v = value, replaced = true;
+        if (!replaced) ns->attributes.emplace_back(key, value);
+      }
+      return Value(std::move(ns));
+    });
+    define("range", [](const ValueList& args, const ValueDict&) -> Value {
+      INFER_CHECK(!args.empty() && args.size() <= 3, "range expects 1 to 3 arguments");
+      for (const Value& arg : args) INFER_CHECK(arg.IsInt(), "range expects integers");
+      int64_t start = 0, stop, step = 1;
+      if (args.size() == 1) {
+        stop = args[0].AsInt();
+      } else {
+        start = args[0].AsInt();
+        stop = args[1].AsInt();
+        if (args.size() == 3) step = args[2].AsInt();
+      }
+      INFER_CHECK(step != 0, "range() arg 3 must not be zero");
+      ValueList out;
+      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+        INFER_CHECK(static_cast<int64_t>(out.size()) < kMaxRangeLength, "range too large");
+        out.emplace_back(i);
+      }
+      return Value(std::move(out));
+    });
+    define("dict", [](const ValueList& args, const ValueDict& kwargs) -> Value {
+      ValueDict out;
+      for (const Value& arg : args) {
+        INFER_CHECK(arg.IsDict(), "dict() takes a mapping or keyword arguments");
+        out = arg.AsDict();
+      }
+      for (const auto& entry : kwargs) out.push_back(entry);
+      return Value(std::move(out));
+    });
+  }
+
+  Value Lookup(const std::string& name) const {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      auto found = it->find(name);
+      if (found != it->end()) return found->second;
+    }
+    return Value::MakeUndefined(name);
+  }
+
+  void Append(const std::string& text) {
+    out_ += text;
+    INFER_CHECK(out_.size() <= kMaxOutputBytes, "chat template output is too large");
+  }
+
+  Flow RenderNodes(const NodeList& nodes) {
+    for (const auto& node : nodes) {
+      const Flow flow = RenderNode(*node);
+      if (flow != Flow::kNormal) return flow;
+    }
+    return Flow::kNormal;
+  }
+
+  Flow RenderNode(const Node& node) {
+    switch (node.kind) {
+      case Node::Kind::kText:
+        Append(node.text);
+        return Flow::kNormal;
+      case Node::Kind::kOutput:
+        Append(Eval(*node.expr).Str());
+        return Flow::kNormal;
+      case Node::Kind::kIf:
+        for (size_t i = 0; i < node.conditions.size(); ++i)
+          if (Eval(*node.conditions[i]).Truthy()) return RenderNodes(node.bodies[i]);
+        if (node.bodies.size() > node.conditions.size()) return RenderNodes(node.bodies.back());
+        return Flow::kNormal;
+      case Node::Kind::kFor:
+        RenderFor(node);
+        return Flow::kNormal;
+      case Node::Kind::kSet:
+        RenderSet(node);
+        return Flow::kNormal;
+      case Node::Kind::kMacro:
+        DefineMacro(node);
+        return Flow::kNormal;
+      case Node::Kind::kBreak:
+        return Flow::kBreak;
+      case Node::Kind::kContinue:
+        return Flow::kContinue;
+      case Node::Kind::kBlock:
+        return RenderNodes(node.bodies[0]);
+    }
+    return Flow::kNormal;
+  }
+
+  void Assign(const std::vector<std::string>& targets, const Value& value) {
+    if (targets.size() == 1) {
+      scopes_.back()[targets[0]] = value;
+      return;
+    }
+    const ValueList items = Builtins::Iterate(value);
+    INFER_CHECK(items.size() == targets.size(), "cannot unpack {} values into {} names",
+                items.size(), targets.size());
+    for (size_t i = 0; i < targets.size(); ++i) scopes_.back()[targets[i]] = items[i];
+  }
+
+  void RenderSet(const Node& node) {
+    Value value;
+    if (node.expr) {
+      value = Eval(*node.expr);
+    } else {
+      std::string saved = std::move(out_);
+      out_.clear();
+      RenderNodes(node.bodies[0]);
+      value = Value(std::move(out_));
+      out_ = std::move(saved);
+    }
+    if (node.attribute.empty()) {
+      Assign(node.targets, value);
+      return;
+    }
+    const Value object = Lookup(node.targets[0]);
+    INFER_CHECK(object.IsNamespace(), "chat template line {}: cannot assign attribute on {}",
+                node.line, object.TypeName());
+    for (auto& [key, existing] : object.AsNamespace().attributes) {
+      if (key == node.attribute) {
+        existing = value;
+        return;
+      }
+    }
+    object.AsNamespace().attributes.emplace_back(node.attribute, value);
+  }
+
+  void RenderFor(const Node& node) {
+    ValueList items = Builtins::Iterate(Eval(*node.expr));
+    if (node.condition) {
+      ValueList kept;
+      for (const Value& item : items) {
+        scopes_.emplace_back();
+        Assign(node.targets, item);
+        const bool keep = Eval(*node.condition).Truthy();
+        scopes_.pop_back();
+        if (keep) kept.push_back(item);
+      }
+      items = std::move(kept);
+    }
+    if (items.empty()) {
+      if (node.bodies.size() > 1) RenderNodes(node.bodies[1]);
+      return;
+    }
+    const int64_t length = static_cast<int64_t>(items.size());
+    for (int64_t i = 0; i < length; ++i) {
+      scopes_.emplace_back();
+      ValueDict loop = {
+          {"index", Value(i + 1)},
+          {"index0", Value(i)},
+          {"revindex", Value(length - i)},
+          {"revindex0", Value(length - i - 1)},
+          {"first", Value(i == 0)},
+          {"last", Value(i == length - 1)},
+          {"length", Value(length)},
+          {"depth", Value(int64_t{1})},
+          {"depth0", Value(int64_t{0})},
+          {"previtem", i > 0 ? items[i - 1] : Value::MakeUndefined("previtem")},
+          {"nextitem", i + 1 < length ? items[i + 1] : Value::MakeUndefined("nextitem")},
+          {"cycle", Value(Function([i](const ValueList& args, const ValueDict&) -> Value {
+             INFER_CHECK(!args.empty(), "loop.cycle needs arguments");
+             return args[static_cast<size_t>(i) % args.size()];
+           }))},
+      };
+      scopes_.back()["loop"] = Value(std::move(loop));
+      Assign(node.targets, items[i]);
+      const Flow flow = RenderNodes(node.bodies[0]);
+      scopes_.pop_back();
+      if (flow == Flow::kBreak) break;
+    }
+  }
+
+  void DefineMacro(const Node& node) {
+    const Node* macro = &node;
+    scopes_.back()[node.text] =
+        Value(Function([this, macro](const ValueList& args, const ValueDict& kwargs) -> Value {
+          INFER_CHECK(++depth_ <= kMaxCallDepth, "macro recursion too deep");
+          INFER_CHECK(args.size() <= macro->params.size(), "macro '{}' takes {} arguments",
+                      macro->text, macro->params.size());
+          Scope scope;
+          for (size_t i = 0; i < macro->params.size(); ++i) {
+            const Argument& param = macro->params[i];
+            Value value = i < args.size() ? args[i]
+                          : param.value   ? Eval(*param.value)
+                                          : Value::MakeUndefined(param.name);
+            for (const auto& [key, kw] : kwargs)
+              if (key == param.name) value = kw;
+            scope[param.name] = value;
+          }
+          std::string saved = std::move(out_);
+          out_.clear();
+          scopes_.push_back(std::move(scope));
+          RenderNodes(macro->bodies[0]);
+          scopes_.pop_back();
+          Value result(std::move(out_));
+          out_ = std::move(saved);
+          --depth_;
+          return result;
+        }));
+  }
+
+  void EvalArguments(const std::vector<Argument>& arguments, ValueList& args, ValueDict& kwargs) {
+    for (const Argument& argument : arguments) {
+      if (argument.name.empty())
+        args.push_back(Eval(*argument.value));
+      else
+        kwargs.emplace_back(argument.name, Eval(*argument.value));
+    }
+  }
+
+  Value Eval(const Expr& expr) {
+    switch (expr.kind) {
+      case Expr::Kind::kLiteral:
+        return expr.value;
+      case Expr::Kind::kName:
+        return Lookup(expr.name);
+      case Expr::Kind::kList:
+      case Expr::Kind::kTuple: {
+        ValueList items;
+        for (const auto& item : expr.items) items.push_back(Eval(*item));
+        if (expr.kind == Expr::Kind::kTuple) return Value::MakeTuple(std::move(items));
+        return Value(std::move(items));
+      }
+      case Expr::Kind::kDict: {
+        ValueDict dict;
+        for (size_t i = 0; i + 1 < expr.items.size(); i += 2) {
+          const Value key = Eval(*expr.items[i]);
+          INFER_CHECK(key.IsString(), "chat template line {}: dict keys must be strings",
+                      expr.line);
+          Value value = Eval(*expr.items[i + 1]);
+          bool replaced = false;
+          for (auto& [k, v] : dict)
+            if (k == key.AsString()) v = value, replaced = true;
+          if (!replaced) dict.emplace_back(key.AsString(), std::move(value));
+        }
+        return Value(std::move(dict));
+      }
+      case Expr::Kind::kGetAttr:
+        return Builtins::GetAttr(Eval(*expr.items[0]), expr.name);
+      case Expr::Kind::kGetItem:
+        return Builtins::GetItem(Eval(*expr.items[0]), Eval(*expr.items[1]));
+      case Expr::Kind::kSlice: {
+        const Value object = Eval(*expr.items[0]);
+        const auto part = [&](size_t i) {
+          return expr.items[i] ? Eval(*expr.items[i]) : Value(None{});
+        };
+        return SliceValue(object, part(1), part(2), part(3));
+      }
+      case Expr::Kind::kUnary: {
+        const Value operand = Eval(*expr.items[0]);
+        if (expr.name == "not") return Value(!operand.Truthy());
+        if (operand.IsUndefined()) FailUndefined(operand);
+        INFER_CHECK(operand.IsNumber(), "bad operand type for unary {}: '{}'", expr.name,
+                    operand.TypeName());
+        if (expr.name == "+") return operand.IsBool() ? Value(int64_t{operand.AsBool()}) : operand;
+        if (operand.IsFloat()) return Value(-operand.AsFloat());
+        return Value(-(operand.IsBool() ? int64_t{operand.AsBool()} : operand.AsInt()));
+      }
+      case Expr::Kind::kBinary: {
+        if (expr.name == "and") {
+          Value left = Eval(*expr.items[0]);
+          return left.Truthy() ? Eval(*expr.items[1]) : left;
+        }
+        if (expr.name == "or") {
+          Value left = Eval(*expr.items[0]);
+          return left.Truthy() ? left : Eval(*expr.items[1]);
+        }
+        const Value left = Eval(*expr.items[0]);
+        const Value right = Eval(*expr.items[1]);
+        if (expr.name == "~") return Value(left.Str() + right.Str());
+        return Arithmetic(expr.name, left, right);
+      }
+      case Expr::Kind::kCompare: {
+        Value left = Eval(*expr.items[0]);
+        for (size_t i = 0; i < expr.ops.size(); ++i) {
+          Value right = Eval(*expr.items[i + 1]);
+          const std::string& op = expr.ops[i];
+          bool result;
+          if (op == "==")
+            result = Equals(left, right);
+          else if (op == "!=")
+            result = !Equals(left, right);
+          else if (op == "in")
+            result = Builtins::Contains(right, left);
+          else if (op == "not in")
+            result = !Builtins::Contains(right, left);
+          else {
+            if (left.IsUndefined()) FailUndefined(left);
+            if (right.IsUndefined()) FailUndefined(right);
+            const int c = Compare(left, right);
+            result = op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0;
+          }
+          if (!result) return Value(false);
+          left = std::move(right);
+        }
+        return Value(true);
+      }
+      case Expr::Kind::kCondition:
+        if (Eval(*expr.items[0]).Truthy()) return Eval(*expr.items[1]);
+        return expr.items[2] ? Eval(*expr.items[2]) : Value::MakeUndefined("else");
+      case Expr::Kind::kFilter: {
+        const Value input = Eval(*expr.items[0]);
+        ValueList args;
+        ValueDict kwargs;
+        EvalArguments(expr.args, args, kwargs);
+        return Builtins::Filter(expr.name, input, args, kwargs);
+      }
+      case Expr::Kind::kTest: {
+        const Value input = Eval(*expr.items[0]);
+        ValueList args;
+        ValueDict kwargs;
+        EvalArguments(expr.args, args, kwargs);
+        INFER_CHECK(kwargs.empty(), "tests take no keyword arguments");
+        return Value(Builtins::Test(expr.name, input, args) != expr.negated);
+      }
+      case Expr::Kind::kCall:
+        return EvalCall(expr);
+    }
+    Fail("chat template line {}: unsupported expression", expr.line);
+  }
+
+  Value EvalCall(const Expr& expr) {
+    const Expr& callee = *expr.items[0];
+    ValueList args;
+    ValueDict kwargs;
+    if (callee.kind == Expr::Kind::kGetAttr) {
+      const Value object = Eval(*callee.items[0]);
+      const Value* member = object.Find(callee.name);
+      if (member == nullptr || !member->IsFunction()) {
+        EvalArguments(expr.args, args, kwargs);
+        return Builtins::Method(object, callee.name, args, kwargs);
+      }
+    }
+    const Value function = Eval(callee);
+    if (function.IsUndefined()) {
+      Fail("chat template line {}: '{}' is undefined", expr.line, function.UndefinedName());
+    }
+    INFER_CHECK(function.IsFunction(), "chat template line {}: '{}' object is not callable",
+                expr.line, function.TypeName());
+    EvalArguments(expr.args, args, kwargs);
+    return function.AsFunction()(args, kwargs);
+  }
+
+  std::vector<Scope> scopes_;
+  std::string out_;
+  int depth_ = 0;
+};
+
+}  // namespace
+
+Template::Template(std::string_view source) : program_(Parse(source)) {}
+
+std::string Template::Render(const ValueDict& globals) const {
+  return Renderer(globals).Run(program_);
+}
+
+}  // namespace infer::jinja

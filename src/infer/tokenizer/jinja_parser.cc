@@ -1,0 +1,927 @@
+// Lexer (whitespace control exactly as Jinja2's lexer) and a recursive-descent parser with
+// Jinja2's precedence: condexpr < or < and < not < compare < +,- < ~ < *,/,//,% < ** < unary,
+// and filters/tests binding to the unary expression.
+#include "infer/tokenizer/jinja_parser.h"
+
+#include <set>
+
+#include "infer/core/error.h"
+#include "infer/tokenizer/utf8.h"
+
+namespace infer::jinja {
+namespace {
+
+enum class TokenKind {
+  kText,
+  kVarBegin,
+  kVarEnd,
+  kBlockBegin,
+  kBlockEnd,
+  kName,
+  kString,
+  kInteger,
+  kFloat,
+  kOperator,
+  kEnd
+};
+
+struct Token {
+  TokenKind kind;
+  std::string text;
+  int line;
+};
+
+bool IsSpaceAscii(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+// Python str.rstrip() (Unicode whitespace).
+std::string RStripUnicode(std::string_view text) {
+  std::u32string cps = ToCodePoints(text);
+  while (!cps.empty() && IsPythonSpace(cps.back())) cps.pop_back();
+  return FromCodePoints(cps);
+}
+
+size_t SkipUnicodeSpace(std::string_view text, size_t pos) {
+  while (pos < text.size()) {
+    size_t next = pos;
+    if (!IsPythonSpace(NextCodePoint(text, next))) break;
+    pos = next;
+  }
+  return pos;
+}
+
+class Lexer {
+ public:
+  explicit Lexer(std::string_view source) {
+    // Jinja2 normalizes newlines and drops one trailing newline (keep_trailing_newline=False).
+    for (size_t i = 0; i < source.size(); ++i) {
+      if (source[i] == '\r') {
+        source_ += '\n';
+        if (i + 1 < source.size() && source[i + 1] == '\n') ++i;
+      } else {
+        source_ += source[i];
+      }
+    }
+    if (!source_.empty() && source_.back() == '\n') source_.pop_back();
+  }
+
+  std::vector<Token> Run() {
+    size_t pos = 0;
+    bool line_starting = true;
+    while (pos < source_.size()) {
+      const size_t open = FindTagOpen(pos);
+      if (open == std::string::npos) {
+        Emit(TokenKind::kText, source_.substr(pos));
+        break;
+      }
+      std::string text = source_.substr(pos, open - pos);
+      const char tag = source_[open + 1];
+      const char sign = open + 2 < source_.size() ? source_[open + 2] : '\0';
+      if (sign == '-') {
+        text = RStripUnicode(text);
+      } else if (sign != '+' && tag != '{') {
+        const size_t l_pos = text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1;
+        if ((l_pos > 0 || line_starting) &&
+            text.find_first_not_of(" \t", l_pos) == std::string::npos)
+          text.resize(l_pos);
+      }
+      if (!text.empty()) Emit(TokenKind::kText, text);
+      size_t cursor = open + 2 + ((sign == '-' || sign == '+') ? 1 : 0);
+      if (tag == '#') {
+        const size_t close = source_.find("#}", cursor);
+        INFER_CHECK(close != std::string::npos, "chat template line {}: unclosed comment",
+                    LineAt(open));
+        pos = close + 2;
+        if (close > cursor && source_[close - 1] == '-') {
+          pos = SkipUnicodeSpace(source_, pos);
+        } else if (!(close > cursor && source_[close - 1] == '+') && pos < source_.size() &&
+                   source_[pos] == '\n') {
+          ++pos;
+        }
+      } else {
+        pos = LexTag(tag == '{', open, cursor);
+      }
+      line_starting = pos > 0 && source_[pos - 1] == '\n';
+    }
+    tokens_.push_back({TokenKind::kEnd, "", LineAt(source_.size())});
+    return std::move(tokens_);
+  }
+
+ private:
+  int LineAt(size_t pos) const {
+    return 1 + static_cast<int>(std::count(source_.begin(), source_.begin() + pos, '\n'));
+  }
+
+  void Emit(TokenKind kind, std::string text, size_t at = std::string::npos) {
+    tokens_.push_back({kind, std::move(text), at == std::string::npos ? 0 : LineAt(at)});
+  }
+
+  size_t FindTagOpen(size_t pos) const {
+    while (true) {
+      pos = source_.find('{', pos);
+      if (pos == std::string::npos || pos + 1 >= source_.size()) return std::string::npos;
+      const char next = source_[pos + 1];
+      if (next == '{' || next == '%' || next == '#') return pos;
+      ++pos;
+    }
+  }
+
+  [[noreturn]] void Error(size_t at, const std::string& what) const {
+    Fail("chat template line {}: {}", LineAt(at), what);
+  }
+
+  // Lexes the inside of {{ }} or {% %} from `cursor`; returns the position after the tag.
+  size_t LexTag(bool variable, size_t open, size_t cursor) {
+    Emit(variable ? TokenKind::kVarBegin : TokenKind::kBlockBegin, "", open);
+    const size_t tag_start = tokens_.size();
+    int depth = 0;
+    size_t pos = cursor;
+    while (true) {
+      while (pos < source_.size() && IsSpaceAscii(source_[pos])) ++pos;
+      if (pos >= source_.size()) Error(open, "unclosed tag");
+      // Closing sequence (a '}' inside brackets belongs to a dict literal).
+      if (depth == 0) {
+        const std::string_view rest = std::string_view(source_).substr(pos);
+        const std::string close = variable ? "}}" : "%}";
+        for (const char* sign : {"-", "+", ""}) {
+          if (!rest.starts_with(std::string(sign) + close)) continue;
+          if (std::string_view(sign) == "+" && variable) continue;
+          size_t after = pos + std::string_view(sign).size() + 2;
+          if (std::string_view(sign) == "-") {
+            after = SkipUnicodeSpace(source_, after);
+          } else if (!variable && std::string_view(sign).empty() && after < source_.size() &&
+                     source_[after] == '\n') {
+            ++after;  // trim_blocks
+          }
+          Emit(variable ? TokenKind::kVarEnd : TokenKind::kBlockEnd, "", pos);
+          if (!variable && tokens_.size() == tag_start + 2 && tokens_[tag_start].text == "raw" &&
+              tokens_[tag_start].kind == TokenKind::kName) {
+            return LexRaw(tag_start, after);
+          }
+          return after;
+        }
+      }
+      const char c = source_[pos];
+      if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
+        size_t end = pos;
+        while (end < source_.size() &&
+               (std::isalnum(static_cast<unsigned char>(source_[end])) || source_[end] == '_'))
+          ++end;
+        Emit(TokenKind::kName, source_.substr(pos, end - pos), pos);
+        pos = end;
+      } else if (std::isdigit(static_cast<unsigned char>(c))) {
+        pos = LexNumber(pos);
+      } else if (c == '\'' || c == '"') {
+        pos = LexString(pos);
+      } else {
+        static const char* kOperators[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*",
+                                           "/",  "%",  "~",  "(",  ")",  "[",  "]", "{", "}",
+                                           ".",  ",",  ":",  "|",  "=",  "<",  ">"};
+        bool matched = false;
+        for (const char* op : kOperators) {
+          if (std::string_view(source_).substr(pos).starts_with(op)) {
+            const std::string text(op);
+            if (text == "(" || text == "[" || text == "{") ++depth;
+            if (text == ")" || text == "]" || text == "}") --depth;
+            Emit(TokenKind::kOperator, text, pos);
+            pos += text.size();
+            matched = true;
+            break;
+          }
+        }
+        if (!matched) Error(pos, fmt::format("unexpected character '{}'", c));
+      }
+    }
+  }
+
+  size_t LexRaw(size_t tag_start, size_t pos) {
+    // Drop the raw tag's tokens; its body is text up to {% endraw %}.
+    tokens_.resize(tag_start - 1);
+    size_t search = pos;
+    while (true) {
+      const size_t open = source_.find("{%", search);
+      if (open == std::string::npos) Error(pos, "unclosed raw block");
+      size_t cursor = open + 2;
+      const bool strip_before = cursor < source_.size() && source_[cursor] == '-';
+      if (cursor < source_.size() && (source_[cursor] == '-' || source_[cursor] == '+')) ++cursor;
+      while (cursor < source_.size() && IsSpaceAscii(source_[cursor])) ++cursor;
+      if (std::string_view(source_).substr(cursor).starts_with("endraw")) {
+        cursor += 6;
+        while (cursor < source_.size() && IsSpaceAscii(source_[cursor])) ++cursor;
+        const bool strip_after = cursor < source_.size() && source_[cursor] == '-';
+        if (cursor < source_.size() && (source_[cursor] == '-' || source_[cursor] == '+')) ++cursor;
+        if (!std::string_view(source_).substr(cursor).starts_with("%}")) Error(open, "bad endraw");
+        std::string body = source_.substr(pos, open - pos);
+        if (strip_before) body = RStripUnicode(body);
+        if (!body.empty()) Emit(TokenKind::kText, body, pos);
+        size_t after = cursor + 2;
+        if (strip_after)
+          after = SkipUnicodeSpace(source_, after);
+        else if (after < source_.size() && source_[after] == '\n')
+          ++after;
+        return after;
+      }
+      search = open + 2;
+    }
+  }
+
+  size_t LexNumber(size_t pos) {
+    size_t end = pos;
+    const auto digits = [&] {
+      while (end < source_.size() &&
+             (std::isdigit(static_cast<unsigned char>(source_[end])) || source_[end] == '_'))
+        ++end;
+    };
+    digits();
+    bool is_float = false;
+    if (end + 1 < source_.size() && source_[end] == '.' &&
+        std::isdigit(static_cast<unsigned char>(source_[end + 1]))) {
+      is_float = true;
+      ++end;
+      digits();
+    }
+    if (end < source_.size() && (source_[end] == 'e' || source_[end] == 'E')) {
+      size_t exp = end + 1;
+      if (exp < source_.size() && (source_[exp] == '+' || source_[exp] == '-')) ++exp;
+      if (exp < source_.size() && std::isdigit(static_cast<unsigned char>(source_[exp]))) {
+        is_float = true;
+        end = exp;
+        digits();
+      }
+    }
+    std::string text;
+    for (size_t i = pos; i < end; ++i)
+      if (source_[i] != '_') text += source_[i];
+    Emit(is_float ? TokenKind::kFloat : TokenKind::kInteger, text, pos);
+    return end;
+  }
+
+  size_t LexString(size_t pos) {
+    const char quote = source_[pos];
+    std::string value;
+    size_t i = pos + 1;
+    while (true) {
+      if (i >= source_.size()) Error(pos, "unterminated string");
+      const char c = source_[i];
+      if (c == quote) break;
+      if (c != '\\') {
+        value += c;
+        ++i;
+        continue;
+      }
+      if (i + 1 >= source_.size()) Error(pos, "unterminated string");
+      const char e = source_[i + 1];
+      i += 2;
+      const auto hex = [&](int count) {
+        if (i + count > source_.size()) Error(pos, "bad escape");
+        const uint32_t cp = std::stoul(source_.substr(i, count), nullptr, 16);
+        i += count;
+        AppendUtf8(value, cp);
+      };
+      switch (e) {
+        case 'n':
+          value += '\n';
+          break;
+        case 't':
+          value += '\t';
+          break;
+        case 'r':
+          value += '\r';
+          break;
+        case '\\':
+          value += '\\';
+          break;
+        case '\'':
+          value += '\'';
+          break;
+        case '"':
+          value += '"';
+          break;
+        case 'a':
+          value += '\a';
+          break;
+        case 'b':
+          value += '\b';
+          break;
+        case 'f':
+          value += '\f';
+          break;
+        case 'v':
+          value += '\v';
+          break;
+        case '0':
+          value += '\0';
+          break;
+        case '\n':
+          break;  // line continuation
+        case 'x':
+          hex(2);
+          break;
+        case 'u':
+          hex(4);
+          break;
+        case 'U':
+          hex(8);
+          break;
+        default:  // Python keeps unknown escapes verbatim
+          value += '\\';
+          value += e;
+      }
+    }
+    Emit(TokenKind::kString, value, pos);
+    return i + 1;
+  }
+
+  std::string source_;
+  std::vector<Token> tokens_;
+};
+
+const std::set<std::string>& KnownFilters() {
+  static const std::set<std::string> filters = {
+      "abs",    "attr",       "capitalize", "count",    "d",       "default", "dictsort",
+      "e",      "escape",     "first",      "float",    "indent",  "int",     "items",
+      "join",   "last",       "length",     "list",     "lower",   "map",     "max",
+      "min",    "reject",     "rejectattr", "replace",  "reverse", "round",   "safe",
+      "select", "selectattr", "sort",       "string",   "sum",     "title",   "tojson",
+      "trim",   "unique",     "upper",      "wordcount"};
+  return filters;
+}
+
+const std::set<std::string>& KnownTests() {
+  static const std::set<std::string> tests = {
+      "boolean", "callable", "defined",  "divisibleby", "eq",   "equalto",   "even",
+      "false",   "float",    "ge",       "gt",          "in",   "integer",   "iterable",
+      "le",      "lower",    "lt",       "mapping",     "ne",   "none",      "number",
+      "odd",     "sameas",   "sequence", "string",      "true", "undefined", "upper",
+      "==",      "!=",       "<",        "<=",          ">",    ">="};
+  return tests;
+}
+
+class Parser {
+ public:
+  explicit Parser(std::vector<Token> tokens) : tokens_(std::move(tokens)) {}
+
+  NodeList ParseTemplate() {
+    NodeList nodes = ParseBody({});
+    if (Current().kind != TokenKind::kEnd)
+      Error(fmt::format("unexpected '{{% {} %}}'", Current().text));
+    return nodes;
+  }
+
+ private:
+  const Token& Current() const { return tokens_[index_]; }
+  const Token& Peek(size_t ahead = 1) const {
+    return tokens_[std::min(index_ + ahead, tokens_.size() - 1)];
+  }
+  Token Next() { return tokens_[index_++]; }
+  [[noreturn]] void Error(const std::string& what) const {
+    Fail("chat template line {}: {}", Current().line, what);
+  }
+  bool IsOperator(const char* op) const {
+    return Current().kind == TokenKind::kOperator && Current().text == op;
+  }
+  bool IsName(const char* name) const {
+    return Current().kind == TokenKind::kName && Current().text == name;
+  }
+  void ExpectOperator(const char* op) {
+    if (!IsOperator(op)) Error(fmt::format("expected '{}'", op));
+    ++index_;
+  }
+  void ExpectName(const char* name) {
+    if (!IsName(name)) Error(fmt::format("expected '{}'", name));
+    ++index_;
+  }
+  std::string ExpectIdentifier() {
+    if (Current().kind != TokenKind::kName) Error("expected a name");
+    return Next().text;
+  }
+  void ExpectBlockEnd() {
+    if (Current().kind != TokenKind::kBlockEnd) Error("expected end of tag '%}'");
+    ++index_;
+  }
+
+  // Parses nodes until a block tag whose keyword is in `end_keywords` (left unconsumed: the
+  // current token is then that keyword's name).
+  NodeList ParseBody(const std::set<std::string>& end_keywords) {
+    NodeList nodes;
+    while (true) {
+      const Token& token = Current();
+      if (token.kind == TokenKind::kEnd) {
+        if (!end_keywords.empty())
+          Error("unexpected end of template, expected " + *end_keywords.begin());
+        return nodes;
+      }
+      if (token.kind == TokenKind::kText) {
+        auto node = std::make_unique<Node>();
+        node->kind = Node::Kind::kText;
+        node->text = Next().text;
+        nodes.push_back(std::move(node));
+      } else if (token.kind == TokenKind::kVarBegin) {
+        ++index_;
+        auto node = std::make_unique<Node>();
+        node->kind = Node::Kind::kOutput;
+        node->line = Current().line;
+        node->expr = ParseTuple();
+        if (Current().kind != TokenKind::kVarEnd) Error("expected '}}'");
+        ++index_;
+        nodes.push_back(std::move(node));
+      } else if (token.kind == TokenKind::kBlockBegin) {
+        const Token& keyword = Peek();
+        if (keyword.kind == TokenKind::kName && end_keywords.count(keyword.text)) {
+          ++index_;
+          return nodes;
+        }
+        ++index_;
+        nodes.push_back(ParseStatement());
+      } else {
+        Error("unexpected token");
+      }
+    }
+  }
+
+  std::unique_ptr<Node> ParseStatement() {
+    auto node = std::make_unique<Node>();
+    node->line = Current().line;
+    const std::string keyword = ExpectIdentifier();
+    if (keyword == "if") {
+      node->kind = Node::Kind::kIf;
+      node->conditions.push_back(ParseTuple());
+      ExpectBlockEnd();
+      while (true) {
+        node->bodies.push_back(ParseBody({"elif", "else", "endif"}));
+        const std::string end = ExpectIdentifier();
+        if (end == "elif") {
+          node->conditions.push_back(ParseTuple());
+          ExpectBlockEnd();
+        } else if (end == "else") {
+          ExpectBlockEnd();
+          node->bodies.push_back(ParseBody({"endif"}));
+          ExpectName("endif");
+          ExpectBlockEnd();
+          break;
+        } else {
+          ExpectBlockEnd();
+          break;
+        }
+      }
+    } else if (keyword == "for") {
+      node->kind = Node::Kind::kFor;
+      node->targets = ParseTargets();
+      ExpectName("in");
+      node->expr = ParseTuple(/*allow_condition=*/false);
+      if (IsName("if")) {
+        ++index_;
+        node->condition = ParseExpression();
+      }
+      if (IsName("recursive")) Error("recursive loops are not supported");
+      ExpectBlockEnd();
+      node->bodies.push_back(ParseBody({"else", "endfor"}));
+      if (ExpectIdentifier() == "else") {
+        ExpectBlockEnd();
+        node->bodies.push_back(ParseBody({"endfor"}));
+        ExpectName("endfor");
+      }
+      ExpectBlockEnd();
+    } else if (keyword == "set") {
+      node->kind = Node::Kind::kSet;
+      if (Current().kind == TokenKind::kName && Peek().kind == TokenKind::kOperator &&
+          Peek().text == ".") {
+        node->targets.push_back(Next().text);
+        ++index_;
+        node->attribute = ExpectIdentifier();
+      } else {
+        node->targets = ParseTargets();
+      }
+      if (IsOperator("=")) {
+        ++index_;
+        node->expr = ParseTuple();
+        ExpectBlockEnd();
+      } else {
+        if (node->targets.size() != 1 || !node->attribute.empty())
+          Error("block set takes one name");
+        if (IsOperator("|")) Error("filtered block set is not supported");
+        ExpectBlockEnd();
+        node->bodies.push_back(ParseBody({"endset"}));
+        ExpectName("endset");
+        ExpectBlockEnd();
+      }
+    } else if (keyword == "macro") {
+      node->kind = Node::Kind::kMacro;
+      node->text = ExpectIdentifier();
+      ExpectOperator("(");
+      while (!IsOperator(")")) {
+        Argument param;
+        param.name = ExpectIdentifier();
+        if (IsOperator("=")) {
+          ++index_;
+          param.value = ParseExpression();
+        }
+        node->params.push_back(std::move(param));
+        if (!IsOperator(")")) ExpectOperator(",");
+      }
+      ++index_;
+      ExpectBlockEnd();
+      node->bodies.push_back(ParseBody({"endmacro"}));
+      ExpectName("endmacro");
+      ExpectBlockEnd();
+    } else if (keyword == "break" || keyword == "continue") {
+      node->kind = keyword == "break" ? Node::Kind::kBreak : Node::Kind::kContinue;
+      ExpectBlockEnd();
+    } else if (keyword == "generation") {
+      node->kind = Node::Kind::kBlock;
+      ExpectBlockEnd();
+      node->bodies.push_back(ParseBody({"endgeneration"}));
+      ExpectName("endgeneration");
+      ExpectBlockEnd();
+    } else {
+      index_ -= 1;
+      Error(fmt::format("'{{% {} %}}' is not supported", keyword));
+    }
+    return node;
+  }
+
+  std::vector<std::string> ParseTargets() {
+    std::vector<std::string> targets;
+    const bool parenthesized = IsOperator("(");
+    if (parenthesized) ++index_;
+    targets.push_back(ExpectIdentifier());
+    while (IsOperator(",")) {
+      ++index_;
+      if (Current().kind != TokenKind::kName) break;
+      targets.push_back(ExpectIdentifier());
+    }
+    if (parenthesized) ExpectOperator(")");
+    return targets;
+  }
+
+  ExprPtr MakeExpr(Expr::Kind kind) {
+    auto expr = std::make_unique<Expr>();
+    expr->kind = kind;
+    expr->line = Current().line;
+    return expr;
+  }
+
+  // expression (',' expression)* -> a tuple when there is a comma.
+  ExprPtr ParseTuple(bool allow_condition = true) {
+    ExprPtr first = ParseExpression(allow_condition);
+    if (!IsOperator(",")) return first;
+    auto tuple = MakeExpr(Expr::Kind::kTuple);
+    tuple->items.push_back(std::move(first));
+    while (IsOperator(",")) {
+      ++index_;
+      if (Current().kind == TokenKind::kVarEnd || Current().kind == TokenKind::kBlockEnd ||
+          IsOperator(")") || IsOperator("="))
+        break;
+      tuple->items.push_back(ParseExpression(allow_condition));
+    }
+    return tuple;
+  }
+
+  ExprPtr ParseExpression(bool allow_condition = true) {
+    ExprPtr expr = ParseOr();
+    if (!allow_condition) return expr;
+    while (IsName("if")) {
+      ++index_;
+      auto condition = MakeExpr(Expr::Kind::kCondition);
+      condition->items.push_back(ParseOr());
+      condition->items.push_back(std::move(expr));
+      if (IsName("else")) {
+        ++index_;
+        condition->items.push_back(ParseExpression());
+      } else {
+        condition->items.push_back(nullptr);
+      }
+      expr = std::move(condition);
+    }
+    return expr;
+  }
+
+  ExprPtr Binary(const std::string& op, ExprPtr left, ExprPtr right) {
+    auto expr = MakeExpr(Expr::Kind::kBinary);
+    expr->name = op;
+    expr->items.push_back(std::move(left));
+    expr->items.push_back(std::move(right));
+    return expr;
+  }
+
+  ExprPtr ParseOr() {
+    ExprPtr left = ParseAnd();
+    while (IsName("or")) {
+      ++index_;
+      left = Binary("or", std::move(left), ParseAnd());
+    }
+    return left;
+  }
+
+  ExprPtr ParseAnd() {
+    ExprPtr left = ParseNot();
+    while (IsName("and")) {
+      ++index_;
+      left = Binary("and", std::move(left), ParseNot());
+    }
+    return left;
+  }
+
+  ExprPtr ParseNot() {
+    if (IsName("not")) {
+      ++index_;
+      auto expr = MakeExpr(Expr::Kind::kUnary);
+      expr->name = "not";
+      expr->items.push_back(ParseNot());
+      return expr;
+    }
+    return ParseCompare();
+  }
+
+  ExprPtr ParseCompare() {
+    ExprPtr first = ParseMath1();
+    ExprPtr compare;
+    while (true) {
+      std::string op;
+      if (Current().kind == TokenKind::kOperator &&
+          (Current().text == "==" || Current().text == "!=" || Current().text == "<" ||
+           Current().text == "<=" || Current().text == ">" || Current().text == ">=")) {
+        op = Next().text;
+      } else if (IsName("in")) {
+        ++index_;
+        op = "in";
+      } else if (IsName("not") && Peek().kind == TokenKind::kName && Peek().text == "in") {
+        index_ += 2;
+        op = "not in";
+      } else {
+        break;
+      }
+      if (!compare) {
+        compare = MakeExpr(Expr::Kind::kCompare);
+        compare->items.push_back(std::move(first));
+      }
+      compare->ops.push_back(op);
+      compare->items.push_back(ParseMath1());
+    }
+    return compare ? std::move(compare) : std::move(first);
+  }
+
+  ExprPtr ParseMath1() {
+    ExprPtr left = ParseConcat();
+    while (IsOperator("+") || IsOperator("-")) {
+      const std::string op = Next().text;
+      left = Binary(op, std::move(left), ParseConcat());
+    }
+    return left;
+  }
+
+  ExprPtr ParseConcat() {
+    ExprPtr left = ParseMath2();
+    while (IsOperator("~")) {
+      ++index_;
+      left = Binary("~", std::move(left), ParseMath2());
+    }
+    return left;
+  }
+
+  ExprPtr ParseMath2() {
+    ExprPtr left = ParsePow();
+    while (IsOperator("*") || IsOperator("/") || IsOperator("//") || IsOperator("%")) {
+      const std::string op = Next().text;
+      left = Binary(op, std::move(left), ParsePow());
+    }
+    return left;
+  }
+
+  ExprPtr ParsePow() {
+    ExprPtr left = ParseUnary(true);
+    while (IsOperator("**")) {
+      ++index_;
+      left = Binary("**", std::move(left), ParseUnary(true));
+    }
+    return left;
+  }
+
+  ExprPtr ParseUnary(bool with_filter) {
+    ExprPtr expr;
+    if (IsOperator("-") || IsOperator("+")) {
+      expr = MakeExpr(Expr::Kind::kUnary);
+      expr->name = Next().text;
+      expr->items.push_back(ParseUnary(false));
+    } else {
+      expr = ParsePrimary();
+    }
+    expr = ParsePostfix(std::move(expr));
+    if (with_filter) expr = ParseFilterExpr(std::move(expr));
+    return expr;
+  }
+
+  ExprPtr ParsePrimary() {
+    const Token& token = Current();
+    if (token.kind == TokenKind::kName) {
+      const std::string name = Next().text;
+      auto expr = MakeExpr(Expr::Kind::kLiteral);
+      if (name == "true" || name == "True")
+        expr->value = Value(true);
+      else if (name == "false" || name == "False")
+        expr->value = Value(false);
+      else if (name == "none" || name == "None")
+        expr->value = Value(None{});
+      else {
+        expr->kind = Expr::Kind::kName;
+        expr->name = name;
+      }
+      return expr;
+    }
+    if (token.kind == TokenKind::kString) {
+      std::string text;
+      while (Current().kind == TokenKind::kString) text += Next().text;
+      auto expr = MakeExpr(Expr::Kind::kLiteral);
+      expr->value = Value(std::move(text));
+      return expr;
+    }
+    if (token.kind == TokenKind::kInteger || token.kind == TokenKind::kFloat) {
+      auto expr = MakeExpr(Expr::Kind::kLiteral);
+      const Token number = Next();
+      try {
+        expr->value = number.kind == TokenKind::kInteger ? Value(int64_t{std::stoll(number.text)})
+                                                         : Value(std::stod(number.text));
+      } catch (const std::exception&) {
+        Error(fmt::format("number out of range: {}", number.text));
+      }
+      return expr;
+    }
+    if (IsOperator("(")) {
+      ++index_;
+      if (IsOperator(")")) {
+        ++index_;
+        return MakeExpr(Expr::Kind::kTuple);
+      }
+      ExprPtr inner = ParseTuple();
+      ExpectOperator(")");
+      return inner;
+    }
+    if (IsOperator("[")) {
+      ++index_;
+      auto list = MakeExpr(Expr::Kind::kList);
+      while (!IsOperator("]")) {
+        list->items.push_back(ParseExpression());
+        if (!IsOperator("]")) ExpectOperator(",");
+      }
+      ++index_;
+      return list;
+    }
+    if (IsOperator("{")) {
+      ++index_;
+      auto dict = MakeExpr(Expr::Kind::kDict);
+      while (!IsOperator("}")) {
+        dict->items.push_back(ParseExpression());
+        ExpectOperator(":");
+        dict->items.push_back(ParseExpression());
+        if (!IsOperator("}")) ExpectOperator(",");
+      }
+      ++index_;
+      return dict;
+    }
+    Error(token.text.empty() ? std::string("expected an expression")
+                             : fmt::format("unexpected '{}'", token.text));
+  }
+
+  ExprPtr ParsePostfix(ExprPtr expr) {
+    while (true) {
+      if (IsOperator(".")) {
+        ++index_;
+        if (Current().kind == TokenKind::kInteger) {
+          auto item = MakeExpr(Expr::Kind::kGetItem);
+          auto index = MakeExpr(Expr::Kind::kLiteral);
+          index->value = Value(int64_t{std::stoll(Next().text)});
+          item->items.push_back(std::move(expr));
+          item->items.push_back(std::move(index));
+          expr = std::move(item);
+        } else {
+          auto attr = MakeExpr(Expr::Kind::kGetAttr);
+          attr->name = ExpectIdentifier();
+          attr->items.push_back(std::move(expr));
+          expr = std::move(attr);
+        }
+      } else if (IsOperator("[")) {
+        ++index_;
+        expr = ParseSubscript(std::move(expr));
+      } else if (IsOperator("(")) {
+        expr = ParseCall(std::move(expr));
+      } else {
+        return expr;
+      }
+    }
+  }
+
+  ExprPtr ParseSubscript(ExprPtr object) {
+    ExprPtr parts[3];
+    bool is_slice = false;
+    if (!IsOperator(":")) parts[0] = ParseExpression();
+    if (IsOperator(":")) {
+      is_slice = true;
+      ++index_;
+      if (!IsOperator("]") && !IsOperator(":")) parts[1] = ParseExpression();
+      if (IsOperator(":")) {
+        ++index_;
+        if (!IsOperator("]")) parts[2] = ParseExpression();
+      }
+    }
+    if (IsOperator(",")) Error("tuple subscripts are not supported");
+    ExpectOperator("]");
+    auto expr = MakeExpr(is_slice ? Expr::Kind::kSlice : Expr::Kind::kGetItem);
+    expr->items.push_back(std::move(object));
+    if (is_slice) {
+      for (auto& part : parts) expr->items.push_back(std::move(part));
+    } else {
+      expr->items.push_back(std::move(parts[0]));
+    }
+    return expr;
+  }
+
+  std::vector<Argument> ParseArguments() {
+    ExpectOperator("(");
+    std::vector<Argument> args;
+    while (!IsOperator(")")) {
+      if (IsOperator("*") || IsOperator("**")) Error("*args / **kwargs are not supported");
+      Argument arg;
+      if (Current().kind == TokenKind::kName && Peek().kind == TokenKind::kOperator &&
+          Peek().text == "=") {
+        arg.name = Next().text;
+        ++index_;
+      } else if (!args.empty() && !args.back().name.empty()) {
+        Error("positional argument after keyword argument");
+      }
+      arg.value = ParseExpression();
+      args.push_back(std::move(arg));
+      if (!IsOperator(")")) ExpectOperator(",");
+    }
+    ++index_;
+    return args;
+  }
+
+  ExprPtr ParseCall(ExprPtr callee) {
+    auto call = MakeExpr(Expr::Kind::kCall);
+    call->args = ParseArguments();
+    call->items.push_back(std::move(callee));
+    return call;
+  }
+
+  ExprPtr ParseFilterExpr(ExprPtr expr) {
+    while (true) {
+      if (IsOperator("|")) {
+        ++index_;
+        auto filter = MakeExpr(Expr::Kind::kFilter);
+        filter->name = ExpectIdentifier();
+        while (IsOperator(".")) {
+          ++index_;
+          filter->name.push_back('.');
+          filter->name.append(ExpectIdentifier());
+        }
+        if (!KnownFilters().count(filter->name))
+          Error(fmt::format("filter '{}' is not supported", filter->name));
+        if (IsOperator("(")) filter->args = ParseArguments();
+        filter->items.push_back(std::move(expr));
+        expr = std::move(filter);
+      } else if (IsName("is")) {
+        ++index_;
+        auto test = MakeExpr(Expr::Kind::kTest);
+        if (IsName("not")) {
+          ++index_;
+          test->negated = true;
+        }
+        if (Current().kind == TokenKind::kName) {
+          test->name = Next().text;
+        } else if (Current().kind == TokenKind::kOperator) {
+          test->name = Next().text;
+        } else {
+          Error("expected a test name after 'is'");
+        }
+        if (!KnownTests().count(test->name))
+          Error(fmt::format("test '{}' is not supported", test->name));
+        if (IsOperator("(")) {
+          test->args = ParseArguments();
+        } else if ((Current().kind == TokenKind::kName || Current().kind == TokenKind::kString ||
+                    Current().kind == TokenKind::kInteger || Current().kind == TokenKind::kFloat ||
+                    IsOperator("[") || IsOperator("{")) &&
+                   !IsName("else") && !IsName("or") && !IsName("and") && !IsName("if")) {
+          Argument arg;
+          arg.value = ParsePostfix(ParsePrimary());
+          test->args.push_back(std::move(arg));
+        }
+        test->items.push_back(std::move(expr));
+        expr = std::move(test);
+      } else if (IsOperator("(")) {
+        expr = ParseCall(std::move(expr));
+      } else {
+        return expr;
+      }
+    }
+  }
+
+  std::vector<Token> tokens_;
+  size_t index_ = 0;
+};
+
+}  // namespace
+
+NodeList Parse(std::string_view source) { return Parser(Lexer(source).Run()).ParseTemplate(); }
+
+}  // namespace infer::jinja
