@@ -9,6 +9,7 @@
 
 namespace infer::cli {
 void AddInspectCommand(CLI::App& app);
+void AddTokenizerCommands(CLI::App& app);
 }  // namespace infer::cli
 
 int main(int argc, char** argv) {
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   CLI::App app{"infer: LLM inference for Llama 3.x, Qwen3 and Gemma 3 checkpoints"};
   app.require_subcommand(1);
   infer::cli::AddInspectCommand(app);
+  infer::cli::AddTokenizerCommands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {
