@@ -1,0 +1,96 @@
+// Chooses the kernel ISA from cpuid once, with an environment override for tests.
+#include "infer/kernels/cpu/isa.h"
+
+#include <cpuid.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+#include "infer/core/error.h"
+
+namespace infer::kernels {
+
+namespace {
+
+uint64_t XGetBv() {
+  uint32_t eax = 0;
+  uint32_t edx = 0;
+  __asm__ volatile("xgetbv" : "=a"(eax), "=d"(edx) : "c"(0));
+  return (static_cast<uint64_t>(edx) << 32) | eax;
+}
+
+Isa DetectOnce() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return Isa::kScalar;
+  const bool osxsave = (ecx & bit_OSXSAVE) != 0;
+  const bool fma = (ecx & bit_FMA) != 0;
+  const bool f16c = (ecx & bit_F16C) != 0;
+  if (!osxsave) return Isa::kScalar;
+  const uint64_t xcr0 = XGetBv();
+  const bool ymm_state = (xcr0 & 0x6) == 0x6;
+  const bool zmm_state = (xcr0 & 0xe6) == 0xe6;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return Isa::kScalar;
+  const bool avx2 = (ebx & bit_AVX2) != 0;
+  const bool avx512 =
+      (ebx & bit_AVX512F) && (ebx & bit_AVX512BW) && (ebx & bit_AVX512VL) && (ebx & bit_AVX512DQ);
+  if (avx512 && ymm_state && zmm_state && fma && f16c) return Isa::kAvx512;
+  if (avx2 && ymm_state && fma && f16c) return Isa::kAvx2;
+  return Isa::kScalar;
+}
+
+Isa ParseIsa(const std::string& name) {
+  if (name == "scalar") return Isa::kScalar;
+  if (name == "avx2") return Isa::kAvx2;
+  if (name == "avx512") return Isa::kAvx512;
+  Fail("INFER_FORCE_ISA={} is not one of scalar, avx2, avx512", name);
+}
+
+Isa InitialIsa() {
+  const char* forced = std::getenv("INFER_FORCE_ISA");
+  if (forced == nullptr || *forced == '\0') return DetectIsa();
+  const Isa isa = ParseIsa(forced);
+  INFER_CHECK(IsaSupported(isa), "INFER_FORCE_ISA={}: this CPU does not support it", forced);
+  return isa;
+}
+
+// -1 until first use; then the Isa value.
+std::atomic<int> active_isa{-1};
+
+}  // namespace
+
+Isa DetectIsa() {
+  static const Isa detected = DetectOnce();
+  return detected;
+}
+
+bool IsaSupported(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(DetectIsa()); }
+
+Isa ActiveIsa() {
+  int value = active_isa.load(std::memory_order_relaxed);
+  if (value < 0) {
+    value = static_cast<int>(InitialIsa());
+    active_isa.store(value, std::memory_order_relaxed);
+  }
+  return static_cast<Isa>(value);
+}
+
+void SetActiveIsa(Isa isa) {
+  INFER_CHECK(IsaSupported(isa), "SetActiveIsa({}): this CPU does not support it", IsaName(isa));
+  active_isa.store(static_cast<int>(isa), std::memory_order_relaxed);
+}
+
+std::string_view IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+}  // namespace infer::kernels

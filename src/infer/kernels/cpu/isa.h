@@ -1,0 +1,27 @@
+// CPU instruction-set levels the kernels are compiled for, and the one chosen at start-up.
+#pragma once
+
+#include <string_view>
+
+namespace infer::kernels {
+
+// Ordered: a level implies the ones before it. kScalar is the plain reference code.
+enum class Isa { kScalar, kAvx2, kAvx512 };
+
+// The best level this CPU supports (cpuid + xgetbv), ignoring any override.
+Isa DetectIsa();
+
+// The level ops dispatch to: DetectIsa(), or INFER_FORCE_ISA=scalar|avx2|avx512 when set
+// (an unknown name, or a level the CPU lacks, throws infer::Error). Cached on first use.
+Isa ActiveIsa();
+
+// Overrides ActiveIsa() from now on (tests and A/B benchmarks). Throws infer::Error if the CPU
+// lacks the level.
+void SetActiveIsa(Isa isa);
+
+// True when this CPU can run kernels compiled for `isa`.
+bool IsaSupported(Isa isa);
+
+std::string_view IsaName(Isa isa);  // "scalar", "avx2", "avx512"
+
+}  // namespace infer::kernels

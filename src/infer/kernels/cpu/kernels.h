@@ -1,0 +1,44 @@
+// The per-ISA kernel entry points behind ops.h. ops.cc checks arguments, then calls the set
+// for ActiveIsa(): `reference` (plain loops, also the test oracle), `avx2` or `avx512`.
+// Weights arrive as (dtype, pointer) to contiguous data; activations are f32.
+#pragma once
+
+#include <cstdint>
+
+#include "infer/core/dtype.h"
+#include "infer/core/thread_pool.h"
+#include "infer/kernels/ops.h"
+
+namespace infer::kernels::cpu {
+
+// The same declarations in each ISA namespace. bias is f32 or null.
+#define INFER_DECLARE_KERNELS(ns)                                                                  \
+  namespace ns {                                                                                   \
+  void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, DType w_dtype,               \
+              const void* w, int64_t n, const float* bias, float* y, int64_t y_stride,             \
+              ThreadPool& pool);                                                                   \
+  void RmsNorm(const float* x, int64_t rows, int64_t dim, DType w_dtype, const void* w, float eps, \
+               float weight_offset, float* y);                                                     \
+  void Rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,                     \
+            int64_t token_stride, const float* cos, const float* sin);                             \
+  void Attention(const float* q, int64_t num_tokens, int64_t first_pos, const float* k_cache,      \
+                 const float* v_cache, int64_t kv_head_stride, const AttentionParams& params,      \
+                 float* out, ThreadPool& pool);                                                    \
+  void SiluMul(const float* gate, const float* up, float* out, int64_t n);                         \
+  void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n);                     \
+  void Add(float* x, const float* y, int64_t n);                                                   \
+  /* out[i] = widen(src[i]) * scale. */                                                            \
+  void WidenScale(DType dtype, const void* src, int64_t n, float scale, float* out);               \
+  void SoftCap(float* x, int64_t n, float cap);                                                    \
+  /* Elementwise exp and tanh, exposed for accuracy tests. */                                      \
+  void ExpArray(const float* x, float* y, int64_t n);                                              \
+  void TanhArray(const float* x, float* y, int64_t n);                                             \
+  }
+
+INFER_DECLARE_KERNELS(reference)
+INFER_DECLARE_KERNELS(avx2)
+INFER_DECLARE_KERNELS(avx512)
+
+#undef INFER_DECLARE_KERNELS
+
+}  // namespace infer::kernels::cpu

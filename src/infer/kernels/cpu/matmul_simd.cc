@@ -1,0 +1,360 @@
+// MatMul y = x . w^T for f32 activations and bf16/f16/f32 weights, compiled once per ISA.
+//
+// Two paths, both exact f32 arithmetic on exactly widened weights (the model's logits must
+// match a float64 reference to 1e-4, so activations are never rounded to bf16):
+// - Small m (decode): a matrix-vector kernel that streams each weight row once from memory,
+//   widening bf16 with one shift / one and per vector (even/odd lanes; the activations are
+//   de-interleaved to match), and reuses each widened vector for up to kGemvX rows of x.
+//   Memory-bound: the aim is the machine's read bandwidth.
+// - Large m (prefill): a packed-panel GEMM (BLIS style). Weights are widened to f32 once per
+//   k-block into [k][kNr] panels, x is packed into [k][kMr] panels, and a kMr x kNr register
+//   tile of f32 FMAs with broadcast activations does the work. Compute-bound: the aim is the
+//   f32 FMA peak. Why not vdpbf16ps on hi/lo bf16 halves of x: it needs two dot products per
+//   product pair, the same instruction count as f32 FMA on this core, and is less exact.
+#include <algorithm>
+#include <cstring>
+
+#include "infer/kernels/cpu/kernels.h"
+#include "infer/kernels/cpu/scratch.h"
+#include "infer/kernels/cpu/simd.h"
+
+namespace infer::kernels::cpu::INFER_ISA_NS {
+
+namespace {
+
+// ---- Shared -------------------------------------------------------------------------------
+
+template <DType kDType>
+using Storage = std::conditional_t<kDType == DType::kF32, float, uint16_t>;
+
+template <DType kDType>
+inline float WidenOne(Storage<kDType> v) {
+  if constexpr (kDType == DType::kF32) {
+    return v;
+  } else if constexpr (kDType == DType::kBF16) {
+    return Bf16ToF32(v);
+  } else {
+    return F16ToF32(v);
+  }
+}
+
+// ---- Matrix-vector path (small m) ---------------------------------------------------------
+
+// Weights consumed per inner step: one 64-byte bf16 vector on AVX-512 (two f32 vectors).
+constexpr int64_t kChunk = 2 * kLanes;
+// Weight rows per tile, and x rows sharing each widened weight vector. AVX-512: 4 x 4
+// accumulators + 2 x 4 x vectors + 2 weight vectors = 26 of 32 registers; AVX2: 4 x 2 + 4 + 2
+// = 14 of 16.
+constexpr int kGemvRows = 4;
+constexpr int kGemvX = kLanes == 16 ? 4 : 2;
+// Up to this many rows of x use the matrix-vector path; above it the GEMM's packing pays off.
+constexpr int64_t kGemvMaxM = 4;
+// Software prefetch distance along each weight row: enough chunks ahead to cover memory
+// latency at ~20 GB/s per core.
+constexpr int64_t kPrefetchBytes = 1024;
+
+// Loads kChunk weights as two f32 vectors, in the lane order of PrepareX.
+template <DType kDType>
+inline void LoadChunk(const Storage<kDType>* w, V& a, V& b) {
+  if constexpr (kDType == DType::kF32) {
+    a = Load(w);
+    b = Load(w + kLanes);
+  } else if constexpr (kDType == DType::kBF16) {
+    LoadBf16EvenOdd(w, a, b);
+  } else {
+    a = LoadF16(w);
+    b = LoadF16(w + kLanes);
+  }
+}
+
+// Copies x [m, k] into xs [m, k_pad] in chunk order: for bf16 each chunk holds its even
+// elements then its odd ones (matching LoadBf16EvenOdd); zeros pad k up to k_pad.
+void PrepareX(const float* x, int64_t m, int64_t k, int64_t x_stride, bool deinterleave,
+              int64_t k_pad, float* xs) {
+  for (int64_t i = 0; i < m; ++i) {
+    const float* row = x + i * x_stride;
+    float* dst = xs + i * k_pad;
+    for (int64_t c = 0; c < k_pad; c += kChunk) {
+      for (int64_t l = 0; l < kChunk; ++l) {
+        const int64_t src = deinterleave ? c + (l < kLanes ? 2 * l : 2 * (l - kLanes) + 1) : c + l;
+        dst[c + l] = src < k ? row[src] : 0.0F;
+      }
+    }
+  }
+}
+
+// out[i][j] = dot(w row i, xs row j) for kRows weight rows (stride k) and kX rows of xs.
+template <DType kDType, int kRows, int kX>
+inline void DotTile(const Storage<kDType>* w, int64_t k, const float* xs, int64_t k_pad,
+                    float out[kRows][kX]) {
+  V acc[kRows][kX];
+  for (int i = 0; i < kRows; ++i) {
+    for (int j = 0; j < kX; ++j) acc[i][j] = Zero();
+  }
+  const int64_t k_main = k / kChunk * kChunk;
+  auto step = [&](int64_t c, const Storage<kDType>* const* rows) {
+    V xa[kX];
+    V xb[kX];
+    for (int j = 0; j < kX; ++j) {
+      xa[j] = Load(xs + j * k_pad + c);
+      xb[j] = Load(xs + j * k_pad + c + kLanes);
+    }
+    for (int i = 0; i < kRows; ++i) {
+      V a;
+      V b;
+      LoadChunk<kDType>(rows[i], a, b);
+      for (int j = 0; j < kX; ++j) {
+        acc[i][j] = Fma(a, xa[j], acc[i][j]);
+        acc[i][j] = Fma(b, xb[j], acc[i][j]);
+      }
+    }
+  };
+  for (int64_t c = 0; c < k_main; c += kChunk) {
+    const Storage<kDType>* rows[kRows];
+    for (int i = 0; i < kRows; ++i) {
+      rows[i] = w + i * k + c;
+      _mm_prefetch(reinterpret_cast<const char*>(rows[i]) + kPrefetchBytes, _MM_HINT_T0);
+    }
+    step(c, rows);
+  }
+  if (k_main < k) {
+    // The ragged end of each row, copied into zero-padded chunks (x is zero there too).
+    alignas(64) Storage<kDType> tail[kRows][kChunk] = {};
+    const Storage<kDType>* rows[kRows];
+    for (int i = 0; i < kRows; ++i) {
+      std::memcpy(tail[i], w + i * k + k_main,
+                  static_cast<size_t>(k - k_main) * sizeof(tail[i][0]));
+      rows[i] = tail[i];
+    }
+    step(k_main, rows);
+  }
+  for (int i = 0; i < kRows; ++i) {
+    for (int j = 0; j < kX; ++j) out[i][j] = ReduceSum(acc[i][j]);
+  }
+}
+
+// Weight rows [j0, j0 + kRows) against all m rows of xs.
+template <DType kDType, int kRows>
+void DotRows(const Storage<kDType>* w, int64_t j0, int64_t k, const float* xs, int64_t k_pad,
+             int64_t m, const float* bias, float* y, int64_t y_stride) {
+  for (int64_t i0 = 0; i0 < m; i0 += kGemvX) {
+    float out[kRows][kGemvX];
+    const int64_t x_rows = std::min<int64_t>(kGemvX, m - i0);
+    const float* x_block = xs + i0 * k_pad;
+    const Storage<kDType>* w_block = w + j0 * k;
+    switch (x_rows) {
+      case 1:
+        DotTile<kDType, kRows, 1>(w_block, k, x_block, k_pad, reinterpret_cast<float(*)[1]>(out));
+        break;
+      case 2:
+        DotTile<kDType, kRows, 2>(w_block, k, x_block, k_pad, reinterpret_cast<float(*)[2]>(out));
+        break;
+#if defined(__AVX512F__)
+      case 3:
+        DotTile<kDType, kRows, 3>(w_block, k, x_block, k_pad, reinterpret_cast<float(*)[3]>(out));
+        break;
+      case 4:
+        DotTile<kDType, kRows, 4>(w_block, k, x_block, k_pad, reinterpret_cast<float(*)[4]>(out));
+        break;
+#endif
+      default:
+        break;
+    }
+    // out was filled as [kRows][x_rows].
+    const float* flat = &out[0][0];
+    for (int r = 0; r < kRows; ++r) {
+      const float b = bias != nullptr ? bias[j0 + r] : 0.0F;
+      for (int64_t j = 0; j < x_rows; ++j)
+        y[(i0 + j) * y_stride + j0 + r] = flat[r * x_rows + j] + b;
+    }
+  }
+}
+
+thread_local Scratch tls_x_scratch;
+
+template <DType kDType>
+void Gemv(const float* x, int64_t m, int64_t k, int64_t x_stride, const Storage<kDType>* w,
+          int64_t n, const float* bias, float* y, int64_t y_stride, ThreadPool& pool) {
+  const int64_t k_pad = (k + kChunk - 1) / kChunk * kChunk;
+  float* xs = tls_x_scratch.Floats(static_cast<size_t>(m * k_pad));
+  PrepareX(x, m, k, x_stride, kDType == DType::kBF16, k_pad, xs);
+  // Chunks of 64 rows: whole tiles, and enough of them per thread to balance.
+  pool.ParallelFor(n, 64, [&](int64_t n_begin, int64_t n_end) {
+    int64_t j0 = n_begin;
+    for (; j0 + kGemvRows <= n_end; j0 += kGemvRows) {
+      DotRows<kDType, kGemvRows>(w, j0, k, xs, k_pad, m, bias, y, y_stride);
+    }
+    for (; j0 < n_end; ++j0) DotRows<kDType, 1>(w, j0, k, xs, k_pad, m, bias, y, y_stride);
+  });
+}
+
+// ---- Packed GEMM path (large m) -----------------------------------------------------------
+
+// Register tile kMr x kNr. AVX-512: 14 x 32 = 28 zmm accumulators + 2 weight vectors + 1
+// broadcast = 31 of 32 registers. AVX2: 6 x 16 = 12 + 2 + 1 = 15 of 16.
+constexpr int kMr = kLanes == 16 ? 14 : 6;
+constexpr int kNr = 2 * kLanes;
+// k-block: an x micro-panel (kKc x kMr f32, 14 KiB) stays in L1 while weight micro-panels
+// stream from L2; long enough that the tile's load/store of y is noise.
+constexpr int64_t kKc = 256;
+// Output features per packed weight block: kNc x kKc f32 = 256 KiB, resident in L2 (1 MiB)
+// while every x panel passes over it.
+constexpr int64_t kNc = 256;
+
+template <int kRows>
+inline void GemmTile(const float* xp, const float* wp, int64_t kc, float* y, int64_t y_stride,
+                     int64_t cols, bool accumulate, const float* bias) {
+  V acc0[kRows];
+  V acc1[kRows];
+  for (int r = 0; r < kRows; ++r) {
+    acc0[r] = Zero();
+    acc1[r] = Zero();
+  }
+  for (int64_t kk = 0; kk < kc; ++kk) {
+    const V w0 = Load(wp);
+    const V w1 = Load(wp + kLanes);
+#pragma GCC unroll 16
+    for (int r = 0; r < kRows; ++r) {
+      const V xb = Set1(xp[r]);
+      acc0[r] = Fma(xb, w0, acc0[r]);
+      acc1[r] = Fma(xb, w1, acc1[r]);
+    }
+    xp += kMr;
+    wp += kNr;
+  }
+  const int64_t cols0 = std::min<int64_t>(cols, kLanes);
+  const int64_t cols1 = cols - cols0;
+  for (int r = 0; r < kRows; ++r) {
+    float* yr = y + r * y_stride;
+    V v0 = acc0[r];
+    V v1 = acc1[r];
+    if (cols == kNr) {
+      if (accumulate) {
+        v0 = Add(v0, Load(yr));
+        v1 = Add(v1, Load(yr + kLanes));
+      }
+      if (bias != nullptr) {
+        v0 = Add(v0, Load(bias));
+        v1 = Add(v1, Load(bias + kLanes));
+      }
+      Store(yr, v0);
+      Store(yr + kLanes, v1);
+    } else {
+      if (accumulate) {
+        v0 = Add(v0, LoadN(yr, cols0));
+        v1 = Add(v1, LoadN(yr + kLanes, cols1));
+      }
+      if (bias != nullptr) {
+        v0 = Add(v0, LoadN(bias, cols0));
+        v1 = Add(v1, LoadN(bias + kLanes, cols1));
+      }
+      StoreN(yr, v0, cols0);
+      if (cols1 > 0) StoreN(yr + kLanes, v1, cols1);
+    }
+  }
+}
+
+template <int kRows = kMr>
+inline void GemmTileRows(int rows, const float* xp, const float* wp, int64_t kc, float* y,
+                         int64_t y_stride, int64_t cols, bool accumulate, const float* bias) {
+  if constexpr (kRows > 0) {
+    if (rows == kRows) {
+      GemmTile<kRows>(xp, wp, kc, y, y_stride, cols, accumulate, bias);
+    } else {
+      GemmTileRows<kRows - 1>(rows, xp, wp, kc, y, y_stride, cols, accumulate, bias);
+    }
+  }
+}
+
+// x rows [p * kMr, +kMr) into [k][kMr], zero rows past m.
+void PackX(const float* x, int64_t m, int64_t k, int64_t x_stride, int64_t panel, float* xp) {
+  const int64_t row0 = panel * kMr;
+  const int64_t rows = std::min<int64_t>(kMr, m - row0);
+  for (int64_t kk = 0; kk < k; ++kk) {
+    for (int64_t r = 0; r < kMr; ++r) {
+      xp[kk * kMr + r] = r < rows ? x[(row0 + r) * x_stride + kk] : 0.0F;
+    }
+  }
+}
+
+// Weight rows [n0, n0 + kNr) x columns [k0, k0 + kc) into [kc][kNr] f32, zero past n_end.
+template <DType kDType>
+void PackW(const Storage<kDType>* w, int64_t k, int64_t n0, int64_t n_end, int64_t k0, int64_t kc,
+           float* wp) {
+  for (int64_t c = 0; c < kNr; ++c) {
+    float* dst = wp + c;
+    if (n0 + c >= n_end) {
+      for (int64_t kk = 0; kk < kc; ++kk) dst[kk * kNr] = 0.0F;
+      continue;
+    }
+    const Storage<kDType>* src = w + (n0 + c) * k + k0;
+    for (int64_t kk = 0; kk < kc; ++kk) dst[kk * kNr] = WidenOne<kDType>(src[kk]);
+  }
+}
+
+thread_local Scratch tls_w_scratch;
+
+template <DType kDType>
+void Gemm(const float* x, int64_t m, int64_t k, int64_t x_stride, const Storage<kDType>* w,
+          int64_t n, const float* bias, float* y, int64_t y_stride, ThreadPool& pool) {
+  const int64_t num_panels = (m + kMr - 1) / kMr;
+  float* xpack = tls_x_scratch.Floats(static_cast<size_t>(num_panels * k * kMr));
+  pool.RunTasks(static_cast<int>(num_panels),
+                [&](int p) { PackX(x, m, k, x_stride, p, xpack + p * k * kMr); });
+  pool.ParallelFor(n, kNr, [&](int64_t n_begin, int64_t n_end) {
+    float* wpack = tls_w_scratch.Floats(static_cast<size_t>(kNc * kKc));
+    for (int64_t nc0 = n_begin; nc0 < n_end; nc0 += kNc) {
+      const int64_t nc_end = std::min(n_end, nc0 + kNc);
+      for (int64_t k0 = 0; k0 < k; k0 += kKc) {
+        const int64_t kc = std::min(kKc, k - k0);
+        for (int64_t j0 = nc0; j0 < nc_end; j0 += kNr) {
+          PackW<kDType>(w, k, j0, nc_end, k0, kc, wpack + (j0 - nc0) * kKc);
+        }
+        const bool last_k = k0 + kc == k;
+        for (int64_t p = 0; p < num_panels; ++p) {
+          const int rows = static_cast<int>(std::min<int64_t>(kMr, m - p * kMr));
+          const float* xp = xpack + p * k * kMr + k0 * kMr;
+          for (int64_t j0 = nc0; j0 < nc_end; j0 += kNr) {
+            const int64_t cols = std::min<int64_t>(kNr, nc_end - j0);
+            GemmTileRows(rows, xp, wpack + (j0 - nc0) * kKc, kc, y + p * kMr * y_stride + j0,
+                         y_stride, cols, k0 > 0, last_k && bias != nullptr ? bias + j0 : nullptr);
+          }
+        }
+      }
+    }
+  });
+}
+
+template <DType kDType>
+void MatMulTyped(const float* x, int64_t m, int64_t k, int64_t x_stride, const void* w, int64_t n,
+                 const float* bias, float* y, int64_t y_stride, ThreadPool& pool) {
+  const auto* wt = static_cast<const Storage<kDType>*>(w);
+  if (m <= kGemvMaxM) {
+    Gemv<kDType>(x, m, k, x_stride, wt, n, bias, y, y_stride, pool);
+  } else {
+    Gemm<kDType>(x, m, k, x_stride, wt, n, bias, y, y_stride, pool);
+  }
+}
+
+}  // namespace
+
+void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, DType w_dtype, const void* w,
+            int64_t n, const float* bias, float* y, int64_t y_stride, ThreadPool& pool) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) y[i * y_stride + j] = bias != nullptr ? bias[j] : 0.0F;
+    }
+    return;
+  }
+  switch (w_dtype) {
+    case DType::kBF16:
+      return MatMulTyped<DType::kBF16>(x, m, k, x_stride, w, n, bias, y, y_stride, pool);
+    case DType::kF16:
+      return MatMulTyped<DType::kF16>(x, m, k, x_stride, w, n, bias, y, y_stride, pool);
+    default:
+      return MatMulTyped<DType::kF32>(x, m, k, x_stride, w, n, bias, y, y_stride, pool);
+  }
+}
+
+}  // namespace infer::kernels::cpu::INFER_ISA_NS

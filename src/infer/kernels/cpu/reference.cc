@@ -1,0 +1,155 @@
+// Plain-loop reference kernels: the kScalar path and the oracle the SIMD kernels are tested
+// against. Written for clarity; reductions accumulate in double.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "infer/kernels/cpu/kernels.h"
+
+namespace infer::kernels::cpu::reference {
+
+namespace {
+
+float Widen(DType dtype, const void* data, int64_t index) {
+  switch (dtype) {
+    case DType::kBF16:
+      return Bf16ToF32(static_cast<const uint16_t*>(data)[index]);
+    case DType::kF16:
+      return F16ToF32(static_cast<const uint16_t*>(data)[index]);
+    default:
+      return static_cast<const float*>(data)[index];
+  }
+}
+
+}  // namespace
+
+void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, DType w_dtype, const void* w,
+            int64_t n, const float* bias, float* y, int64_t y_stride, ThreadPool& pool) {
+  pool.ParallelFor(n, 16, [&](int64_t n_begin, int64_t n_end) {
+    std::vector<float> w_row(static_cast<size_t>(k));
+    for (int64_t j = n_begin; j < n_end; ++j) {
+      for (int64_t kk = 0; kk < k; ++kk) w_row[kk] = Widen(w_dtype, w, j * k + kk);
+      for (int64_t i = 0; i < m; ++i) {
+        double sum = bias != nullptr ? bias[j] : 0.0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          sum += static_cast<double>(x[i * x_stride + kk]) * w_row[kk];
+        }
+        y[i * y_stride + j] = static_cast<float>(sum);
+      }
+    }
+  });
+}
+
+void RmsNorm(const float* x, int64_t rows, int64_t dim, DType w_dtype, const void* w, float eps,
+             float weight_offset, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * dim;
+    double sum_squares = 0.0;
+    for (int64_t i = 0; i < dim; ++i) sum_squares += static_cast<double>(row[i]) * row[i];
+    const auto inv_rms =
+        static_cast<float>(1.0 / std::sqrt(sum_squares / static_cast<double>(dim) + eps));
+    for (int64_t i = 0; i < dim; ++i) {
+      y[r * dim + i] = (row[i] * inv_rms) * (weight_offset + Widen(w_dtype, w, i));
+    }
+  }
+}
+
+void Rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim, int64_t token_stride,
+          const float* cos, const float* sin) {
+  const int64_t half = head_dim / 2;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    for (int64_t h = 0; h < num_heads; ++h) {
+      float* v = x + t * token_stride + h * head_dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float c = cos[t * half + i];
+        const float s = sin[t * half + i];
+        const float a = v[i];
+        const float b = v[i + half];
+        v[i] = a * c - b * s;
+        v[i + half] = b * c + a * s;
+      }
+    }
+  }
+}
+
+void Attention(const float* q, int64_t num_tokens, int64_t first_pos, const float* k_cache,
+               const float* v_cache, int64_t kv_head_stride, const AttentionParams& params,
+               float* out, ThreadPool& pool) {
+  const int64_t num_heads = params.num_heads;
+  const int64_t head_dim = params.head_dim;
+  const int64_t group = num_heads / params.num_kv_heads;
+  const int64_t row_stride = num_heads * head_dim;
+  pool.RunTasks(static_cast<int>(num_heads), [&](int h) {
+    const float* keys = k_cache + (h / group) * kv_head_stride;
+    const float* values = v_cache + (h / group) * kv_head_stride;
+    std::vector<double> scores;
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      const int64_t pos = first_pos + t;
+      const int64_t first_key =
+          params.sliding_window > 0 ? std::max<int64_t>(0, pos - params.sliding_window + 1) : 0;
+      const float* query = q + t * row_stride + h * head_dim;
+      scores.assign(static_cast<size_t>(pos + 1 - first_key), 0.0);
+      double max_score = -std::numeric_limits<double>::infinity();
+      for (int64_t j = first_key; j <= pos; ++j) {
+        double dot = 0.0;
+        for (int64_t d = 0; d < head_dim; ++d) {
+          dot += static_cast<double>(query[d]) * keys[j * head_dim + d];
+        }
+        scores[j - first_key] = dot * params.scale;
+        max_score = std::max(max_score, scores[j - first_key]);
+      }
+      double sum = 0.0;
+      for (double& s : scores) {
+        s = std::exp(s - max_score);
+        sum += s;
+      }
+      float* o = out + t * row_stride + h * head_dim;
+      for (int64_t d = 0; d < head_dim; ++d) {
+        double acc = 0.0;
+        for (int64_t j = first_key; j <= pos; ++j)
+          acc += scores[j - first_key] * values[j * head_dim + d];
+        o[d] = static_cast<float>(acc / sum);
+      }
+    }
+  });
+}
+
+void SiluMul(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[i];
+    out[i] = static_cast<float>(g / (1.0 + std::exp(-g)) * up[i]);
+  }
+}
+
+void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[i];
+    const double u = std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g);
+    out[i] = static_cast<float>(0.5 * g * (1.0 + std::tanh(u)) * up[i]);
+  }
+}
+
+void Add(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void WidenScale(DType dtype, const void* src, int64_t n, float scale, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = Widen(dtype, src, i) * scale;
+}
+
+void SoftCap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = static_cast<float>(std::tanh(static_cast<double>(x[i]) / cap) * cap);
+  }
+}
+
+void ExpArray(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(std::exp(static_cast<double>(x[i])));
+}
+
+void TanhArray(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(std::tanh(static_cast<double>(x[i])));
+}
+
+}  // namespace infer::kernels::cpu::reference

@@ -1,0 +1,186 @@
+// A thin vector layer over AVX2 or AVX-512 (chosen by the compiler flags of the including
+// file), so that each *_simd.cc kernel source is written once and compiled once per ISA.
+// Included only by kernel sources built with per-ISA flags; never by baseline code.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#ifndef INFER_ISA_NS
+#error "simd.h is for kernel sources compiled per ISA (INFER_ISA_NS must be defined)"
+#endif
+
+namespace infer::kernels::cpu::INFER_ISA_NS {
+
+#if defined(__AVX512F__)
+
+using V = __m512;
+using M = __mmask16;
+constexpr int kLanes = 16;
+
+inline M FirstN(int64_t n) { return static_cast<M>(n >= 16 ? 0xffff : (1u << n) - 1u); }
+inline V Zero() { return _mm512_setzero_ps(); }
+inline V Set1(float v) { return _mm512_set1_ps(v); }
+inline V Load(const float* p) { return _mm512_loadu_ps(p); }
+inline void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
+inline V LoadN(const float* p, int64_t n) { return _mm512_maskz_loadu_ps(FirstN(n), p); }
+inline void StoreN(float* p, V v, int64_t n) { _mm512_mask_storeu_ps(p, FirstN(n), v); }
+inline V Add(V a, V b) { return _mm512_add_ps(a, b); }
+inline V Sub(V a, V b) { return _mm512_sub_ps(a, b); }
+inline V Mul(V a, V b) { return _mm512_mul_ps(a, b); }
+inline V Div(V a, V b) { return _mm512_div_ps(a, b); }
+inline V Max(V a, V b) { return _mm512_max_ps(a, b); }
+inline V Min(V a, V b) { return _mm512_min_ps(a, b); }
+inline V Fma(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }    // a * b + c
+inline V FNma(V a, V b, V c) { return _mm512_fnmadd_ps(a, b, c); }  // c - a * b
+inline V And(V a, V b) { return _mm512_and_ps(a, b); }
+inline V Or(V a, V b) { return _mm512_or_ps(a, b); }
+inline V AndNot(V a, V b) { return _mm512_andnot_ps(a, b); }  // ~a & b
+inline M Less(V a, V b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+inline V Select(M m, V if_true, V if_false) { return _mm512_mask_blend_ps(m, if_false, if_true); }
+inline V Round(V v) {
+  return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+// 2^n for integral n in [-126, 127].
+inline V Pow2(V n) {
+  const __m512i bits =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_castsi512_ps(bits);
+}
+inline float ReduceSum(V v) { return _mm512_reduce_add_ps(v); }
+inline float ReduceMax(V v) { return _mm512_reduce_max_ps(v); }
+
+// Widening loads of kLanes weights.
+inline V LoadBf16(const uint16_t* p) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+inline V LoadF16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+// 2 * kLanes bf16 weights as two f32 vectors: elements 0, 2, 4, ... and 1, 3, 5, ... (in that
+// order within each vector). Two cheap integer ops instead of a widening shuffle; the
+// activations are laid out to match (see DeinterleaveChunk).
+inline void LoadBf16EvenOdd(const uint16_t* p, V& even, V& odd) {
+  const __m512i raw = _mm512_loadu_si512(p);
+  even = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+  odd =
+      _mm512_castsi512_ps(_mm512_and_si512(raw, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+#elif defined(__AVX2__)
+
+using V = __m256;
+using M = __m256;
+constexpr int kLanes = 8;
+
+inline __m256i FirstNMask(int64_t n) {
+  const __m256i index = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n > 8 ? 8 : n)), index);
+}
+inline V Zero() { return _mm256_setzero_ps(); }
+inline V Set1(float v) { return _mm256_set1_ps(v); }
+inline V Load(const float* p) { return _mm256_loadu_ps(p); }
+inline void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
+inline V LoadN(const float* p, int64_t n) { return _mm256_maskload_ps(p, FirstNMask(n)); }
+inline void StoreN(float* p, V v, int64_t n) { _mm256_maskstore_ps(p, FirstNMask(n), v); }
+inline V Add(V a, V b) { return _mm256_add_ps(a, b); }
+inline V Sub(V a, V b) { return _mm256_sub_ps(a, b); }
+inline V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
+inline V Div(V a, V b) { return _mm256_div_ps(a, b); }
+inline V Max(V a, V b) { return _mm256_max_ps(a, b); }
+inline V Min(V a, V b) { return _mm256_min_ps(a, b); }
+inline V Fma(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+inline V FNma(V a, V b, V c) { return _mm256_fnmadd_ps(a, b, c); }
+inline V And(V a, V b) { return _mm256_and_ps(a, b); }
+inline V Or(V a, V b) { return _mm256_or_ps(a, b); }
+inline V AndNot(V a, V b) { return _mm256_andnot_ps(a, b); }
+inline M Less(V a, V b) { return _mm256_cmp_ps(a, b, _CMP_LT_OQ); }
+inline V Select(M m, V if_true, V if_false) { return _mm256_blendv_ps(if_false, if_true, m); }
+inline V Round(V v) { return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline V Pow2(V n) {
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_castsi256_ps(bits);
+}
+inline float ReduceSum(V v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline float ReduceMax(V v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline V LoadBf16(const uint16_t* p) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+inline V LoadF16(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline void LoadBf16EvenOdd(const uint16_t* p, V& even, V& odd) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
+  odd =
+      _mm256_castsi256_ps(_mm256_and_si256(raw, _mm256_set1_epi32(static_cast<int>(0xffff0000u))));
+}
+
+#else
+#error "simd.h needs -mavx2 -mfma -mf16c or -mavx512f -mavx512bw -mavx512vl -mavx512dq"
+#endif
+
+inline V Abs(V v) { return AndNot(Set1(-0.0F), v); }
+
+// exp(x) in the Cephes style: x = n ln2 + r, |r| <= ln2/2, degree-6 polynomial for e^r, then
+// scale by 2^n. Max error about 2 ulp for x in [-87.3, 88]; below that it returns 0 (exact
+// enough: e^-87.3 < FLT_MIN), above it e^88 instead of overflowing. NaN stays NaN.
+inline V Exp(V x) {
+  const V lo = Set1(-87.33654F);
+  const V clamped = Min(Set1(88.0F), Max(lo, x));  // NaN in x passes through
+  const V n = Round(Mul(clamped, Set1(1.44269504088896341F)));
+  V r = FNma(n, Set1(0.693359375F), clamped);
+  r = FNma(n, Set1(-2.12194440e-4F), r);
+  V p = Set1(1.9875691500E-4F);
+  p = Fma(p, r, Set1(1.3981999507E-3F));
+  p = Fma(p, r, Set1(8.3334519073E-3F));
+  p = Fma(p, r, Set1(4.1665795894E-2F));
+  p = Fma(p, r, Set1(1.6666665459E-1F));
+  p = Fma(p, r, Set1(5.0000001201E-1F));
+  p = Fma(p, Mul(r, r), Add(r, Set1(1.0F)));
+  return Select(Less(x, lo), Zero(), Mul(p, Pow2(n)));
+}
+
+// tanh(x): an odd polynomial below |x| = 0.625 (Cephes tanhf), 1 - 2 / (e^2|x| + 1) above,
+// where there is no cancellation. About 2-3 ulp.
+inline V Tanh(V x) {
+  const V ax = Abs(x);
+  const V z = Mul(x, x);
+  V p = Set1(-5.70498872745E-3F);
+  p = Fma(p, z, Set1(2.06390887954E-2F));
+  p = Fma(p, z, Set1(-5.37397155531E-2F));
+  p = Fma(p, z, Set1(1.33314422036E-1F));
+  p = Fma(p, z, Set1(-3.33332819422E-1F));
+  const V small = Fma(Mul(p, z), x, x);
+  const V e = Exp(Add(ax, ax));
+  const V big_abs = Sub(Set1(1.0F), Div(Set1(2.0F), Add(e, Set1(1.0F))));
+  const V big = Or(big_abs, And(x, Set1(-0.0F)));
+  return Select(Less(ax, Set1(0.625F)), small, big);
+}
+
+// x / (1 + e^-x).
+inline V Silu(V x) { return Div(x, Add(Set1(1.0F), Exp(Sub(Zero(), x)))); }
+
+// 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), computed as x / (1 + e^(-2u))
+// (the same function) so that the negative tail has no cancellation.
+inline V GeluTanh(V x) {
+  const V x3 = Mul(Mul(x, x), x);
+  const V u = Mul(Set1(0.7978845608028654F), Fma(Set1(0.044715F), x3, x));
+  return Div(x, Add(Set1(1.0F), Exp(Mul(Set1(-2.0F), u))));
+}
+
+}  // namespace infer::kernels::cpu::INFER_ISA_NS

@@ -1,0 +1,163 @@
+// ops.h: argument checks (messages name the op), then dispatch to the active ISA's kernels.
+#include "infer/kernels/ops.h"
+
+#include <vector>
+
+#include "infer/core/error.h"
+#include "infer/kernels/cpu/isa.h"
+#include "infer/kernels/cpu/kernels.h"
+
+namespace infer::kernels {
+
+namespace {
+
+// Calls the kernel `name` from the namespace of the active ISA.
+#define INFER_DISPATCH(name, ...)                 \
+  do {                                            \
+    switch (ActiveIsa()) {                        \
+      case Isa::kAvx512:                          \
+        return cpu::avx512::name(__VA_ARGS__);    \
+      case Isa::kAvx2:                            \
+        return cpu::avx2::name(__VA_ARGS__);      \
+      case Isa::kScalar:                          \
+        return cpu::reference::name(__VA_ARGS__); \
+    }                                             \
+  } while (0)
+
+bool IsFloat(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
+}
+
+void CheckFloatVector(const char* op, const char* what, const Tensor& t, int64_t size) {
+  INFER_CHECK(t.defined() && (t.raw() != nullptr || size == 0), "{}: {} has no data", op, what);
+  INFER_CHECK(IsFloat(t.dtype()), "{}: {} has dtype {}, expected f32, bf16 or f16", op, what,
+              DTypeName(t.dtype()));
+  INFER_CHECK(t.rank() == 1 && t.dim(0) == size && t.is_contiguous(),
+              "{}: {} has shape {}, expected [{}]", op, what, ShapeString(t.shape()), size);
+}
+
+void WidenToF32(const Tensor& t, std::vector<float>& out) {
+  out.resize(static_cast<size_t>(t.numel()));
+  INFER_DISPATCH(WidenScale, t.dtype(), t.raw(), t.numel(), 1.0F, out.data());
+}
+
+}  // namespace
+
+void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Tensor& w,
+            const Tensor* bias, float* y, int64_t y_stride, ThreadPool& pool) {
+  INFER_CHECK(w.rank() == 2, "MatMul: weight has shape {}, expected [n, k]",
+              ShapeString(w.shape()));
+  INFER_CHECK(IsFloat(w.dtype()), "MatMul: weight has dtype {}, expected f32, bf16 or f16",
+              DTypeName(w.dtype()));
+  INFER_CHECK(w.is_contiguous(), "MatMul: weight {} is not contiguous", ShapeString(w.shape()));
+  INFER_CHECK(w.dim(1) == k, "MatMul: weight has shape {} but x has k = {}", ShapeString(w.shape()),
+              k);
+  const int64_t n = w.dim(0);
+  INFER_CHECK(m >= 0, "MatMul: m = {} is negative", m);
+  INFER_CHECK(x_stride >= k, "MatMul: x_stride {} < k {}", x_stride, k);
+  INFER_CHECK(y_stride >= n, "MatMul: y_stride {} < n {}", y_stride, n);
+  if (m == 0 || n == 0) return;
+  INFER_CHECK((x != nullptr || k == 0) && y != nullptr, "MatMul: null x or y");
+  INFER_CHECK(w.raw() != nullptr || k == 0, "MatMul: weight has no data");
+  const float* bias_f32 = nullptr;
+  thread_local std::vector<float> bias_buffer;
+  if (bias != nullptr) {
+    CheckFloatVector("MatMul", "bias", *bias, n);
+    if (bias->dtype() == DType::kF32) {
+      bias_f32 = bias->data<const float>();
+    } else {
+      WidenToF32(*bias, bias_buffer);
+      bias_f32 = bias_buffer.data();
+    }
+  }
+  INFER_DISPATCH(MatMul, x, m, k, x_stride, w.dtype(), w.raw(), n, bias_f32, y, y_stride, pool);
+}
+
+void RmsNorm(const float* x, int64_t rows, int64_t dim, const Tensor& w, float eps,
+             float weight_offset, float* y) {
+  INFER_CHECK(rows >= 0 && dim > 0, "RmsNorm: rows = {}, dim = {}", rows, dim);
+  CheckFloatVector("RmsNorm", "weight", w, dim);
+  if (rows == 0) return;
+  INFER_CHECK(x != nullptr && y != nullptr, "RmsNorm: null x or y");
+  INFER_DISPATCH(RmsNorm, x, rows, dim, w.dtype(), w.raw(), eps, weight_offset, y);
+}
+
+void Rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim, int64_t token_stride,
+          const float* cos, const float* sin) {
+  INFER_CHECK(num_tokens >= 0 && num_heads >= 0, "Rope: num_tokens = {}, num_heads = {}",
+              num_tokens, num_heads);
+  INFER_CHECK(head_dim > 0 && head_dim % 2 == 0, "Rope: head_dim {} is not a positive even number",
+              head_dim);
+  INFER_CHECK(token_stride >= num_heads * head_dim,
+              "Rope: token_stride {} < num_heads * head_dim {}", token_stride,
+              num_heads * head_dim);
+  if (num_tokens == 0 || num_heads == 0) return;
+  INFER_CHECK(x != nullptr && cos != nullptr && sin != nullptr, "Rope: null x, cos or sin");
+  INFER_DISPATCH(Rope, x, num_tokens, num_heads, head_dim, token_stride, cos, sin);
+}
+
+void Attention(const float* q, int64_t num_tokens, int64_t first_pos, const float* k_cache,
+               const float* v_cache, int64_t kv_head_stride, const AttentionParams& params,
+               float* out, ThreadPool& pool) {
+  INFER_CHECK(params.num_heads > 0 && params.num_kv_heads > 0 &&
+                  params.num_heads % params.num_kv_heads == 0,
+              "Attention: num_heads {} is not a positive multiple of num_kv_heads {}",
+              params.num_heads, params.num_kv_heads);
+  INFER_CHECK(params.head_dim > 0, "Attention: head_dim = {}", params.head_dim);
+  INFER_CHECK(params.sliding_window >= 0, "Attention: sliding_window = {}", params.sliding_window);
+  INFER_CHECK(num_tokens >= 0 && first_pos >= 0, "Attention: num_tokens = {}, first_pos = {}",
+              num_tokens, first_pos);
+  INFER_CHECK(kv_head_stride >= (first_pos + num_tokens) * params.head_dim,
+              "Attention: kv_head_stride {} cannot hold {} positions of head_dim {}",
+              kv_head_stride, first_pos + num_tokens, params.head_dim);
+  if (num_tokens == 0) return;
+  INFER_CHECK(q != nullptr && k_cache != nullptr && v_cache != nullptr && out != nullptr,
+              "Attention: null q, cache or out");
+  INFER_DISPATCH(Attention, q, num_tokens, first_pos, k_cache, v_cache, kv_head_stride, params, out,
+                 pool);
+}
+
+void SiluMul(const float* gate, const float* up, float* out, int64_t n) {
+  INFER_CHECK(n >= 0, "SiluMul: n = {}", n);
+  if (n == 0) return;
+  INFER_DISPATCH(SiluMul, gate, up, out, n);
+}
+
+void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n) {
+  INFER_CHECK(n >= 0, "GeluTanhMul: n = {}", n);
+  if (n == 0) return;
+  INFER_DISPATCH(GeluTanhMul, gate, up, out, n);
+}
+
+void Add(float* x, const float* y, int64_t n) {
+  INFER_CHECK(n >= 0, "Add: n = {}", n);
+  if (n == 0) return;
+  INFER_DISPATCH(Add, x, y, n);
+}
+
+void Embed(const Tensor& table, const int32_t* ids, int64_t num_tokens, float scale, float* out) {
+  INFER_CHECK(table.rank() == 2 && table.is_contiguous(),
+              "Embed: table has shape {}, expected [vocab, dim]", ShapeString(table.shape()));
+  INFER_CHECK(IsFloat(table.dtype()), "Embed: table has dtype {}, expected f32, bf16 or f16",
+              DTypeName(table.dtype()));
+  INFER_CHECK(num_tokens >= 0, "Embed: num_tokens = {}", num_tokens);
+  const int64_t vocab = table.dim(0);
+  const int64_t dim = table.dim(1);
+  const size_t row_bytes = static_cast<size_t>(dim) * DTypeSize(table.dtype());
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    INFER_CHECK(ids[t] >= 0 && ids[t] < vocab,
+                "Embed: token id {} at {} is outside the vocabulary [0, {})", ids[t], t, vocab);
+    const void* row =
+        static_cast<const char*>(table.raw()) + static_cast<size_t>(ids[t]) * row_bytes;
+    [&] { INFER_DISPATCH(WidenScale, table.dtype(), row, dim, scale, out + t * dim); }();
+  }
+}
+
+void SoftCap(float* x, int64_t n, float cap) {
+  INFER_CHECK(n >= 0, "SoftCap: n = {}", n);
+  INFER_CHECK(cap > 0.0F, "SoftCap: cap {} is not positive", cap);
+  if (n == 0) return;
+  INFER_DISPATCH(SoftCap, x, n, cap);
+}
+
+}  // namespace infer::kernels

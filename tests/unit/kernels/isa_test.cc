@@ -1,0 +1,32 @@
+#include "infer/kernels/cpu/isa.h"
+
+#include <gtest/gtest.h>
+
+#include "infer/core/error.h"
+#include "kernel_test_util.h"
+
+namespace infer::kernels {
+namespace {
+
+TEST(IsaTest, DetectedIsSupportedAndNamed) {
+  EXPECT_TRUE(IsaSupported(DetectIsa()));
+  EXPECT_TRUE(IsaSupported(Isa::kScalar));
+  EXPECT_EQ(IsaName(Isa::kScalar), "scalar");
+  EXPECT_EQ(IsaName(Isa::kAvx2), "avx2");
+  EXPECT_EQ(IsaName(Isa::kAvx512), "avx512");
+}
+
+TEST(IsaTest, SetActiveIsaOverridesAndRestores) {
+  const Isa before = ActiveIsa();
+  {
+    ScopedIsa scoped(Isa::kScalar);
+    EXPECT_EQ(ActiveIsa(), Isa::kScalar);
+  }
+  EXPECT_EQ(ActiveIsa(), before);
+  if (!IsaSupported(Isa::kAvx512)) {
+    EXPECT_THROW(SetActiveIsa(Isa::kAvx512), Error);
+  }
+}
+
+}  // namespace
+}  // namespace infer::kernels

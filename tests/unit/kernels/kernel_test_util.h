@@ -1,0 +1,72 @@
+// Helpers for kernel tests: the SIMD ISAs to compare against the reference, random data,
+// and weights stored in each dtype.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "infer/core/dtype.h"
+#include "infer/core/tensor.h"
+#include "infer/kernels/cpu/isa.h"
+
+namespace infer::kernels {
+
+// Every SIMD level compiled in that this CPU can run.
+inline std::vector<Isa> SimdIsas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    if (IsaSupported(isa)) isas.push_back(isa);
+  }
+  return isas;
+}
+
+// Sets the active ISA for a scope, restoring the previous one.
+class ScopedIsa {
+ public:
+  explicit ScopedIsa(Isa isa) : previous_(ActiveIsa()) { SetActiveIsa(isa); }
+  ~ScopedIsa() { SetActiveIsa(previous_); }
+  ScopedIsa(const ScopedIsa&) = delete;
+  ScopedIsa& operator=(const ScopedIsa&) = delete;
+
+ private:
+  Isa previous_;
+};
+
+inline std::vector<float> RandomFloats(size_t n, float lo, float hi, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Values stored as `dtype` (rounded), and the exact f32 view of what was stored.
+struct StoredTensor {
+  Tensor tensor;
+  std::vector<float> widened;
+};
+
+inline StoredTensor Store(DType dtype, const Shape& shape, const std::vector<float>& values) {
+  StoredTensor out{Tensor::Empty(dtype, shape), std::vector<float>(values.size())};
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::kF32) {
+      out.tensor.data<float>()[i] = values[i];
+    } else if (dtype == DType::kBF16) {
+      out.tensor.data<uint16_t>()[i] = F32ToBf16(values[i]);
+    } else {
+      out.tensor.data<uint16_t>()[i] = F32ToF16(values[i]);
+    }
+    out.widened[i] = ElementAsF32(out.tensor, static_cast<int64_t>(i));
+  }
+  return out;
+}
+
+inline std::string Describe(Isa isa, DType dtype) {
+  return std::string(IsaName(isa)) + "/" + std::string(DTypeName(dtype));
+}
+
+}  // namespace infer::kernels

@@ -1,0 +1,144 @@
+// MatMul: every SIMD path against the reference over odd shapes, dtypes, strides and bias.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "infer/core/error.h"
+#include "infer/kernels/cpu/kernels.h"
+#include "infer/kernels/ops.h"
+#include "kernel_test_util.h"
+
+namespace infer::kernels {
+namespace {
+
+struct Shape3 {
+  int64_t m, k, n;
+};
+
+// Runs one shape on every SIMD ISA and checks each output within a tolerance scaled by the
+// sum of |x_i w_i| of its dot product.
+void CheckMatMul(ThreadPool& pool, DType dtype, Shape3 s, bool with_bias, int64_t x_pad = 0,
+                 int64_t y_pad = 0, uint32_t seed = 1) {
+  const int64_t x_stride = s.k + x_pad;
+  const int64_t y_stride = s.n + y_pad;
+  // +1 float so that x starts misaligned.
+  std::vector<float> x_store = RandomFloats(static_cast<size_t>(s.m * x_stride + 1), -1, 1, seed);
+  const float* x = x_store.data() + 1;
+  StoredTensor w =
+      Store(dtype, {s.n, s.k}, RandomFloats(static_cast<size_t>(s.n * s.k), -1, 1, seed + 1));
+  StoredTensor bias = Store(dtype, {s.n}, RandomFloats(static_cast<size_t>(s.n), -1, 1, seed + 2));
+  std::vector<float> bias_f32 = bias.widened;
+
+  std::vector<float> expected(static_cast<size_t>(s.m * y_stride), -7.0F);
+  cpu::reference::MatMul(x, s.m, s.k, x_stride, DType::kF32, w.widened.data(), s.n,
+                         with_bias ? bias_f32.data() : nullptr, expected.data(), y_stride, pool);
+  std::vector<double> tolerance(static_cast<size_t>(s.m * s.n));
+  for (int64_t i = 0; i < s.m; ++i) {
+    for (int64_t j = 0; j < s.n; ++j) {
+      double abs_sum = with_bias ? std::fabs(bias_f32[j]) : 0.0;
+      for (int64_t kk = 0; kk < s.k; ++kk) {
+        abs_sum += std::fabs(x[i * x_stride + kk] * w.widened[j * s.k + kk]);
+      }
+      tolerance[i * s.n + j] = 2e-6 * abs_sum + 1e-30;
+    }
+  }
+  for (Isa isa : SimdIsas()) {
+    ScopedIsa scoped(isa);
+    std::vector<float> y(static_cast<size_t>(s.m * y_stride), -7.0F);
+    MatMul(x, s.m, s.k, x_stride, w.tensor, with_bias ? &bias.tensor : nullptr, y.data(), y_stride,
+           pool);
+    int failures = 0;
+    for (int64_t i = 0; i < s.m && failures < 5; ++i) {
+      for (int64_t j = 0; j < y_stride && failures < 5; ++j) {
+        const double want = expected[i * y_stride + j];
+        const double got = y[i * y_stride + j];
+        if (j >= s.n) {  // padding columns are untouched
+          failures += got != -7.0F;
+          EXPECT_EQ(got, -7.0F) << "wrote padding at " << i << "," << j;
+          continue;
+        }
+        const double tol = tolerance[i * s.n + j];
+        if (!(std::fabs(got - want) <= tol)) {
+          ++failures;
+          ADD_FAILURE() << Describe(isa, dtype) << " m=" << s.m << " k=" << s.k << " n=" << s.n
+                        << " bias=" << with_bias << " y[" << i << "," << j << "] = " << got
+                        << ", want " << want << " (tol " << tol << ")";
+        }
+      }
+    }
+  }
+}
+
+class MatMulTest : public ::testing::TestWithParam<DType> {
+ protected:
+  ThreadPool pool_{2};
+};
+
+TEST_P(MatMulTest, SweepsOddShapes) {
+  const DType dtype = GetParam();
+  uint32_t seed = 10;
+  for (int64_t m : {1, 2, 3, 4, 5, 7, 16, 33}) {
+    for (int64_t k : {1, 3, 17, 31, 33, 65, 127}) {
+      for (int64_t n : {1, 3, 17, 33, 67})
+        CheckMatMul(pool_, dtype, {m, k, n}, (m + k + n) % 2 == 0, 0, 0, ++seed);
+    }
+  }
+}
+
+TEST_P(MatMulTest, LargerShapesCrossBlocks) {
+  const DType dtype = GetParam();
+  // k over the GEMM k-block and n over its weight block; m over several register tiles.
+  CheckMatMul(pool_, dtype, {128, 600, 300}, true, 0, 0, 3);
+  CheckMatMul(pool_, dtype, {33, 513, 70}, false, 0, 0, 4);
+  CheckMatMul(pool_, dtype, {1, 4099, 37}, true, 0, 0, 5);
+  CheckMatMul(pool_, dtype, {3, 4099, 9}, false, 0, 0, 6);
+  CheckMatMul(pool_, dtype, {2, 2048, 260}, false, 0, 0, 7);
+}
+
+TEST_P(MatMulTest, StridedRows) {
+  const DType dtype = GetParam();
+  CheckMatMul(pool_, dtype, {1, 65, 31}, true, 5, 3, 8);
+  CheckMatMul(pool_, dtype, {7, 33, 40}, false, 1, 9, 9);
+  CheckMatMul(pool_, dtype, {40, 100, 70}, true, 3, 2, 10);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, MatMulTest,
+                         ::testing::Values(DType::kBF16, DType::kF16, DType::kF32),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+TEST(MatMulOpTest, ZeroSizesAndEmptyK) {
+  ThreadPool pool(2);
+  Tensor w = Tensor::Empty(DType::kBF16, {3, 0});
+  float bias_values[3] = {1, 2, 3};
+  Tensor bias = Tensor::Borrow(DType::kF32, {3}, bias_values);
+  float y[6] = {};
+  for (Isa isa : SimdIsas()) {
+    ScopedIsa scoped(isa);
+    MatMul(nullptr, 2, 0, 0, w, &bias, y, 3, pool);
+    EXPECT_EQ(y[0], 1.0F);
+    EXPECT_EQ(y[5], 3.0F);
+    MatMul(nullptr, 0, 0, 0, w, nullptr, nullptr, 3, pool);  // m = 0: nothing to do
+  }
+}
+
+TEST(MatMulOpTest, RejectsBadArguments) {
+  ThreadPool pool(1);
+  Tensor w = Tensor::Empty(DType::kBF16, {4, 8});
+  Tensor ids = Tensor::Empty(DType::kI32, {4, 8});
+  Tensor short_bias = Tensor::Empty(DType::kF32, {3});
+  std::vector<float> x(16), y(16);
+  EXPECT_THROW(MatMul(x.data(), 1, 7, 8, w, nullptr, y.data(), 4, pool), Error);  // k mismatch
+  EXPECT_THROW(MatMul(x.data(), 1, 8, 4, w, nullptr, y.data(), 4, pool), Error);  // x_stride < k
+  EXPECT_THROW(MatMul(x.data(), 1, 8, 8, w, nullptr, y.data(), 3, pool), Error);  // y_stride < n
+  EXPECT_THROW(MatMul(x.data(), 1, 8, 8, ids, nullptr, y.data(), 4, pool), Error);
+  EXPECT_THROW(MatMul(x.data(), 1, 8, 8, w, &short_bias, y.data(), 4, pool), Error);
+  try {
+    MatMul(x.data(), 1, 7, 8, w, nullptr, y.data(), 4, pool);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MatMul"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace infer::kernels
