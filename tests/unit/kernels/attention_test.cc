@@ -63,7 +63,7 @@ void CheckAttention(ThreadPool& pool, const Case& c, uint32_t seed) {
 }
 
 TEST(AttentionTest, PrefillAndDecodeWithGqaAndWindows) {
-  ThreadPool pool(2);
+  ThreadPool& pool = TestPool();
   uint32_t seed = 100;
   for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{4, 2}, {2, 2}, {8, 1}, {6, 3}}) {
     for (int64_t head_dim : {8, 24, 64}) {
@@ -78,7 +78,7 @@ TEST(AttentionTest, PrefillAndDecodeWithGqaAndWindows) {
 }
 
 TEST(AttentionTest, LargeHeadDimAndLongContext) {
-  ThreadPool pool(2);
+  ThreadPool& pool = TestPool();
   CheckAttention(pool, {4, 1, 256, 70, 0, 0}, 7);     // Gemma 3 1B shape, prefill
   CheckAttention(pool, {4, 1, 256, 1, 600, 512}, 8);  // decode past the sliding window
   CheckAttention(pool, {32, 8, 64, 1, 300, 0}, 9);    // Llama 3.2 1B decode
@@ -86,7 +86,7 @@ TEST(AttentionTest, LargeHeadDimAndLongContext) {
 }
 
 TEST(AttentionTest, RejectsBadArguments) {
-  ThreadPool pool(1);
+  ThreadPool& pool = TestPool();
   std::vector<float> buf(1024);
   AttentionParams params{.num_heads = 3, .num_kv_heads = 2, .head_dim = 4};
   EXPECT_THROW(Attention(buf.data(), 1, 0, buf.data(), buf.data(), 64, params, buf.data(), pool),

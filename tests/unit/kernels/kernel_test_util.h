@@ -11,6 +11,7 @@
 
 #include "infer/core/dtype.h"
 #include "infer/core/tensor.h"
+#include "infer/core/thread_pool.h"
 #include "infer/kernels/cpu/isa.h"
 
 namespace infer::kernels {
@@ -22,6 +23,13 @@ inline std::vector<Isa> SimdIsas() {
     if (IsaSupported(isa)) isas.push_back(isa);
   }
   return isas;
+}
+
+// One two-thread pool for the whole test binary, never destroyed: kernels are exercised
+// across many calls on the same pool, as the model uses it.
+inline ThreadPool& TestPool() {
+  static ThreadPool* pool = new ThreadPool(2);
+  return *pool;
 }
 
 // Sets the active ISA for a scope, restoring the previous one.

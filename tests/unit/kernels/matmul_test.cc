@@ -72,7 +72,7 @@ void CheckMatMul(ThreadPool& pool, DType dtype, Shape3 s, bool with_bias, int64_
 
 class MatMulTest : public ::testing::TestWithParam<DType> {
  protected:
-  ThreadPool pool_{2};
+  ThreadPool& pool_ = TestPool();
 };
 
 TEST_P(MatMulTest, SweepsOddShapes) {
@@ -108,7 +108,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, MatMulTest,
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 
 TEST(MatMulOpTest, ZeroSizesAndEmptyK) {
-  ThreadPool pool(2);
+  ThreadPool& pool = TestPool();
   Tensor w = Tensor::Empty(DType::kBF16, {3, 0});
   float bias_values[3] = {1, 2, 3};
   Tensor bias = Tensor::Borrow(DType::kF32, {3}, bias_values);
@@ -123,7 +123,7 @@ TEST(MatMulOpTest, ZeroSizesAndEmptyK) {
 }
 
 TEST(MatMulOpTest, RejectsBadArguments) {
-  ThreadPool pool(1);
+  ThreadPool& pool = TestPool();
   Tensor w = Tensor::Empty(DType::kBF16, {4, 8});
   Tensor ids = Tensor::Empty(DType::kI32, {4, 8});
   Tensor short_bias = Tensor::Empty(DType::kF32, {3});
