@@ -34,13 +34,21 @@ int AvailableCpus() {
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = AvailableCpus();
   workers_.reserve(static_cast<size_t>(num_threads - 1));
-  for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+  // Workers start from the generation current now, not when they first run: a worker that
+  // is scheduled late must still see every later run (and the destructor's stop).
+  const uint64_t start_generation = generation_.load();
+  for (int i = 1; i < num_threads; ++i) {
+    workers_.emplace_back([this, start_generation] { WorkerLoop(start_generation); });
+  }
 }
 
 ThreadPool::~ThreadPool() {
-  stop_.store(true);
-  generation_.fetch_add(1);
-  generation_.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(wake_mutex_);
+    stop_.store(true);
+    generation_.fetch_add(1);
+  }
+  wake_cv_.notify_all();
   for (auto& worker : workers_) worker.join();
 }
 
@@ -54,16 +62,21 @@ void ThreadPool::DrainTasks() {
       std::lock_guard<std::mutex> lock(error_mutex_);
       if (!first_error_) first_error_ = std::current_exception();
     }
-    if (pending_tasks_.fetch_sub(1) == 1) pending_tasks_.notify_all();
+    if (pending_tasks_.fetch_sub(1) == 1) {
+      std::lock_guard<std::mutex> lock(done_mutex_);
+      done_cv_.notify_all();
+    }
   }
   tls_inside_task = false;
 }
 
-void ThreadPool::WorkerLoop() {
-  uint64_t seen = generation_.load();
+void ThreadPool::WorkerLoop(uint64_t seen) {
   while (true) {
     for (int spin = 0; spin < kSpinIterations && generation_.load() == seen; ++spin) CpuRelax();
-    generation_.wait(seen);
+    if (generation_.load() == seen) {
+      std::unique_lock<std::mutex> lock(wake_mutex_);
+      wake_cv_.wait(lock, [&] { return generation_.load() != seen; });
+    }
     seen = generation_.load();
     if (stop_.load()) return;
     DrainTasks();
@@ -82,12 +95,16 @@ void ThreadPool::RunTasks(int num_tasks, const std::function<void(int)>& fn) {
   first_error_ = nullptr;
   pending_tasks_.store(num_tasks);
   next_task_.store(0);  // opens the run; see kClosed
-  generation_.fetch_add(1);
-  generation_.notify_all();
+  {
+    std::lock_guard<std::mutex> wake_lock(wake_mutex_);
+    generation_.fetch_add(1);
+  }
+  wake_cv_.notify_all();
   DrainTasks();
   for (int spin = 0; spin < kSpinIterations && pending_tasks_.load() != 0; ++spin) CpuRelax();
-  for (int pending = pending_tasks_.load(); pending != 0; pending = pending_tasks_.load()) {
-    pending_tasks_.wait(pending);
+  if (pending_tasks_.load() != 0) {
+    std::unique_lock<std::mutex> done_lock(done_mutex_);
+    done_cv_.wait(done_lock, [&] { return pending_tasks_.load() == 0; });
   }
   next_task_.store(kClosed);
   if (first_error_) std::rethrow_exception(first_error_);

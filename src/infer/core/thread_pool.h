@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <exception>
 #include <functional>
@@ -34,7 +35,7 @@ class ThreadPool {
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
-  void WorkerLoop();
+  void WorkerLoop(uint64_t seen);
   void DrainTasks();
 
   std::vector<std::thread> workers_;
@@ -50,6 +51,12 @@ class ThreadPool {
   std::mutex error_mutex_;
   std::exception_ptr first_error_;
   std::atomic<bool> stop_{false};
+  // Sleeping after the spin uses a mutex + condition variable: libstdc++ 12's
+  // std::atomic::wait can miss a notify_all.
+  std::mutex wake_mutex_;
+  std::condition_variable wake_cv_;
+  std::mutex done_mutex_;
+  std::condition_variable done_cv_;
 };
 
 }  // namespace infer

@@ -1,0 +1,171 @@
+// Expected values come from the transformers config classes' documented semantics
+// (tests/fixtures/models/HF_SEMANTICS.md) and the checkpoints' config.json files.
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "infer/core/error.h"
+#include "infer/loader/model_config.h"
+#include "test_util.h"
+
+namespace infer {
+namespace {
+
+using testing::FixturePath;
+
+ModelConfig LoadReal(const std::string& name) {
+  return LoadModelConfig(FixturePath("configs/" + name + "/config.json").string());
+}
+
+TEST(HfConfig, Llama32) {
+  const ModelConfig config = LoadReal("Llama-3.2-1B-Instruct");
+  EXPECT_EQ(config.num_layers, 16);
+  EXPECT_EQ(config.head_dim, 64);
+  EXPECT_EQ(config.num_kv_heads, 8);
+  EXPECT_TRUE(config.tie_word_embeddings);
+  EXPECT_FALSE(config.qk_norm);
+  EXPECT_EQ(config.norm_style, NormStyle::kScaleAfterCast);
+  EXPECT_EQ(config.activation, Activation::kSilu);
+  EXPECT_DOUBLE_EQ(config.query_scale, 1.0 / 8.0);
+  EXPECT_DOUBLE_EQ(config.rms_norm_eps, 1e-5);
+  EXPECT_EQ(config.eos_token_ids, (std::vector<int64_t>{128001, 128008, 128009}));
+  for (const LayerConfig& layer : config.layers) {
+    EXPECT_EQ(layer.sliding_window, 0);
+    EXPECT_EQ(layer.rope.scaling, RopeScalingType::kLlama3);
+    EXPECT_DOUBLE_EQ(layer.rope.theta, 500000.0);
+    EXPECT_DOUBLE_EQ(layer.rope.factor, 32.0);
+    EXPECT_EQ(layer.rope.original_max_position_embeddings, 8192);
+  }
+}
+
+TEST(HfConfig, Qwen3) {
+  const ModelConfig config = LoadReal("Qwen3-1.7B");
+  EXPECT_EQ(config.num_layers, 28);
+  EXPECT_EQ(config.head_dim, 128);
+  EXPECT_TRUE(config.qk_norm);
+  EXPECT_FALSE(config.sandwich_norms);
+  EXPECT_DOUBLE_EQ(config.query_scale, 1.0 / std::sqrt(128.0));
+  for (const LayerConfig& layer : config.layers) {
+    EXPECT_EQ(layer.sliding_window, 0);  // use_sliding_window is false
+    EXPECT_DOUBLE_EQ(layer.rope.theta, 1e6);
+  }
+}
+
+TEST(HfConfig, Gemma3) {
+  const ModelConfig config = LoadReal("gemma-3-1b-it");
+  EXPECT_EQ(config.num_layers, 26);
+  EXPECT_TRUE(config.tie_word_embeddings);  // absent key, class default True
+  EXPECT_TRUE(config.qk_norm);
+  EXPECT_TRUE(config.sandwich_norms);
+  EXPECT_EQ(config.norm_style, NormStyle::kOffsetInF32);
+  EXPECT_EQ(config.activation, Activation::kGeluTanh);
+  EXPECT_DOUBLE_EQ(config.query_scale, 1.0 / 16.0);  // query_pre_attn_scalar 256
+  EXPECT_DOUBLE_EQ(config.embed_scale, std::sqrt(1152.0));
+  // pattern 6: full layers 5, 11, 17, 23; layers 24 and 25 slide.
+  for (int64_t i = 0; i < 26; ++i) {
+    const bool full = i == 5 || i == 11 || i == 17 || i == 23;
+    EXPECT_EQ(config.layers[i].sliding_window, full ? 0 : 512) << i;
+    EXPECT_DOUBLE_EQ(config.layers[i].rope.theta, full ? 1e6 : 1e4) << i;
+  }
+}
+
+TEST(HfConfig, FixtureModels) {
+  const ModelConfig gemma = LoadModelConfig(FixturePath("models/gemma3/model/config.json").string());
+  EXPECT_EQ(gemma.layers[5].sliding_window, 0);
+  EXPECT_EQ(gemma.layers[0].sliding_window, 8);
+  EXPECT_DOUBLE_EQ(gemma.embed_scale, 8.0);
+  const ModelConfig qwen = LoadModelConfig(FixturePath("models/qwen3/model/config.json").string());
+  EXPECT_EQ(qwen.head_dim, 32);
+  EXPECT_EQ(qwen.hidden_size / qwen.num_heads, 16);
+}
+
+std::string Minimal(const std::string& model_type, const std::string& extra = "") {
+  return R"({"model_type":")" + model_type +
+         R"(","vocab_size":32,"hidden_size":16,"intermediate_size":32,"num_hidden_layers":4,)"
+         R"("num_attention_heads":4)" +
+         extra + "}";
+}
+
+std::string ErrorOf(const std::string& json) {
+  try {
+    ParseModelConfig(json, "config.json");
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(HfConfig, DefaultsFollowTheTransformersClasses) {
+  const ModelConfig llama = ParseModelConfig(Minimal("llama"), "c");
+  EXPECT_EQ(llama.head_dim, 4);        // hidden / heads
+  EXPECT_EQ(llama.num_kv_heads, 4);    // = heads
+  EXPECT_FALSE(llama.tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(llama.layers[0].rope.theta, 10000.0);
+  const ModelConfig qwen = ParseModelConfig(Minimal("qwen3"), "c");
+  EXPECT_EQ(qwen.head_dim, 128);  // Qwen3Config default, not hidden / heads
+  const ModelConfig gemma = ParseModelConfig(Minimal("gemma3_text"), "c");
+  EXPECT_EQ(gemma.head_dim, 256);
+  EXPECT_TRUE(gemma.tie_word_embeddings);
+  EXPECT_EQ(gemma.layers[0].sliding_window, 4096);
+}
+
+TEST(HfConfig, RopeVariants) {
+  const ModelConfig linear = ParseModelConfig(
+      Minimal("llama", R"(,"rope_scaling":{"type":"linear","factor":4.0})"), "c");
+  EXPECT_EQ(linear.layers[0].rope.scaling, RopeScalingType::kLinear);
+  EXPECT_DOUBLE_EQ(linear.layers[0].rope.factor, 4.0);
+  // v5 style: rope_parameters with rope_theta inside.
+  const ModelConfig v5 = ParseModelConfig(
+      Minimal("llama", R"(,"rope_parameters":{"rope_type":"default","rope_theta":12345.0})"), "c");
+  EXPECT_DOUBLE_EQ(v5.layers[0].rope.theta, 12345.0);
+  // Gemma: linear scaling applies to global layers only.
+  const ModelConfig gemma = ParseModelConfig(
+      Minimal("gemma3_text", R"(,"sliding_window_pattern":2,"rope_scaling":{"rope_type":"linear","factor":8.0})"),
+      "c");
+  EXPECT_EQ(gemma.layers[0].rope.scaling, RopeScalingType::kDefault);
+  EXPECT_DOUBLE_EQ(gemma.layers[0].rope.theta, 10000.0);
+  EXPECT_EQ(gemma.layers[1].rope.scaling, RopeScalingType::kLinear);
+  EXPECT_DOUBLE_EQ(gemma.layers[1].rope.theta, 1e6);
+  // layer_types wins over the pattern.
+  const ModelConfig typed = ParseModelConfig(
+      Minimal("gemma3_text",
+              R"(,"layer_types":["full_attention","sliding_attention","full_attention","full_attention"])"),
+      "c");
+  EXPECT_EQ(typed.layers[0].sliding_window, 0);
+  EXPECT_EQ(typed.layers[1].sliding_window, 4096);
+}
+
+TEST(HfConfig, QwenSlidingWindowRule) {
+  const ModelConfig qwen = ParseModelConfig(
+      Minimal("qwen3", R"(,"use_sliding_window":true,"sliding_window":64,"max_window_layers":2)"), "c");
+  EXPECT_EQ(qwen.layers[1].sliding_window, 0);
+  EXPECT_EQ(qwen.layers[2].sliding_window, 64);
+}
+
+TEST(HfConfig, Gemma3MultimodalWrapper) {
+  const std::string json =
+      R"({"model_type":"gemma3","eos_token_id":[1,106],"text_config":{"model_type":"gemma3_text",)"
+      R"("vocab_size":64,"hidden_size":16,"intermediate_size":32,"num_hidden_layers":6,"num_attention_heads":2,"head_dim":8}})";
+  const ModelConfig config = ParseModelConfig(json, "c");
+  EXPECT_EQ(config.num_layers, 6);
+  EXPECT_EQ(config.eos_token_ids, (std::vector<int64_t>{1, 106}));
+  EXPECT_EQ(config.layers[5].sliding_window, 0);
+}
+
+TEST(HfConfig, ClearErrors) {
+  EXPECT_NE(ErrorOf("{").find("not valid JSON"), std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"hidden_size":4})").find("missing required key 'model_type'"), std::string::npos);
+  EXPECT_NE(ErrorOf(Minimal("mamba")).find("model_type 'mamba' is not supported"), std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"model_type":"llama","vocab_size":3})").find("missing required key 'hidden_size'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Minimal("llama", R"(,"num_key_value_heads":3)")).find("multiple"), std::string::npos);
+  EXPECT_NE(ErrorOf(Minimal("llama", R"(,"rope_scaling":{"rope_type":"yarn","factor":2})")).find("yarn"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Minimal("llama", R"(,"hidden_act":"relu")")).find("relu"), std::string::npos);
+  EXPECT_NE(ErrorOf(Minimal("llama", R"(,"rms_norm_eps":"small")")).find("rms_norm_eps"), std::string::npos);
+  EXPECT_NE(ErrorOf(Minimal("llama", R"(,"head_dim":0)")).find("head_dim"), std::string::npos);
+  EXPECT_NE(ErrorOf(Minimal("llama", R"(,"torch_dtype":"int8")")).find("int8"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace infer

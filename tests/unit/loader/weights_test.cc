@@ -1,0 +1,174 @@
+#include "infer/loader/weights.h"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include <gtest/gtest.h>
+
+#include "infer/core/error.h"
+#include "infer/loader/safetensors.h"
+#include "test_util.h"
+
+namespace infer {
+namespace {
+
+using testing::FixturePath;
+using testing::TempDir;
+namespace fs = std::filesystem;
+
+bool SameValues(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return false;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    if (ElementAsF32(a, i) != ElementAsF32(b, i)) return false;
+  }
+  return true;
+}
+
+class FixtureWeights : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(FixtureWeights, Bf16AndF32CheckpointsHoldTheSameValues) {
+  const std::string arch = GetParam();
+  LoadedModel bf16 = LoadModel(FixturePath("models/" + arch + "/model").string(), {});
+  LoadedModel f32 = LoadModel(FixturePath("models/" + arch + "/model_f32").string(), {});
+  EXPECT_EQ(bf16.weight_dtype, DType::kBF16);
+  EXPECT_EQ(f32.weight_dtype, DType::kF32);
+  EXPECT_TRUE(bf16.warnings.empty());
+  ModelWeights& a = bf16.weights;
+  ModelWeights& b = f32.weights;
+  auto slots_a = WeightSlots(bf16.config, a);
+  auto slots_b = WeightSlots(f32.config, b);
+  ASSERT_EQ(slots_a.size(), slots_b.size());
+  for (size_t i = 0; i < slots_a.size(); ++i) {
+    EXPECT_TRUE(SameValues(*slots_a[i].tensor, *slots_b[i].tensor)) << slots_a[i].hf_name;
+  }
+  // All fixtures tie the LM head to the embedding.
+  EXPECT_EQ(a.lm_head.raw(), a.embed_tokens.raw());
+}
+
+TEST_P(FixtureWeights, HugePageCopyEqualsMmap) {
+  const std::string path = FixturePath(std::string("models/") + GetParam() + "/model").string();
+  LoadedModel mapped = LoadModel(path, {});
+  LoadOptions options;
+  options.placement = WeightPlacement::kHugePageCopy;
+  ThreadPool pool(2);
+  options.pool = &pool;
+  LoadedModel copied = LoadModel(path, options);
+  auto slots_a = WeightSlots(mapped.config, mapped.weights);
+  auto slots_b = WeightSlots(copied.config, copied.weights);
+  for (size_t i = 0; i < slots_a.size(); ++i) {
+    EXPECT_NE(slots_a[i].tensor->raw(), slots_b[i].tensor->raw());
+    EXPECT_TRUE(SameValues(*slots_a[i].tensor, *slots_b[i].tensor)) << slots_a[i].hf_name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureWeights, ::testing::Values("llama", "qwen3", "gemma3"));
+
+TEST(Weights, ParameterCountsOfTheDevModels) {
+  // Published sizes: Llama-3.2-1B 1,235,814,400; Qwen3-1.7B 1.72B; gemma-3-1b 999,885,952.
+  auto count = [](const std::string& name) {
+    return ParameterCount(LoadModelConfig(FixturePath("configs/" + name + "/config.json").string()));
+  };
+  EXPECT_EQ(count("Llama-3.2-1B-Instruct"), 1235814400);
+  EXPECT_EQ(count("Qwen3-1.7B"), 1720574976);
+  EXPECT_EQ(count("gemma-3-1b-it"), 999885952);
+}
+
+TEST(Weights, DummyIsDeterministicAndThreadCountFree) {
+  const std::string path = FixturePath("models/gemma3/model").string();
+  LoadOptions options;
+  options.dummy = true;
+  options.dummy_seed = 7;
+  LoadedModel one = LoadModel(path, options);
+  ThreadPool pool(2);
+  options.pool = &pool;
+  LoadedModel two = LoadModel(path, options);
+  options.dummy_seed = 8;
+  LoadedModel other = LoadModel(path, options);
+  EXPECT_TRUE(SameValues(one.weights.layers[3].down_proj, two.weights.layers[3].down_proj));
+  EXPECT_FALSE(SameValues(one.weights.layers[3].down_proj, other.weights.layers[3].down_proj));
+  EXPECT_EQ(one.weights.embed_tokens.dtype(), DType::kBF16);  // the config's torch_dtype
+}
+
+// Copies a fixture folder with its safetensors rewritten by `edit`.
+fs::path EditedCopy(const TempDir& dir, const std::string& arch,
+                    const std::function<void(std::map<std::string, Tensor>&)>& edit) {
+  const fs::path source = FixturePath("models/" + arch + "/model");
+  fs::copy_file(source / "config.json", dir.path() / "config.json");
+  SafetensorsFile file = SafetensorsFile::Open((source / "model.safetensors").string());
+  std::map<std::string, Tensor> tensors;
+  for (const auto& entry : file.header().entries) tensors[entry.name] = file.View(entry);
+  edit(tensors);
+  WriteSafetensors((dir.path() / "model.safetensors").string(), tensors);
+  return dir.path();
+}
+
+std::string LoadError(const fs::path& folder) {
+  try {
+    LoadModel(folder.string(), {});
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(Weights, MissingTensorIsNamed) {
+  TempDir dir;
+  auto folder = EditedCopy(dir, "llama", [](auto& t) { t.erase("model.layers.2.mlp.up_proj.weight"); });
+  EXPECT_NE(LoadError(folder).find("missing tensor 'model.layers.2.mlp.up_proj.weight'"), std::string::npos);
+}
+
+TEST(Weights, MisShapedTensorIsNamed) {
+  TempDir dir;
+  auto folder = EditedCopy(dir, "qwen3", [](auto& t) {
+    t["model.layers.0.self_attn.k_norm.weight"] = Tensor::Empty(DType::kBF16, {16});
+  });
+  const std::string error = LoadError(folder);
+  EXPECT_NE(error.find("model.layers.0.self_attn.k_norm.weight"), std::string::npos) << error;
+  EXPECT_NE(error.find("[16]"), std::string::npos) << error;
+}
+
+TEST(Weights, UnexpectedTensorIsAWarning) {
+  TempDir dir;
+  auto folder = EditedCopy(dir, "llama", [](auto& t) {
+    t["model.layers.0.self_attn.rotary_emb.inv_freq"] = Tensor::Empty(DType::kF32, {8});
+  });
+  LoadedModel loaded = LoadModel(folder.string(), {});
+  ASSERT_EQ(loaded.warnings.size(), 1U);
+  EXPECT_NE(loaded.warnings[0].find("rotary_emb.inv_freq"), std::string::npos);
+}
+
+TEST(Weights, UnsupportedDtypeIsNamed) {
+  TempDir dir;
+  auto folder = EditedCopy(dir, "llama", [](auto& t) {
+    t["model.norm.weight"] = Tensor::Empty(DType::kI32, {64});
+  });
+  EXPECT_NE(LoadError(folder).find("model.norm.weight"), std::string::npos);
+}
+
+TEST(Weights, ShardedFixtureLoadsTheSameValues) {
+  TempDir dir;
+  const fs::path source = FixturePath("models/llama/model");
+  fs::copy_file(source / "config.json", dir.path() / "config.json");
+  SafetensorsFile file = SafetensorsFile::Open((source / "model.safetensors").string());
+  std::map<std::string, Tensor> shard1, shard2;
+  std::string index = R"({"metadata":{},"weight_map":{)";
+  for (size_t i = 0; i < file.header().entries.size(); ++i) {
+    const auto& entry = file.header().entries[i];
+    const bool first = i % 2 == 0;
+    (first ? shard1 : shard2)[entry.name] = file.View(entry);
+    if (i > 0) index += ",";
+    index += fmt::format("\"{}\":\"model-0000{}-of-00002.safetensors\"", entry.name, first ? 1 : 2);
+  }
+  index += "}}";
+  WriteSafetensors((dir.path() / "model-00001-of-00002.safetensors").string(), shard1);
+  WriteSafetensors((dir.path() / "model-00002-of-00002.safetensors").string(), shard2);
+  testing::WriteFile(dir.path() / "model.safetensors.index.json", index);
+  LoadedModel sharded = LoadModel(dir.path().string(), {});
+  LoadedModel single = LoadModel(source.string(), {});
+  EXPECT_TRUE(SameValues(sharded.weights.layers[3].o_proj, single.weights.layers[3].o_proj));
+  EXPECT_TRUE(SameValues(sharded.weights.final_norm, single.weights.final_norm));
+}
+
+}  // namespace
+}  // namespace infer
