@@ -21,7 +21,12 @@ std::string IncrementalDetokenizer::DecodeRange(size_t begin, size_t end) const 
 
 std::string IncrementalDetokenizer::Add(int32_t id) {
   ids_.push_back(id);
-  if (tokenizer_.JoinsWithNext(id)) return "";
+  // Ids that Decode drops (unknown, or skipped specials) are transparent: a byte run can continue
+  // across them, so what matters is the last id that produces text.
+  const bool visible =
+      tokenizer_.IdToToken(id).has_value() && !(skip_special_tokens_ && tokenizer_.IsSpecial(id));
+  if (visible) last_visible_id_ = id;
+  if (last_visible_id_ >= 0 && tokenizer_.JoinsWithNext(last_visible_id_)) return "";
   const std::string prefix_text = DecodeRange(prefix_offset_, read_offset_);
   std::string new_text = DecodeRange(prefix_offset_, ids_.size());
   // A trailing U+FFFD is usually a character whose remaining bytes are still to come.

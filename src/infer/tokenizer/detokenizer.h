@@ -32,6 +32,7 @@ class IncrementalDetokenizer {
   // decoders that look at neighbours (leading-space stripping, byte runs) stay consistent.
   size_t prefix_offset_ = 0;
   size_t read_offset_ = 0;
+  int32_t last_visible_id_ = -1;
 };
 
 }  // namespace infer

@@ -204,7 +204,8 @@ Value AttributePath(const Value& item, const Value& attribute) {
   while (true) {
     const size_t dot = path.find('.', start);
     const std::string part = path.substr(start, dot == std::string::npos ? dot : dot - start);
-    const bool numeric = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
+    const bool numeric =
+        !part.empty() && part.size() < 18 && std::all_of(part.begin(), part.end(), ::isdigit);
     current = numeric ? Builtins::GetItem(current, Value(int64_t{std::stoll(part)}))
                       : Builtins::GetItem(current, Value(part));
     if (dot == std::string::npos) return current;
@@ -583,7 +584,10 @@ Value Builtins::Filter(const std::string& name, const Value& v, const ValueList&
     return fallback;
   }
   if (name == "abs") {
-    if (v.IsInt()) return Value(v.AsInt() < 0 ? -v.AsInt() : v.AsInt());
+    if (v.IsInt()) {
+      INFER_CHECK(v.AsInt() != INT64_MIN, "integer overflow");
+      return Value(v.AsInt() < 0 ? -v.AsInt() : v.AsInt());
+    }
     return Value(std::fabs(v.ToDouble()));
   }
   if (name == "round") {
@@ -612,9 +616,12 @@ Value Builtins::Filter(const std::string& name, const Value& v, const ValueList&
     Value total = arg(1, "start", Value(int64_t{0}));
     for (const Value& item : Iterate(v)) {
       const Value x = attribute.IsNone() ? item : AttributePath(item, attribute);
-      if (total.IsInt() && (x.IsInt() || x.IsBool()))
-        total = Value(total.AsInt() + RequireInt(x, "sum"));
-      else
+      if (total.IsInt() && (x.IsInt() || x.IsBool())) {
+        int64_t sum = 0;
+        INFER_CHECK(!__builtin_add_overflow(total.AsInt(), RequireInt(x, "sum"), &sum),
+                    "integer overflow");
+        total = Value(sum);
+      } else
         total = Value(total.ToDouble() + x.ToDouble());
     }
     return total;

@@ -39,9 +39,10 @@ Value Arithmetic(const std::string& op, const Value& a, const Value& b) {
     const Value* count = sequence == &a ? &b : &a;
     if (sequence != nullptr && (count->IsInt() || count->IsBool())) {
       const int64_t n = std::max<int64_t>(0, as_int(*count));
-      INFER_CHECK(n * static_cast<int64_t>(sequence->IsString() ? sequence->AsString().size()
-                                                                : sequence->AsList().size()) <
-                      static_cast<int64_t>(kMaxOutputBytes),
+      const int64_t unit = static_cast<int64_t>(sequence->IsString() ? sequence->AsString().size()
+                                                                     : sequence->AsList().size());
+      INFER_CHECK(n <= static_cast<int64_t>(kMaxOutputBytes) &&
+                      n * unit <= static_cast<int64_t>(kMaxOutputBytes),
                   "sequence repetition too large");
       if (sequence->IsString()) {
         std::string out;
@@ -58,24 +59,39 @@ Value Arithmetic(const std::string& op, const Value& a, const Value& b) {
     Fail("unsupported operand type(s) for {}: '{}' and '{}'", op, a.TypeName(), b.TypeName());
   if (both_ints) {
     const int64_t x = as_int(a), y = as_int(b);
-    if (op == "+") return Value(x + y);
-    if (op == "-") return Value(x - y);
-    if (op == "*") return Value(x * y);
+    int64_t result = 0;
+    // Python integers do not overflow; ours are 64-bit, so overflow is an error, not UB.
+    if (op == "+") {
+      INFER_CHECK(!__builtin_add_overflow(x, y, &result), "integer overflow");
+      return Value(result);
+    }
+    if (op == "-") {
+      INFER_CHECK(!__builtin_sub_overflow(x, y, &result), "integer overflow");
+      return Value(result);
+    }
+    if (op == "*") {
+      INFER_CHECK(!__builtin_mul_overflow(x, y, &result), "integer overflow");
+      return Value(result);
+    }
     if (op == "/") {
       INFER_CHECK(y != 0, "division by zero");
       return Value(static_cast<double>(x) / static_cast<double>(y));
     }
     if (op == "//" || op == "%") {
       INFER_CHECK(y != 0, "integer division or modulo by zero");
+      INFER_CHECK(!(x == INT64_MIN && y == -1), "integer overflow");
       int64_t quotient = x / y;
       if ((x % y != 0) && ((x < 0) != (y < 0))) --quotient;
       return op == "//" ? Value(quotient) : Value(x - quotient * y);
     }
     if (op == "**") {
       if (y >= 0) {
-        int64_t result = 1;
-        for (int64_t i = 0; i < y && i < 64; ++i) result *= x;
-        return Value(result);
+        if (x == 0 || x == 1) return Value(y == 0 ? int64_t{1} : x);
+        if (x == -1) return Value(y % 2 == 0 ? int64_t{1} : int64_t{-1});
+        int64_t power = 1;  // |x| >= 2: overflows within 63 steps
+        for (int64_t i = 0; i < y; ++i)
+          INFER_CHECK(!__builtin_mul_overflow(power, x, &power), "integer overflow");
+        return Value(power);
       }
       return Value(std::pow(static_cast<double>(x), static_cast<double>(y)));
     }
@@ -194,9 +210,10 @@ class Renderer {
       }
       INFER_CHECK(step != 0, "range() arg 3 must not be zero");
       ValueList out;
-      for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
         INFER_CHECK(static_cast<int64_t>(out.size()) < kMaxRangeLength, "range too large");
         out.emplace_back(i);
+        if (__builtin_add_overflow(i, step, &i)) break;
       }
       return Value(std::move(out));
     });
@@ -431,7 +448,9 @@ class Renderer {
                     operand.TypeName());
         if (expr.name == "+") return operand.IsBool() ? Value(int64_t{operand.AsBool()}) : operand;
         if (operand.IsFloat()) return Value(-operand.AsFloat());
-        return Value(-(operand.IsBool() ? int64_t{operand.AsBool()} : operand.AsInt()));
+        const int64_t value = operand.IsBool() ? int64_t{operand.AsBool()} : operand.AsInt();
+        INFER_CHECK(value != INT64_MIN, "integer overflow");
+        return Value(-value);
       }
       case Expr::Kind::kBinary: {
         if (expr.name == "and") {
@@ -525,10 +544,19 @@ class Renderer {
 
 }  // namespace
 
-Template::Template(std::string_view source) : program_(Parse(source)) {}
+Template::Template(std::string_view source) {
+  INFER_CHECK(IsValidUtf8(source), "chat template is not valid UTF-8");
+  program_ = Parse(source);
+}
 
 std::string Template::Render(const ValueDict& globals) const {
-  return Renderer(globals).Run(program_);
+  try {
+    return Renderer(globals).Run(program_);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // e.g. std::bad_alloc: still one clear error
+    Fail("chat template failed: {}", e.what());
+  }
 }
 
 }  // namespace infer::jinja

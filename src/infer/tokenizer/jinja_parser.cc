@@ -275,7 +275,20 @@ class Lexer {
       i += 2;
       const auto hex = [&](int count) {
         if (i + count > source_.size()) Error(pos, "bad escape");
-        const uint32_t cp = std::stoul(source_.substr(i, count), nullptr, 16);
+        uint32_t cp = 0;
+        for (int k = 0; k < count; ++k) {
+          const char h = source_[i + k];
+          cp <<= 4;
+          if (h >= '0' && h <= '9')
+            cp |= h - '0';
+          else if (h >= 'a' && h <= 'f')
+            cp |= h - 'a' + 10;
+          else if (h >= 'A' && h <= 'F')
+            cp |= h - 'A' + 10;
+          else
+            Error(pos, "bad escape in string");
+        }
+        if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) Error(pos, "bad escape in string");
         i += count;
         AppendUtf8(value, cp);
       };
@@ -404,6 +417,7 @@ class Parser {
   // Parses nodes until a block tag whose keyword is in `end_keywords` (left unconsumed: the
   // current token is then that keyword's name).
   NodeList ParseBody(const std::set<std::string>& end_keywords) {
+    const DepthGuard guard(this);
     NodeList nodes;
     while (true) {
       const Token& token = Current();
@@ -579,6 +593,7 @@ class Parser {
   }
 
   ExprPtr ParseExpression(bool allow_condition = true) {
+    const DepthGuard guard(this);
     ExprPtr expr = ParseOr();
     if (!allow_condition) return expr;
     while (IsName("if")) {
@@ -624,6 +639,7 @@ class Parser {
   }
 
   ExprPtr ParseNot() {
+    const DepthGuard guard(this);
     if (IsName("not")) {
       ++index_;
       auto expr = MakeExpr(Expr::Kind::kUnary);
@@ -699,6 +715,7 @@ class Parser {
   }
 
   ExprPtr ParseUnary(bool with_filter) {
+    const DepthGuard guard(this);
     ExprPtr expr;
     if (IsOperator("-") || IsOperator("+")) {
       expr = MakeExpr(Expr::Kind::kUnary);
@@ -790,7 +807,12 @@ class Parser {
         if (Current().kind == TokenKind::kInteger) {
           auto item = MakeExpr(Expr::Kind::kGetItem);
           auto index = MakeExpr(Expr::Kind::kLiteral);
-          index->value = Value(int64_t{std::stoll(Next().text)});
+          const Token number = Next();
+          try {
+            index->value = Value(int64_t{std::stoll(number.text)});
+          } catch (const std::exception&) {
+            Error(fmt::format("number out of range: {}", number.text));
+          }
           item->items.push_back(std::move(expr));
           item->items.push_back(std::move(index));
           expr = std::move(item);
@@ -918,6 +940,17 @@ class Parser {
 
   std::vector<Token> tokens_;
   size_t index_ = 0;
+  int depth_ = 0;
+
+  // Nesting limit, so hostile templates cannot overflow the stack of this recursive parser.
+  static constexpr int kMaxDepth = 200;
+  struct DepthGuard {
+    explicit DepthGuard(Parser* parser) : parser_(parser) {
+      if (++parser_->depth_ > kMaxDepth) parser_->Error("template nests too deeply");
+    }
+    ~DepthGuard() { --parser_->depth_; }
+    Parser* parser_;
+  };
 };
 
 }  // namespace
