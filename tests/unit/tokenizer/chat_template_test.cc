@@ -11,9 +11,9 @@
 namespace infer {
 namespace {
 
-class ChatFixtureTest : public ::testing::TestWithParam<std::string> {};
+class TokenizerChatTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(ChatFixtureTest, RenderingsMatchTransformers) {
+TEST_P(TokenizerChatTest, RenderingsMatchTransformers) {
   const std::string model = GetParam();
   if (!testing::RequireRealTokenizer(model)) return;
   const auto dir = testing::RealTokenizerDir(model);
@@ -38,7 +38,7 @@ TEST_P(ChatFixtureTest, RenderingsMatchTransformers) {
 
 // Tools, tool calls, reasoning, content parts and raise_exception cases rendered by Jinja2
 // (tests/fixtures/tokenizer/extra/generate_references.py).
-TEST_P(ChatFixtureTest, ExtraRenderingsMatchJinja2) {
+TEST_P(TokenizerChatTest, ExtraRenderingsMatchJinja2) {
   const std::string model = GetParam();
   if (!testing::RequireRealTokenizer(model)) return;
   auto chat_template = ChatTemplate::FromModelDir(testing::RealTokenizerDir(model));
@@ -60,7 +60,7 @@ TEST_P(ChatFixtureTest, ExtraRenderingsMatchJinja2) {
   }
 }
 
-TEST(ChatTemplateTest, MissingTemplateIsAOneLineError) {
+TEST(TokenizerChatTemplateTest, MissingTemplateIsAOneLineError) {
   const auto dir = std::filesystem::temp_directory_path() / "infer_chat_template_missing";
   std::filesystem::create_directories(dir);
   try {
@@ -72,7 +72,7 @@ TEST(ChatTemplateTest, MissingTemplateIsAOneLineError) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ChatFixtureTest, ::testing::Values("llama3", "qwen3", "gemma3"));
+INSTANTIATE_TEST_SUITE_P(Models, TokenizerChatTest, ::testing::Values("llama3", "qwen3", "gemma3"));
 
 }  // namespace
 }  // namespace infer

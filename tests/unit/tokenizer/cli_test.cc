@@ -46,9 +46,9 @@ CommandResult RunInfer(const std::string& arguments,
   return result;
 }
 
-class CliTest : public ::testing::TestWithParam<std::string> {};
+class TokenizerCliTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(CliTest, TokenizeAndDetokenizeMatchFixtures) {
+TEST_P(TokenizerCliTest, TokenizeAndDetokenizeMatchFixtures) {
   const std::string model = GetParam();
   if (!testing::RequireRealTokenizer(model)) return;
   const auto cases = testing::ReadJsonLines(testing::TokenizerFixture(model + ".jsonl"));
@@ -75,7 +75,7 @@ TEST_P(CliTest, TokenizeAndDetokenizeMatchFixtures) {
   }
 }
 
-TEST_P(CliTest, ChatTemplateMatchesFixturesAndReportsRaises) {
+TEST_P(TokenizerCliTest, ChatTemplateMatchesFixturesAndReportsRaises) {
   const std::string model = GetParam();
   if (!testing::RequireRealTokenizer(model)) return;
   std::vector<nlohmann::ordered_json> expected;
@@ -98,9 +98,9 @@ TEST_P(CliTest, ChatTemplateMatchesFixturesAndReportsRaises) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, CliTest, ::testing::Values("llama3", "qwen3", "gemma3"));
+INSTANTIATE_TEST_SUITE_P(Models, TokenizerCliTest, ::testing::Values("llama3", "qwen3", "gemma3"));
 
-TEST(CliErrorTest, FolderWithoutTokenizerFailsWithOneLine) {
+TEST(TokenizerCliErrorTest, FolderWithoutTokenizerFailsWithOneLine) {
   const auto dir = TempDir() / "no_tokenizer";
   std::filesystem::create_directories(dir);
   for (const char* command : {"tokenize", "detokenize", "chat-template"}) {
@@ -115,7 +115,7 @@ TEST(CliErrorTest, FolderWithoutTokenizerFailsWithOneLine) {
   }
 }
 
-TEST(CliErrorTest, BadInputLinesFailWithOneLine) {
+TEST(TokenizerCliErrorTest, BadInputLinesFailWithOneLine) {
   if (!testing::RequireRealTokenizer("llama3")) return;
   const std::string model_arg = " --model " + testing::RealTokenizerDir("llama3").string();
   for (const auto& [command, line] : std::vector<std::pair<std::string, nlohmann::ordered_json>>{

@@ -24,9 +24,9 @@ std::string Stream(const Tokenizer& tokenizer, const std::vector<int32_t>& ids, 
   return text;
 }
 
-class DetokenizerTest : public ::testing::TestWithParam<std::string> {};
+class TokenizerStreamTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(DetokenizerTest, PiecesConcatenateToDecodeOnFixtures) {
+TEST_P(TokenizerStreamTest, PiecesConcatenateToDecodeOnFixtures) {
   const std::string model = GetParam();
   if (!testing::RequireRealTokenizer(model)) return;
   auto tokenizer = Tokenizer::FromModelDir(testing::RealTokenizerDir(model));
@@ -39,7 +39,7 @@ TEST_P(DetokenizerTest, PiecesConcatenateToDecodeOnFixtures) {
   }
 }
 
-TEST_P(DetokenizerTest, PiecesNeverSplitCharacters) {
+TEST_P(TokenizerStreamTest, PiecesNeverSplitCharacters) {
   const std::string model = GetParam();
   if (!testing::RequireRealTokenizer(model)) return;
   auto tokenizer = Tokenizer::FromModelDir(testing::RealTokenizerDir(model));
@@ -51,7 +51,7 @@ TEST_P(DetokenizerTest, PiecesNeverSplitCharacters) {
     EXPECT_EQ(piece.find("\xEF\xBF\xBD"), std::string::npos) << piece;
 }
 
-TEST_P(DetokenizerTest, PiecesConcatenateToDecodeOnRandomIds) {
+TEST_P(TokenizerStreamTest, PiecesConcatenateToDecodeOnRandomIds) {
   const std::string model = GetParam();
   if (!testing::RequireRealTokenizer(model)) return;
   auto tokenizer = Tokenizer::FromModelDir(testing::RealTokenizerDir(model));
@@ -65,7 +65,8 @@ TEST_P(DetokenizerTest, PiecesConcatenateToDecodeOnRandomIds) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, DetokenizerTest, ::testing::Values("llama3", "qwen3", "gemma3"));
+INSTANTIATE_TEST_SUITE_P(Models, TokenizerStreamTest,
+                         ::testing::Values("llama3", "qwen3", "gemma3"));
 
 }  // namespace
 }  // namespace infer

@@ -8,9 +8,9 @@
 namespace infer {
 namespace {
 
-class FixtureTest : public ::testing::TestWithParam<std::string> {};
+class TokenizerFixtureTest : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(FixtureTest, EncodeAndDecodeMatchHuggingFace) {
+TEST_P(TokenizerFixtureTest, EncodeAndDecodeMatchHuggingFace) {
   const std::string model = GetParam();
   if (!testing::RequireRealTokenizer(model)) return;
   auto tokenizer = Tokenizer::FromModelDir(testing::RealTokenizerDir(model));
@@ -45,7 +45,8 @@ TEST_P(FixtureTest, EncodeAndDecodeMatchHuggingFace) {
   EXPECT_EQ(failures, 0) << "of " << cases.size() << " strings";
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, FixtureTest, ::testing::Values("llama3", "qwen3", "gemma3"));
+INSTANTIATE_TEST_SUITE_P(Models, TokenizerFixtureTest,
+                         ::testing::Values("llama3", "qwen3", "gemma3"));
 
 }  // namespace
 }  // namespace infer

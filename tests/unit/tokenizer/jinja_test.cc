@@ -15,7 +15,7 @@ ValueDict ContextFromJson(const nlohmann::ordered_json& json) {
   return context;
 }
 
-TEST(JinjaTest, MatchesJinja2OnReferenceCases) {
+TEST(TokenizerJinjaTest, MatchesJinja2OnReferenceCases) {
   const auto cases = testing::ReadJsonLines(testing::TokenizerFixture("extra/jinja_cases.jsonl"));
   ASSERT_GT(cases.size(), 20u);
   for (const auto& c : cases) {
@@ -34,7 +34,7 @@ TEST(JinjaTest, MatchesJinja2OnReferenceCases) {
   }
 }
 
-TEST(JinjaTest, RaiseExceptionCarriesTheMessage) {
+TEST(TokenizerJinjaTest, RaiseExceptionCarriesTheMessage) {
   try {
     Template("{{ raise_exception('roles must alternate') }}").Render({});
     FAIL() << "expected an exception";
@@ -43,7 +43,7 @@ TEST(JinjaTest, RaiseExceptionCarriesTheMessage) {
   }
 }
 
-TEST(JinjaTest, UnsupportedFeaturesFailAtParse) {
+TEST(TokenizerJinjaTest, UnsupportedFeaturesFailAtParse) {
   for (const char* source :
        {"{% include 'x' %}", "{% extends 'x' %}", "{{ x|nosuchfilter }}", "{{ x is nosuchtest }}",
         "{% for x in y recursive %}{% endfor %}", "{% if x %}", "{{ x",
@@ -52,7 +52,7 @@ TEST(JinjaTest, UnsupportedFeaturesFailAtParse) {
   }
 }
 
-TEST(JinjaTest, PythonFloatRepr) {
+TEST(TokenizerJinjaTest, PythonFloatRepr) {
   EXPECT_EQ(PythonFloatRepr(1.0), "1.0");
   EXPECT_EQ(PythonFloatRepr(0.1), "0.1");
   EXPECT_EQ(PythonFloatRepr(1e16), "1e+16");
@@ -62,7 +62,7 @@ TEST(JinjaTest, PythonFloatRepr) {
   EXPECT_EQ(PythonFloatRepr(-2.5e-300), "-2.5e-300");
 }
 
-TEST(JinjaTest, OutputIsBounded) {
+TEST(TokenizerJinjaTest, OutputIsBounded) {
   EXPECT_THROW(Template("{% for i in range(100000000) %}x{% endfor %}").Render({}), Error);
 }
 

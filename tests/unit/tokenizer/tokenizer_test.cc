@@ -151,9 +151,9 @@ struct EosCase {
   std::vector<int32_t> eos;
 };
 
-class EosTest : public ::testing::TestWithParam<EosCase> {};
+class TokenizerEosTest : public ::testing::TestWithParam<EosCase> {};
 
-TEST_P(EosTest, EosIdsFromGenerationConfigAndTokenizerConfig) {
+TEST_P(TokenizerEosTest, EosIdsFromGenerationConfigAndTokenizerConfig) {
   const EosCase& c = GetParam();
   if (!testing::RequireRealTokenizer(c.model)) return;
   const auto dir = std::filesystem::temp_directory_path() / (std::string("infer_eos_") + c.model);
@@ -180,7 +180,7 @@ TEST_P(EosTest, EosIdsFromGenerationConfigAndTokenizerConfig) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Models, EosTest,
+    Models, TokenizerEosTest,
     ::testing::Values(EosCase{"llama3", "Llama-3.2-1B-Instruct", {128001, 128008, 128009}},
                       EosCase{"qwen3", "Qwen3-1.7B", {151645, 151643}},
                       EosCase{"gemma3", "gemma-3-1b-it", {1, 106}}),
