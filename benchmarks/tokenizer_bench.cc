@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -56,6 +57,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> texts = {"english_1mib.txt", "mixed_1mib.txt"};
   int repetitions = 5;
   std::string json_path;
+  std::string compare_path;
   app.add_option("--tokenizers-dir", tokenizers_dir, "folder with <model>/tokenizer.json");
   app.add_option("--text-dir", text_dir, "folder with the benchmark texts");
   app.add_option("--models", models, "model keys");
@@ -63,16 +65,25 @@ int main(int argc, char** argv) {
   app.add_option("--repetitions", repetitions, "timed encodes per text")
       ->check(CLI::PositiveNumber);
   app.add_option("--json", json_path, "write the results as JSON to this file");
+  app.add_option("--compare", compare_path,
+                 "JSON from benchmarks/hf_tokenizer_bench.mjs: adds infer/HF speed ratios");
   CLI11_PARSE(app, argc, argv);
 
   try {
+    // (model, text) -> HF encode MB/s, when --compare is given.
+    std::map<std::pair<std::string, std::string>, double> hf_mb_s;
+    if (!compare_path.empty()) {
+      const auto hf = nlohmann::json::parse(ReadFile(compare_path));
+      for (const auto& row : hf.at("results"))
+        hf_mb_s[{row.at("model"), row.at("text")}] = row.at("encode_mb_s").get<double>();
+    }
     nlohmann::ordered_json report;
     report["benchmark"] = "tokenizer_encode";
     report["threads"] = 1;
     report["repetitions"] = repetitions;
     report["results"] = nlohmann::json::array();
-    std::cout << "| model | text | load_ms | MB/s | stddev | Mtok/s | tokens |\n"
-              << "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n";
+    std::cout << "| model | text | load_ms | MB/s | stddev | Mtok/s | tokens | HF MB/s | ratio |\n"
+              << "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n";
     for (const std::string& model : models) {
       const auto path = std::filesystem::path(tokenizers_dir) / model / "tokenizer.json";
       const auto load_start = Clock::now();
@@ -89,17 +100,26 @@ int main(int argc, char** argv) {
         }
         const Stats stats = Summarize(mb_s);
         const double tok_s = stats.mean * 1e6 / text.size() * num_tokens;
-        std::cout << fmt::format("| {} | {} | {:.0f} | {:.2f} | {:.2f} | {:.3f} | {} |\n", model,
-                                 text_name, load_s * 1e3, stats.mean, stats.stddev, tok_s / 1e6,
-                                 num_tokens);
-        report["results"].push_back({{"model", model},
-                                     {"text", text_name},
-                                     {"text_bytes", text.size()},
-                                     {"num_tokens", num_tokens},
-                                     {"load_time_s", load_s},
-                                     {"encode_mb_s", stats.mean},
-                                     {"encode_mb_s_stddev", stats.stddev},
-                                     {"encode_tok_s", tok_s}});
+        const auto hf = hf_mb_s.find({model, text_name});
+        const double hf_speed = hf == hf_mb_s.end() ? 0.0 : hf->second;
+        std::cout << fmt::format(
+            "| {} | {} | {:.0f} | {:.2f} | {:.2f} | {:.3f} | {} | {} | {} |\n", model, text_name,
+            load_s * 1e3, stats.mean, stats.stddev, tok_s / 1e6, num_tokens,
+            hf_speed > 0 ? fmt::format("{:.2f}", hf_speed) : "-",
+            hf_speed > 0 ? fmt::format("{:.1f}x", stats.mean / hf_speed) : "-");
+        nlohmann::ordered_json row = {{"model", model},
+                                      {"text", text_name},
+                                      {"text_bytes", text.size()},
+                                      {"num_tokens", num_tokens},
+                                      {"load_time_s", load_s},
+                                      {"encode_mb_s", stats.mean},
+                                      {"encode_mb_s_stddev", stats.stddev},
+                                      {"encode_tok_s", tok_s}};
+        if (hf_speed > 0) {
+          row["hf_encode_mb_s"] = hf_speed;
+          row["speed_ratio_vs_hf"] = stats.mean / hf_speed;
+        }
+        report["results"].push_back(row);
       }
     }
     if (!json_path.empty()) {
