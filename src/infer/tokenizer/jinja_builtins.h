@@ -7,7 +7,6 @@
 
 namespace infer::jinja {
 
-// Calls `fn` with the interpreter's filter/test machinery, for map/select/reject.
 class Builtins {
  public:
   static Value Filter(const std::string& name, const Value& input, const ValueList& args,
