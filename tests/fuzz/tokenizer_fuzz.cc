@@ -3,8 +3,8 @@
 // bytes -> chat-template parse and render. infer::Error is an expected outcome; anything else
 // (crash, sanitizer report, broken invariant) is a finding.
 //
-// Needs the real tokenizers: INFER_TOKENIZERS_DIR, else <source>/.cache/tokenizers
-// (scripts/fetch_tokenizers.sh).
+// Needs the real tokenizers: $INFER_TOKENIZERS_DIR, else .cache/tokenizers under the source dir
+// (or the working directory) as scripts/fetch_tokenizers.sh lays them out.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -87,7 +87,12 @@ void FuzzTemplate(std::string_view source) {
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const char* env = std::getenv("INFER_TOKENIZERS_DIR");
-  const std::string dir = env ? env : std::string(INFER_SOURCE_DIR) + "/.cache/tokenizers";
+#ifdef INFER_SOURCE_DIR
+  const std::string fallback = std::string(INFER_SOURCE_DIR) + "/.cache/tokenizers";
+#else
+  const std::string fallback = ".cache/tokenizers";  // scripts/fuzz.sh runs from the repo root
+#endif
+  const std::string dir = env ? env : fallback;
   for (const char* model : {"llama3", "qwen3", "gemma3"}) {
     try {
       Tokenizers().push_back(infer::Tokenizer::FromFile(dir + "/" + model + "/tokenizer.json"));

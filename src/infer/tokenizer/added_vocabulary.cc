@@ -85,7 +85,8 @@ std::pair<int32_t, size_t> AddedVocabulary::Trie::LongestMatch(std::string_view 
   return best;
 }
 
-AddedVocabulary::AddedVocabulary(const nlohmann::json& added_tokens) {
+AddedVocabulary::AddedVocabulary(const nlohmann::json& added_tokens,
+                                 const std::function<void(std::string&)>& normalize) {
   if (added_tokens.is_null()) return;
   INFER_CHECK(added_tokens.is_array(), "tokenizer.json: added_tokens must be an array");
   for (const auto& entry : added_tokens) {
@@ -107,8 +108,13 @@ AddedVocabulary::AddedVocabulary(const nlohmann::json& added_tokens) {
     index_by_id_[token.id] = index;
     index_by_content_.emplace(token.content, index);
     if (!token.content.empty()) {
-      (token.normalized ? normalized_trie_ : raw_trie_)
-          .Insert(token.content, static_cast<int32_t>(index));
+      if (token.normalized) {
+        std::string pattern = token.content;
+        if (normalize) normalize(pattern);
+        if (!pattern.empty()) normalized_trie_.Insert(pattern, static_cast<int32_t>(index));
+      } else {
+        raw_trie_.Insert(token.content, static_cast<int32_t>(index));
+      }
     }
     tokens_.push_back(std::move(token));
   }

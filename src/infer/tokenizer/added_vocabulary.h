@@ -4,6 +4,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -33,7 +34,10 @@ struct TextSegment {
 
 class AddedVocabulary {
  public:
-  explicit AddedVocabulary(const nlohmann::json& added_tokens);
+  // `normalize` (may be null) is the tokenizer's normalizer: tokens with normalized=true are
+  // matched in normalized text by their normalized content, as Hugging Face does.
+  AddedVocabulary(const nlohmann::json& added_tokens,
+                  const std::function<void(std::string&)>& normalize);
 
   // Splits `text` on the added tokens that match raw (normalized == false) or normalized text.
   void Split(std::string_view text, bool normalized, std::vector<TextSegment>& out) const;

@@ -56,8 +56,11 @@ void Tokenizer::Init(TokenizerJson& data, const std::string& source) {
                   source, key);
     }
     model_ = Bpe::Create(model, data, source);
-    added_ = std::make_unique<AddedVocabulary>(config.value("added_tokens", nlohmann::json()));
     normalizer_ = CreateNormalizer(config.value("normalizer", nlohmann::json()));
+    std::function<void(std::string&)> normalize;
+    if (normalizer_) normalize = [this](std::string& text) { normalizer_->Normalize(text); };
+    added_ = std::make_unique<AddedVocabulary>(config.value("added_tokens", nlohmann::json()),
+                                               normalize);
     pre_tokenizer_ = CreatePreTokenizer(config.value("pre_tokenizer", nlohmann::json()));
     post_processor_ = CreatePostProcessor(config.value("post_processor", nlohmann::json()));
     decoder_ = CreateDecoder(config.value("decoder", nlohmann::json()));

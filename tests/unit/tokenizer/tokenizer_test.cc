@@ -201,3 +201,20 @@ TEST(TokenizerTest, RealTokenizersLoadQuickly) {
 
 }  // namespace
 }  // namespace infer
+
+namespace infer {
+namespace {
+
+TEST(TokenizerTest, NormalizedAddedTokensMatchAfterNormalization) {
+  // A Lowercase normalizer and a normalized added token "AB": "ab" and "AB" both match it.
+  const nlohmann::json overrides = {
+      {"normalizer", {{"type", "Lowercase"}}},
+      {"added_tokens",
+       {{{"id", 8}, {"content", "AB"}, {"special", false}, {"normalized", true}},
+        {{"id", 7}, {"content", "<S>"}, {"special", true}, {"normalized", false}}}}};
+  auto tokenizer = Tokenizer::FromJsonText(TinyTokenizerJson(overrides), "tiny");
+  EXPECT_EQ(tokenizer->Encode("cABc<S>", false), (std::vector<int32_t>{2, 8, 2, 7}));
+}
+
+}  // namespace
+}  // namespace infer
