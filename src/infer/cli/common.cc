@@ -30,8 +30,8 @@ LoadedModel LoadModelFromArgs(const ModelArgs& args, ThreadPool* pool) {
   LoadOptions options;
   options.dummy = args.load_format == "dummy";
   options.dummy_seed = args.dummy_seed;
-  options.placement =
-      args.weights_placement == "hugepage" ? WeightPlacement::kHugePageCopy : WeightPlacement::kMmap;
+  options.placement = args.weights_placement == "hugepage" ? WeightPlacement::kHugePageCopy
+                                                           : WeightPlacement::kMmap;
   options.pool = pool;
   LoadedModel loaded = LoadModel(args.model, options);
   spdlog::debug("loaded {} in {:.3f} s", loaded.path, loaded.load_time_s);

@@ -13,7 +13,7 @@ namespace infer::cli {
 
 struct ModelArgs {
   std::string model;
-  std::string load_format = "auto";     // auto | safetensors | dummy
+  std::string load_format = "auto";        // auto | safetensors | dummy
   std::string weights_placement = "mmap";  // mmap | hugepage
   uint64_t dummy_seed = 0;
   int threads = 0;  // 0: all available CPUs

@@ -39,8 +39,9 @@ void RunInspect(const ModelArgs& args, bool as_json) {
   const int64_t params = ParameterCount(config);
   const int64_t kv_bytes_f32 = config.KvCacheBytesPerToken(DType::kF32);
   const int64_t kv_bytes_bf16 = config.KvCacheBytesPerToken(DType::kBF16);
-  const std::vector<int64_t>& eos =
-      loaded.generation.eos_token_ids.empty() ? config.eos_token_ids : loaded.generation.eos_token_ids;
+  const std::vector<int64_t>& eos = loaded.generation.eos_token_ids.empty()
+                                        ? config.eos_token_ids
+                                        : loaded.generation.eos_token_ids;
 
   if (as_json) {
     nlohmann::json layers = nlohmann::json::array();
@@ -79,24 +80,26 @@ void RunInspect(const ModelArgs& args, bool as_json) {
   };
   line("model", loaded.path);
   line("architecture", fmt::format("{} (model_type {})", config.architecture, config.model_type));
-  line("parameters", fmt::format("{} ({}{})", HumanCount(params), params,
-                                 config.tie_word_embeddings ? ", tied embeddings counted once" : ""));
+  line("parameters",
+       fmt::format("{} ({}{})", HumanCount(params), params,
+                   config.tie_word_embeddings ? ", tied embeddings counted once" : ""));
   line("weights", fmt::format("{}, {:.3f} GB{}", DTypeName(loaded.weight_dtype),
                               static_cast<double>(loaded.weight_bytes) / 1e9,
                               args.load_format == "dummy" ? " (dummy random)" : ""));
   line("load time", fmt::format("{:.3f} s", loaded.load_time_s));
-  line("shape", fmt::format("{} layers, hidden {}, heads {}/{} kv, head_dim {}, intermediate {}, "
-                            "vocab {}",
-                            config.num_layers, config.hidden_size, config.num_heads,
-                            config.num_kv_heads, config.head_dim, config.intermediate_size,
-                            config.vocab_size));
+  line("shape",
+       fmt::format("{} layers, hidden {}, heads {}/{} kv, head_dim {}, intermediate {}, "
+                   "vocab {}",
+                   config.num_layers, config.hidden_size, config.num_heads, config.num_kv_heads,
+                   config.head_dim, config.intermediate_size, config.vocab_size));
   line("activation", config.activation == Activation::kSilu ? "silu" : "gelu_pytorch_tanh");
   line("norms", fmt::format("rms eps {}{}{}", config.rms_norm_eps,
                             config.norm_style == NormStyle::kOffsetInF32 ? ", (1+w) in f32" : "",
                             config.qk_norm ? ", qk-norm" : ""));
   line("max positions", std::to_string(config.max_position_embeddings));
   line("eos ids", fmt::format("{}", fmt::join(eos, ", ")));
-  line("kv cache per token", fmt::format("{} bytes (f32), {} bytes (bf16)", kv_bytes_f32, kv_bytes_bf16));
+  line("kv cache per token",
+       fmt::format("{} bytes (f32), {} bytes (bf16)", kv_bytes_f32, kv_bytes_bf16));
   text += "layer  attention  window  rope_theta  rope_scaling\n";
   for (size_t i = 0; i < config.layers.size(); ++i) {
     const auto& layer = config.layers[i];
@@ -111,7 +114,8 @@ void RunInspect(const ModelArgs& args, bool as_json) {
 }  // namespace
 
 void AddInspectCommand(CLI::App& app) {
-  auto* command = app.add_subcommand("inspect", "Describe a model: architecture, parameters, layers");
+  auto* command =
+      app.add_subcommand("inspect", "Describe a model: architecture, parameters, layers");
   auto args = std::make_shared<ModelArgs>();
   auto as_json = std::make_shared<bool>(false);
   AddModelOptions(*command, *args);

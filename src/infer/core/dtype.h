@@ -55,7 +55,8 @@ inline uint16_t F32ToF16(float value) {
   const uint32_t bits = std::bit_cast<uint32_t>(value);
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs_bits = bits & 0x7fffffffu;
-  if (abs_bits > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u | ((abs_bits >> 13) & 0x3ffu));
+  if (abs_bits > 0x7f800000u)
+    return static_cast<uint16_t>(sign | 0x7e00u | ((abs_bits >> 13) & 0x3ffu));
   if (abs_bits >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to inf
   if (abs_bits < 0x38800000u) {
     // Result is subnormal or zero: shift the implicit-1 mantissa into place, round to even.

@@ -24,9 +24,9 @@ template <typename... Args>
 }  // namespace infer
 
 // INFER_CHECK(cond, "fmt", args...): throws infer::Error with the formatted message.
-#define INFER_CHECK(cond, ...)   \
-  do {                           \
-    if (!(cond)) {               \
+#define INFER_CHECK(cond, ...)    \
+  do {                            \
+    if (!(cond)) {                \
       ::infer::Fail(__VA_ARGS__); \
-    }                            \
+    }                             \
   } while (0)

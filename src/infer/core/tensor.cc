@@ -36,7 +36,8 @@ Tensor::Tensor(DType dtype, Shape shape, void* data, std::shared_ptr<const void>
       strides_(RowMajorStrides(shape_)),
       data_(data),
       keepalive_(std::move(keepalive)) {
-  for (int64_t dim : shape_) INFER_CHECK(dim >= 0, "negative tensor dimension in {}", ShapeString(shape_));
+  for (int64_t dim : shape_)
+    INFER_CHECK(dim >= 0, "negative tensor dimension in {}", ShapeString(shape_));
 }
 
 Tensor Tensor::Empty(DType dtype, Shape shape, bool huge_pages) {
@@ -56,7 +57,8 @@ Tensor Tensor::Row(int64_t index) const {
   row.dtype_ = dtype_;
   row.shape_.assign(shape_.begin() + 1, shape_.end());
   row.strides_.assign(strides_.begin() + 1, strides_.end());
-  row.data_ = static_cast<std::byte*>(data_) + index * strides_[0] * static_cast<int64_t>(DTypeSize(dtype_));
+  row.data_ = static_cast<std::byte*>(data_) +
+              index * strides_[0] * static_cast<int64_t>(DTypeSize(dtype_));
   row.keepalive_ = keepalive_;
   return row;
 }

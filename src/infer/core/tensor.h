@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "infer/core/dtype.h"
@@ -28,7 +29,9 @@ class Tensor {
   // Owned, zero-initialised, 64-byte-aligned storage.
   static Tensor Empty(DType dtype, Shape shape, bool huge_pages = false);
   // Borrowed memory: the caller keeps it alive.
-  static Tensor Borrow(DType dtype, Shape shape, void* data) { return {dtype, shape, data}; }
+  static Tensor Borrow(DType dtype, Shape shape, void* data) {
+    return {dtype, std::move(shape), data};
+  }
 
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }

@@ -62,7 +62,8 @@ class ConfigReader {
     if (!Has(key)) return values;
     const json& value = object_[key];
     if (value.is_number_integer()) return {value.get<int64_t>()};
-    INFER_CHECK(value.is_array(), "{}: '{}' must be an integer or a list of integers", source_, key);
+    INFER_CHECK(value.is_array(), "{}: '{}' must be an integer or a list of integers", source_,
+                key);
     for (const json& item : value) {
       INFER_CHECK(item.is_number_integer(), "{}: '{}' must hold integers, got {}", source_, key,
                   item.dump());
@@ -101,12 +102,13 @@ RopeConfig ParseRopeScaling(const json& scaling, RopeConfig rope, const std::str
     rope.factor = reader.Number("factor", 1.0);
     rope.low_freq_factor = reader.Number("low_freq_factor", 1.0);
     rope.high_freq_factor = reader.Number("high_freq_factor", 4.0);
-    rope.original_max_position_embeddings = reader.PositiveInt("original_max_position_embeddings", 8192);
+    rope.original_max_position_embeddings =
+        reader.PositiveInt("original_max_position_embeddings", 8192);
     INFER_CHECK(rope.high_freq_factor != rope.low_freq_factor,
                 "{}: llama3 rope_scaling needs high_freq_factor != low_freq_factor", source);
   } else {
-    Fail("{}: rope scaling type '{}' is not supported (supported: default, linear, llama3)",
-         source, type);
+    Fail("{}: rope scaling type '{}' is not supported (supported: default, linear, llama3)", source,
+         type);
   }
   INFER_CHECK(rope.factor > 0, "{}: rope scaling factor must be positive", source);
   return rope;
@@ -121,8 +123,8 @@ Activation ParseActivation(const std::string& name, const std::string& source) {
 }
 
 DType ParseTorchDtype(const ConfigReader& reader) {
-  const std::string name =
-      reader.Has("torch_dtype") ? reader.String("torch_dtype", "") : reader.String("dtype", "bfloat16");
+  const std::string name = reader.Has("torch_dtype") ? reader.String("torch_dtype", "")
+                                                     : reader.String("dtype", "bfloat16");
   if (name == "bfloat16") return DType::kBF16;
   if (name == "float16") return DType::kF16;
   if (name == "float32") return DType::kF32;
@@ -163,16 +165,17 @@ ModelConfig ParseFamily(const ConfigReader& reader, Family family, ModelConfig c
   INFER_CHECK(config.num_heads % config.num_kv_heads == 0,
               "{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", source,
               config.num_heads, config.num_kv_heads);
-  const int64_t default_head_dim = family == Family::kQwen3    ? 128
-                                   : family == Family::kGemma3 ? 256
-                                                               : config.hidden_size / config.num_heads;
+  const int64_t default_head_dim = family == Family::kQwen3 ? 128
+                                   : family == Family::kGemma3
+                                       ? 256
+                                       : config.hidden_size / config.num_heads;
   config.head_dim = reader.PositiveInt("head_dim", default_head_dim);
   INFER_CHECK(config.head_dim % 2 == 0, "{}: head_dim must be even for RoPE, got {}", source,
               config.head_dim);
-  config.max_position_embeddings = reader.PositiveInt(
-      "max_position_embeddings", family == Family::kLlama   ? 2048
-                                 : family == Family::kQwen3 ? 32768
-                                                            : 131072);
+  config.max_position_embeddings =
+      reader.PositiveInt("max_position_embeddings", family == Family::kLlama   ? 2048
+                                                    : family == Family::kQwen3 ? 32768
+                                                                               : 131072);
   config.rms_norm_eps = reader.Number("rms_norm_eps", 1e-6);
   config.attention_bias = reader.Bool("attention_bias", false);
   config.mlp_bias = family == Family::kLlama && reader.Bool("mlp_bias", false);

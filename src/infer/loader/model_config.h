@@ -16,9 +16,9 @@ enum class RopeScalingType { kDefault, kLinear, kLlama3 };
 struct RopeConfig {
   double theta = 10000.0;
   RopeScalingType scaling = RopeScalingType::kDefault;
-  double factor = 1.0;             // linear and llama3
-  double low_freq_factor = 1.0;    // llama3
-  double high_freq_factor = 4.0;   // llama3
+  double factor = 1.0;                              // linear and llama3
+  double low_freq_factor = 1.0;                     // llama3
+  double high_freq_factor = 4.0;                    // llama3
   int64_t original_max_position_embeddings = 8192;  // llama3
 };
 
@@ -50,11 +50,11 @@ struct ModelConfig {
   bool attention_bias = false;  // q, k, v and o projections
   bool mlp_bias = false;        // gate, up and down projections
   Activation activation = Activation::kSilu;
-  double embed_scale = 1.0;     // embeddings are multiplied by this (Gemma: sqrt(hidden))
-  double query_scale = 0.0;     // attention scores are q.k * query_scale
+  double embed_scale = 1.0;          // embeddings are multiplied by this (Gemma: sqrt(hidden))
+  double query_scale = 0.0;          // attention scores are q.k * query_scale
   double final_logit_softcap = 0.0;  // 0: none; else logits = tanh(logits / c) * c
   bool tie_word_embeddings = false;
-  DType dtype = DType::kBF16;   // torch_dtype: the dtype dummy weights are made in
+  DType dtype = DType::kBF16;  // torch_dtype: the dtype dummy weights are made in
   std::vector<LayerConfig> layers;
   int64_t bos_token_id = -1;
   int64_t pad_token_id = -1;

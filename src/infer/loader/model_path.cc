@@ -31,8 +31,8 @@ std::string ResolveModelPath(const std::string& model) {
                              slash + 1 < model.size() && model[0] != '.';
   INFER_CHECK(looks_like_id, "--model {}: no such folder (and not a Hugging Face id ORG/NAME)",
               model);
-  const fs::path repo = HubCacheDir() / ("models--" + model.substr(0, slash) + "--" +
-                                         model.substr(slash + 1));
+  const fs::path repo =
+      HubCacheDir() / ("models--" + model.substr(0, slash) + "--" + model.substr(slash + 1));
   INFER_CHECK(fs::is_directory(repo),
               "--model {}: not a folder, and not in the Hugging Face cache (looked for {})", model,
               repo.string());

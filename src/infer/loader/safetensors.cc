@@ -16,9 +16,9 @@ using nlohmann::json;
 
 std::optional<size_t> SafetensorsDTypeSize(const std::string& dtype) {
   static const std::map<std::string, size_t> kSizes = {
-      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2},
-      {"U16", 2},  {"F16", 2}, {"BF16", 2}, {"I32", 4},    {"U32", 4},     {"F32", 4},
-      {"F64", 8},  {"I64", 8}, {"U64", 8}};
+      {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1},
+      {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
+      {"U32", 4},  {"F32", 4}, {"F64", 8}, {"I64", 8},     {"U64", 8}};
   auto it = kSizes.find(dtype);
   if (it == kSizes.end()) return std::nullopt;
   return it->second;
@@ -50,8 +50,8 @@ SafetensorsEntry ParseEntry(const std::string& source, const std::string& name, 
                             uint64_t data_bytes) {
   const std::string where = fmt::format("{}: tensor '{}'", source, name);
   INFER_CHECK(info.is_object(), "{}: header entry is not an object", where);
-  INFER_CHECK(info.contains("dtype") && info["dtype"].is_string(), "{}: missing or non-string dtype",
-              where);
+  INFER_CHECK(info.contains("dtype") && info["dtype"].is_string(),
+              "{}: missing or non-string dtype", where);
   INFER_CHECK(info.contains("shape") && info["shape"].is_array(), "{}: missing or non-array shape",
               where);
   INFER_CHECK(info.contains("data_offsets") && info["data_offsets"].is_array() &&
@@ -66,8 +66,9 @@ SafetensorsEntry ParseEntry(const std::string& source, const std::string& name, 
   uint64_t expected_bytes = *element_bytes;
   for (const json& dim : info["shape"]) {
     const auto value = AsUnsigned(dim);
-    INFER_CHECK(value.has_value(), "{}: shape {} has a dimension that is not a non-negative integer",
-                where, info["shape"].dump());
+    INFER_CHECK(value.has_value(),
+                "{}: shape {} has a dimension that is not a non-negative integer", where,
+                info["shape"].dump());
     INFER_CHECK(*value <= static_cast<uint64_t>(INT64_MAX) &&
                     !__builtin_mul_overflow(expected_bytes, *value, &expected_bytes),
                 "{}: shape {} overflows", where, info["shape"].dump());
@@ -194,9 +195,11 @@ SafetensorsCheckpoint SafetensorsCheckpoint::Open(const std::string& folder) {
     INFER_CHECK(index.contains("weight_map") && index["weight_map"].is_object(),
                 "{}: missing 'weight_map' object", index_path.string());
     std::map<std::string, const SafetensorsFile*> shard_by_name;
-    for (const auto& [tensor_name, shard] : index["weight_map"].items()) {
-      INFER_CHECK(shard.is_string(), "{}: weight_map['{}'] is not a file name",
-                  index_path.string(), tensor_name);
+    for (const auto& item : index["weight_map"].items()) {
+      const std::string tensor_name = item.key();
+      const json& shard = item.value();
+      INFER_CHECK(shard.is_string(), "{}: weight_map['{}'] is not a file name", index_path.string(),
+                  tensor_name);
       const auto shard_name = shard.get<std::string>();
       INFER_CHECK(!shard_name.empty() && shard_name.find('/') == std::string::npos &&
                       shard_name != "." && shard_name != "..",
@@ -216,7 +219,8 @@ SafetensorsCheckpoint SafetensorsCheckpoint::Open(const std::string& folder) {
     }
   } else if (fs::exists(single_path)) {
     const SafetensorsFile& file = add_file(single_path);
-    for (const auto& entry : file.header().entries) checkpoint.tensors_[entry.name] = {&file, &entry};
+    for (const auto& entry : file.header().entries)
+      checkpoint.tensors_[entry.name] = {&file, &entry};
   } else {
     Fail("{}: no model.safetensors or model.safetensors.index.json", folder);
   }
@@ -247,7 +251,8 @@ void WriteSafetensors(const std::string& path, const std::map<std::string, Tenso
   for (int i = 0; i < 8; ++i) out.put(static_cast<char>((header_bytes >> (8 * i)) & 0xff));
   out.write(header_text.data(), static_cast<std::streamsize>(header_text.size()));
   for (const auto& [name, tensor] : tensors) {
-    out.write(static_cast<const char*>(tensor.raw()), static_cast<std::streamsize>(tensor.size_bytes()));
+    out.write(static_cast<const char*>(tensor.raw()),
+              static_cast<std::streamsize>(tensor.size_bytes()));
   }
   INFER_CHECK(out.good(), "{}: write failed", path);
 }

@@ -26,8 +26,8 @@ struct SafetensorsEntry {
 };
 
 struct SafetensorsHeader {
-  uint64_t header_bytes = 0;       // the JSON header's length (the first 8 bytes)
-  uint64_t data_offset = 0;        // 8 + header_bytes
+  uint64_t header_bytes = 0;              // the JSON header's length (the first 8 bytes)
+  uint64_t data_offset = 0;               // 8 + header_bytes
   std::vector<SafetensorsEntry> entries;  // in data order
   std::map<std::string, std::string> metadata;
 };

@@ -62,7 +62,8 @@ std::vector<WeightSlot> WeightSlots(const ModelConfig& config, ModelWeights& wei
     }
   }
   add("model.norm.weight", {hidden}, &weights.final_norm);
-  if (!config.tie_word_embeddings) add("lm_head.weight", {config.vocab_size, hidden}, &weights.lm_head);
+  if (!config.tie_word_embeddings)
+    add("lm_head.weight", {config.vocab_size, hidden}, &weights.lm_head);
   return slots;
 }
 
@@ -77,7 +78,9 @@ namespace {
 
 constexpr size_t kTensorAlignBytes = 64;
 
-size_t AlignUp(size_t value, size_t alignment) { return (value + alignment - 1) / alignment * alignment; }
+size_t AlignUp(size_t value, size_t alignment) {
+  return (value + alignment - 1) / alignment * alignment;
+}
 
 uint64_t SplitMix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -160,7 +163,8 @@ std::shared_ptr<AlignedBuffer> AllocateSlots(std::vector<WeightSlot>& slots,
   return buffer;
 }
 
-void InitDummy(const ModelConfig& config, std::vector<WeightSlot>& slots, const LoadOptions& options) {
+void InitDummy(const ModelConfig& config, std::vector<WeightSlot>& slots,
+               const LoadOptions& options) {
   std::vector<DType> dtypes(slots.size(), config.dtype);
   AllocateSlots(slots, dtypes, options.placement == WeightPlacement::kHugePageCopy);
   const float norm_value = config.norm_style == NormStyle::kOffsetInF32 ? 0.0F : 1.0F;
@@ -224,7 +228,8 @@ void LoadFromCheckpoint(const std::string& folder, std::vector<WeightSlot>& slot
     const auto* source = static_cast<const std::byte*>(views[i].raw());
     RunParallel(options.pool, static_cast<int64_t>(views[i].size_bytes()), 1 << 20,
                 [&](int64_t begin, int64_t end) {
-                  std::memcpy(destination + begin, source + begin, static_cast<size_t>(end - begin));
+                  std::memcpy(destination + begin, source + begin,
+                              static_cast<size_t>(end - begin));
                 });
   }
 }
@@ -246,7 +251,8 @@ LoadedModel LoadModel(const std::string& model, const LoadOptions& options) {
     LoadFromCheckpoint(loaded.path, slots, loaded.config, options, loaded.warnings);
   }
   if (loaded.config.tie_word_embeddings) loaded.weights.lm_head = loaded.weights.embed_tokens;
-  for (const auto& slot : slots) loaded.weight_bytes += static_cast<int64_t>(slot.tensor->size_bytes());
+  for (const auto& slot : slots)
+    loaded.weight_bytes += static_cast<int64_t>(slot.tensor->size_bytes());
   loaded.weight_dtype = loaded.weights.layers.empty() ? loaded.weights.embed_tokens.dtype()
                                                       : loaded.weights.layers[0].q_proj.dtype();
   constexpr size_t kMaxWarningsShown = 10;

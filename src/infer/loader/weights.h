@@ -26,7 +26,7 @@ struct LayerWeights {
   Tensor mlp_norm;                        // before the MLP
   Tensor mlp_post_norm;                   // sandwich_norms: after the MLP
   Tensor gate_proj, up_proj, down_proj;
-  Tensor gate_bias, up_bias, down_bias;   // mlp_bias
+  Tensor gate_bias, up_bias, down_bias;  // mlp_bias
 };
 
 struct ModelWeights {

@@ -34,9 +34,10 @@ TEST(ThreadPool, ManyRunsInARow) {
 
 TEST(ThreadPool, RethrowsTheFirstError) {
   ThreadPool pool(2);
-  EXPECT_THROW(pool.RunTasks(8, [](int task) {
-    if (task == 5) throw std::runtime_error("task 5 failed");
-  }),
+  EXPECT_THROW(pool.RunTasks(8,
+                             [](int task) {
+                               if (task == 5) throw std::runtime_error("task 5 failed");
+                             }),
                std::runtime_error);
   // The pool still works afterwards.
   std::atomic<int> count{0};

@@ -70,7 +70,8 @@ TEST(HfConfig, Gemma3) {
 }
 
 TEST(HfConfig, FixtureModels) {
-  const ModelConfig gemma = LoadModelConfig(FixturePath("models/gemma3/model/config.json").string());
+  const ModelConfig gemma =
+      LoadModelConfig(FixturePath("models/gemma3/model/config.json").string());
   EXPECT_EQ(gemma.layers[5].sliding_window, 0);
   EXPECT_EQ(gemma.layers[0].sliding_window, 8);
   EXPECT_DOUBLE_EQ(gemma.embed_scale, 8.0);
@@ -97,8 +98,8 @@ std::string ErrorOf(const std::string& json) {
 
 TEST(HfConfig, DefaultsFollowTheTransformersClasses) {
   const ModelConfig llama = ParseModelConfig(Minimal("llama"), "c");
-  EXPECT_EQ(llama.head_dim, 4);        // hidden / heads
-  EXPECT_EQ(llama.num_kv_heads, 4);    // = heads
+  EXPECT_EQ(llama.head_dim, 4);      // hidden / heads
+  EXPECT_EQ(llama.num_kv_heads, 4);  // = heads
   EXPECT_FALSE(llama.tie_word_embeddings);
   EXPECT_DOUBLE_EQ(llama.layers[0].rope.theta, 10000.0);
   const ModelConfig qwen = ParseModelConfig(Minimal("qwen3"), "c");
@@ -110,8 +111,8 @@ TEST(HfConfig, DefaultsFollowTheTransformersClasses) {
 }
 
 TEST(HfConfig, RopeVariants) {
-  const ModelConfig linear = ParseModelConfig(
-      Minimal("llama", R"(,"rope_scaling":{"type":"linear","factor":4.0})"), "c");
+  const ModelConfig linear =
+      ParseModelConfig(Minimal("llama", R"(,"rope_scaling":{"type":"linear","factor":4.0})"), "c");
   EXPECT_EQ(linear.layers[0].rope.scaling, RopeScalingType::kLinear);
   EXPECT_DOUBLE_EQ(linear.layers[0].rope.factor, 4.0);
   // v5 style: rope_parameters with rope_theta inside.
@@ -120,7 +121,8 @@ TEST(HfConfig, RopeVariants) {
   EXPECT_DOUBLE_EQ(v5.layers[0].rope.theta, 12345.0);
   // Gemma: linear scaling applies to global layers only.
   const ModelConfig gemma = ParseModelConfig(
-      Minimal("gemma3_text", R"(,"sliding_window_pattern":2,"rope_scaling":{"rope_type":"linear","factor":8.0})"),
+      Minimal("gemma3_text",
+              R"(,"sliding_window_pattern":2,"rope_scaling":{"rope_type":"linear","factor":8.0})"),
       "c");
   EXPECT_EQ(gemma.layers[0].rope.scaling, RopeScalingType::kDefault);
   EXPECT_DOUBLE_EQ(gemma.layers[0].rope.theta, 10000.0);
@@ -128,8 +130,9 @@ TEST(HfConfig, RopeVariants) {
   EXPECT_DOUBLE_EQ(gemma.layers[1].rope.theta, 1e6);
   // layer_types wins over the pattern.
   const ModelConfig typed = ParseModelConfig(
-      Minimal("gemma3_text",
-              R"(,"layer_types":["full_attention","sliding_attention","full_attention","full_attention"])"),
+      Minimal(
+          "gemma3_text",
+          R"(,"layer_types":["full_attention","sliding_attention","full_attention","full_attention"])"),
       "c");
   EXPECT_EQ(typed.layers[0].sliding_window, 0);
   EXPECT_EQ(typed.layers[1].sliding_window, 4096);
@@ -137,7 +140,8 @@ TEST(HfConfig, RopeVariants) {
 
 TEST(HfConfig, QwenSlidingWindowRule) {
   const ModelConfig qwen = ParseModelConfig(
-      Minimal("qwen3", R"(,"use_sliding_window":true,"sliding_window":64,"max_window_layers":2)"), "c");
+      Minimal("qwen3", R"(,"use_sliding_window":true,"sliding_window":64,"max_window_layers":2)"),
+      "c");
   EXPECT_EQ(qwen.layers[1].sliding_window, 0);
   EXPECT_EQ(qwen.layers[2].sliding_window, 64);
 }
@@ -154,15 +158,21 @@ TEST(HfConfig, Gemma3MultimodalWrapper) {
 
 TEST(HfConfig, ClearErrors) {
   EXPECT_NE(ErrorOf("{").find("not valid JSON"), std::string::npos);
-  EXPECT_NE(ErrorOf(R"({"hidden_size":4})").find("missing required key 'model_type'"), std::string::npos);
-  EXPECT_NE(ErrorOf(Minimal("mamba")).find("model_type 'mamba' is not supported"), std::string::npos);
-  EXPECT_NE(ErrorOf(R"({"model_type":"llama","vocab_size":3})").find("missing required key 'hidden_size'"),
+  EXPECT_NE(ErrorOf(R"({"hidden_size":4})").find("missing required key 'model_type'"),
             std::string::npos);
-  EXPECT_NE(ErrorOf(Minimal("llama", R"(,"num_key_value_heads":3)")).find("multiple"), std::string::npos);
-  EXPECT_NE(ErrorOf(Minimal("llama", R"(,"rope_scaling":{"rope_type":"yarn","factor":2})")).find("yarn"),
+  EXPECT_NE(ErrorOf(Minimal("mamba")).find("model_type 'mamba' is not supported"),
             std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"model_type":"llama","vocab_size":3})")
+                .find("missing required key 'hidden_size'"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Minimal("llama", R"(,"num_key_value_heads":3)")).find("multiple"),
+            std::string::npos);
+  EXPECT_NE(
+      ErrorOf(Minimal("llama", R"(,"rope_scaling":{"rope_type":"yarn","factor":2})")).find("yarn"),
+      std::string::npos);
   EXPECT_NE(ErrorOf(Minimal("llama", R"(,"hidden_act":"relu")")).find("relu"), std::string::npos);
-  EXPECT_NE(ErrorOf(Minimal("llama", R"(,"rms_norm_eps":"small")")).find("rms_norm_eps"), std::string::npos);
+  EXPECT_NE(ErrorOf(Minimal("llama", R"(,"rms_norm_eps":"small")")).find("rms_norm_eps"),
+            std::string::npos);
   EXPECT_NE(ErrorOf(Minimal("llama", R"(,"head_dim":0)")).find("head_dim"), std::string::npos);
   EXPECT_NE(ErrorOf(Minimal("llama", R"(,"torch_dtype":"int8")")).find("int8"), std::string::npos);
 }

@@ -13,7 +13,8 @@ namespace {
 using testing::TempDir;
 
 // A file image: 8-byte little-endian header length, header, data.
-std::string Image(const std::string& header, const std::string& data, uint64_t length_override = 0) {
+std::string Image(const std::string& header, const std::string& data,
+                  uint64_t length_override = 0) {
   const uint64_t length = length_override != 0 ? length_override : header.size();
   std::string image(8, '\0');
   for (int i = 0; i < 8; ++i) image[i] = static_cast<char>((length >> (8 * i)) & 0xff);
@@ -22,7 +23,8 @@ std::string Image(const std::string& header, const std::string& data, uint64_t l
 
 SafetensorsHeader Parse(const std::string& image) {
   return ParseSafetensorsHeader(
-      std::span(reinterpret_cast<const std::byte*>(image.data()), image.size()), "test.safetensors");
+      std::span(reinterpret_cast<const std::byte*>(image.data()), image.size()),
+      "test.safetensors");
 }
 
 std::string ErrorOf(const std::string& image) {
@@ -47,9 +49,8 @@ TEST(Safetensors, ParsesAValidHeader) {
 }
 
 TEST(Safetensors, ScalarsAndEmptyTensorsAreValid) {
-  const std::string header =
-      R"({"s":{"dtype":"F32","shape":[],"data_offsets":[0,4]},)"
-      R"("e":{"dtype":"F16","shape":[0,3],"data_offsets":[4,4]}})";
+  const std::string header = R"({"s":{"dtype":"F32","shape":[],"data_offsets":[0,4]},)"
+                             R"("e":{"dtype":"F16","shape":[0,3],"data_offsets":[4,4]}})";
   EXPECT_EQ(Parse(Image(header, std::string(4, '\0'))).entries.size(), 2U);
 }
 
@@ -69,30 +70,41 @@ std::vector<BadCase> BadCases() {
       {"not json", Image("{not json", ""), "not valid JSON"},
       {"not object", Image("[1,2]", ""), "not a JSON object"},
       {"entry not object", Image(R"({"w":5})", ""), "not an object"},
-      {"no dtype", Image(R"({"w":{"shape":[1],"data_offsets":[0,4]}})", std::string(4, 0)), "dtype"},
-      {"unknown dtype", Image(R"({"w":{"dtype":"F13","shape":[1],"data_offsets":[0,4]}})", std::string(4, 0)),
+      {"no dtype", Image(R"({"w":{"shape":[1],"data_offsets":[0,4]}})", std::string(4, 0)),
+       "dtype"},
+      {"unknown dtype",
+       Image(R"({"w":{"dtype":"F13","shape":[1],"data_offsets":[0,4]}})", std::string(4, 0)),
        "unknown dtype 'F13'"},
-      {"negative dim", Image(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", std::string(4, 0)),
+      {"negative dim",
+       Image(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", std::string(4, 0)),
        "not a non-negative integer"},
-      {"float dim", Image(R"({"w":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", std::string(4, 0)),
+      {"float dim",
+       Image(R"({"w":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", std::string(4, 0)),
        "not a non-negative integer"},
       {"shape overflow",
-       Image(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}})", std::string(4, 0)),
+       Image(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}})",
+             std::string(4, 0)),
        "overflows"},
-      {"size mismatch", Image(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(8, 0)),
+      {"size mismatch",
+       Image(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", std::string(8, 0)),
        "needs 12 bytes"},
-      {"offsets past end", Image("{" + ok_entry + "}", std::string(4, 0)), "past the end of the data"},
-      {"reversed offsets", Image(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", std::string(8, 0)),
+      {"offsets past end", Image("{" + ok_entry + "}", std::string(4, 0)),
+       "past the end of the data"},
+      {"reversed offsets",
+       Image(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", std::string(8, 0)),
        "reversed"},
-      {"three offsets", Image(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}})", std::string(8, 0)),
+      {"three offsets",
+       Image(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}})", std::string(8, 0)),
        "two integers"},
       {"overlap",
-       Image(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
-             std::string(12, 0)),
+       Image(
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+           std::string(12, 0)),
        "overlap"},
       {"duplicate name",
-       Image(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-             std::string(8, 0)),
+       Image(
+           R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+           std::string(8, 0)),
        "twice"},
       {"bad metadata", Image(R"({"__metadata__":{"k":1}})", ""), "not a string"},
       {"metadata not object", Image(R"({"__metadata__":[]})", ""), "__metadata__ is not an object"},

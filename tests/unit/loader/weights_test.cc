@@ -67,7 +67,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureWeights, ::testing::Values("llama", "q
 TEST(Weights, ParameterCountsOfTheDevModels) {
   // Published sizes: Llama-3.2-1B 1,235,814,400; Qwen3-1.7B 1.72B; gemma-3-1b 999,885,952.
   auto count = [](const std::string& name) {
-    return ParameterCount(LoadModelConfig(FixturePath("configs/" + name + "/config.json").string()));
+    return ParameterCount(
+        LoadModelConfig(FixturePath("configs/" + name + "/config.json").string()));
   };
   EXPECT_EQ(count("Llama-3.2-1B-Instruct"), 1235814400);
   EXPECT_EQ(count("Qwen3-1.7B"), 1720574976);
@@ -114,8 +115,10 @@ std::string LoadError(const fs::path& folder) {
 
 TEST(Weights, MissingTensorIsNamed) {
   TempDir dir;
-  auto folder = EditedCopy(dir, "llama", [](auto& t) { t.erase("model.layers.2.mlp.up_proj.weight"); });
-  EXPECT_NE(LoadError(folder).find("missing tensor 'model.layers.2.mlp.up_proj.weight'"), std::string::npos);
+  auto folder =
+      EditedCopy(dir, "llama", [](auto& t) { t.erase("model.layers.2.mlp.up_proj.weight"); });
+  EXPECT_NE(LoadError(folder).find("missing tensor 'model.layers.2.mlp.up_proj.weight'"),
+            std::string::npos);
 }
 
 TEST(Weights, MisShapedTensorIsNamed) {
@@ -140,9 +143,8 @@ TEST(Weights, UnexpectedTensorIsAWarning) {
 
 TEST(Weights, UnsupportedDtypeIsNamed) {
   TempDir dir;
-  auto folder = EditedCopy(dir, "llama", [](auto& t) {
-    t["model.norm.weight"] = Tensor::Empty(DType::kI32, {64});
-  });
+  auto folder = EditedCopy(
+      dir, "llama", [](auto& t) { t["model.norm.weight"] = Tensor::Empty(DType::kI32, {64}); });
   EXPECT_NE(LoadError(folder).find("model.norm.weight"), std::string::npos);
 }
 

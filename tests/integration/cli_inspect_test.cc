@@ -1,0 +1,57 @@
+// `infer inspect` on every fixture model and, with dummy weights, on the real dev configs.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "../unit/loader/test_util.h"
+#include "testing/subprocess.h"
+
+namespace infer {
+namespace {
+
+nlohmann::json Inspect(const std::vector<std::string>& extra) {
+  std::vector<std::string> argv = {INFER_BINARY, "inspect", "--json"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  const auto result = testing::RunCommand(argv);
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  return nlohmann::json::parse(result.out);
+}
+
+TEST(CliInspect, LoadsEveryFixtureModel) {
+  for (const char* arch : {"llama", "qwen3", "gemma3"}) {
+    for (const char* variant : {"model", "model_f32"}) {
+      const auto path =
+          testing::FixturePath(std::string("models/") + arch + "/" + variant).string();
+      const auto info = Inspect({"--model", path});
+      EXPECT_EQ(info["weight_dtype"], std::string(variant) == "model" ? "bf16" : "f32");
+      EXPECT_GT(info["parameters"].get<int64_t>(), 100000);
+    }
+  }
+  const auto gemma = Inspect({"--model", testing::FixturePath("models/gemma3/model").string()});
+  EXPECT_EQ(gemma["layers"][5]["attention"], "full");
+  EXPECT_EQ(gemma["layers"][0]["attention"], "sliding");
+  EXPECT_EQ(gemma["layers"][0]["rope_theta"], 10000.0);
+}
+
+TEST(CliInspect, RealConfigsWithDummyWeights) {
+  struct Expected {
+    const char* name;
+    int64_t parameters;
+    int64_t kv_bytes_per_token_bf16;
+  };
+  // Parameters as published; KV bytes = 2 (K,V) x layers x kv_heads x head_dim x 2 bytes.
+  for (const Expected& expected :
+       {Expected{"Llama-3.2-1B-Instruct", 1235814400, 2 * 16 * 8 * 64 * 2},
+        Expected{"Qwen3-1.7B", 1720574976, 2 * 28 * 8 * 128 * 2},
+        Expected{"gemma-3-1b-it", 999885952, 2 * 26 * 1 * 256 * 2}}) {
+    const auto info =
+        Inspect({"--model", testing::FixturePath(std::string("configs/") + expected.name).string(),
+                 "--load-format", "dummy"});
+    EXPECT_EQ(info["parameters"].get<int64_t>(), expected.parameters) << expected.name;
+    EXPECT_EQ(info["kv_cache_bytes_per_token_bf16"].get<int64_t>(),
+              expected.kv_bytes_per_token_bf16);
+    EXPECT_EQ(info["weight_bytes"].get<int64_t>(), expected.parameters * 2);
+  }
+}
+
+}  // namespace
+}  // namespace infer
