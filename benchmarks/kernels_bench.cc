@@ -1,0 +1,282 @@
+// Kernel micro-benchmark: MatMul at Llama-3.2-1B shapes, m = 1 (GB/s of weights streamed,
+// the decode bound) and m = 512 (GFLOP/s, the prefill bound), per ISA and thread count.
+// Prints a markdown table; --json writes one JSON object per line instead.
+//
+//   kernels_bench [--json] [--isa=avx512,avx2] [--threads=1,2] [--m=1,512] [--reps=N]
+//                 [--dtype=bf16|f16|f32] [--shape=qo_proj,kv_proj,gate_up,down,lm_head]
+//                 [--no-huge-pages] [--no-probe]
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "infer/core/mapped_file.h"
+#include "infer/core/tensor.h"
+#include "infer/core/thread_pool.h"
+#include "infer/kernels/cpu/isa.h"
+#include "infer/kernels/ops.h"
+
+namespace {
+
+using infer::DType;
+using infer::Tensor;
+using infer::ThreadPool;
+namespace kernels = infer::kernels;
+
+struct Options {
+  bool json = false;
+  std::vector<kernels::Isa> isas;
+  std::vector<int> threads = {1, 2};
+  std::vector<int64_t> ms = {1, 512};
+  int reps = 5;
+  DType dtype = DType::kBF16;
+  bool huge_pages = true;
+  std::vector<std::string> shapes;  // empty: all
+  bool probe = true;
+};
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = std::min(s.find(',', start), s.size());
+    parts.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return parts;
+}
+
+kernels::Isa ParseIsa(const std::string& name) {
+  for (auto isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+    if (kernels::IsaName(isa) == name) return isa;
+  }
+  std::fprintf(stderr, "unknown ISA %s\n", name.c_str());
+  std::exit(2);
+}
+
+Options ParseArgs(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](const char* prefix) -> const char* {
+      const size_t len = std::strlen(prefix);
+      return arg.compare(0, len, prefix) == 0 ? argv[i] + len : nullptr;
+    };
+    if (arg == "--json") {
+      options.json = true;
+    } else if (arg == "--no-probe") {
+      options.probe = false;
+    } else if (const char* v = value("--shape=")) {
+      options.shapes = Split(v);
+    } else if (arg == "--no-huge-pages") {
+      options.huge_pages = false;
+    } else if (const char* v = value("--isa=")) {
+      for (const auto& name : Split(v)) options.isas.push_back(ParseIsa(name));
+    } else if (const char* v = value("--threads=")) {
+      options.threads.clear();
+      for (const auto& t : Split(v)) options.threads.push_back(std::stoi(t));
+    } else if (const char* v = value("--m=")) {
+      options.ms.clear();
+      for (const auto& m : Split(v)) options.ms.push_back(std::stoll(m));
+    } else if (const char* v = value("--reps=")) {
+      options.reps = std::max(1, std::stoi(v));
+    } else if (const char* v = value("--dtype=")) {
+      const std::string d = v;
+      options.dtype = d == "f32" ? DType::kF32 : d == "f16" ? DType::kF16 : DType::kBF16;
+    } else {
+      std::fprintf(
+          stderr,
+          "usage: %s [--json] [--isa=avx512,avx2] [--threads=1,2] [--m=1,512] "
+          "[--reps=N] [--dtype=bf16|f16|f32] [--shape=a,b] [--no-huge-pages] [--no-probe]\n",
+          argv[0]);
+      std::exit(2);
+    }
+  }
+  if (options.isas.empty()) {
+    for (auto isa : {kernels::Isa::kAvx512, kernels::Isa::kAvx2}) {
+      if (kernels::IsaSupported(isa)) options.isas.push_back(isa);
+    }
+  }
+  return options;
+}
+
+double NowSeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Fills with small random-ish values (a cheap LCG; the values do not matter for speed).
+void Fill(const Tensor& t) {
+  uint32_t state = 12345;
+  auto next = [&] {
+    state = state * 1664525u + 1013904223u;
+    return (static_cast<float>(state >> 8) / 16777216.0F - 0.5F) * 0.1F;
+  };
+  const int64_t n = t.numel();
+  if (t.dtype() == DType::kF32) {
+    for (int64_t i = 0; i < n; ++i) t.data<float>()[i] = next();
+  } else {
+    for (int64_t i = 0; i < n; ++i) {
+      t.data<uint16_t>()[i] =
+          t.dtype() == DType::kBF16 ? infer::F32ToBf16(next()) : infer::F32ToF16(next());
+    }
+  }
+}
+
+// Ceilings measured in the same run, since the shared host's speed drifts: f32 FMA peak
+// (24 independent zmm FMA chains per thread) and streaming read bandwidth.
+__attribute__((target("avx512f"))) float FmaLoop(int64_t iters) {
+  __m512 acc[24];
+  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i) * 1e-3F);
+  __m512 a = _mm512_set1_ps(0.999999F);
+  const __m512 b = _mm512_set1_ps(1e-7F);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 24
+    for (int i = 0; i < 24; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+    __asm__ volatile("" : "+v"(a));
+  }
+  float sum = 0;
+  for (int i = 0; i < 24; ++i) sum += _mm512_reduce_add_ps(acc[i]);
+  return sum;
+}
+
+__attribute__((target("avx512f"))) float ReadLoop(const char* bytes, int64_t begin, int64_t end) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = begin; i < end; i += 256) {
+    a0 = _mm512_add_ps(a0, _mm512_load_ps(reinterpret_cast<const float*>(bytes + i)));
+    a1 = _mm512_add_ps(a1, _mm512_load_ps(reinterpret_cast<const float*>(bytes + i + 64)));
+    a2 = _mm512_add_ps(a2, _mm512_load_ps(reinterpret_cast<const float*>(bytes + i + 128)));
+    a3 = _mm512_add_ps(a3, _mm512_load_ps(reinterpret_cast<const float*>(bytes + i + 192)));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+double FmaPeakGflops(ThreadPool& pool) {
+  constexpr int64_t kIters = 20'000'000;
+  std::vector<float> sink(static_cast<size_t>(pool.num_threads()));
+  const double start = NowSeconds();
+  pool.RunTasks(pool.num_threads(), [&](int t) { sink[static_cast<size_t>(t)] = FmaLoop(kIters); });
+  const double seconds = NowSeconds() - start;
+  return static_cast<double>(kIters) * 24 * 32 * pool.num_threads() / seconds / 1e9;
+}
+
+double ReadBandwidthGbs(ThreadPool& pool, const Tensor& buffer) {
+  const auto* bytes = static_cast<const char*>(buffer.raw());
+  const int64_t size = static_cast<int64_t>(buffer.size_bytes()) / 4096 * 4096;
+  std::vector<float> sink(static_cast<size_t>(pool.num_threads()));
+  const double start = NowSeconds();
+  pool.ParallelFor(size, 4096,
+                   [&](int64_t begin, int64_t end) { sink[0] += ReadLoop(bytes, begin, end); });
+  return static_cast<double>(size) / (NowSeconds() - start) / 1e9;
+}
+
+struct Shape {
+  const char* name;
+  int64_t n, k;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options options = ParseArgs(argc, argv);
+  const Shape shapes[] = {{"qo_proj", 2048, 2048},
+                          {"kv_proj", 512, 2048},
+                          {"gate_up", 8192, 2048},
+                          {"down", 2048, 8192},
+                          {"lm_head", 128256, 2048}};
+  if (!options.json) {
+    std::printf("dtype %s, huge pages %s, detected ISA %s\n\n",
+                std::string(infer::DTypeName(options.dtype)).c_str(),
+                options.huge_pages ? "requested" : "off",
+                std::string(kernels::IsaName(kernels::DetectIsa())).c_str());
+    std::printf(
+        "| shape | n x k | m | isa | threads | best ms | mean ms | sd ms | best GB/s | best "
+        "GFLOP/s |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  }
+  if (!options.json && options.probe && kernels::IsaSupported(kernels::Isa::kAvx512)) {
+    const Tensor buffer = Tensor::Empty(DType::kBF16, {512 << 20}, options.huge_pages);
+    Fill(buffer);
+    for (int threads : options.threads) {
+      ThreadPool pool(threads);
+      double best_bw = 0;
+      for (int rep = 0; rep < 3; ++rep) best_bw = std::max(best_bw, ReadBandwidthGbs(pool, buffer));
+      std::printf("| probe | read bandwidth | - | avx512 | %d | - | - | - | %.1f | - |\n", threads,
+                  best_bw);
+      std::printf("| probe | f32 FMA peak | - | avx512 | %d | - | - | - | - | %.1f |\n", threads,
+                  FmaPeakGflops(pool));
+    }
+    std::printf("\nhuge-page resident with the probe buffer: %.0f MiB\n\n",
+                static_cast<double>(infer::HugePageResidentBytes()) / (1 << 20));
+  }
+  for (const Shape& shape : shapes) {
+    if (!options.shapes.empty() && std::find(options.shapes.begin(), options.shapes.end(),
+                                             shape.name) == options.shapes.end()) {
+      continue;
+    }
+    const size_t weight_bytes =
+        static_cast<size_t>(shape.n * shape.k) * infer::DTypeSize(options.dtype);
+    // m = 1 must stream from memory: cycle through copies worth >= 512 MiB so none is cached.
+    const bool streams = std::find(options.ms.begin(), options.ms.end(), 1) != options.ms.end();
+    const int copies =
+        streams ? static_cast<int>(std::max<size_t>(1, (512u << 20) / weight_bytes)) : 1;
+    std::vector<Tensor> weights;
+    for (int c = 0; c < copies; ++c) {
+      weights.push_back(Tensor::Empty(options.dtype, {shape.n, shape.k}, options.huge_pages));
+      Fill(weights.back());
+    }
+    for (int64_t m : options.ms) {
+      std::vector<float> x(static_cast<size_t>(m * shape.k), 0.01F);
+      std::vector<float> y(static_cast<size_t>(m * shape.n));
+      for (kernels::Isa isa : options.isas) {
+        kernels::SetActiveIsa(isa);
+        for (int threads : options.threads) {
+          ThreadPool pool(threads);
+          const int calls_per_rep = m == 1 ? copies * 4 : 1;
+          std::vector<double> times;
+          for (int rep = -1; rep < options.reps; ++rep) {  // rep -1 warms up
+            const double start = NowSeconds();
+            for (int call = 0; call < calls_per_rep; ++call) {
+              kernels::MatMul(x.data(), m, shape.k, shape.k, weights[call % copies], nullptr,
+                              y.data(), shape.n, pool);
+            }
+            if (rep >= 0) times.push_back((NowSeconds() - start) / calls_per_rep);
+          }
+          double mean = 0;
+          for (double t : times) mean += t;
+          mean /= static_cast<double>(times.size());
+          double var = 0;
+          for (double t : times) var += (t - mean) * (t - mean);
+          const double sd =
+              times.size() > 1 ? std::sqrt(var / static_cast<double>(times.size() - 1)) : 0.0;
+          const double best = *std::min_element(times.begin(), times.end());
+          const double gb_s = static_cast<double>(weight_bytes) / best / 1e9;
+          const double gflop_s = 2.0 * static_cast<double>(m * shape.n * shape.k) / best / 1e9;
+          if (options.json) {
+            std::printf(
+                "{\"shape\":\"%s\",\"n\":%lld,\"k\":%lld,\"m\":%lld,\"isa\":\"%s\",\"dtype\":\"%"
+                "s\","
+                "\"threads\":%d,\"reps\":%d,\"best_ns\":%.0f,\"avg_ns\":%.0f,\"stddev_ns\":%.0f,"
+                "\"best_gb_s\":%.2f,\"best_gflop_s\":%.2f}\n",
+                shape.name, static_cast<long long>(shape.n), static_cast<long long>(shape.k),
+                static_cast<long long>(m), std::string(kernels::IsaName(isa)).c_str(),
+                std::string(infer::DTypeName(options.dtype)).c_str(), threads, options.reps,
+                best * 1e9, mean * 1e9, sd * 1e9, gb_s, gflop_s);
+          } else {
+            std::printf("| %s | %lldx%lld | %lld | %s | %d | %.3f | %.3f | %.3f | %.1f | %.1f |\n",
+                        shape.name, static_cast<long long>(shape.n),
+                        static_cast<long long>(shape.k), static_cast<long long>(m),
+                        std::string(kernels::IsaName(isa)).c_str(), threads, best * 1e3, mean * 1e3,
+                        sd * 1e3, gb_s, gflop_s);
+          }
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  return 0;
+}
