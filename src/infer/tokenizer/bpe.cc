@@ -55,8 +55,8 @@ std::unique_ptr<Bpe> Bpe::Create(const nlohmann::json& model, TokenizerJson& dat
   int32_t max_id = -1;
   bpe->vocab_.reserve(data.vocab.size());
   for (auto& [token, id] : data.vocab) max_id = std::max(max_id, id);
-  bpe->id_to_token_.resize(static_cast<size_t>(max_id + 1));
-  bpe->has_token_.assign(static_cast<size_t>(max_id + 1), false);
+  bpe->id_to_token_.resize(static_cast<size_t>(max_id) + 1);
+  bpe->has_token_.assign(static_cast<size_t>(max_id) + 1, false);
   for (auto& [token, id] : data.vocab) {
     bpe->id_to_token_[id] = token;
     bpe->has_token_[id] = true;

@@ -130,7 +130,8 @@ class FuseDecoder : public Decoder {
   void DecodeChain(std::vector<std::string>& tokens) const override {
     std::string joined;
     for (const std::string& token : tokens) joined += token;
-    tokens.assign(1, std::move(joined));
+    tokens.clear();
+    tokens.push_back(std::move(joined));
   }
 };
 

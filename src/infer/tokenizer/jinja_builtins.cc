@@ -142,8 +142,8 @@ bool Builtins::Test(const std::string& name, const Value& v, const ValueList& ar
 
 Value Builtins::Method(const Value& object, const std::string& name, const ValueList& args,
                        const ValueDict& kwargs) {
-  const auto arg = [&](size_t i, const char* key, Value fallback = Value()) {
-    return Arg(args, kwargs, i, key, std::move(fallback));
+  const auto arg = [&](size_t i, const char* key, const Value& fallback = Value()) {
+    return Arg(args, kwargs, i, key, fallback);
   };
   if (object.IsUndefined()) FailUndefined(object);
   if (object.IsString()) {

@@ -129,8 +129,8 @@ std::string Indent(std::string text, const Value& width, bool first, bool blank)
 
 Value Builtins::Filter(const std::string& name, const Value& v, const ValueList& args,
                        const ValueDict& kwargs) {
-  const auto arg = [&](size_t i, const char* key, Value fallback = Value()) {
-    return Arg(args, kwargs, i, key, std::move(fallback));
+  const auto arg = [&](size_t i, const char* key, const Value& fallback = Value()) {
+    return Arg(args, kwargs, i, key, fallback);
   };
   if (name == "safe") return v;
   if (name == "string") return Value(v.Str());
@@ -235,7 +235,7 @@ Value Builtins::Filter(const std::string& name, const Value& v, const ValueList&
     ValueList out;
     const Value attribute = arg(99, "attribute", Value(None{}));
     if (!attribute.IsNone()) {
-      const Value fallback = arg(99, "default", Value());
+      Value fallback = arg(99, "default", Value());
       for (const Value& item : Iterate(v)) {
         Value mapped = AttributePath(item, attribute);
         out.push_back(mapped.IsUndefined() && !fallback.IsUndefined() ? fallback : mapped);
@@ -254,7 +254,7 @@ Value Builtins::Filter(const std::string& name, const Value& v, const ValueList&
   if (name == "rejectattr") return Value(SelectOrReject(v, args, false, true));
   if (name == "attr") return GetAttr(v, RequireString(arg(0, "name"), "attr"));
   if (name == "int") {
-    const Value fallback = arg(0, "default", Value(int64_t{0}));
+    Value fallback = arg(0, "default", Value(int64_t{0}));
     if (v.IsInt()) return v;
     if (v.IsBool()) return Value(int64_t{v.AsBool()});
     if (v.IsFloat()) return Value(static_cast<int64_t>(v.AsFloat()));
@@ -272,7 +272,7 @@ Value Builtins::Filter(const std::string& name, const Value& v, const ValueList&
     return fallback;
   }
   if (name == "float") {
-    const Value fallback = arg(0, "default", Value(0.0));
+    Value fallback = arg(0, "default", Value(0.0));
     if (v.IsNumber()) return Value(v.ToDouble());
     if (v.IsString()) {
       try {

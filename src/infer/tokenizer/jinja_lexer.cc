@@ -155,11 +155,11 @@ class Lexer {
       } else if (c == '\'' || c == '"') {
         pos = LexString(pos);
       } else {
-        static const char* kOperators[] = {"//", "**", "==", "!=", "<=", ">=", "+", "-", "*",
-                                           "/",  "%",  "~",  "(",  ")",  "[",  "]", "{", "}",
-                                           ".",  ",",  ":",  "|",  "=",  "<",  ">"};
+        static constexpr std::string_view kOperators[] = {
+            "//", "**", "==", "!=", "<=", ">=", "+", "-", "*", "/", "%", "~", "(",
+            ")",  "[",  "]",  "{",  "}",  ".",  ",", ":", "|", "=", "<", ">"};
         bool matched = false;
-        for (const char* op : kOperators) {
+        for (const std::string_view op : kOperators) {
           if (std::string_view(source_).substr(pos).starts_with(op)) {
             const std::string text(op);
             if (text == "(" || text == "[" || text == "{") ++depth;

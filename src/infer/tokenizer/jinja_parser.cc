@@ -11,24 +11,24 @@ namespace infer::jinja {
 namespace {
 
 const std::set<std::string>& KnownFilters() {
-  static const std::set<std::string> filters = {
+  static const std::set<std::string> kFilters = {
       "abs",    "attr",       "capitalize", "count",    "d",       "default", "dictsort",
       "e",      "escape",     "first",      "float",    "indent",  "int",     "items",
       "join",   "last",       "length",     "list",     "lower",   "map",     "max",
       "min",    "reject",     "rejectattr", "replace",  "reverse", "round",   "safe",
       "select", "selectattr", "sort",       "string",   "sum",     "title",   "tojson",
       "trim",   "unique",     "upper",      "wordcount"};
-  return filters;
+  return kFilters;
 }
 
 const std::set<std::string>& KnownTests() {
-  static const std::set<std::string> tests = {
+  static const std::set<std::string> kTests = {
       "boolean", "callable", "defined",  "divisibleby", "eq",   "equalto",   "even",
       "false",   "float",    "ge",       "gt",          "in",   "integer",   "iterable",
       "le",      "lower",    "lt",       "mapping",     "ne",   "none",      "number",
       "odd",     "sameas",   "sequence", "string",      "true", "undefined", "upper",
       "==",      "!=",       "<",        "<=",          ">",    ">="};
-  return tests;
+  return kTests;
 }
 
 class Parser {

@@ -10,7 +10,7 @@
 namespace infer::jinja {
 
 Value Arg(const ValueList& args, const ValueDict& kwargs, size_t index, const char* name,
-          Value fallback) {
+          const Value& fallback) {
   for (const auto& [key, value] : kwargs)
     if (key == name) return value;
   return index < args.size() ? args[index] : fallback;

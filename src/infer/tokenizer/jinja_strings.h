@@ -10,7 +10,7 @@ namespace infer::jinja {
 
 // Positional-or-keyword argument `index`/`name` of a call, or `fallback`.
 Value Arg(const ValueList& args, const ValueDict& kwargs, size_t index, const char* name,
-          Value fallback = Value());
+          const Value& fallback = Value());
 const std::string& RequireString(const Value& value, const char* what);
 int64_t RequireInt(const Value& value, const char* what);
 

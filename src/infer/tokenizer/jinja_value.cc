@@ -176,7 +176,7 @@ void AppendJson(const Value& value, int indent, int depth, const std::string& it
                 const std::string& key_separator, bool sort_keys, std::string& out) {
   const auto newline = [&](int level) {
     out += '\n';
-    out.append(static_cast<size_t>(indent * level), ' ');
+    out.append(static_cast<size_t>(indent) * static_cast<size_t>(level), ' ');
   };
   if (value.IsNone()) {
     out += "null";

@@ -199,7 +199,11 @@ class Metaspace : public PreTokenizer {
           out += c;
       }
       const bool prepend = scheme_ == "always" || (scheme_ == "first" && piece.at_input_start);
-      if (prepend && !out.starts_with(replacement_)) out = replacement_ + out;
+      if (prepend && !out.starts_with(replacement_)) {
+        std::string prefixed = replacement_;
+        prefixed += out;
+        out = std::move(prefixed);
+      }
       piece.text = std::move(out);
     }
     if (split_)

@@ -150,7 +150,7 @@ bool IsPythonSpace(char32_t cp) {
 }
 
 const std::array<char32_t, 256>& ByteToUnicode() {
-  static const std::array<char32_t, 256> table = [] {
+  static const std::array<char32_t, 256> kTable = [] {
     std::array<char32_t, 256> t{};
     char32_t next = 256;
     for (int b = 0; b < 256; ++b) {
@@ -159,17 +159,17 @@ const std::array<char32_t, 256>& ByteToUnicode() {
     }
     return t;
   }();
-  return table;
+  return kTable;
 }
 
 int UnicodeToByte(char32_t cp) {
-  static const std::vector<int> inverse = [] {
+  static const std::vector<int> kInverse = [] {
     std::vector<int> inv(512, -1);
     const auto& table = ByteToUnicode();
     for (int b = 0; b < 256; ++b) inv[table[b]] = b;
     return inv;
   }();
-  return cp < inverse.size() ? inverse[cp] : -1;
+  return cp < kInverse.size() ? kInverse[cp] : -1;
 }
 
 }  // namespace infer
