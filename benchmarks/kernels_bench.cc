@@ -4,7 +4,7 @@
 //
 //   kernels_bench [--json] [--isa=avx512,avx2] [--threads=1,2] [--m=1,512] [--reps=N]
 //                 [--dtype=bf16|f16|f32] [--shape=qo_proj,kv_proj,gate_up,down,lm_head]
-//                 [--no-huge-pages] [--no-probe]
+//                 [--no-huge-pages] [--no-probe] [--no-attention]
 #include <immintrin.h>
 
 #include <algorithm>
@@ -38,6 +38,7 @@ struct Options {
   bool huge_pages = true;
   std::vector<std::string> shapes;  // empty: all
   bool probe = true;
+  bool attention = true;
 };
 
 std::vector<std::string> Split(const std::string& s) {
@@ -69,6 +70,8 @@ Options ParseArgs(int argc, char** argv) {
     };
     if (arg == "--json") {
       options.json = true;
+    } else if (arg == "--no-attention") {
+      options.attention = false;
     } else if (arg == "--no-probe") {
       options.probe = false;
     } else if (const char* v = value("--shape=")) {
@@ -89,11 +92,11 @@ Options ParseArgs(int argc, char** argv) {
       const std::string d = v;
       options.dtype = d == "f32" ? DType::kF32 : d == "f16" ? DType::kF16 : DType::kBF16;
     } else {
-      std::fprintf(
-          stderr,
-          "usage: %s [--json] [--isa=avx512,avx2] [--threads=1,2] [--m=1,512] "
-          "[--reps=N] [--dtype=bf16|f16|f32] [--shape=a,b] [--no-huge-pages] [--no-probe]\n",
-          argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--json] [--isa=avx512,avx2] [--threads=1,2] [--m=1,512] "
+                   "[--reps=N] [--dtype=bf16|f16|f32] [--shape=a,b] [--no-huge-pages] [--no-probe] "
+                   "[--no-attention]\n",
+                   argv[0]);
       std::exit(2);
     }
   }
@@ -274,6 +277,54 @@ int main(int argc, char** argv) {
                         sd * 1e3, gb_s, gflop_s);
           }
           std::fflush(stdout);
+        }
+      }
+    }
+  }
+  if (!options.json && options.attention) {
+    // Attention at Llama-3.2-1B shape (32 q heads, 8 kv heads, head_dim 64), one layer.
+    std::printf(
+        "\n| attention | tokens | first_pos | isa | threads | best ms | mean ms | sd ms | GFLOP/s "
+        "|\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|\n");
+    kernels::AttentionParams params{
+        .num_heads = 32, .num_kv_heads = 8, .head_dim = 64, .scale = 0.125F};
+    const int64_t max_seq = 1024;
+    std::vector<float> k_cache(static_cast<size_t>(8 * max_seq * 64), 0.01F);
+    std::vector<float> v_cache(k_cache.size(), 0.02F);
+    std::vector<float> q(static_cast<size_t>(512 * 32 * 64), 0.03F);
+    std::vector<float> out(q.size());
+    for (auto [tokens, first] : {std::pair<int64_t, int64_t>{512, 0}, {1, 511}}) {
+      for (kernels::Isa isa : options.isas) {
+        kernels::SetActiveIsa(isa);
+        for (int threads : options.threads) {
+          ThreadPool pool(threads);
+          std::vector<double> times;
+          const int calls = tokens == 1 ? 200 : 1;
+          for (int rep = -1; rep < options.reps; ++rep) {
+            const double start = NowSeconds();
+            for (int c = 0; c < calls; ++c) {
+              kernels::Attention(q.data(), tokens, first, k_cache.data(), v_cache.data(),
+                                 max_seq * 64, params, out.data(), pool);
+            }
+            if (rep >= 0) times.push_back((NowSeconds() - start) / calls);
+          }
+          double mean = 0;
+          for (double t : times) mean += t;
+          mean /= static_cast<double>(times.size());
+          double var = 0;
+          for (double t : times) var += (t - mean) * (t - mean);
+          const double sd =
+              times.size() > 1 ? std::sqrt(var / static_cast<double>(times.size() - 1)) : 0.0;
+          const double best = *std::min_element(times.begin(), times.end());
+          // q.k and p.v: 2 x 2 x head_dim flops per (query head, visible key).
+          double pairs = 0;
+          for (int64_t t = 0; t < tokens; ++t) pairs += static_cast<double>(first + t + 1);
+          const double gflop_s = pairs * 32 * 4 * 64 / best / 1e9;
+          std::printf("| llama | %lld | %lld | %s | %d | %.3f | %.3f | %.3f | %.1f |\n",
+                      static_cast<long long>(tokens), static_cast<long long>(first),
+                      std::string(kernels::IsaName(isa)).c_str(), threads, best * 1e3, mean * 1e3,
+                      sd * 1e3, gflop_s);
         }
       }
     }

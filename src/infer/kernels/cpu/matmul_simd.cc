@@ -372,39 +372,6 @@ inline V LoadRow(const Storage<kDType>* p) {
   }
 }
 
-#if defined(__AVX512F__)
-// In-register transpose of a 16 x 16 f32 block (r[i] holds row i; afterwards column i).
-inline void Transpose16x16(V r[16]) {
-  V t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  auto lo_pd = [](V a, V b) {
-    return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
-  };
-  auto hi_pd = [](V a, V b) {
-    return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
-  };
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = lo_pd(t[i], t[i + 2]);
-    r[i + 1] = hi_pd(t[i], t[i + 2]);
-    r[i + 2] = lo_pd(t[i + 1], t[i + 3]);
-    r[i + 3] = hi_pd(t[i + 1], t[i + 3]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
-    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
-  }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
-  }
-}
-#endif
-
 // Weight rows [n0, n0 + kNr) x columns [k0, k0 + kc) into [kc][kNr] f32, zero past n_end.
 template <DType kDType>
 void PackW(const Storage<kDType>* w, int64_t k, int64_t n0, int64_t n_end, int64_t k0, int64_t kc,

@@ -25,6 +25,12 @@ inline V Set1(float v) { return _mm512_set1_ps(v); }
 inline V Load(const float* p) { return _mm512_loadu_ps(p); }
 inline void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
 inline V LoadN(const float* p, int64_t n) { return _mm512_maskz_loadu_ps(FirstN(n), p); }
+// Lanes >= n take `fill`.
+inline V LoadNOr(const float* p, int64_t n, float fill) {
+  return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), FirstN(n), p);
+}
+// Lanes >= n set to zero.
+inline V KeepFirstN(V v, int64_t n) { return _mm512_maskz_mov_ps(FirstN(n), v); }
 inline void StoreN(float* p, V v, int64_t n) { _mm512_mask_storeu_ps(p, FirstN(n), v); }
 inline V Add(V a, V b) { return _mm512_add_ps(a, b); }
 inline V Sub(V a, V b) { return _mm512_sub_ps(a, b); }
@@ -69,6 +75,37 @@ inline void LoadBf16EvenOdd(const uint16_t* p, V& even, V& odd) {
       _mm512_castsi512_ps(_mm512_and_si512(raw, _mm512_set1_epi32(static_cast<int>(0xffff0000u))));
 }
 
+// In-register transpose of a 16 x 16 f32 block (r[i] holds row i; afterwards column i).
+inline void Transpose16x16(V r[16]) {
+  V t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  auto lo_pd = [](V a, V b) {
+    return _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+  };
+  auto hi_pd = [](V a, V b) {
+    return _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(a), _mm512_castps_pd(b)));
+  };
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = lo_pd(t[i], t[i + 2]);
+    r[i + 1] = hi_pd(t[i], t[i + 2]);
+    r[i + 2] = lo_pd(t[i + 1], t[i + 3]);
+    r[i + 3] = hi_pd(t[i + 1], t[i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+  }
+}
+
 #elif defined(__AVX2__)
 
 using V = __m256;
@@ -84,6 +121,12 @@ inline V Set1(float v) { return _mm256_set1_ps(v); }
 inline V Load(const float* p) { return _mm256_loadu_ps(p); }
 inline void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
 inline V LoadN(const float* p, int64_t n) { return _mm256_maskload_ps(p, FirstNMask(n)); }
+inline V LoadNOr(const float* p, int64_t n, float fill) {
+  const __m256i mask = FirstNMask(n);
+  return _mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(p, mask),
+                          _mm256_castsi256_ps(mask));
+}
+inline V KeepFirstN(V v, int64_t n) { return _mm256_and_ps(v, _mm256_castsi256_ps(FirstNMask(n))); }
 inline void StoreN(float* p, V v, int64_t n) { _mm256_maskstore_ps(p, FirstNMask(n), v); }
 inline V Add(V a, V b) { return _mm256_add_ps(a, b); }
 inline V Sub(V a, V b) { return _mm256_sub_ps(a, b); }
