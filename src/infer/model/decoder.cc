@@ -1,0 +1,193 @@
+#include "infer/model/decoder.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "infer/core/error.h"
+#include "infer/kernels/ops.h"
+#include "infer/model/rope.h"
+
+namespace infer {
+
+namespace {
+
+// HF multiplies embeddings by embed_scale cast to the weight dtype (sqrt(1152) = 33.94
+// becomes 34.0 in bf16).
+float RoundToDType(double value, DType dtype) {
+  const auto as_float = static_cast<float>(value);
+  switch (dtype) {
+    case DType::kBF16:
+      return Bf16ToF32(F32ToBf16(as_float));
+    case DType::kF16:
+      return F16ToF32(F32ToF16(as_float));
+    default:
+      return as_float;
+  }
+}
+
+bool SameRope(const RopeConfig& a, const RopeConfig& b) {
+  return a.theta == b.theta && a.scaling == b.scaling && a.factor == b.factor &&
+         a.low_freq_factor == b.low_freq_factor && a.high_freq_factor == b.high_freq_factor &&
+         a.original_max_position_embeddings == b.original_max_position_embeddings;
+}
+
+const Tensor* OptionalTensor(const Tensor& tensor) {
+  return tensor.raw() != nullptr ? &tensor : nullptr;
+}
+
+}  // namespace
+
+Decoder::Decoder(const LoadedModel& model, ThreadPool& pool)
+    : config_(model.config), weights_(model.weights), pool_(pool) {
+  embed_scale_ = RoundToDType(config_.embed_scale, weights_.embed_tokens.dtype());
+  norm_weight_offset_ = config_.norm_style == NormStyle::kOffsetInF32 ? 1.0F : 0.0F;
+  std::vector<RopeConfig> distinct;
+  for (const LayerConfig& layer : config_.layers) {
+    auto it = std::find_if(distinct.begin(), distinct.end(),
+                           [&](const RopeConfig& rope) { return SameRope(rope, layer.rope); });
+    if (it == distinct.end()) {
+      distinct.push_back(layer.rope);
+      it = distinct.end() - 1;
+    }
+    layer_rope_.push_back(static_cast<size_t>(it - distinct.begin()));
+  }
+  for (const RopeConfig& rope : distinct) {
+    inv_freqs_.push_back(RopeInverseFrequencies(rope, config_.head_dim));
+  }
+  rope_cos_.resize(distinct.size());
+  rope_sin_.resize(distinct.size());
+}
+
+void Decoder::EnsureScratch(int64_t num_tokens) {
+  if (num_tokens <= scratch_tokens_) return;
+  const auto n = static_cast<size_t>(num_tokens);
+  hidden_.resize(n * config_.hidden_size);
+  normed_.resize(n * config_.hidden_size);
+  proj_.resize(n * config_.hidden_size);
+  q_.resize(n * config_.q_dim());
+  attn_.resize(n * config_.q_dim());
+  k_.resize(n * config_.kv_dim());
+  v_.resize(n * config_.kv_dim());
+  gate_.resize(n * config_.intermediate_size);
+  up_.resize(n * config_.intermediate_size);
+  scratch_tokens_ = num_tokens;
+}
+
+void Decoder::Forward(std::span<const int32_t> tokens, KvCache& cache, int64_t seq_idx,
+                      LogitsMode mode, std::vector<float>& logits) {
+  const auto num_tokens = static_cast<int64_t>(tokens.size());
+  INFER_CHECK(num_tokens > 0, "forward needs at least one token");
+  const int64_t first_pos = cache.seq_len(seq_idx);
+  INFER_CHECK(first_pos + num_tokens <= cache.max_seq_len(),
+              "sequence of {} tokens exceeds the KV cache's max_seq_len {}", first_pos + num_tokens,
+              cache.max_seq_len());
+  INFER_CHECK(cache.num_layers() == config_.num_layers &&
+                  cache.num_kv_heads() == config_.num_kv_heads &&
+                  cache.head_dim() == config_.head_dim,
+              "KV cache shape does not match the model");
+  EnsureScratch(num_tokens);
+  const int64_t hidden = config_.hidden_size;
+
+  kernels::Embed(weights_.embed_tokens, tokens.data(), num_tokens, embed_scale_, hidden_.data());
+  for (size_t r = 0; r < inv_freqs_.size(); ++r) {
+    RopeTables(inv_freqs_[r], first_pos, num_tokens, rope_cos_[r], rope_sin_[r]);
+  }
+  for (int64_t layer_idx = 0; layer_idx < config_.num_layers; ++layer_idx) {
+    ForwardLayer(layer_idx, num_tokens, first_pos, cache, seq_idx);
+  }
+  cache.Advance(seq_idx, num_tokens);
+
+  const int64_t first_row = mode == LogitsMode::kLastPosition ? num_tokens - 1 : 0;
+  const int64_t num_rows = num_tokens - first_row;
+  const float* rows = hidden_.data() + first_row * hidden;
+  kernels::RmsNorm(rows, num_rows, hidden, weights_.final_norm,
+                   static_cast<float>(config_.rms_norm_eps), norm_weight_offset_, normed_.data());
+  logits.resize(static_cast<size_t>(num_rows * config_.vocab_size));
+  kernels::MatMul(normed_.data(), num_rows, hidden, hidden, weights_.lm_head, nullptr,
+                  logits.data(), config_.vocab_size, pool_);
+  if (config_.final_logit_softcap > 0) {
+    kernels::SoftCap(logits.data(), static_cast<int64_t>(logits.size()),
+                     static_cast<float>(config_.final_logit_softcap));
+  }
+}
+
+void Decoder::ForwardUncached(std::span<const int32_t> tokens, LogitsMode mode,
+                              std::vector<float>& logits) {
+  KvCache scratch_cache = KvCache::FromModelConfig(
+      config_, 1, std::max<int64_t>(1, static_cast<int64_t>(tokens.size())));
+  Forward(tokens, scratch_cache, 0, mode, logits);
+}
+
+void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens, int64_t first_pos, KvCache& cache,
+                           int64_t seq_idx) {
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer_idx)];
+  const LayerConfig& layer = config_.layers[static_cast<size_t>(layer_idx)];
+  const int64_t hidden = config_.hidden_size;
+  const int64_t q_dim = config_.q_dim();
+  const int64_t kv_dim = config_.kv_dim();
+  const int64_t head_dim = config_.head_dim;
+  const int64_t inter = config_.intermediate_size;
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  const int64_t n = num_tokens;
+
+  // Attention block.
+  kernels::RmsNorm(hidden_.data(), n, hidden, w.attn_norm, eps, norm_weight_offset_,
+                   normed_.data());
+  kernels::MatMul(normed_.data(), n, hidden, hidden, w.q_proj, OptionalTensor(w.q_bias), q_.data(),
+                  q_dim, pool_);
+  kernels::MatMul(normed_.data(), n, hidden, hidden, w.k_proj, OptionalTensor(w.k_bias), k_.data(),
+                  kv_dim, pool_);
+  kernels::MatMul(normed_.data(), n, hidden, hidden, w.v_proj, OptionalTensor(w.v_bias), v_.data(),
+                  kv_dim, pool_);
+  if (config_.qk_norm) {
+    // Per head over head_dim, before RoPE.
+    kernels::RmsNorm(q_.data(), n * config_.num_heads, head_dim, w.q_norm, eps, norm_weight_offset_,
+                     q_.data());
+    kernels::RmsNorm(k_.data(), n * config_.num_kv_heads, head_dim, w.k_norm, eps,
+                     norm_weight_offset_, k_.data());
+  }
+  const size_t rope = layer_rope_[static_cast<size_t>(layer_idx)];
+  kernels::Rope(q_.data(), n, config_.num_heads, head_dim, q_dim, rope_cos_[rope].data(),
+                rope_sin_[rope].data());
+  kernels::Rope(k_.data(), n, config_.num_kv_heads, head_dim, kv_dim, rope_cos_[rope].data(),
+                rope_sin_[rope].data());
+  cache.Update(layer_idx, seq_idx, k_.data(), v_.data(), n);
+
+  kernels::AttentionParams params;
+  params.num_heads = config_.num_heads;
+  params.num_kv_heads = config_.num_kv_heads;
+  params.head_dim = head_dim;
+  params.scale = static_cast<float>(config_.query_scale);
+  params.sliding_window = layer.sliding_window;
+  kernels::Attention(q_.data(), n, first_pos, cache.Keys(layer_idx, seq_idx),
+                     cache.Values(layer_idx, seq_idx), cache.kv_head_stride(), params, attn_.data(),
+                     pool_);
+  kernels::MatMul(attn_.data(), n, q_dim, q_dim, w.o_proj, OptionalTensor(w.o_bias), proj_.data(),
+                  hidden, pool_);
+  if (config_.sandwich_norms) {
+    kernels::RmsNorm(proj_.data(), n, hidden, w.attn_post_norm, eps, norm_weight_offset_,
+                     proj_.data());
+  }
+  kernels::Add(hidden_.data(), proj_.data(), n * hidden);
+
+  // MLP block.
+  kernels::RmsNorm(hidden_.data(), n, hidden, w.mlp_norm, eps, norm_weight_offset_, normed_.data());
+  kernels::MatMul(normed_.data(), n, hidden, hidden, w.gate_proj, OptionalTensor(w.gate_bias),
+                  gate_.data(), inter, pool_);
+  kernels::MatMul(normed_.data(), n, hidden, hidden, w.up_proj, OptionalTensor(w.up_bias),
+                  up_.data(), inter, pool_);
+  if (config_.activation == Activation::kSilu) {
+    kernels::SiluMul(gate_.data(), up_.data(), gate_.data(), n * inter);
+  } else {
+    kernels::GeluTanhMul(gate_.data(), up_.data(), gate_.data(), n * inter);
+  }
+  kernels::MatMul(gate_.data(), n, inter, inter, w.down_proj, OptionalTensor(w.down_bias),
+                  proj_.data(), hidden, pool_);
+  if (config_.sandwich_norms) {
+    kernels::RmsNorm(proj_.data(), n, hidden, w.mlp_post_norm, eps, norm_weight_offset_,
+                     proj_.data());
+  }
+  kernels::Add(hidden_.data(), proj_.data(), n * hidden);
+}
+
+}  // namespace infer
