@@ -57,6 +57,7 @@ constexpr int64_t kGemvMaxM = 4;
 constexpr int kGemvRows = 4;
 constexpr int64_t kGemvSingleRowMaxK = 4096;
 constexpr int64_t kTilePrefetchBytes = 1024;
+constexpr int64_t kGemvTasksPerThread = 4;
 // Software prefetch distance along the weight stream: covers memory latency at ~20 GB/s per
 // core, and runs on into the next row (the hardware prefetchers stop at 4 KiB pages).
 constexpr int64_t kPrefetchBytes = 2048;
@@ -225,8 +226,14 @@ void Gemv(const float* x, int64_t m, int64_t k, int64_t x_stride, const Storage<
   const int64_t k_pad = (k + kChunk - 1) / kChunk * kChunk;
   float* xs = tls_x_scratch.Floats(static_cast<size_t>(m * k_pad));
   PrepareX(x, m, k, x_stride, kDType == DType::kBF16, k_pad, xs);
-  // Rows in chunks of 64 so that threads split the weights into large contiguous blocks.
-  pool.ParallelFor(n, 64, [&](int64_t n_begin, int64_t n_end) {
+  // About kGemvTasksPerThread contiguous blocks of rows per thread (whole tiles, at least 64
+  // rows), claimed dynamically so that a thread slowed by the shared host takes fewer.
+  const int64_t rows_per_task = std::max<int64_t>(
+      64, (n / (kGemvTasksPerThread * pool.num_threads()) + kGemvRows - 1) / kGemvRows * kGemvRows);
+  const int64_t num_tasks = (n + rows_per_task - 1) / rows_per_task;
+  pool.RunTasks(static_cast<int>(num_tasks), [&](int task) {
+    const int64_t n_begin = task * rows_per_task;
+    const int64_t n_end = std::min(n, n_begin + rows_per_task);
     int64_t row = n_begin;
     if (k > kGemvSingleRowMaxK) {
       for (; row + kGemvRows <= n_end; row += kGemvRows) {
@@ -413,7 +420,12 @@ void Gemm(const float* x, int64_t m, int64_t k, int64_t x_stride, const Storage<
   float* xpack = tls_x_scratch.Floats(static_cast<size_t>(num_panels * k * kMr));
   pool.RunTasks(static_cast<int>(num_panels),
                 [&](int p) { PackX(x, m, k, x_stride, p, xpack + p * k * kMr); });
-  pool.ParallelFor(n, kNr, [&](int64_t n_begin, int64_t n_end) {
+  // One task per kNc output features, claimed dynamically (a busy core on the shared host
+  // then takes fewer).
+  const int64_t num_tasks = (n + kNc - 1) / kNc;
+  pool.RunTasks(static_cast<int>(num_tasks), [&](int task) {
+    const int64_t n_begin = task * kNc;
+    const int64_t n_end = std::min(n, n_begin + kNc);
     float* wpack = tls_w_scratch.Floats(static_cast<size_t>(kNc * kKc));
     for (int64_t nc0 = n_begin; nc0 < n_end; nc0 += kNc) {
       const int64_t nc_end = std::min(n_end, nc0 + kNc);
