@@ -6,7 +6,7 @@
 
 namespace infer::cli {
 
-void AddModelOptions(CLI::App& command, ModelArgs& args) {
+void AddModelOptions(CLI::App& command, ModelArgs& args, bool add_threads) {
   command.add_option("--model", args.model, "Model folder or Hugging Face id (in the HF cache)")
       ->required();
   command
@@ -21,9 +21,33 @@ void AddModelOptions(CLI::App& command, ModelArgs& args) {
       ->capture_default_str();
   command.add_option("--dummy-seed", args.dummy_seed, "Seed of --load-format dummy weights")
       ->capture_default_str();
-  command.add_option("--threads", args.threads, "Compute threads (0: all CPUs)")
-      ->check(CLI::Range(0, 1024))
-      ->capture_default_str();
+  if (add_threads) {
+    command.add_option("--threads", args.threads, "Compute threads (0: all CPUs)")
+        ->check(CLI::Range(0, 1024))
+        ->capture_default_str();
+  }
+}
+
+std::vector<int32_t> ParseIdList(const std::string& text, const std::string& option) {
+  std::vector<int32_t> ids;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t end = text.find(',', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string item = text.substr(start, end - start);
+    size_t used = 0;
+    long long value = -1;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    INFER_CHECK(used == item.size() && !item.empty() && value >= 0 && value <= INT32_MAX,
+                "{}: '{}' is not a token id (a non-negative integer)", option, item);
+    ids.push_back(static_cast<int32_t>(value));
+    start = end + 1;
+  }
+  return ids;
 }
 
 LoadedModel LoadModelFromArgs(const ModelArgs& args, ThreadPool* pool) {

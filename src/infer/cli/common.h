@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -19,7 +20,10 @@ struct ModelArgs {
   int threads = 0;  // 0: all available CPUs
 };
 
-void AddModelOptions(CLI::App& command, ModelArgs& args);
+// add_threads=false leaves --threads to the command (bench takes a list).
+void AddModelOptions(CLI::App& command, ModelArgs& args, bool add_threads = true);
+// Parses "1,2,3" into ids; throws infer::Error naming the bad item.
+std::vector<int32_t> ParseIdList(const std::string& text, const std::string& option);
 // Loads the model named by args, logging the load time.
 LoadedModel LoadModelFromArgs(const ModelArgs& args, ThreadPool* pool);
 

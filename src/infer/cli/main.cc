@@ -10,6 +10,8 @@
 namespace infer::cli {
 void AddInspectCommand(CLI::App& app);
 void AddTokenizerCommands(CLI::App& app);
+void AddLogitsCommand(CLI::App& app);
+void AddBenchCommand(CLI::App& app);
 }  // namespace infer::cli
 
 int main(int argc, char** argv) {
@@ -18,6 +20,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   infer::cli::AddInspectCommand(app);
   infer::cli::AddTokenizerCommands(app);
+  infer::cli::AddLogitsCommand(app);
+  infer::cli::AddBenchCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

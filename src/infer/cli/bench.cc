@@ -1,0 +1,236 @@
+// `infer bench`: llama-bench-style prefill (ppN) and decode (tgN) throughput of the decoder
+// on a model (real or --load-format dummy), with warm-up, repetitions and mean +- sd.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "infer/cli/common.h"
+#include "infer/core/error.h"
+#include "infer/core/mapped_file.h"
+#include "infer/kernels/cpu/isa.h"
+#include "infer/model/decoder.h"
+
+namespace infer::cli {
+
+namespace {
+
+struct BenchArgs {
+  ModelArgs model;
+  std::vector<int64_t> prompt_tokens = {512};
+  int64_t gen_tokens = 128;
+  std::vector<int> threads = {0};
+  int repetitions = 5;
+  bool as_json = false;
+  std::string report;
+};
+
+struct Stats {
+  double mean = 0, sd = 0;
+};
+
+Stats Summarize(const std::vector<double>& values) {
+  Stats stats;
+  if (values.empty()) return stats;
+  stats.mean =
+      std::accumulate(values.begin(), values.end(), 0.0) / static_cast<double>(values.size());
+  double sum_sq = 0;
+  for (double v : values) sum_sq += (v - stats.mean) * (v - stats.mean);
+  stats.sd = values.size() > 1 ? std::sqrt(sum_sq / static_cast<double>(values.size() - 1)) : 0.0;
+  return stats;
+}
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// Deterministic pseudo-random token ids (no tokenizer needed).
+std::vector<int32_t> SyntheticPrompt(int64_t length, int64_t vocab) {
+  std::vector<int32_t> ids(static_cast<size_t>(length));
+  uint64_t state = 0x243f6a8885a308d3ull;
+  for (auto& id : ids) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    id = static_cast<int32_t>((state >> 33) % static_cast<uint64_t>(vocab));
+  }
+  return ids;
+}
+
+// Streams a buffer of `bytes` with the pool: what decode's weight reads can reach.
+double ProbeReadBandwidthGbS(ThreadPool& pool, size_t bytes) {
+  Tensor buffer =
+      Tensor::Empty(DType::kF32, {static_cast<int64_t>(bytes / 4)}, /*huge_pages=*/true);
+  std::fill_n(buffer.data<float>(), buffer.numel(), 1.0F);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<double> sums(static_cast<size_t>(pool.num_threads()), 0.0);
+    const auto start = std::chrono::steady_clock::now();
+    pool.RunTasks(pool.num_threads(), [&](int task) {
+      const int64_t chunk = buffer.numel() / pool.num_threads();
+      const float* data = buffer.data<float>() + task * chunk;
+      float acc[16] = {};
+      for (int64_t i = 0; i + 16 <= chunk; i += 16) {
+        for (int j = 0; j < 16; ++j) acc[j] += data[i + j];
+      }
+      sums[static_cast<size_t>(task)] = std::accumulate(acc, acc + 16, 0.0);
+    });
+    best = std::max(best, static_cast<double>(bytes) / Seconds(start) / 1e9);
+  }
+  return best;
+}
+
+std::string ModelName(const std::string& path) {
+  std::string name = path;
+  while (!name.empty() && name.back() == '/') name.pop_back();
+  const auto slash = name.find_last_of('/');
+  return slash == std::string::npos ? name : name.substr(slash + 1);
+}
+
+void RunBench(const BenchArgs& args) {
+  INFER_CHECK(args.repetitions >= 1, "--repetitions must be at least 1");
+  INFER_CHECK(args.gen_tokens >= 1, "--gen-tokens must be at least 1");
+  for (int64_t n : args.prompt_tokens) INFER_CHECK(n >= 1, "--prompt-tokens must be at least 1");
+  int max_threads = 0;
+  for (int t : args.threads) max_threads = std::max(max_threads, t == 0 ? AvailableCpus() : t);
+  ThreadPool load_pool(max_threads);
+  LoadedModel loaded = LoadModelFromArgs(args.model, &load_pool);
+  const ModelConfig& config = loaded.config;
+  const int64_t max_prompt =
+      *std::max_element(args.prompt_tokens.begin(), args.prompt_tokens.end());
+  INFER_CHECK(max_prompt + args.gen_tokens <= config.max_position_embeddings,
+              "--prompt-tokens + --gen-tokens ({}) exceed the model's context ({})",
+              max_prompt + args.gen_tokens, config.max_position_embeddings);
+  const double bandwidth_gb_s = ProbeReadBandwidthGbS(load_pool, size_t{1} << 30);
+  const double weight_gb_per_token = static_cast<double>(loaded.weight_bytes) / 1e9;
+  const std::string isa(kernels::IsaName(kernels::ActiveIsa()));
+  const double huge_page_fraction = static_cast<double>(HugePageResidentBytes()) /
+                                    static_cast<double>(std::max<int64_t>(1, loaded.weight_bytes));
+
+  nlohmann::json results = nlohmann::json::array();
+  std::string table = fmt::format("| {:<24} | {:>7} | {:>5} | {:>7} | {:>7} | {:>18} |\n", "model",
+                                  "params", "dtype", "threads", "test", "t/s");
+  table += fmt::format("| {:-<24} | {:->7} | {:->5} | {:->7} | {:->7} | {:->18} |\n", "", "", "",
+                       "", "", "");
+  const std::string params =
+      fmt::format("{:.2f}B", static_cast<double>(ParameterCount(config)) / 1e9);
+  for (int requested_threads : args.threads) {
+    ThreadPool pool(requested_threads);
+    Decoder decoder(loaded, pool);
+    std::vector<float> logits;
+    {  // Warm-up: touches every weight page and sizes the scratch buffers.
+      KvCache cache = KvCache::FromModelConfig(config, 1, 64);
+      decoder.Forward(SyntheticPrompt(16, config.vocab_size), cache, 0, LogitsMode::kLastPosition,
+                      logits);
+      for (int i = 0; i < 4; ++i) {
+        const int32_t next = 1;
+        decoder.Forward(std::span(&next, 1), cache, 0, LogitsMode::kLastPosition, logits);
+      }
+    }
+    for (int64_t prompt_tokens : args.prompt_tokens) {
+      const std::vector<int32_t> prompt = SyntheticPrompt(prompt_tokens, config.vocab_size);
+      std::vector<double> prefill_tok_s, decode_tok_s;
+      for (int rep = 0; rep < args.repetitions; ++rep) {
+        KvCache cache = KvCache::FromModelConfig(config, 1, prompt_tokens + args.gen_tokens);
+        auto start = std::chrono::steady_clock::now();
+        decoder.Forward(prompt, cache, 0, LogitsMode::kLastPosition, logits);
+        prefill_tok_s.push_back(static_cast<double>(prompt_tokens) / Seconds(start));
+        start = std::chrono::steady_clock::now();
+        for (int64_t i = 0; i < args.gen_tokens; ++i) {
+          const auto next =
+              static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+          decoder.Forward(std::span(&next, 1), cache, 0, LogitsMode::kLastPosition, logits);
+        }
+        decode_tok_s.push_back(static_cast<double>(args.gen_tokens) / Seconds(start));
+        if (!args.as_json) {
+          std::fprintf(stderr, "\r%s threads=%d pp%lld rep %d/%d: %.1f / %.1f tok/s   ",
+                       ModelName(loaded.path).c_str(), pool.num_threads(),
+                       static_cast<long long>(prompt_tokens), rep + 1, args.repetitions,
+                       prefill_tok_s.back(), decode_tok_s.back());
+        }
+      }
+      if (!args.as_json) std::fprintf(stderr, "\n");
+      const Stats prefill = Summarize(prefill_tok_s);
+      const Stats decode = Summarize(decode_tok_s);
+      table += fmt::format("| {:<24} | {:>7} | {:>5} | {:>7} | {:>7} | {:>18} |\n",
+                           ModelName(loaded.path), params, DTypeName(loaded.weight_dtype),
+                           pool.num_threads(), fmt::format("pp{}", prompt_tokens),
+                           fmt::format("{:.2f} ± {:.2f}", prefill.mean, prefill.sd));
+      table += fmt::format("| {:<24} | {:>7} | {:>5} | {:>7} | {:>7} | {:>18} |\n",
+                           ModelName(loaded.path), params, DTypeName(loaded.weight_dtype),
+                           pool.num_threads(), fmt::format("tg{}", args.gen_tokens),
+                           fmt::format("{:.2f} ± {:.2f}", decode.mean, decode.sd));
+      results.push_back({{"threads", pool.num_threads()},
+                         {"prompt_tokens", prompt_tokens},
+                         {"gen_tokens", args.gen_tokens},
+                         {"repetitions", args.repetitions},
+                         {"prefill_tok_s", prefill.mean},
+                         {"prefill_tok_s_sd", prefill.sd},
+                         {"decode_tok_s", decode.mean},
+                         {"decode_tok_s_sd", decode.sd},
+                         {"prefill_tok_s_samples", prefill_tok_s},
+                         {"decode_tok_s_samples", decode_tok_s},
+                         {"decode_gb_s", decode.mean * weight_gb_per_token}});
+    }
+  }
+  const std::time_t now = std::time(nullptr);
+  char timestamp[32];
+  std::strftime(timestamp, sizeof(timestamp), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  nlohmann::json report = results.front();
+  report.update({{"model", ModelName(loaded.path)},
+                 {"model_path", loaded.path},
+                 {"load_format", args.model.load_format},
+                 {"weights_placement", args.model.weights_placement},
+                 {"parameters", ParameterCount(config)},
+                 {"weight_dtype", DTypeName(loaded.weight_dtype)},
+                 {"weight_bytes", loaded.weight_bytes},
+                 {"isa", isa},
+                 {"huge_page_fraction", huge_page_fraction},
+                 {"read_bandwidth_gb_s", bandwidth_gb_s},
+                 {"decode_ceiling_tok_s", bandwidth_gb_s / weight_gb_per_token},
+                 {"timestamp", timestamp},
+                 {"results", results}});
+  if (!args.report.empty()) {
+    std::ofstream out(args.report);
+    INFER_CHECK(out.good(), "--report {}: cannot open for writing", args.report);
+    out << report.dump(2) << "\n";
+  }
+  if (args.as_json) {
+    std::printf("%s\n", report.dump(2).c_str());
+    return;
+  }
+  std::printf("%s", table.c_str());
+  std::printf(
+      "\nisa %s, weights %s (%.0f%% in huge pages), read bandwidth %.1f GB/s -> decode ceiling "
+      "%.1f tok/s\n",
+      isa.c_str(), args.model.weights_placement.c_str(), 100.0 * huge_page_fraction, bandwidth_gb_s,
+      bandwidth_gb_s / weight_gb_per_token);
+}
+
+}  // namespace
+
+void AddBenchCommand(CLI::App& app) {
+  auto* command = app.add_subcommand("bench", "Prefill and decode throughput (llama-bench style)");
+  auto args = std::make_shared<BenchArgs>();
+  AddModelOptions(*command, args->model, /*add_threads=*/false);
+  command->add_option("--prompt-tokens", args->prompt_tokens, "Prompt lengths (ppN), e.g. 128,512")
+      ->delimiter(',')
+      ->capture_default_str();
+  command->add_option("--gen-tokens", args->gen_tokens, "Generated tokens (tgN)")
+      ->capture_default_str();
+  command->add_option("--threads", args->threads, "Thread counts, e.g. 1,2 (0: all CPUs)")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  command->add_option("--repetitions", args->repetitions, "Timed repetitions per test")
+      ->capture_default_str();
+  command->add_flag("--json", args->as_json, "Print one JSON object");
+  command->add_option("--report", args->report, "Also write the JSON report to this file");
+  command->callback([args] { RunBench(*args); });
+}
+
+}  // namespace infer::cli
