@@ -1,0 +1,16 @@
+// The transformer decoder (model/decoder.h) behind the LanguageModel interface, with the
+// contiguous KV cache (one row per sequence) or the uncached recompute path.
+#pragma once
+
+#include <memory>
+
+#include "infer/core/thread_pool.h"
+#include "infer/engine/language_model.h"
+#include "infer/loader/weights.h"
+
+namespace infer {
+
+// `model` and `pool` must outlive the returned object.
+std::unique_ptr<LanguageModel> MakeDecoderModel(const LoadedModel& model, ThreadPool& pool);
+
+}  // namespace infer

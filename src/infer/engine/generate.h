@@ -1,0 +1,70 @@
+// Autoregressive generation: prefill the prompt, then sample one token per step until EOS, a
+// stop string or max_new_tokens; single prompts and batches (rows finish independently).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "infer/engine/language_model.h"
+#include "infer/engine/sampling_params.h"
+#include "infer/tokenizer/tokenizer.h"
+
+namespace infer {
+
+enum class FinishReason { kEos, kStop, kLength };
+// "eos", "stop", "length".
+std::string_view FinishReasonName(FinishReason reason);
+
+struct GenerationTiming {
+  // First forward pass over the prompt plus sampling the first token (time to first token).
+  double prefill_time_s = 0.0;
+  // Forward pass of each later step (sampling excluded); generated_tokens - 1 entries.
+  std::vector<double> decode_times_s;
+
+  double decode_time_s() const;
+  double total_time_s() const { return prefill_time_s + decode_time_s(); }
+};
+
+struct GenerationResult {
+  std::vector<int32_t> token_ids;  // generated ids (prompt excluded), EOS included when hit
+  std::string text;                // decoded (special tokens skipped), cut before a stop string
+  FinishReason finish_reason = FinishReason::kLength;
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;
+  GenerationTiming timing;
+};
+
+struct GenerateOptions {
+  bool use_kv_cache = true;
+  // Ids that end generation (LoadEosTokenIds); empty: only stop strings and length do.
+  std::vector<int32_t> eos_token_ids;
+  // Receives text of row `row` as soon as it is final (see OutputText::TakeStable).
+  std::function<void(size_t row, std::string_view text)> on_text;
+};
+
+// `tokenizer` may be null: the text is then empty and `params.stop` must be empty. Throws
+// infer::Error for invalid params, an empty prompt, ids outside the vocab, or prompt +
+// max_new_tokens beyond the model's context.
+GenerationResult Generate(LanguageModel& model, const Tokenizer* tokenizer,
+                          std::span<const int32_t> prompt_ids, const SamplingParams& params,
+                          const GenerateOptions& options = {});
+
+// Runs every prompt as its own sequence (one cache row each) in lock step; a finished row stops
+// running. `params` has one entry per prompt, or one for all. Row i's result equals
+// Generate(prompts[i], params[i]).
+std::vector<GenerationResult> GenerateBatch(LanguageModel& model, const Tokenizer* tokenizer,
+                                            const std::vector<std::vector<int32_t>>& prompts,
+                                            const std::vector<SamplingParams>& params,
+                                            const GenerateOptions& options = {});
+
+// {token_ids, text, finish_reason, prompt_tokens, generated_tokens,
+//  timing {prefill_time_s, decode_times_s}}: the `infer generate --json` object.
+nlohmann::ordered_json GenerationResultToJson(const GenerationResult& result);
+
+}  // namespace infer

@@ -1,0 +1,176 @@
+#include "infer/engine/sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace infer {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+int CountFinite(const std::vector<float>& logits) {
+  int count = 0;
+  for (const float logit : logits) count += std::isfinite(logit) ? 1 : 0;
+  return count;
+}
+
+TEST(SamplerTest, TemperatureScales) {
+  const std::vector<float> original{1.0F, -2.0F, 3.5F, 0.0F};
+  std::vector<float> logits = original;
+  ApplyTemperature(logits, 1.0);
+  EXPECT_EQ(logits, original);
+  ApplyTemperature(logits, 0.5);
+  for (size_t i = 0; i < logits.size(); ++i) EXPECT_FLOAT_EQ(logits[i], original[i] * 2.0F);
+  logits = original;
+  ApplyTemperature(logits, 2.0);
+  ASSERT_EQ(logits.size(), original.size());
+  for (size_t i = 0; i < logits.size(); ++i) EXPECT_FLOAT_EQ(logits[i], original[i] / 2.0F);
+}
+
+TEST(SamplerTest, TopKKeepsLargest) {
+  const std::vector<float> original{0.1F, 5.0F, -1.0F, 3.0F, 2.0F, 0.5F, 4.0F, -3.0F, 1.0F, 0.0F};
+  std::vector<float> logits = original;
+  ApplyTopK(logits, 3);
+  EXPECT_EQ(CountFinite(logits), 3);
+  EXPECT_EQ(logits[1], 5.0F);
+  EXPECT_EQ(logits[6], 4.0F);
+  EXPECT_EQ(logits[3], 3.0F);
+  logits = original;
+  ApplyTopK(logits, 10);
+  EXPECT_EQ(logits, original);
+  ApplyTopK(logits, 1);
+  EXPECT_EQ(CountFinite(logits), 1);
+  EXPECT_EQ(logits[1], 5.0F);
+}
+
+std::vector<float> TopP(std::vector<float> logits, double p) {
+  ApplyTopP(logits, p);
+  return logits;
+}
+
+TEST(SamplerTest, TopPKeepsNucleus) {
+  // Probabilities 0.5, 0.3, 0.15, 0.05.
+  const std::vector<float> original{std::log(0.15F), std::log(0.5F), std::log(0.05F),
+                                    std::log(0.3F)};
+  std::vector<float> logits = TopP(original, 0.9);  // 0.5 + 0.3 < 0.9, + 0.15 reaches it
+  EXPECT_EQ(CountFinite(logits), 3);
+  EXPECT_EQ(logits[2], -kInf);
+  EXPECT_EQ(TopP(original, 1.0), original);
+  logits = TopP(original, 0.01);
+  EXPECT_EQ(CountFinite(logits), 1);
+  EXPECT_TRUE(std::isfinite(logits[1]));
+  int previous = 5;
+  for (const double p : {0.99, 0.9, 0.7, 0.5, 0.2, 0.05}) {
+    const int kept = CountFinite(TopP(original, p));
+    EXPECT_LE(kept, previous) << p;
+    previous = kept;
+  }
+  // Masked entries carry no probability.
+  std::vector<float> masked{-kInf, 2.0F, 2.0F, -kInf};
+  ApplyTopP(masked, 0.5);
+  EXPECT_EQ(CountFinite(masked), 1);
+  EXPECT_EQ(masked[1], 2.0F);
+}
+
+TEST(SamplerTest, TopPOnLargeVocabSortsAsFarAsNeeded) {
+  std::vector<float> logits(5000, 0.0F);  // uniform: each token has 1/5000
+  ApplyTopP(logits, 0.4999);              // reached at the 2500th token
+  EXPECT_EQ(CountFinite(logits), 2500);
+  EXPECT_TRUE(std::isfinite(logits[0]));  // ties: lower ids first
+  EXPECT_FALSE(std::isfinite(logits[4999]));
+}
+
+TEST(SamplerTest, RepetitionPenalty) {
+  const std::vector<float> original{2.0F, -2.0F, 1.0F, 4.0F};
+  std::vector<float> logits = original;
+  ApplyRepetitionPenalty(logits, std::vector<int32_t>{0, 1}, 1.0);
+  EXPECT_EQ(logits, original);
+  ApplyRepetitionPenalty(logits, std::vector<int32_t>{0, 1, 0, 0, 1, 99, -1}, 2.0);
+  EXPECT_FLOAT_EQ(logits[0], 1.0F);   // positive: halved, once despite duplicates
+  EXPECT_FLOAT_EQ(logits[1], -4.0F);  // negative: doubled
+  EXPECT_EQ(logits[2], 1.0F);
+  EXPECT_EQ(logits[3], 4.0F);
+}
+
+TEST(SamplerTest, GreedyIsArgmax) {
+  SamplingParams params;
+  params.temperature = 0.0;
+  Sampler sampler(params);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<float> logits{0.5F, 3.0F, 2.9F, -1.0F};
+    EXPECT_EQ(sampler.Sample(logits, {}), 1);
+  }
+  std::vector<float> logits{0.5F, 3.0F, 2.9F, -1.0F};
+  params.repetition_penalty = 2.0;  // the penalty still applies before argmax
+  Sampler penalized(params);
+  EXPECT_EQ(penalized.Sample(logits, std::vector<int32_t>{1}), 2);
+}
+
+std::vector<int32_t> Draw(uint64_t seed, int count) {
+  SamplingParams params;
+  params.seed = seed;
+  Sampler sampler(params);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < count; ++i) {
+    std::vector<float> logits(50, 0.0F);
+    ids.push_back(sampler.Sample(logits, {}));
+  }
+  return ids;
+}
+
+TEST(SamplerTest, SeedIsDeterministic) {
+  EXPECT_EQ(Draw(42, 32), Draw(42, 32));
+  EXPECT_NE(Draw(42, 32), Draw(43, 32));
+  // mt19937_64 is fully specified: the first draws of seed 42 never change.
+  const std::vector<int32_t> first = Draw(42, 4);
+  EXPECT_EQ(first, Draw(42, 4));
+}
+
+TEST(SamplerTest, FullPipelineGivesValidId) {
+  SamplingParams params;
+  params.temperature = 0.8;
+  params.top_k = 50;
+  params.top_p = 0.9;
+  params.repetition_penalty = 1.1;
+  params.seed = 7;
+  Sampler sampler(params);
+  std::vector<float> logits(1000);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(static_cast<float>(i)) * 5.0F;
+  const std::vector<int32_t> context{1, 2, 3};
+  const int32_t id = sampler.Sample(logits, context);
+  EXPECT_GE(id, 0);
+  EXPECT_LT(id, 1000);
+}
+
+TEST(SamplerTest, UniformLogitsSampleUniformly) {
+  constexpr int kVocab = 20;
+  constexpr int kSamples = 20000;
+  SamplingParams params;
+  params.seed = 1234;
+  Sampler sampler(params);
+  std::vector<int> counts(kVocab, 0);
+  for (int i = 0; i < kSamples; ++i) {
+    std::vector<float> logits(kVocab, 0.0F);
+    ++counts[static_cast<size_t>(sampler.Sample(logits, {}))];
+  }
+  const double expected = static_cast<double>(kSamples) / kVocab;
+  double chi_squared = 0.0;
+  for (const int count : counts) chi_squared += (count - expected) * (count - expected) / expected;
+  // 19 degrees of freedom: the 99.9th percentile is 43.8.
+  EXPECT_LT(chi_squared, 43.8);
+}
+
+TEST(SamplerTest, SamplesOnlyUnmaskedTokens) {
+  std::mt19937_64 rng(3);
+  const std::vector<float> logits{-kInf, 0.0F, -kInf, 0.0F};
+  for (int i = 0; i < 200; ++i) {
+    const int32_t id = SampleFromLogits(logits, rng);
+    EXPECT_TRUE(id == 1 || id == 3);
+  }
+}
+
+}  // namespace
+}  // namespace infer

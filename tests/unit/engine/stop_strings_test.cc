@@ -1,0 +1,157 @@
+// Stop strings with a real tokenizer and a model that emits chosen ids: matches spanning
+// several tokens, multi-byte characters split across tokens, truncation and streaming.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "../tokenizer/tokenizer_test_util.h"
+#include "infer/engine/generate.h"
+#include "mock_model.h"
+
+namespace infer {
+namespace {
+
+struct Case {
+  std::vector<int32_t> script;
+  GenerationResult result;
+  std::string streamed;
+};
+
+Case RunScript(const Tokenizer& tokenizer, std::vector<int32_t> script,
+               std::vector<std::string> stop) {
+  testing::ScriptedModel model(tokenizer.VocabSize(), script);
+  SamplingParams params;
+  params.temperature = 0.0;
+  params.max_new_tokens = static_cast<int64_t>(script.size());
+  params.stop = std::move(stop);
+  Case out{std::move(script), {}, {}};
+  GenerateOptions options;
+  options.on_text = [&](size_t, std::string_view text) { out.streamed += text; };
+  const std::vector<int32_t> prompt{1};
+  out.result = Generate(model, &tokenizer, prompt, params, options);
+  return out;
+}
+
+std::vector<int32_t> Concat(std::initializer_list<std::vector<int32_t>> parts) {
+  std::vector<int32_t> all;
+  for (const auto& part : parts) all.insert(all.end(), part.begin(), part.end());
+  return all;
+}
+
+// The GPT-2 byte-level alphabet: printable bytes stand for themselves, the others for
+// U+0100 onwards in byte order; returned as UTF-8.
+std::string ByteLevelChar(unsigned char byte) {
+  const auto printable = [](int b) {
+    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+  };
+  int code_point = byte;
+  if (!printable(byte)) {
+    code_point = 256;
+    for (int b = 0; b < byte; ++b) code_point += printable(b) ? 0 : 1;
+  }
+  std::string utf8;
+  if (code_point < 0x80) {
+    utf8 += static_cast<char>(code_point);
+  } else {
+    utf8 += static_cast<char>(0xC0 | (code_point >> 6));
+    utf8 += static_cast<char>(0x80 | (code_point & 0x3F));
+  }
+  return utf8;
+}
+
+class StopStringsTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!testing::RequireRealTokenizer(GetParam())) GTEST_SKIP();
+    tokenizer_ = Tokenizer::FromModelDir(testing::RealTokenizerDir(GetParam()));
+  }
+  std::vector<int32_t> Encode(const std::string& text) const {
+    return tokenizer_->Encode(text, /*add_special_tokens=*/false);
+  }
+  // Ids whose tokens are the single bytes of `text` (byte-level or byte-fallback vocab).
+  std::vector<int32_t> ByteTokens(const std::string& text) const {
+    std::vector<int32_t> ids;
+    for (const char c : text) {
+      const auto byte = static_cast<unsigned char>(c);
+      char fallback[8];
+      std::snprintf(fallback, sizeof(fallback), "<0x%02X>", byte);
+      std::optional<int32_t> id = tokenizer_->TokenToId(fallback);
+      if (!id) id = tokenizer_->TokenToId(ByteLevelChar(byte));
+      EXPECT_TRUE(id.has_value()) << "no token for byte " << int{byte};
+      ids.push_back(id.value_or(0));
+    }
+    return ids;
+  }
+  std::unique_ptr<Tokenizer> tokenizer_;
+};
+
+TEST_P(StopStringsTest, StopSpanningTokensTruncates) {
+  const std::vector<int32_t> before = Encode("The answer is yes");
+  const std::vector<int32_t> stop_part = Encode("\n\nQuestion");
+  const std::vector<int32_t> after = Encode(" more text");
+  ASSERT_GE(stop_part.size(), 2U);
+  const Case run = RunScript(*tokenizer_, Concat({before, stop_part, after}), {"\n\nQuest", "zzz"});
+  EXPECT_EQ(run.result.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(run.result.text, "The answer is yes");
+  EXPECT_EQ(run.streamed, run.result.text);
+  // Tokens run up to and including the one that completed the match, and no further.
+  EXPECT_LE(run.result.token_ids.size(), before.size() + stop_part.size());
+  EXPECT_GT(run.result.token_ids.size(), before.size() + 1);
+  const std::string decoded = tokenizer_->Decode(run.result.token_ids, true);
+  EXPECT_NE(decoded.find("\n\nQuest"), std::string::npos);
+  const std::vector<int32_t> shorter(run.result.token_ids.begin(), run.result.token_ids.end() - 1);
+  EXPECT_EQ(tokenizer_->Decode(shorter, true).find("\n\nQuest"), std::string::npos);
+}
+
+TEST_P(StopStringsTest, MultiByteCharacterSplitAcrossTokens) {
+  // "é" (C3 A9) and "€" (E2 82 AC) as one token per byte.
+  const std::vector<int32_t> script =
+      Concat({Encode("caf"), ByteTokens("\xC3\xA9"), Encode(" costs 5"), ByteTokens("\xE2\x82\xAC"),
+              Encode(" today")});
+  Case run = RunScript(*tokenizer_, script, {"5\xE2\x82\xAC"});
+  EXPECT_EQ(run.result.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(run.result.text, "caf\xC3\xA9 costs ");
+  EXPECT_EQ(run.streamed, run.result.text);
+  // The match completes on the last byte of the euro sign, not before; a byte-fallback
+  // detokenizer (Gemma) may only release that byte with the next token.
+  const size_t completing = script.size() - Encode(" today").size();
+  EXPECT_GE(run.result.token_ids.size(), completing);
+  EXPECT_LE(run.result.token_ids.size(), completing + 1);
+
+  run = RunScript(*tokenizer_, script, {"f\xC3\xA9 c"});  // stop ending after the split character
+  EXPECT_EQ(run.result.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(run.result.text, "ca");
+  EXPECT_EQ(run.streamed, "ca");
+
+  run = RunScript(*tokenizer_, script, {"\xC3\xA9"});  // stop that is only the split character
+  EXPECT_EQ(run.result.text, "caf");
+}
+
+TEST_P(StopStringsTest, NoStopGivesFullTextAndEarliestMatchWins) {
+  const std::vector<int32_t> script = Encode("one, two; three");
+  Case run = RunScript(*tokenizer_, script, {"four"});
+  EXPECT_EQ(run.result.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(run.result.text, "one, two; three");
+  EXPECT_EQ(run.streamed, run.result.text);
+  run = RunScript(*tokenizer_, script, {"; three", ","});
+  EXPECT_EQ(run.result.text, "one");
+}
+
+TEST_P(StopStringsTest, EosBeatsStopString) {
+  const std::vector<int32_t> script = Encode("hello world");
+  testing::ScriptedModel model(tokenizer_->VocabSize(), script);
+  SamplingParams params;
+  params.temperature = 0.0;
+  params.stop = {"world"};
+  GenerateOptions options;
+  options.eos_token_ids = {script.back()};  // the token completing the stop is also EOS
+  const std::vector<int32_t> prompt{1};
+  const GenerationResult result = Generate(model, tokenizer_.get(), prompt, params, options);
+  EXPECT_EQ(result.finish_reason, FinishReason::kEos);
+}
+
+INSTANTIATE_TEST_SUITE_P(RealTokenizers, StopStringsTest,
+                         ::testing::Values("llama3", "qwen3", "gemma3"));
+
+}  // namespace
+}  // namespace infer
