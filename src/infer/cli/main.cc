@@ -12,6 +12,8 @@ void AddInspectCommand(CLI::App& app);
 void AddTokenizerCommands(CLI::App& app);
 void AddLogitsCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);
+void AddGenerateCommand(CLI::App& app);
+void AddChatCommand(CLI::App& app);
 }  // namespace infer::cli
 
 int main(int argc, char** argv) {
@@ -22,6 +24,8 @@ int main(int argc, char** argv) {
   infer::cli::AddTokenizerCommands(app);
   infer::cli::AddLogitsCommand(app);
   infer::cli::AddBenchCommand(app);
+  infer::cli::AddGenerateCommand(app);
+  infer::cli::AddChatCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

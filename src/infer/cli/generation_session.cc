@@ -1,0 +1,77 @@
+#include "infer/cli/generation_session.h"
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "infer/core/error.h"
+#include "infer/engine/decoder_model.h"
+
+namespace infer::cli {
+
+void AddSamplingOptions(CLI::App& command, SamplingArgs& args) {
+  command.add_option("--temperature", args.temperature, "0 = greedy (default: generation_config)");
+  command.add_option("--top-k", args.top_k, "Keep the k most likely tokens; 0 = off");
+  command.add_option("--top-p", args.top_p, "Nucleus sampling threshold in (0, 1]; 1 = off");
+  command.add_option("--repetition-penalty", args.repetition_penalty, "CTRL penalty; 1 = off");
+  command.add_option("--max-new-tokens", args.max_new_tokens, "Most tokens to generate (128)");
+  command.add_option("--stop", args.stop, "Stop string (repeatable); excluded from the text");
+  command.add_option("--seed", args.seed, "Sampling seed (same seed, same tokens)");
+  command.add_flag("--no-kv-cache", args.no_kv_cache, "Recompute the whole sequence each step");
+}
+
+SamplingParams ResolveSamplingParams(const SamplingArgs& args, const GenerationConfig& config) {
+  SamplingParams params = SamplingParamsFromGenerationConfig(config);
+  if (config.max_new_tokens) params.max_new_tokens = *config.max_new_tokens;
+  if (args.temperature) params.temperature = *args.temperature;
+  if (args.top_k) params.top_k = *args.top_k == 0 ? std::nullopt : args.top_k;
+  if (args.top_p) params.top_p = *args.top_p;
+  if (args.repetition_penalty) params.repetition_penalty = *args.repetition_penalty;
+  if (args.max_new_tokens) params.max_new_tokens = *args.max_new_tokens;
+  params.stop = args.stop;
+  params.seed = args.seed;
+  params.Validate();
+  return params;
+}
+
+std::string DescribeSamplingParams(const SamplingParams& params, bool use_kv_cache) {
+  std::string stops;
+  for (const std::string& stop : params.stop) {
+    stops += (stops.empty() ? "" : ",") + nlohmann::json(stop).dump();
+  }
+  return fmt::format(
+      "temperature={} top_k={} top_p={} repetition_penalty={} max_new_tokens={} stop=[{}] "
+      "seed={} kv_cache={}",
+      params.temperature, params.top_k ? std::to_string(*params.top_k) : "off", params.top_p,
+      params.repetition_penalty, params.max_new_tokens, stops,
+      params.seed ? std::to_string(*params.seed) : "random", use_kv_cache ? "on" : "off");
+}
+
+GenerationSession::GenerationSession(const ModelArgs& args)
+    : pool_(args.threads), loaded_(LoadModelFromArgs(args, &pool_)) {
+  model_ = MakeDecoderModel(loaded_, pool_);
+  const std::filesystem::path dir = loaded_.path;
+  if (std::filesystem::is_regular_file(dir / "tokenizer.json")) {
+    tokenizer_ = Tokenizer::FromModelDir(dir);
+  }
+  eos_token_ids_ = LoadEosTokenIds(dir, tokenizer_.get());
+}
+
+GenerationSession::~GenerationSession() = default;
+
+std::vector<int32_t> GenerationSession::EncodeText(const std::string& text) const {
+  INFER_CHECK(tokenizer_ != nullptr, "{} has no tokenizer.json: give --prompt-ids instead",
+              loaded_.path);
+  return tokenizer_->Encode(text, /*add_special_tokens=*/true);
+}
+
+std::vector<int32_t> GenerationSession::EncodeChat(const nlohmann::ordered_json& messages) {
+  INFER_CHECK(tokenizer_ != nullptr, "{} has no tokenizer.json: chat needs one", loaded_.path);
+  if (!chat_template_) chat_template_ = ChatTemplate::FromModelDir(loaded_.path);
+  const std::string prompt =
+      chat_template_->Render(messages, nlohmann::ordered_json{{"add_generation_prompt", true}});
+  // The template writes BOS itself.
+  return tokenizer_->Encode(prompt, /*add_special_tokens=*/false);
+}
+
+}  // namespace infer::cli

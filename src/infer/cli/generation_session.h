@@ -1,0 +1,65 @@
+// What `infer generate` and `infer chat` share: the sampling options (unset ones fall back to
+// generation_config.json), and a loaded model with its tokenizer (when the folder has one),
+// chat template and EOS ids.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "infer/cli/common.h"
+#include "infer/engine/language_model.h"
+#include "infer/engine/sampling_params.h"
+#include "infer/tokenizer/chat_template.h"
+#include "infer/tokenizer/tokenizer.h"
+
+namespace infer::cli {
+
+struct SamplingArgs {
+  std::optional<double> temperature;
+  std::optional<int64_t> top_k;  // 0 disables
+  std::optional<double> top_p;
+  std::optional<double> repetition_penalty;
+  std::optional<int64_t> max_new_tokens;
+  std::vector<std::string> stop;
+  std::optional<uint64_t> seed;
+  bool no_kv_cache = false;
+};
+
+void AddSamplingOptions(CLI::App& command, SamplingArgs& args);
+// The user's values first, then generation_config.json's, then SamplingParams' defaults.
+SamplingParams ResolveSamplingParams(const SamplingArgs& args, const GenerationConfig& config);
+// "temperature=0.6 top_k=off top_p=0.9 ..." for /params and logs.
+std::string DescribeSamplingParams(const SamplingParams& params, bool use_kv_cache);
+
+class GenerationSession {
+ public:
+  explicit GenerationSession(const ModelArgs& args);
+  ~GenerationSession();
+
+  LanguageModel& model() { return *model_; }
+  const LoadedModel& loaded() const { return loaded_; }
+  // Null when the folder has no tokenizer.json.
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  const std::vector<int32_t>& eos_token_ids() const { return eos_token_ids_; }
+
+  // Encodes plain text (with the tokenizer's special tokens, e.g. BOS).
+  std::vector<int32_t> EncodeText(const std::string& text) const;
+  // Renders `messages` with the chat template (generation prompt added) and encodes it.
+  std::vector<int32_t> EncodeChat(const nlohmann::ordered_json& messages);
+
+ private:
+  ThreadPool pool_;
+  LoadedModel loaded_;
+  std::unique_ptr<LanguageModel> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ChatTemplate> chat_template_;
+  std::vector<int32_t> eos_token_ids_;
+};
+
+}  // namespace infer::cli
