@@ -84,4 +84,21 @@ float ElementAsF32(const Tensor& tensor, int64_t index) {
   return 0.0F;
 }
 
+void StoreElementF32(const Tensor& tensor, int64_t index, float value) {
+  switch (tensor.dtype()) {
+    case DType::kF32:
+      tensor.data<float>()[index] = value;
+      break;
+    case DType::kBF16:
+      tensor.data<uint16_t>()[index] = F32ToBf16(value);
+      break;
+    case DType::kF16:
+      tensor.data<uint16_t>()[index] = F32ToF16(value);
+      break;
+    case DType::kI32:
+      tensor.data<int32_t>()[index] = static_cast<int32_t>(value);
+      break;
+  }
+}
+
 }  // namespace infer

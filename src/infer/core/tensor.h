@@ -65,5 +65,7 @@ class Tensor {
 
 // Reads element i of a contiguous tensor of any float dtype as f32.
 float ElementAsF32(const Tensor& tensor, int64_t index);
+// Writes element i of a contiguous tensor from f32 (rounded to nearest even for bf16/f16).
+void StoreElementF32(const Tensor& tensor, int64_t index, float value);
 
 }  // namespace infer

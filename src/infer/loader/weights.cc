@@ -116,32 +116,14 @@ void FillUniform(Tensor& tensor, const std::string& name, uint64_t seed, double 
       const uint64_t bits = SplitMix64(stream + static_cast<uint64_t>(i));
       const float unit = static_cast<float>(bits >> 40) * (1.0F / 16777216.0F);  // [0, 1)
       const float value = (2.0F * unit - 1.0F) * half_width;
-      switch (tensor.dtype()) {
-        case DType::kBF16:
-          tensor.data<uint16_t>()[i] = F32ToBf16(value);
-          break;
-        case DType::kF16:
-          tensor.data<uint16_t>()[i] = F32ToF16(value);
-          break;
-        default:
-          tensor.data<float>()[i] = value;
-      }
+      StoreElementF32(tensor, i, value);
     }
   });
 }
 
 void FillConstant(Tensor& tensor, float value) {
   for (int64_t i = 0; i < tensor.numel(); ++i) {
-    switch (tensor.dtype()) {
-      case DType::kBF16:
-        tensor.data<uint16_t>()[i] = F32ToBf16(value);
-        break;
-      case DType::kF16:
-        tensor.data<uint16_t>()[i] = F32ToF16(value);
-        break;
-      default:
-        tensor.data<float>()[i] = value;
-    }
+    StoreElementF32(tensor, i, value);
   }
 }
 
