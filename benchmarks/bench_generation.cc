@@ -63,7 +63,7 @@ std::vector<BenchConfig> CanonicalConfigs() {
 }
 
 std::vector<BenchConfig> Suite(const std::string& name) {
-  const std::vector<BenchConfig> all = CanonicalConfigs();
+  std::vector<BenchConfig> all = CanonicalConfigs();
   if (name == "full") return all;
   if (name == "standard") return {all[0], all[2], all[6]};
   return {all[0]};  // quick
