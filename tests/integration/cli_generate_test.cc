@@ -155,6 +155,7 @@ class PtySession {
     pid_ = forkpty(&fd_, nullptr, nullptr, nullptr);
     if (pid_ == 0) {
       std::vector<char*> args;
+      args.reserve(argv.size() + 1);
       for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
       args.push_back(nullptr);
       execv(args[0], args.data());
