@@ -1,4 +1,4 @@
-// Decoder implementations, mirroring the Rust crate's decode_chain of each type.
+// TokenDecoder implementations, mirroring the Rust crate's decode_chain of each type.
 #include "infer/tokenizer/decoder.h"
 
 #include "infer/core/error.h"
@@ -8,7 +8,7 @@
 namespace infer {
 namespace {
 
-class ByteLevelDecoder : public Decoder {
+class ByteLevelDecoder : public TokenDecoder {
  public:
   void DecodeChain(std::vector<std::string>& tokens) const override {
     std::string bytes;
@@ -33,7 +33,7 @@ class ByteLevelDecoder : public Decoder {
   }
 };
 
-class ReplaceDecoder : public Decoder {
+class ReplaceDecoder : public TokenDecoder {
  public:
   explicit ReplaceDecoder(const nlohmann::json& config) {
     const auto& pattern = config.at("pattern");
@@ -95,7 +95,7 @@ int ParseByteToken(const std::string& token) {
   return value;
 }
 
-class ByteFallbackDecoder : public Decoder {
+class ByteFallbackDecoder : public TokenDecoder {
  public:
   void DecodeChain(std::vector<std::string>& tokens) const override {
     std::vector<std::string> out;
@@ -125,7 +125,7 @@ class ByteFallbackDecoder : public Decoder {
   bool JoinsAcross(const std::string& token) const override { return ParseByteToken(token) >= 0; }
 };
 
-class FuseDecoder : public Decoder {
+class FuseDecoder : public TokenDecoder {
  public:
   void DecodeChain(std::vector<std::string>& tokens) const override {
     std::string joined;
@@ -135,7 +135,7 @@ class FuseDecoder : public Decoder {
   }
 };
 
-class StripDecoder : public Decoder {
+class StripDecoder : public TokenDecoder {
  public:
   StripDecoder(char32_t content, size_t start, size_t stop)
       : content_(content), start_(start), stop_(stop) {}
@@ -165,7 +165,7 @@ class StripDecoder : public Decoder {
   size_t start_, stop_;
 };
 
-class MetaspaceDecoder : public Decoder {
+class MetaspaceDecoder : public TokenDecoder {
  public:
   MetaspaceDecoder(char32_t replacement, bool strip_first)
       : replacement_(replacement), strip_first_(strip_first) {}
@@ -190,9 +190,9 @@ class MetaspaceDecoder : public Decoder {
   bool strip_first_;
 };
 
-class SequenceDecoder : public Decoder {
+class SequenceDecoder : public TokenDecoder {
  public:
-  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> steps)
+  explicit SequenceDecoder(std::vector<std::unique_ptr<TokenDecoder>> steps)
       : steps_(std::move(steps)) {}
   void DecodeChain(std::vector<std::string>& tokens) const override {
     for (const auto& step : steps_) step->DecodeChain(tokens);
@@ -204,7 +204,7 @@ class SequenceDecoder : public Decoder {
   }
 
  private:
-  std::vector<std::unique_ptr<Decoder>> steps_;
+  std::vector<std::unique_ptr<TokenDecoder>> steps_;
 };
 
 char32_t SingleCodePoint(const std::string& text, const char* what) {
@@ -215,7 +215,7 @@ char32_t SingleCodePoint(const std::string& text, const char* what) {
 
 }  // namespace
 
-std::unique_ptr<Decoder> CreateDecoder(const nlohmann::json& config) {
+std::unique_ptr<TokenDecoder> CreateDecoder(const nlohmann::json& config) {
   if (config.is_null()) return nullptr;
   INFER_CHECK(config.is_object() && config.contains("type"), "decoder: missing \"type\"");
   const std::string type = config["type"].get<std::string>();
@@ -236,7 +236,7 @@ std::unique_ptr<Decoder> CreateDecoder(const nlohmann::json& config) {
           scheme != "never");
     }
     if (type == "Sequence") {
-      std::vector<std::unique_ptr<Decoder>> steps;
+      std::vector<std::unique_ptr<TokenDecoder>> steps;
       for (const auto& step : config.at("decoders"))
         if (auto decoder = CreateDecoder(step)) steps.push_back(std::move(decoder));
       return std::make_unique<SequenceDecoder>(std::move(steps));

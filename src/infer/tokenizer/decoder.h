@@ -10,9 +10,9 @@
 
 namespace infer {
 
-class Decoder {
+class TokenDecoder {
  public:
-  virtual ~Decoder() = default;
+  virtual ~TokenDecoder() = default;
   // Transforms the token strings in place (some decoders fuse them into one).
   virtual void DecodeChain(std::vector<std::string>& tokens) const = 0;
   // True when a token boundary right after `token` may change how the next tokens decode (an
@@ -24,6 +24,6 @@ class Decoder {
 };
 
 // Null for JSON null; unsupported types throw infer::Error naming them.
-std::unique_ptr<Decoder> CreateDecoder(const nlohmann::json& config);
+std::unique_ptr<TokenDecoder> CreateDecoder(const nlohmann::json& config);
 
 }  // namespace infer

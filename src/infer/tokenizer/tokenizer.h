@@ -15,7 +15,7 @@ namespace infer {
 
 class AddedVocabulary;
 class Bpe;
-class Decoder;
+class TokenDecoder;
 class Normalizer;
 class PostProcessor;
 class PreTokenizer;
@@ -62,7 +62,7 @@ class Tokenizer {
   std::unique_ptr<PreTokenizer> pre_tokenizer_;
   std::unique_ptr<Bpe> model_;
   std::unique_ptr<PostProcessor> post_processor_;
-  std::unique_ptr<Decoder> decoder_;
+  std::unique_ptr<TokenDecoder> decoder_;
 };
 
 // Ids that end generation: generation_config.json eos_token_id (int or list), then config.json's,
