@@ -37,6 +37,24 @@ class DecoderModel final : public LanguageModel {
                      LogitsMode::kLastPosition, logits);
   }
 
+  void BatchNextTokenLogits(std::span<const SequenceStep> steps,
+                            std::vector<float>& logits) override {
+    if (!cache_) {
+      LanguageModel::BatchNextTokenLogits(steps, logits);
+      return;
+    }
+    std::vector<SequenceTokens> seqs;
+    seqs.reserve(steps.size());
+    for (const SequenceStep& step : steps) {
+      const auto num_old = static_cast<int64_t>(step.tokens.size()) - step.num_new;
+      INFER_CHECK(step.num_new >= 1 && cache_->seq_len(step.seq_idx) == num_old,
+                  "sequence {}: the cache holds {} tokens, the caller has {} before the new ones",
+                  step.seq_idx, cache_->seq_len(step.seq_idx), num_old);
+      seqs.push_back({step.seq_idx, step.tokens.subspan(static_cast<size_t>(num_old))});
+    }
+    decoder_.ForwardBatch(seqs, *cache_, logits);
+  }
+
   int64_t kv_cache_bytes() const override { return cache_ ? cache_->memory_bytes() : 0; }
 
  private:

@@ -8,6 +8,13 @@
 
 namespace infer {
 
+// One sequence's share of a batched call: as NextTokenLogits' arguments.
+struct SequenceStep {
+  int64_t seq_idx = 0;
+  std::span<const int32_t> tokens;
+  int64_t num_new = 0;
+};
+
 class LanguageModel {
  public:
   virtual ~LanguageModel() = default;
@@ -25,6 +32,18 @@ class LanguageModel {
   // one). A cached model runs only those; an uncached one recomputes everything.
   virtual void NextTokenLogits(int64_t seq_idx, std::span<const int32_t> tokens, int64_t num_new,
                                std::vector<float>& logits) = 0;
+
+  // NextTokenLogits for several sequences at once: `logits` receives [steps.size(), vocab].
+  // A model that batches runs them as one forward pass; the default runs them one by one.
+  virtual void BatchNextTokenLogits(std::span<const SequenceStep> steps,
+                                    std::vector<float>& logits) {
+    std::vector<float> row;
+    logits.clear();
+    for (const SequenceStep& step : steps) {
+      NextTokenLogits(step.seq_idx, step.tokens, step.num_new, row);
+      logits.insert(logits.end(), row.begin(), row.end());
+    }
+  }
 
   // Bytes held by the KV cache of the current sequences (0 without one).
   virtual int64_t kv_cache_bytes() const { return 0; }

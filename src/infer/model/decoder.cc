@@ -77,25 +77,9 @@ void Decoder::Forward(std::span<const int32_t> tokens, KvCache& cache, int64_t s
                       LogitsMode mode, std::vector<float>& logits) {
   const auto num_tokens = static_cast<int64_t>(tokens.size());
   INFER_CHECK(num_tokens > 0, "forward needs at least one token");
-  const int64_t first_pos = cache.seq_len(seq_idx);
-  INFER_CHECK(first_pos + num_tokens <= cache.max_seq_len(),
-              "sequence of {} tokens exceeds the KV cache's max_seq_len {}", first_pos + num_tokens,
-              cache.max_seq_len());
-  INFER_CHECK(cache.num_layers() == config_.num_layers &&
-                  cache.num_kv_heads() == config_.num_kv_heads &&
-                  cache.head_dim() == config_.head_dim,
-              "KV cache shape does not match the model");
-  EnsureScratch(num_tokens);
+  const Segment segment{seq_idx, cache.seq_len(seq_idx), 0, num_tokens};
+  RunLayers(tokens.data(), {&segment, 1}, cache);
   const int64_t hidden = config_.hidden_size;
-
-  kernels::Embed(weights_.embed_tokens, tokens.data(), num_tokens, embed_scale_, hidden_.data());
-  for (size_t r = 0; r < inv_freqs_.size(); ++r) {
-    RopeTables(inv_freqs_[r], first_pos, num_tokens, rope_cos_[r], rope_sin_[r]);
-  }
-  for (int64_t layer_idx = 0; layer_idx < config_.num_layers; ++layer_idx) {
-    ForwardLayer(layer_idx, num_tokens, first_pos, cache, seq_idx);
-  }
-  cache.Advance(seq_idx, num_tokens);
 
   const int64_t first_row = mode == LogitsMode::kLastPosition ? num_tokens - 1 : 0;
   const int64_t num_rows = num_tokens - first_row;
@@ -111,6 +95,76 @@ void Decoder::Forward(std::span<const int32_t> tokens, KvCache& cache, int64_t s
   }
 }
 
+void Decoder::ForwardBatch(std::span<const SequenceTokens> seqs, KvCache& cache,
+                           std::vector<float>& logits) {
+  INFER_CHECK(!seqs.empty(), "batched forward needs at least one sequence");
+  std::vector<Segment> segments;
+  segments.reserve(seqs.size());
+  batch_tokens_.clear();
+  for (const SequenceTokens& seq : seqs) {
+    INFER_CHECK(!seq.tokens.empty(), "batched forward: sequence {} has no tokens", seq.seq_idx);
+    INFER_CHECK(std::none_of(segments.begin(), segments.end(),
+                             [&](const Segment& s) { return s.seq_idx == seq.seq_idx; }),
+                "batched forward: sequence {} appears twice", seq.seq_idx);
+    segments.push_back({seq.seq_idx, cache.seq_len(seq.seq_idx),
+                        static_cast<int64_t>(batch_tokens_.size()),
+                        static_cast<int64_t>(seq.tokens.size())});
+    batch_tokens_.insert(batch_tokens_.end(), seq.tokens.begin(), seq.tokens.end());
+  }
+  RunLayers(batch_tokens_.data(), segments, cache);
+
+  // Gather each sequence's last row, then one norm and one lm_head product for the batch.
+  const int64_t hidden = config_.hidden_size;
+  const auto num_seqs = static_cast<int64_t>(segments.size());
+  for (int64_t i = 0; i < num_seqs; ++i) {
+    const Segment& s = segments[static_cast<size_t>(i)];
+    kernels::RmsNorm(hidden_.data() + (s.row + s.num_rows - 1) * hidden, 1, hidden,
+                     weights_.final_norm, static_cast<float>(config_.rms_norm_eps),
+                     norm_weight_offset_, normed_.data() + i * hidden);
+  }
+  logits.resize(static_cast<size_t>(num_seqs * config_.vocab_size));
+  kernels::MatMul(normed_.data(), num_seqs, hidden, hidden, weights_.lm_head, nullptr,
+                  logits.data(), config_.vocab_size, pool_);
+  if (config_.final_logit_softcap > 0) {
+    kernels::SoftCap(logits.data(), static_cast<int64_t>(logits.size()),
+                     static_cast<float>(config_.final_logit_softcap));
+  }
+}
+
+void Decoder::RunLayers(const int32_t* tokens, std::span<const Segment> segments, KvCache& cache) {
+  INFER_CHECK(cache.num_layers() == config_.num_layers &&
+                  cache.num_kv_heads() == config_.num_kv_heads &&
+                  cache.head_dim() == config_.head_dim,
+              "KV cache shape does not match the model");
+  int64_t num_tokens = 0;
+  for (const Segment& s : segments) {
+    INFER_CHECK(s.first_pos + s.num_rows <= cache.max_seq_len(),
+                "sequence of {} tokens exceeds the KV cache's max_seq_len {}",
+                s.first_pos + s.num_rows, cache.max_seq_len());
+    num_tokens += s.num_rows;
+  }
+  EnsureScratch(num_tokens);
+  kernels::Embed(weights_.embed_tokens, tokens, num_tokens, embed_scale_, hidden_.data());
+  // RoPE tables row by row: each segment at its own positions.
+  for (size_t r = 0; r < inv_freqs_.size(); ++r) {
+    if (segments.size() == 1) {
+      RopeTables(inv_freqs_[r], segments[0].first_pos, num_tokens, rope_cos_[r], rope_sin_[r]);
+      continue;
+    }
+    rope_cos_[r].clear();
+    rope_sin_[r].clear();
+    for (const Segment& s : segments) {
+      RopeTables(inv_freqs_[r], s.first_pos, s.num_rows, rope_cos_part_, rope_sin_part_);
+      rope_cos_[r].insert(rope_cos_[r].end(), rope_cos_part_.begin(), rope_cos_part_.end());
+      rope_sin_[r].insert(rope_sin_[r].end(), rope_sin_part_.begin(), rope_sin_part_.end());
+    }
+  }
+  for (int64_t layer_idx = 0; layer_idx < config_.num_layers; ++layer_idx) {
+    ForwardLayer(layer_idx, num_tokens, segments, cache);
+  }
+  for (const Segment& s : segments) cache.Advance(s.seq_idx, s.num_rows);
+}
+
 void Decoder::ForwardUncached(std::span<const int32_t> tokens, LogitsMode mode,
                               std::vector<float>& logits) {
   KvCache scratch_cache = KvCache::FromModelConfig(
@@ -118,8 +172,8 @@ void Decoder::ForwardUncached(std::span<const int32_t> tokens, LogitsMode mode,
   Forward(tokens, scratch_cache, 0, mode, logits);
 }
 
-void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens, int64_t first_pos, KvCache& cache,
-                           int64_t seq_idx) {
+void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens, std::span<const Segment> segments,
+                           KvCache& cache) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer_idx)];
   const LayerConfig& layer = config_.layers[static_cast<size_t>(layer_idx)];
   const int64_t hidden = config_.hidden_size;
@@ -151,17 +205,19 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens, int64_t first_
                 rope_sin_[rope].data());
   kernels::Rope(k_.data(), n, config_.num_kv_heads, head_dim, kv_dim, rope_cos_[rope].data(),
                 rope_sin_[rope].data());
-  cache.Update(layer_idx, seq_idx, k_.data(), v_.data(), n);
-
   kernels::AttentionParams params;
   params.num_heads = config_.num_heads;
   params.num_kv_heads = config_.num_kv_heads;
   params.head_dim = head_dim;
   params.scale = static_cast<float>(config_.query_scale);
   params.sliding_window = layer.sliding_window;
-  kernels::Attention(q_.data(), n, first_pos, cache.Keys(layer_idx, seq_idx),
-                     cache.Values(layer_idx, seq_idx), cache.kv_head_stride(), params, attn_.data(),
-                     pool_);
+  for (const Segment& s : segments) {
+    cache.Update(layer_idx, s.seq_idx, k_.data() + s.row * kv_dim, v_.data() + s.row * kv_dim,
+                 s.num_rows);
+    kernels::Attention(q_.data() + s.row * q_dim, s.num_rows, s.first_pos,
+                       cache.Keys(layer_idx, s.seq_idx), cache.Values(layer_idx, s.seq_idx),
+                       cache.kv_head_stride(), params, attn_.data() + s.row * q_dim, pool_);
+  }
   kernels::MatMul(attn_.data(), n, q_dim, q_dim, w.o_proj, OptionalTensor(w.o_bias), proj_.data(),
                   hidden, pool_);
   if (config_.sandwich_norms) {

@@ -15,6 +15,12 @@ namespace infer {
 
 enum class LogitsMode { kAllPositions, kLastPosition };
 
+// One sequence's share of a batched forward: new tokens for row `seq_idx` of the cache.
+struct SequenceTokens {
+  int64_t seq_idx = 0;
+  std::span<const int32_t> tokens;
+};
+
 class Decoder {
  public:
   // `model` and `pool` must outlive the decoder.
@@ -29,14 +35,27 @@ class Decoder {
   void Forward(std::span<const int32_t> tokens, KvCache& cache, int64_t seq_idx, LogitsMode mode,
                std::vector<float>& logits);
 
+  // Runs several sequences of `cache` in one pass (ragged layout: their tokens are concatenated,
+  // so every matrix product covers the whole batch; attention stays per sequence). Each runs at
+  // its own positions cache.seq_len(seq_idx) onwards and is advanced. `logits` receives
+  // [seqs.size(), vocab]: the last position of each sequence, in order.
+  void ForwardBatch(std::span<const SequenceTokens> seqs, KvCache& cache,
+                    std::vector<float>& logits);
+
   // The uncached path: recomputes every position of `tokens` from scratch (a fresh cache
   // sized to the sequence). The oracle the cached path is checked against (--no-kv-cache).
   void ForwardUncached(std::span<const int32_t> tokens, LogitsMode mode,
                        std::vector<float>& logits);
 
  private:
-  void ForwardLayer(int64_t layer_idx, int64_t num_tokens, int64_t first_pos, KvCache& cache,
-                    int64_t seq_idx);
+  // Rows [row, row + num_rows) of the activations belong to sequence seq_idx at first_pos.
+  struct Segment {
+    int64_t seq_idx, first_pos, row, num_rows;
+  };
+  // Embeds `tokens` (all segments' rows) and runs every layer; hidden_ holds the result.
+  void RunLayers(const int32_t* tokens, std::span<const Segment> segments, KvCache& cache);
+  void ForwardLayer(int64_t layer_idx, int64_t num_tokens, std::span<const Segment> segments,
+                    KvCache& cache);
   void EnsureScratch(int64_t num_tokens);
 
   const ModelConfig& config_;
@@ -51,6 +70,8 @@ class Decoder {
 
   // Activations of the current call, [num_tokens, width] each.
   int64_t scratch_tokens_ = 0;
+  std::vector<int32_t> batch_tokens_;
+  std::vector<float> rope_cos_part_, rope_sin_part_;
   std::vector<float> hidden_, normed_, q_, k_, v_, attn_, proj_, gate_, up_;
 };
 

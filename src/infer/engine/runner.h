@@ -1,0 +1,44 @@
+// The model runner of the serving engine: turns a batch of requests into one batched model call
+// per step (prefill of every prompt together, then one token per running request), samples
+// each request with its own RNG and applies its stop conditions.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_set>
+#include <vector>
+
+#include "infer/engine/language_model.h"
+#include "infer/engine/request.h"
+
+namespace infer {
+
+class ModelRunner {
+ public:
+  // `model` must outlive the runner. `eos_token_ids` end a request (finish_reason eos).
+  ModelRunner(LanguageModel& model, std::vector<int32_t> eos_token_ids);
+
+  // One step for `batch` (the scheduler's active batch). A batch whose requests are all new
+  // (kWaiting or already failed) is prefilled: cache rows are allocated for it and every prompt
+  // runs in one call. Otherwise each kDecode request advances by one token in one call. Done
+  // requests are skipped. Returns one StepOutput per request that ran.
+  std::vector<StepOutput> Step(std::span<const std::shared_ptr<Request>> batch);
+
+  // Frees the batch's KV cache rows.
+  void ClearBatch();
+
+ private:
+  std::vector<StepOutput> Prefill(std::span<const std::shared_ptr<Request>> batch);
+  std::vector<StepOutput> Decode(std::span<const std::shared_ptr<Request>> batch);
+  // Samples from logits row `row`, records the token and applies EOS, stop strings and length.
+  StepOutput TakeToken(Request& request, size_t batch_idx, std::span<float> logits);
+
+  LanguageModel& model_;
+  std::unordered_set<int32_t> eos_token_ids_;
+  // Prompt + generated ids of each batch row (the model's view of the sequence).
+  std::vector<std::vector<int32_t>> contexts_;
+  std::vector<float> logits_;
+};
+
+}  // namespace infer
