@@ -7,7 +7,7 @@
 namespace infer {
 
 void InitLogging() {
-  static const bool initialized = [] {
+  static const bool kInitialized = [] {
     auto logger = spdlog::stderr_color_mt("infer");
     logger->set_pattern("[%H:%M:%S.%e] [%^%l%$] %v");
     spdlog::set_default_logger(logger);
@@ -17,7 +17,7 @@ void InitLogging() {
     }
     return true;
   }();
-  (void)initialized;
+  (void)kInitialized;
 }
 
 }  // namespace infer

@@ -26,8 +26,8 @@ void RmsNorm(const float* x, int64_t rows, int64_t dim, const Tensor& w, float e
 // Rotary embedding in Hugging Face's rotate_half layout, in place, on x viewed as
 // [num_tokens, num_heads, head_dim] with row stride `token_stride` between tokens.
 // Dimension i pairs with i + head_dim/2. cos/sin are [num_tokens, head_dim/2].
-void Rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,
-          int64_t token_stride, const float* cos, const float* sin);
+void Rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim, int64_t token_stride,
+          const float* cos, const float* sin);
 
 struct AttentionParams {
   int64_t num_heads = 0;

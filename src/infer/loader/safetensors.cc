@@ -196,7 +196,7 @@ SafetensorsCheckpoint SafetensorsCheckpoint::Open(const std::string& folder) {
                 "{}: missing 'weight_map' object", index_path.string());
     std::map<std::string, const SafetensorsFile*> shard_by_name;
     for (const auto& item : index["weight_map"].items()) {
-      const std::string tensor_name = item.key();
+      const std::string& tensor_name = item.key();
       const json& shard = item.value();
       INFER_CHECK(shard.is_string(), "{}: weight_map['{}'] is not a file name", index_path.string(),
                   tensor_name);

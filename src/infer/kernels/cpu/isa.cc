@@ -61,8 +61,8 @@ std::atomic<int> active_isa{-1};
 }  // namespace
 
 Isa DetectIsa() {
-  static const Isa detected = DetectOnce();
-  return detected;
+  static const Isa kDetected = DetectOnce();
+  return kDetected;
 }
 
 bool IsaSupported(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(DetectIsa()); }
