@@ -39,14 +39,7 @@ std::vector<StepOutput> ModelRunner::Prefill(std::span<const std::shared_ptr<Req
   }
   if (steps.empty()) return {};
   model_.StartSequences(static_cast<int64_t>(batch.size()), max_seq_len, /*use_kv_cache=*/true);
-  model_.BatchNextTokenLogits(steps, logits_);
-  std::vector<StepOutput> outputs;
-  const auto vocab = static_cast<size_t>(model_.vocab_size());
-  for (size_t k = 0; k < steps.size(); ++k) {
-    const auto i = static_cast<size_t>(steps[k].seq_idx);
-    outputs.push_back(TakeToken(*batch[i], i, std::span(logits_).subspan(k * vocab, vocab)));
-  }
-  return outputs;
+  return RunSteps(batch, steps);
 }
 
 std::vector<StepOutput> ModelRunner::Decode(std::span<const std::shared_ptr<Request>> batch) {
@@ -57,6 +50,11 @@ std::vector<StepOutput> ModelRunner::Decode(std::span<const std::shared_ptr<Requ
     steps.push_back({static_cast<int64_t>(i), contexts_[i], 1});
   }
   if (steps.empty()) return {};
+  return RunSteps(batch, steps);
+}
+
+std::vector<StepOutput> ModelRunner::RunSteps(std::span<const std::shared_ptr<Request>> batch,
+                                              const std::vector<SequenceStep>& steps) {
   model_.BatchNextTokenLogits(steps, logits_);
   std::vector<StepOutput> outputs;
   const auto vocab = static_cast<size_t>(model_.vocab_size());

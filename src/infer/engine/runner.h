@@ -31,6 +31,9 @@ class ModelRunner {
  private:
   std::vector<StepOutput> Prefill(std::span<const std::shared_ptr<Request>> batch);
   std::vector<StepOutput> Decode(std::span<const std::shared_ptr<Request>> batch);
+  // One model call for `steps`, then a sampled token per stepped request.
+  std::vector<StepOutput> RunSteps(std::span<const std::shared_ptr<Request>> batch,
+                                   const std::vector<SequenceStep>& steps);
   // Samples from logits row `row`, records the token and applies EOS, stop strings and length.
   StepOutput TakeToken(Request& request, size_t batch_idx, std::span<float> logits);
 

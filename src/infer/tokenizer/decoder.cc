@@ -35,45 +35,13 @@ class ByteLevelDecoder : public TokenDecoder {
 
 class ReplaceDecoder : public TokenDecoder {
  public:
-  explicit ReplaceDecoder(const nlohmann::json& config) {
-    const auto& pattern = config.at("pattern");
-    content_ = config.at("content").get<std::string>();
-    if (pattern.contains("String")) {
-      literal_ = pattern["String"].get<std::string>();
-    } else if (pattern.contains("Regex")) {
-      regex_ = std::make_unique<Regex>(pattern["Regex"].get<std::string>());
-    } else {
-      Fail("Replace decoder: pattern must be String or Regex");
-    }
-  }
+  explicit ReplaceDecoder(const nlohmann::json& config) : replacer_(config, "Replace decoder") {}
   void DecodeChain(std::vector<std::string>& tokens) const override {
-    std::vector<std::pair<size_t, size_t>> matches;
-    for (std::string& token : tokens) {
-      matches.clear();
-      if (regex_) {
-        regex_->FindAll(token, matches);
-      } else if (!literal_.empty()) {
-        for (size_t at = token.find(literal_); at != std::string::npos;
-             at = token.find(literal_, at + literal_.size()))
-          matches.emplace_back(at, at + literal_.size());
-      }
-      if (matches.empty()) continue;
-      std::string out;
-      size_t previous = 0;
-      for (auto [start, end] : matches) {
-        out.append(token, previous, start - previous);
-        out.append(content_);
-        previous = end;
-      }
-      out.append(token, previous);
-      token = std::move(out);
-    }
+    for (std::string& token : tokens) replacer_.ReplaceAll(token);
   }
 
  private:
-  std::string literal_;
-  std::unique_ptr<Regex> regex_;
-  std::string content_;
+  PatternReplacer replacer_;
 };
 
 // "<0xNN>" -> NN, else -1.

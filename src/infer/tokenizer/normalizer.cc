@@ -58,43 +58,11 @@ class Lowercase : public Normalizer {
 // Replace: literal or regex pattern -> content, all non-overlapping occurrences.
 class Replace : public Normalizer {
  public:
-  explicit Replace(const nlohmann::json& config) {
-    const auto& pattern = config.at("pattern");
-    content_ = config.at("content").get<std::string>();
-    if (pattern.contains("String")) {
-      literal_ = pattern["String"].get<std::string>();
-    } else if (pattern.contains("Regex")) {
-      regex_ = std::make_unique<Regex>(pattern["Regex"].get<std::string>());
-    } else {
-      Fail("Replace normalizer: pattern must be String or Regex");
-    }
-  }
-  void Normalize(std::string& text) const override {
-    std::vector<std::pair<size_t, size_t>> matches;
-    if (regex_) {
-      regex_->FindAll(text, matches);
-    } else if (!literal_.empty()) {
-      for (size_t at = text.find(literal_); at != std::string::npos;
-           at = text.find(literal_, at + literal_.size()))
-        matches.emplace_back(at, at + literal_.size());
-    }
-    if (matches.empty()) return;
-    std::string out;
-    out.reserve(text.size());
-    size_t previous = 0;
-    for (auto [start, end] : matches) {
-      out.append(text, previous, start - previous);
-      out.append(content_);
-      previous = end;
-    }
-    out.append(text, previous);
-    text = std::move(out);
-  }
+  explicit Replace(const nlohmann::json& config) : replacer_(config, "Replace normalizer") {}
+  void Normalize(std::string& text) const override { replacer_.ReplaceAll(text); }
 
  private:
-  std::string literal_;
-  std::unique_ptr<Regex> regex_;
-  std::string content_;
+  PatternReplacer replacer_;
 };
 
 class Prepend : public Normalizer {

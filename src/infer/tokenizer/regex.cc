@@ -145,4 +145,39 @@ std::string RegexEscape(std::string_view literal) {
   return out;
 }
 
+PatternReplacer::PatternReplacer(const nlohmann::json& config, std::string_view owner) {
+  const auto& pattern = config.at("pattern");
+  content_ = config.at("content").get<std::string>();
+  if (pattern.contains("String")) {
+    literal_ = pattern["String"].get<std::string>();
+  } else if (pattern.contains("Regex")) {
+    regex_ = std::make_unique<Regex>(pattern["Regex"].get<std::string>());
+  } else {
+    Fail("{}: pattern must be String or Regex", owner);
+  }
+}
+
+void PatternReplacer::ReplaceAll(std::string& text) const {
+  std::vector<std::pair<size_t, size_t>> matches;
+  if (regex_) {
+    regex_->FindAll(text, matches);
+  } else if (!literal_.empty()) {
+    for (size_t at = text.find(literal_); at != std::string::npos;
+         at = text.find(literal_, at + literal_.size())) {
+      matches.emplace_back(at, at + literal_.size());
+    }
+  }
+  if (matches.empty()) return;
+  std::string out;
+  out.reserve(text.size());
+  size_t previous = 0;
+  for (auto [start, end] : matches) {
+    out.append(text, previous, start - previous);
+    out.append(content_);
+    previous = end;
+  }
+  out.append(text, previous);
+  text = std::move(out);
+}
+
 }  // namespace infer

@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace infer {
 
 class Regex {
@@ -32,5 +34,19 @@ class Regex {
 
 // Escapes `literal` so that it matches itself.
 std::string RegexEscape(std::string_view literal);
+
+// tokenizer.json's Replace step (normalizer and decoder alike): every non-overlapping match
+// of `pattern` ({"String": s} or {"Regex": r}) becomes `content`.
+class PatternReplacer {
+ public:
+  // `config` holds "pattern" and "content"; `owner` names the step in errors.
+  PatternReplacer(const nlohmann::json& config, std::string_view owner);
+  void ReplaceAll(std::string& text) const;
+
+ private:
+  std::string literal_;
+  std::unique_ptr<Regex> regex_;
+  std::string content_;
+};
 
 }  // namespace infer
