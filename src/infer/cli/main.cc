@@ -14,6 +14,7 @@ void AddLogitsCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);
 void AddGenerateCommand(CLI::App& app);
 void AddChatCommand(CLI::App& app);
+void AddServeCommand(CLI::App& app);
 }  // namespace infer::cli
 
 int main(int argc, char** argv) {
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
   infer::cli::AddBenchCommand(app);
   infer::cli::AddGenerateCommand(app);
   infer::cli::AddChatCommand(app);
+  infer::cli::AddServeCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& error) {

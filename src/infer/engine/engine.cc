@@ -24,6 +24,10 @@ double Engine::NowS() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time_).count();
 }
 
+int64_t Engine::max_model_len() const {
+  return std::min(config_.max_seq_len, model_.context_length());
+}
+
 std::vector<int32_t> Engine::PreparePrompt(
     const std::variant<std::string, std::vector<int32_t>>& prompt,
     const SamplingParams& params) const {
@@ -43,7 +47,7 @@ std::vector<int32_t> Engine::PreparePrompt(
     INFER_CHECK(id >= 0 && id < model_.vocab_size(),
                 "prompt token id {} is outside the vocab [0, {})", id, model_.vocab_size());
   }
-  const int64_t limit = std::min(config_.max_seq_len, model_.context_length());
+  const int64_t limit = max_model_len();
   const auto total = static_cast<int64_t>(ids.size()) + params.max_new_tokens;
   INFER_CHECK(total <= limit, "prompt ({} tokens) + max_tokens ({}) = {} exceeds max_seq_len ({})",
               ids.size(), params.max_new_tokens, total, limit);

@@ -35,6 +35,8 @@ class Engine {
 
   const EngineConfig& config() const { return config_; }
   const Tokenizer* tokenizer() const { return tokenizer_; }
+  // The longest prompt + max_tokens a request may ask for: max_seq_len, capped by the model.
+  int64_t max_model_len() const;
 
   // Tokenizes (a string prompt, special tokens added) and checks a request without queuing it:
   // throws infer::Error for invalid sampling params, ids outside the vocab, a prompt that

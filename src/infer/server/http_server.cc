@@ -1,0 +1,218 @@
+#include "infer/server/http_server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
+
+#include "infer/core/error.h"
+#include "infer/server/completion_request.h"
+#include "infer/server/sse.h"
+
+namespace infer::server {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+constexpr int kServiceUnavailable = 503;
+constexpr size_t kMaxBodyBytes = 32 << 20;
+
+std::string_view ErrorType(int status) {
+  switch (status) {
+    case 400:
+      return "invalid_request_error";
+    case 404:
+      return "not_found_error";
+    case 422:
+      return "validation_error";
+    case 503:
+      return "service_unavailable";
+    default:
+      return "server_error";
+  }
+}
+
+// {"error": {"message", "type", "code"}}, as OpenAI-compatible servers answer.
+void SendError(httplib::Response& res, int status, const std::string& message) {
+  res.status = status;
+  const json body = {
+      {"error", {{"message", message}, {"type", ErrorType(status)}, {"code", status}}}};
+  res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+}
+
+// One streaming response: the request's channel and what the HTTP side knows of it.
+struct Stream {
+  std::string request_id;
+  std::shared_ptr<OutputChannel> channel;
+  Clock::time_point last_write = Clock::now();
+  bool finished = false;  // the final event was taken from the channel
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(Engine& engine, ServerOptions options) : engine(engine), options(std::move(options)) {}
+
+  void Routes();
+  void Completions(const httplib::Request& req, httplib::Response& res);
+  bool Pump(Stream& stream, httplib::DataSink& sink);
+
+  Engine& engine;
+  const ServerOptions options;
+  httplib::Server server;
+  std::atomic<uint64_t> next_id{0};
+  std::atomic<int> open_streams{0};
+  std::atomic<bool> shutting_down{false};
+  std::once_flag shutdown_once;
+};
+
+void HttpServer::Impl::Routes() {
+  server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    Completions(req, res);
+  });
+  server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (shutting_down) return SendError(res, kServiceUnavailable, "server shutting down");
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    const json model = {{"id", engine.config().model},
+                        {"object", "model"},
+                        {"owned_by", "infer"},
+                        {"max_model_len", engine.max_model_len()}};
+    res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(),
+                    "application/json");
+  });
+  // Unknown paths and methods, thrown exceptions: JSON errors like every other answer.
+  server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    SendError(res, res.status,
+              res.status == 404
+                  ? fmt::format("{} {} is not a route of this server", req.method, req.path)
+                  : fmt::format("{} {} failed with HTTP {}", req.method, req.path, res.status));
+  });
+  server.set_exception_handler(
+      [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+        std::string message = "internal error";
+        try {
+          std::rethrow_exception(error);
+        } catch (const std::exception& e) {
+          message = e.what();
+        } catch (...) {
+        }
+        spdlog::error("request handler failed: {}", message);
+        SendError(res, 500, message);
+      });
+}
+
+void HttpServer::Impl::Completions(const httplib::Request& req, httplib::Response& res) {
+  CompletionRequest request;
+  std::vector<int32_t> prompt_ids;
+  try {
+    request = ParseCompletionRequest(req.body, engine.config().model);
+    try {
+      prompt_ids = engine.PreparePrompt(request.prompt, request.params);
+    } catch (const Error& e) {
+      throw RequestError(422, e.what());
+    }
+  } catch (const RequestError& e) {
+    return SendError(res, e.status(), e.what());
+  }
+  const std::string request_id = fmt::format("cmpl-{}", next_id++);
+  const auto num_prompt_tokens = prompt_ids.size();
+  auto channel = engine.AddRequest(request_id, std::move(prompt_ids), request.params);
+  if (!channel) {
+    return SendError(res, kServiceUnavailable,
+                     shutting_down ? "server shutting down"
+                                   : fmt::format("server overloaded: {} requests already waiting",
+                                                 engine.config().max_waiting_requests));
+  }
+  spdlog::debug("{}: queued, {} prompt tokens, max_tokens {}", request_id, num_prompt_tokens,
+                request.params.max_new_tokens);
+  auto stream = std::make_shared<Stream>(Stream{request_id, std::move(channel)});
+  ++open_streams;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Request-Id", request_id);
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, stream](size_t, httplib::DataSink& sink) { return Pump(*stream, sink); },
+      [this, stream](bool) {
+        // The response is over: if the client left before the end, free its slot.
+        if (!stream->finished) {
+          spdlog::info("{}: client disconnected, cancelling", stream->request_id);
+          engine.Cancel(stream->request_id);
+        }
+        --open_streams;
+      });
+}
+
+// Called by httplib in a loop while it returns true: waits a little for the next output and
+// writes its events; a failed write (the client is gone) ends the response.
+bool HttpServer::Impl::Pump(Stream& stream, httplib::DataSink& sink) {
+  const auto output = stream.channel->Pop(std::chrono::milliseconds(100));
+  const auto now = Clock::now();
+  if (!output) {
+    if (now - stream.last_write < std::chrono::duration<double>(options.heartbeat_s)) return true;
+    stream.last_write = now;
+    static constexpr std::string_view kPing = ": ping\n\n";
+    return sink.write(kPing.data(), kPing.size());
+  }
+  const std::string events = StepOutputEvents(*output);
+  stream.finished = output->finished;
+  if (!events.empty() && !sink.write(events.data(), events.size())) return false;
+  stream.last_write = now;
+  if (stream.finished) sink.done();
+  return true;
+}
+
+HttpServer::HttpServer(Engine& engine, ServerOptions options)
+    : impl_(std::make_unique<Impl>(engine, std::move(options))) {
+  const EngineConfig& config = engine.config();
+  const int threads =
+      impl_->options.http_threads > 0
+          ? impl_->options.http_threads
+          : static_cast<int>(config.max_batch_size + config.max_waiting_requests) + 16;
+  impl_->server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  impl_->server.set_payload_max_length(kMaxBodyBytes);
+  impl_->Routes();
+}
+
+HttpServer::~HttpServer() { Shutdown(); }
+
+int HttpServer::Bind() {
+  const ServerOptions& options = impl_->options;
+  int port = options.port;
+  if (port == 0) {
+    port = impl_->server.bind_to_any_port(options.host);
+  } else if (!impl_->server.bind_to_port(options.host, port)) {
+    port = -1;
+  }
+  INFER_CHECK(port > 0, "cannot listen on {}:{} (in use, or not an address of this machine)",
+              options.host, options.port);
+  return port;
+}
+
+void HttpServer::Run() {
+  impl_->engine.Start();
+  impl_->server.listen_after_bind();
+}
+
+void HttpServer::Shutdown(const std::string& reason, double drain_s) {
+  std::call_once(impl_->shutdown_once, [&] {
+    impl_->shutting_down = true;
+    impl_->engine.Stop(reason);
+    const auto deadline = Clock::now() + std::chrono::duration<double>(drain_s);
+    while (impl_->open_streams > 0 && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    impl_->server.stop();
+  });
+}
+
+}  // namespace infer::server

@@ -1,0 +1,46 @@
+// The HTTP front of the engine (seed phase 4): POST /v1/completions streams server-sent events,
+// GET /health and GET /v1/models describe the server. Each streaming response holds one HTTP
+// worker thread while it waits on its request's OutputChannel; a client that goes away has its
+// request cancelled in the engine.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "infer/engine/engine.h"
+
+namespace infer::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;  // 0: any free port (Bind() returns it)
+  // HTTP worker threads; 0: enough for every request the engine can hold (batch + queue) plus
+  // room for requests that are only turned away.
+  int http_threads = 0;
+  // A streaming request with nothing to send for this long gets an SSE comment, which is how a
+  // client that went away is noticed while its request is still queued.
+  double heartbeat_s = 1.0;
+};
+
+class HttpServer {
+ public:
+  // `engine` must outlive the server; the server starts and stops the engine's thread.
+  HttpServer(Engine& engine, ServerOptions options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds the listening socket; returns the port. Throws infer::Error if it cannot.
+  int Bind();
+  // Serves until Shutdown() (from any thread, e.g. a signal handler thread).
+  void Run();
+  // Fails every queued and running request with `reason` (their streams end with an error
+  // event), lets the streams flush for up to `drain_s`, then stops accepting and returns.
+  void Shutdown(const std::string& reason = "server shutting down", double drain_s = 5.0);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace infer::server
