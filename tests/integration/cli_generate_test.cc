@@ -15,6 +15,7 @@
 
 #include "../unit/loader/test_util.h"
 #include "../unit/tokenizer/tokenizer_test_util.h"
+#include "testing/llama3_vocab_model.h"
 #include "testing/subprocess.h"
 
 namespace infer {
@@ -108,33 +109,9 @@ TEST(CliGenerate, ErrorsAreOneLine) {
   }
 }
 
-// A tiny Llama with the real Llama 3 vocabulary (random weights) and its real tokenizer files.
-class ChatModelDir {
- public:
-  ChatModelDir() {
-    json config;
-    std::ifstream(testing::FixturePath("models/llama/model/config.json")) >> config;
-    config["vocab_size"] = 128256;
-    config["bos_token_id"] = 128000;
-    config["eos_token_id"] = json::array({128001, 128008, 128009});
-    testing::WriteFile(dir_.path() / "config.json", config.dump());
-    const auto tokenizer = testing::RealTokenizerDir("llama3");
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
-      std::filesystem::copy_file(tokenizer / name, dir_.path() / name);
-    }
-    std::filesystem::copy_file(
-        testing::FixturePath("configs/Llama-3.2-1B-Instruct/generation_config.json"),
-        dir_.path() / "generation_config.json");
-  }
-  std::string path() const { return dir_.path().string(); }
-
- private:
-  testing::TempDir dir_;
-};
-
 TEST(CliGenerate, StreamedTextEqualsResultText) {
   if (!testing::RequireRealTokenizer("llama3")) return;
-  ChatModelDir model;
+  testing::Llama3VocabModelDir model;
   const std::vector<std::string> args = {"--load-format",    "dummy",  "--prompt",
                                          "Hello there",      "--seed", "3",
                                          "--max-new-tokens", "12",     "--chat"};
@@ -215,7 +192,7 @@ class PtySession {
 
 TEST(CliChat, TwoTurnsResetAndExitUnderAPty) {
   if (!testing::RequireRealTokenizer("llama3")) return;
-  ChatModelDir model;
+  testing::Llama3VocabModelDir model;
   PtySession chat({INFER_BINARY, "chat", "--model", model.path(), "--load-format", "dummy",
                    "--threads", "2", "--max-new-tokens", "6", "--seed", "5"});
   ASSERT_TRUE(chat.started());

@@ -1,0 +1,272 @@
+// The completions API against the real `infer serve` over loopback (seed phase 4 API tests):
+// valid streams on the three fixture models (the reference greedy tokens), concurrent requests
+// equal to one at a time, every error status, string prompts, stop strings, and shutdown.
+#include <csignal>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "../unit/loader/test_util.h"
+#include "serve_test_util.h"
+#include "testing/llama3_vocab_model.h"
+#include "testing/server_process.h"
+#include "testing/subprocess.h"
+
+namespace infer {
+namespace {
+
+using nlohmann::json;
+using testing::Post;
+using testing::ServerProcess;
+using testing::Summarize;
+
+json Reference(const std::string& arch) {
+  std::ifstream in(testing::FixturePath("models/" + arch + "/reference.json"));
+  return json::parse(in);
+}
+
+std::vector<int32_t> EosIds(const std::string& arch) {
+  std::ifstream in(testing::FixturePath("models/" + arch + "/model/config.json"));
+  const json eos = json::parse(in)["eos_token_id"];
+  return eos.is_array() ? eos.get<std::vector<int32_t>>()
+                        : std::vector<int32_t>{eos.get<int32_t>()};
+}
+
+class ServeFixtureTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<ServerProcess>(std::vector<std::string>{
+        "--model", testing::FixturePath("models/" + GetParam() + "/model").string(),
+        "--served-model-name", "tiny", "--max-seq-len", "64", "--threads", "1"});
+    ASSERT_TRUE(server_->started()) << server_->log();
+  }
+  void TearDown() override {
+    if (server_ && server_->started()) {
+      EXPECT_EQ(server_->Stop(SIGTERM), 0) << server_->log();
+    }
+  }
+  std::unique_ptr<ServerProcess> server_;
+};
+
+TEST_P(ServeFixtureTest, StreamsTheReferenceGreedyTokens) {
+  const json reference = Reference(GetParam());
+  const auto prompt = reference["greedy_short"]["prompt_ids"].get<std::vector<int32_t>>();
+  auto expected = reference["greedy_short"]["generated_ids"].get<std::vector<int32_t>>();
+  // The server stops at the model's EOS ids; the reference ran on regardless.
+  std::string expected_reason = "length";
+  const std::vector<int32_t> eos = EosIds(GetParam());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    if (std::find(eos.begin(), eos.end(), expected[i]) != eos.end()) {
+      expected.resize(i + 1);
+      expected_reason = "eos";
+      break;
+    }
+  }
+  const auto result =
+      Post(server_->port(),
+           {{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 32}, {"temperature", 0}});
+  ASSERT_EQ(result.status, 200) << result.body << result.transport_error;
+  const auto summary = Summarize(result);
+  EXPECT_EQ(summary.done_events, 1);
+  EXPECT_EQ(summary.error_events, 0);
+  ASSERT_EQ(summary.last_event, "done");
+  std::vector<int32_t> streamed = summary.token_ids;
+  if (expected_reason == "eos") streamed.push_back(expected.back());  // EOS has no token event
+  EXPECT_EQ(streamed, expected);
+  EXPECT_EQ(summary.last["finish_reason"], expected_reason);
+  EXPECT_EQ(summary.last["usage"]["prompt_tokens"], prompt.size());
+  EXPECT_EQ(summary.last["usage"]["completion_tokens"], expected.size());
+  EXPECT_EQ(summary.last["usage"]["total_tokens"], prompt.size() + expected.size());
+}
+
+TEST_P(ServeFixtureTest, ConcurrentRequestsEqualOneAtATime) {
+  const json reference = Reference(GetParam());
+  const json short_prompt = reference["greedy_short"]["prompt_ids"];  // 16 ids
+  const json long_prompt = reference["greedy_long"]["prompt_ids"];    // 40 ids
+  const std::vector<json> bodies = {
+      {{"model", "tiny"}, {"prompt", short_prompt}, {"max_tokens", 20}, {"temperature", 0}},
+      {{"model", "tiny"}, {"prompt", long_prompt}, {"max_tokens", 20}, {"temperature", 0}},
+      {{"model", "tiny"},
+       {"prompt", long_prompt},
+       {"max_tokens", 24},
+       {"temperature", 0.8},
+       {"top_k", 50},
+       {"top_p", 0.95},
+       {"repetition_penalty", 1.1},
+       {"seed", 42}},
+      {{"model", "tiny"},
+       {"prompt", short_prompt},
+       {"max_tokens", 12},
+       {"temperature", 1.0},
+       {"seed", 7}},
+  };
+  std::vector<testing::StreamSummary> alone;
+  for (const json& body : bodies) alone.push_back(Summarize(Post(server_->port(), body)));
+  std::vector<std::future<server::CompletionResult>> futures;
+  for (const json& body : bodies) {
+    futures.push_back(
+        std::async(std::launch::async, [&, body] { return Post(server_->port(), body); }));
+  }
+  for (size_t i = 0; i < bodies.size(); ++i) {
+    const auto together = Summarize(futures[i].get());
+    EXPECT_EQ(together.token_ids, alone[i].token_ids) << "request " << i;
+    EXPECT_EQ(together.last, alone[i].last) << "request " << i;
+    EXPECT_EQ(together.done_events, 1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, ServeFixtureTest, ::testing::Values("llama", "qwen3", "gemma3"));
+
+TEST(ServeApi, ErrorStatusesAndInfoRoutes) {
+  ServerProcess server({"--model", testing::FixturePath("models/llama/model").string(),
+                        "--served-model-name", "tiny", "--max-seq-len", "64", "--threads", "1"});
+  ASSERT_TRUE(server.started()) << server.log();
+  const std::vector<std::pair<std::string, int>> cases = {
+      {"{not json", 400},
+      {"[1,2,3]", 400},
+      {R"({"model":"tiny","prompt":""})", 400},
+      {R"({"model":"tiny","prompt":[]})", 400},
+      {R"({"model":"tiny"})", 400},
+      {R"({"model":"tiny","prompt":[1],"temperature":"warm"})", 400},
+      {R"({"model":"tiny","prompt":[1],"stream":"yes"})", 400},
+      {R"({"model":"nonexistent","prompt":[1]})", 422},
+      {R"({"model":"tiny","prompt":[1],"temperature":-1.0})", 422},
+      {R"({"model":"tiny","prompt":[1],"top_p":0})", 422},
+      {R"({"model":"tiny","prompt":[1],"max_tokens":0})", 422},
+      {R"({"model":"tiny","prompt":[1],"foo":"bar"})", 422},
+      {R"({"model":"tiny","prompt":[1,2,3,4,5,6,7,8],"max_tokens":57})", 422},  // 65 > 64
+      {R"({"model":"tiny","prompt":[1,512]})", 422},                            // vocab is 512
+      {R"({"model":"tiny","prompt":"no tokenizer here"})", 422},
+  };
+  for (const auto& [body, status] : cases) {
+    const auto result = server::PostCompletion("127.0.0.1", server.port(), body);
+    EXPECT_EQ(result.status, status) << body << " -> " << result.body;
+    const json error = json::parse(result.body, nullptr, false);
+    ASSERT_TRUE(error.is_object()) << result.body;
+    EXPECT_EQ(error["error"]["code"], status) << result.body;
+    EXPECT_FALSE(error["error"]["message"].get<std::string>().empty()) << result.body;
+  }
+  // The longest allowed request still runs.
+  const auto fits = Post(server.port(), json::parse(R"({"model":"tiny","prompt":[1,2,3,4,5,6,7,8],
+                                                        "max_tokens":56,"temperature":0})"));
+  EXPECT_EQ(fits.status, 200) << fits.body;
+
+  const auto [health_status, health] = server::HttpGet("127.0.0.1", server.port(), "/health");
+  EXPECT_EQ(health_status, 200);
+  EXPECT_EQ(json::parse(health)["status"], "ok");
+  const auto [models_status, models] = server::HttpGet("127.0.0.1", server.port(), "/v1/models");
+  EXPECT_EQ(models_status, 200);
+  EXPECT_EQ(json::parse(models)["data"][0]["id"], "tiny");
+  EXPECT_EQ(json::parse(models)["data"][0]["max_model_len"], 64);
+  EXPECT_EQ(server::HttpGet("127.0.0.1", server.port(), "/v2/nothing").first, 404);
+  EXPECT_EQ(server.Stop(SIGINT), 0) << server.log();
+}
+
+TEST(ServeApi, BadCommandLineIsOneError) {
+  const auto result = testing::RunCommand({INFER_BINARY, "serve", "--model",
+                                           testing::FixturePath("models/llama/model").string(),
+                                           "--max-batch-size", "0", "--port", "0"});
+  EXPECT_EQ(result.exit_code, 1) << result.err;
+  EXPECT_NE(result.err.find("error: "), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("max_batch_size"), std::string::npos) << result.err;
+}
+
+// A tiny model with the real Llama 3 vocabulary: text in, text out.
+class ServeTextTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!testing::RequireRealTokenizer("llama3")) GTEST_SKIP();
+    server_ = std::make_unique<ServerProcess>(std::vector<std::string>{
+        "--model", model_.path(), "--load-format", "dummy", "--served-model-name", "llama3",
+        "--max-batch-size", "2", "--threads", "1"});
+    ASSERT_TRUE(server_->started()) << server_->log();
+  }
+  testing::Llama3VocabModelDir model_;
+  std::unique_ptr<ServerProcess> server_;
+};
+
+TEST_F(ServeTextTest, StringPromptMatchesInferGenerate) {
+  const auto result = Post(
+      server_->port(),
+      {{"model", "llama3"}, {"prompt", "Hello world"}, {"max_tokens", 12}, {"temperature", 0}});
+  ASSERT_EQ(result.status, 200) << result.body;
+  const auto summary = Summarize(result);
+  ASSERT_EQ(summary.last_event, "done") << result.body;
+  // Hugging Face: "Hello world" -> <|begin_of_text|> Hello ␣world = 3 tokens.
+  EXPECT_EQ(summary.last["usage"]["prompt_tokens"], 3);
+  EXPECT_FALSE(summary.token_ids.empty());
+  // The same request through `infer generate` (the sequential path) gives the same tokens/text.
+  const auto generate = testing::RunCommand(
+      {INFER_BINARY, "generate", "--model", model_.path(), "--load-format", "dummy", "--prompt",
+       "Hello world", "--temperature", "0", "--max-new-tokens", "12", "--threads", "1", "--json"});
+  ASSERT_EQ(generate.exit_code, 0) << generate.err;
+  const json expected = json::parse(generate.out);
+  auto ids = expected["token_ids"].get<std::vector<int32_t>>();
+  if (expected["finish_reason"] == "eos") ids.pop_back();
+  EXPECT_EQ(summary.token_ids, ids);
+  EXPECT_EQ(summary.text, expected["text"].get<std::string>());
+  EXPECT_EQ(summary.last["finish_reason"], expected["finish_reason"]);
+}
+
+TEST_F(ServeTextTest, StopStringEndsTheStream) {
+  const json body = {
+      {"model", "llama3"}, {"prompt", "Once upon a time"}, {"max_tokens", 16}, {"temperature", 0}};
+  const auto free_run = Summarize(Post(server_->port(), body));
+  ASSERT_EQ(free_run.last_event, "done");
+  // A stop string taken from the middle of the unconstrained text (one token's whole text, so
+  // never half a UTF-8 character).
+  std::string stop;
+  for (size_t i = free_run.pieces.size() / 2; i < free_run.pieces.size() && stop.empty(); ++i) {
+    stop = free_run.pieces[i];
+  }
+  ASSERT_FALSE(stop.empty()) << free_run.text;
+  const std::string expected = free_run.text.substr(0, free_run.text.find(stop));
+  for (const json& stop_field : {json(stop), json::array({"\x01never", stop})}) {
+    json stopped_body = body;
+    stopped_body["stop"] = stop_field;
+    const auto stopped = Summarize(Post(server_->port(), stopped_body));
+    ASSERT_EQ(stopped.last_event, "done");
+    EXPECT_EQ(stopped.last["finish_reason"], "stop") << stop_field;
+    EXPECT_EQ(stopped.text, expected) << stop_field;
+    EXPECT_LT(stopped.last["usage"]["completion_tokens"].get<int>(), 16);
+  }
+}
+
+TEST_F(ServeTextTest, ShutdownEndsEveryStreamWithAnError) {
+  // Two running (the batch is 2) and one queued, all far from done.
+  const json body = {
+      {"model", "llama3"}, {"prompt", "Tell me a story"}, {"max_tokens", 3000}, {"temperature", 0}};
+  std::atomic<int> streaming{0};
+  std::vector<std::future<server::CompletionResult>> futures;
+  for (int i = 0; i < 3; ++i) {
+    futures.push_back(std::async(std::launch::async, [&] {
+      bool first = true;
+      return server::PostCompletion("127.0.0.1", server_->port(), body.dump(),
+                                    [&](const server::SseEvent&) {
+                                      if (first) ++streaming;
+                                      first = false;
+                                      return true;
+                                    });
+    }));
+  }
+  for (int i = 0; i < 3000 && streaming < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(streaming, 2);
+  EXPECT_EQ(server_->Stop(SIGTERM), 0) << server_->log();
+  for (auto& future : futures) {
+    const auto result = future.get();
+    EXPECT_EQ(result.status, 200) << result.body;
+    const auto summary = Summarize(result);
+    EXPECT_EQ(summary.last_event, "error") << result.body;
+    EXPECT_EQ(summary.done_events, 0);
+    EXPECT_NE(summary.last.value("error", "").find("shutting down"), std::string::npos);
+  }
+  EXPECT_NE(server_->log().find("shutting down"), std::string::npos) << server_->log();
+}
+
+}  // namespace
+}  // namespace infer

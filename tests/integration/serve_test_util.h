@@ -1,0 +1,48 @@
+// Helpers of the loopback server tests: request bodies, reading a finished stream.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "infer/server/sse_client.h"
+
+namespace infer::testing {
+
+// The token events' ids and text, and the done (or error) event that ended the stream.
+struct StreamSummary {
+  std::vector<int32_t> token_ids;
+  std::string text;
+  std::vector<std::string> pieces;  // each token event's text
+  int done_events = 0;
+  int error_events = 0;
+  nlohmann::json last;  // data of the final event
+  std::string last_event;
+};
+
+inline StreamSummary Summarize(const server::CompletionResult& result) {
+  StreamSummary summary;
+  for (const server::SseEvent& event : result.events) {
+    const nlohmann::json data = nlohmann::json::parse(event.data);
+    if (event.event == "token") {
+      summary.token_ids.push_back(data["token_id"].get<int32_t>());
+      summary.pieces.push_back(data["token"].get<std::string>());
+      summary.text += summary.pieces.back();
+    } else if (event.event == "done") {
+      ++summary.done_events;
+    } else if (event.event == "error") {
+      ++summary.error_events;
+    }
+    summary.last = data;
+    summary.last_event = event.event;
+  }
+  return summary;
+}
+
+inline server::CompletionResult Post(int port, const nlohmann::json& body) {
+  return server::PostCompletion("127.0.0.1", port, body.dump(), {}, 300);
+}
+
+}  // namespace infer::testing
