@@ -76,11 +76,11 @@ std::variant<std::string, std::vector<int32_t>> ParsePrompt(const json& value) {
 
 std::vector<std::string> ParseStop(const json& value) {
   if (value.is_string()) return {value.get<std::string>()};
-  const char* const kWrongType = "'stop' must be a string, a list of strings or null";
-  if (!value.is_array()) Reject(kBadRequest, kWrongType);
+  const char* const wrong_type = "'stop' must be a string, a list of strings or null";
+  if (!value.is_array()) Reject(kBadRequest, wrong_type);
   std::vector<std::string> stop;
   for (const json& item : value) {
-    if (!item.is_string()) Reject(kBadRequest, kWrongType);
+    if (!item.is_string()) Reject(kBadRequest, wrong_type);
     stop.push_back(item.get<std::string>());
   }
   return stop;

@@ -101,7 +101,7 @@ void HttpServer::Impl::Routes() {
       [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
         std::string message = "internal error";
         try {
-          std::rethrow_exception(error);
+          std::rethrow_exception(std::move(error));
         } catch (const std::exception& e) {
           message = e.what();
         } catch (...) {
