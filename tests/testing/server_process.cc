@@ -9,7 +9,7 @@
 #include <chrono>
 #include <csignal>
 #include <fstream>
-#include <regex>
+#include <string>
 
 extern char** environ;
 
@@ -36,14 +36,19 @@ ServerProcess::ServerProcess(const std::vector<std::string>& args, int start_tim
   }
   err_fd_ = err_pipe[0];
   drain_ = std::thread([this] { Drain(); });
-  const std::regex listening(R"(listening on http://127\.0\.0\.1:(\d+))");
+  // Plain string search: std::regex trips gcc 12's -Wmaybe-uninitialized under ASan.
+  const std::string listening = "listening on http://127.0.0.1:";
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(start_timeout_s);
   while (std::chrono::steady_clock::now() < deadline) {
-    std::smatch match;
     const std::string text = log();
-    if (std::regex_search(text, match, listening)) {
-      port_ = std::stoi(match[1]);
-      return;
+    const size_t at = text.find(listening);
+    if (at != std::string::npos) {
+      size_t end = at + listening.size();
+      while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
+      if (end > at + listening.size() && end < text.size()) {  // the whole number has arrived
+        port_ = std::stoi(text.substr(at + listening.size(), end - at - listening.size()));
+        return;
+      }
     }
     if (waitpid(pid_, nullptr, WNOHANG) == pid_) {
       exited_ = true;
