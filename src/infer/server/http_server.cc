@@ -1,9 +1,12 @@
 #include "infer/server/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <mutex>
 #include <thread>
 
@@ -71,6 +74,7 @@ struct HttpServer::Impl {
   std::atomic<int> open_streams{0};
   std::atomic<bool> shutting_down{false};
   std::once_flag shutdown_once;
+  int listen_fd = -1;  // the socket httplib binds, seen through its socket-options hook
 };
 
 void HttpServer::Impl::Routes() {
@@ -180,6 +184,10 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options)
           : static_cast<int>(config.max_batch_size + config.max_waiting_requests) + 16;
   impl_->server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   impl_->server.set_payload_max_length(kMaxBodyBytes);
+  impl_->server.set_socket_options([impl = impl_.get()](socket_t sock) {
+    httplib::default_socket_options(sock);
+    impl->listen_fd = sock;
+  });
   impl_->Routes();
 }
 
@@ -195,6 +203,12 @@ int HttpServer::Bind() {
   }
   INFER_CHECK(port > 0, "cannot listen on {}:{} (in use, or not an address of this machine)",
               options.host, options.port);
+  // Debian's compiled cpp-httplib listens with a backlog of 5: a burst of new connections
+  // overflows it and the kernel drops SYNs, which clients retry only ~1 s later. Calling
+  // listen() again on the bound socket raises the backlog (Linux keeps the socket).
+  if (impl_->listen_fd >= 0 && ::listen(impl_->listen_fd, SOMAXCONN) != 0) {
+    spdlog::warn("could not raise the listen backlog: {}", std::strerror(errno));
+  }
   return port;
 }
 
