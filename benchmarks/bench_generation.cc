@@ -4,9 +4,7 @@
 // Prints a markdown table; writes a JSON report into benchmarks/reports/.
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -17,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench_common.h"
 #include "infer/cli/common.h"
 #include "infer/core/error.h"
 #include "infer/core/mapped_file.h"
@@ -90,56 +89,11 @@ std::vector<int32_t> SyntheticPrompt(const Tokenizer* tokenizer, int64_t vocab, 
   return ids;
 }
 
-// Passes calls through and prints a progress line to stderr about once a second.
-class ProgressModel final : public LanguageModel {
- public:
-  explicit ProgressModel(LanguageModel& inner) : inner_(inner) {}
-  void SetLabel(std::string label, int64_t total_steps) {
-    label_ = std::move(label);
-    total_steps_ = total_steps;
-    steps_ = 0;
-  }
-  int64_t vocab_size() const override { return inner_.vocab_size(); }
-  int64_t context_length() const override { return inner_.context_length(); }
-  void StartSequences(int64_t num_seqs, int64_t max_seq_len, bool use_kv_cache) override {
-    inner_.StartSequences(num_seqs, max_seq_len, use_kv_cache);
-  }
-  void NextTokenLogits(int64_t seq_idx, std::span<const int32_t> tokens, int64_t num_new,
-                       std::vector<float>& logits) override {
-    inner_.NextTokenLogits(seq_idx, tokens, num_new, logits);
-    ++steps_;
-    const auto now = std::chrono::steady_clock::now();
-    if (now - last_print_ > std::chrono::seconds(1)) {
-      last_print_ = now;
-      std::fprintf(stderr, "\r  %s: step %lld/%lld, seq_len %zu   ", label_.c_str(),
-                   static_cast<long long>(steps_), static_cast<long long>(total_steps_),
-                   tokens.size());
-      std::fflush(stderr);
-    }
-  }
-  int64_t kv_cache_bytes() const override { return inner_.kv_cache_bytes(); }
-
- private:
-  LanguageModel& inner_;
-  std::string label_;
-  int64_t total_steps_ = 0;
-  int64_t steps_ = 0;
-  std::chrono::steady_clock::time_point last_print_{};
-};
-
 double Median(std::vector<double> values) {
   if (values.empty()) return 0.0;
   std::sort(values.begin(), values.end());
   const size_t mid = values.size() / 2;
   return values.size() % 2 == 1 ? values[mid] : 0.5 * (values[mid - 1] + values[mid]);
-}
-
-double Percentile(const std::vector<double>& sorted, double q) {
-  if (sorted.empty()) return 0.0;
-  const double rank = q * static_cast<double>(sorted.size() - 1);
-  const auto low = static_cast<size_t>(std::floor(rank));
-  const size_t high = std::min(low + 1, sorted.size() - 1);
-  return sorted[low] + (rank - static_cast<double>(low)) * (sorted[high] - sorted[low]);
 }
 
 double Mean(const std::vector<double>& values, size_t begin, size_t end) {
@@ -166,7 +120,7 @@ struct Options {
   std::string tag;
 };
 
-Json RunConfig(ProgressModel& model, const Tokenizer* tokenizer, const BenchConfig& config,
+Json RunConfig(bench::ProgressModel& model, const Tokenizer* tokenizer, const BenchConfig& config,
                bool use_cache, const Options& options) {
   SamplingParams params = config.params;
   params.max_new_tokens = config.gen_tokens;
@@ -195,7 +149,7 @@ Json RunConfig(ProgressModel& model, const Tokenizer* tokenizer, const BenchConf
     if (first_trial_steps.empty()) first_trial_steps = timing.decode_times_s;
     steps_s.insert(steps_s.end(), timing.decode_times_s.begin(), timing.decode_times_s.end());
   }
-  std::fprintf(stderr, "\r%*s\r", 80, "");
+  bench::ClearProgressLine();
   std::vector<double> sorted = steps_s;
   std::sort(sorted.begin(), sorted.end());
   // Latency at the start and end of the generation shows whether steps grow with seq_len.
@@ -222,9 +176,9 @@ Json RunConfig(ProgressModel& model, const Tokenizer* tokenizer, const BenchConf
   row["decode_throughput_median_tps"] = Median(decode_tok_s);
   row["wall_time_median_s"] = Median(wall_s);
   row["per_step_latency_mean_ms"] = Mean(sorted, 0, sorted.size()) * 1e3;
-  row["per_step_latency_p50_ms"] = Percentile(sorted, 0.50) * 1e3;
-  row["per_step_latency_p95_ms"] = Percentile(sorted, 0.95) * 1e3;
-  row["per_step_latency_p99_ms"] = Percentile(sorted, 0.99) * 1e3;
+  row["per_step_latency_p50_ms"] = bench::Percentile(sorted, 0.50) * 1e3;
+  row["per_step_latency_p95_ms"] = bench::Percentile(sorted, 0.95) * 1e3;
+  row["per_step_latency_p99_ms"] = bench::Percentile(sorted, 0.99) * 1e3;
   row["per_step_latency_min_ms"] = sorted.empty() ? 0.0 : sorted.front() * 1e3;
   row["per_step_latency_max_ms"] = sorted.empty() ? 0.0 : sorted.back() * 1e3;
   if (n > 0) {
@@ -236,17 +190,6 @@ Json RunConfig(ProgressModel& model, const Tokenizer* tokenizer, const BenchConf
   row["kv_cache_bytes"] = model.kv_cache_bytes();
   row["peak_rss_bytes"] = PeakRssBytes();
   return row;
-}
-
-std::string CommandOutput(const char* command) {
-  std::string out;
-  if (FILE* pipe = popen(command, "r")) {
-    char buffer[256];
-    while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) out += buffer;
-    pclose(pipe);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  return out;
 }
 
 void PrintTable(const Json& rows) {
@@ -279,7 +222,7 @@ int Run(const Options& options) {
     tokenizer = Tokenizer::FromModelDir(loaded.path);
   }
   std::unique_ptr<LanguageModel> decoder = MakeDecoderModel(loaded, pool);
-  ProgressModel model(*decoder);
+  bench::ProgressModel model(*decoder);
 
   std::vector<BenchConfig> configs;
   if (!options.suite.empty()) {
@@ -336,18 +279,16 @@ int Run(const Options& options) {
   report["load_format"] = options.model.load_format;
   report["dtype"] = DTypeName(loaded.weight_dtype);
   report["device"] = "cpu";
-  report["cpu"] = CommandOutput("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2");
+  report["cpu"] = bench::CommandOutput("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2");
   report["isa"] = IsaName(ActiveIsa());
   report["threads"] = pool.num_threads();
-  report["commit"] = CommandOutput("git rev-parse --short HEAD 2>/dev/null");
+  report["commit"] = bench::CommandOutput("git rev-parse --short HEAD 2>/dev/null");
   report["suite"] = options.suite.empty() ? "ad-hoc" : options.suite;
   report["warmup"] = options.warmup;
   report["post_load_rss_bytes"] = post_load_rss;
   report["peak_rss_bytes"] = peak_rss;
   report["weight_bytes"] = loaded.weight_bytes;
-  char timestamp[32];
-  const std::time_t now = std::time(nullptr);
-  std::strftime(timestamp, sizeof(timestamp), "%Y%m%dT%H%M%S", std::gmtime(&now));
+  const std::string timestamp = bench::UtcTime("%Y%m%dT%H%M%S");
   report["timestamp"] = timestamp;
   report["results"] = rows;
   if (!options.report_dir.empty()) {

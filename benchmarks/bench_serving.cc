@@ -14,10 +14,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <condition_variable>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -33,6 +31,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench_common.h"
 #include "infer/cli/common.h"
 #include "infer/cli/generation_session.h"
 #include "infer/core/error.h"
@@ -214,57 +213,11 @@ SamplingParams GreedyParams(int64_t max_tokens, uint64_t seed) {
   return params;
 }
 
-// Passes calls through and prints a progress line to stderr about once a second.
-class ProgressModel final : public LanguageModel {
- public:
-  explicit ProgressModel(LanguageModel& inner) : inner_(inner) {}
-  void SetLabel(std::string label, Clock::time_point phase_start) {
-    label_ = std::move(label);
-    phase_start_ = phase_start;
-    steps_ = 0;
-  }
-  int64_t vocab_size() const override { return inner_.vocab_size(); }
-  int64_t context_length() const override { return inner_.context_length(); }
-  void StartSequences(int64_t num_seqs, int64_t max_seq_len, bool use_kv_cache) override {
-    inner_.StartSequences(num_seqs, max_seq_len, use_kv_cache);
-  }
-  void NextTokenLogits(int64_t seq_idx, std::span<const int32_t> tokens, int64_t num_new,
-                       std::vector<float>& logits) override {
-    inner_.NextTokenLogits(seq_idx, tokens, num_new, logits);
-    Tick();
-  }
-  void BatchNextTokenLogits(std::span<const SequenceStep> steps,
-                            std::vector<float>& logits) override {
-    inner_.BatchNextTokenLogits(steps, logits);
-    Tick();
-  }
-  int64_t kv_cache_bytes() const override { return inner_.kv_cache_bytes(); }
-
- private:
-  void Tick() {
-    ++steps_;
-    const auto now = Clock::now();
-    if (now - last_print_ < std::chrono::seconds(1)) return;
-    last_print_ = now;
-    std::fprintf(stderr, "\r  %s: step %lld, %.1f s   ", label_.c_str(),
-                 static_cast<long long>(steps_), SecondsSince(phase_start_));
-    std::fflush(stderr);
-  }
-
-  LanguageModel& inner_;
-  std::string label_;
-  int64_t steps_ = 0;
-  Clock::time_point phase_start_{};
-  Clock::time_point last_print_{};
-};
-
-void ClearProgressLine() { std::fprintf(stderr, "\r%*s\r", 160, ""); }
-
 // The workload's requests one after another through generate(), greedy, same EOS ids as the
 // engine.
 PhaseResult RunBaseline(const Workload& workload, cli::GenerationSession& session,
                         const Options& options) {
-  ProgressModel model(session.model());
+  bench::ProgressModel model(session.model());
   GenerateOptions generate_options;
   generate_options.eos_token_ids = session.eos_token_ids();
   PhaseResult phase;
@@ -273,8 +226,7 @@ PhaseResult RunBaseline(const Workload& workload, cli::GenerationSession& sessio
   for (size_t i = 0; i < n; ++i) {
     const WorkloadRequest& request = workload.requests[i];
     model.SetLabel(fmt::format("baseline {}: request {}/{} (prompt {}, max_tokens {})",
-                               workload.name, i + 1, n, request.prompt.size(), request.max_tokens),
-                   start);
+                               workload.name, i + 1, n, request.prompt.size(), request.max_tokens));
     RequestRecord record;
     record.send_s = SecondsSince(start);
     try {
@@ -294,7 +246,7 @@ PhaseResult RunBaseline(const Workload& workload, cli::GenerationSession& sessio
       record.error = e.what();
     }
     phase.records.push_back(std::move(record));
-    ClearProgressLine();
+    bench::ClearProgressLine();
     std::fprintf(stderr, "baseline %s: %zu/%zu done, %.1f s\n", workload.name.c_str(), i + 1, n,
                  SecondsSince(start));
   }
@@ -495,18 +447,10 @@ PhaseResult ServeWorkload(const Workload& workload, const ServeTarget& target,
     first_send = std::min(first_send, record.send_s);
   }
   phase.wall_s -= first_send;
-  ClearProgressLine();
+  bench::ClearProgressLine();
   std::fprintf(stderr, "serving %s: %zu/%zu done, %.1f s\n", workload.name.c_str(), n, n,
                SecondsSince(start));
   return phase;
-}
-
-double Percentile(const std::vector<double>& sorted, double q) {
-  if (sorted.empty()) return 0.0;
-  const double rank = q * static_cast<double>(sorted.size() - 1);
-  const auto low = static_cast<size_t>(std::floor(rank));
-  const size_t high = std::min(low + 1, sorted.size() - 1);
-  return sorted[low] + (rank - static_cast<double>(low)) * (sorted[high] - sorted[low]);
 }
 
 // {count, mean_ms, p50_ms, p95_ms, p99_ms, max_ms} of values in seconds.
@@ -517,9 +461,9 @@ Json MsStats(std::vector<double> values_s) {
   Json stats;
   stats["count"] = values_s.size();
   stats["mean_ms"] = values_s.empty() ? 0.0 : sum / static_cast<double>(values_s.size()) * 1e3;
-  stats["p50_ms"] = Percentile(values_s, 0.50) * 1e3;
-  stats["p95_ms"] = Percentile(values_s, 0.95) * 1e3;
-  stats["p99_ms"] = Percentile(values_s, 0.99) * 1e3;
+  stats["p50_ms"] = bench::Percentile(values_s, 0.50) * 1e3;
+  stats["p95_ms"] = bench::Percentile(values_s, 0.95) * 1e3;
+  stats["p99_ms"] = bench::Percentile(values_s, 0.99) * 1e3;
   stats["max_ms"] = values_s.empty() ? 0.0 : values_s.back() * 1e3;
   return stats;
 }
@@ -680,31 +624,6 @@ std::string TableRow(const std::string& workload, const std::string& mode, const
                      triple(s["latency"]));
 }
 
-std::string CommandOutput(const char* command) {
-  std::string out;
-  if (FILE* pipe = popen(command, "r")) {
-    char buffer[256];
-    while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) out += buffer;
-    pclose(pipe);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
-  while (!out.empty() && out.front() == ' ') out.erase(out.begin());
-  return out;
-}
-
-std::string UtcTime(const char* format) {
-  char text[64];
-  const std::time_t now = std::time(nullptr);
-  std::strftime(text, sizeof(text), format, std::gmtime(&now));
-  return text;
-}
-
-std::string ModelName(const std::string& path) {
-  std::filesystem::path dir = std::filesystem::path(path).lexically_normal();
-  if (dir.filename().empty()) dir = dir.parent_path();
-  return dir.filename().string();
-}
-
 std::vector<std::string> ExpandWorkloads(const std::vector<std::string>& names) {
   std::vector<std::string> expanded;
   const auto add = [&](const std::string& name) {
@@ -793,7 +712,7 @@ int Run(const Options& options) {
   cli::GenerationSession session(options.model);
   LanguageModel& model = session.model();
   const LoadedModel& loaded = session.loaded();
-  const std::string model_name = ModelName(loaded.path);
+  const std::string model_name = cli::ModelName(loaded.path);
   const int64_t max_len = std::min(options.max_seq_len, model.context_length());
   std::vector<Workload> workloads;
   workloads.reserve(names.size());
@@ -869,9 +788,9 @@ int Run(const Options& options) {
   }
 
   // Results.
-  const std::string timestamp = UtcTime("%Y%m%dT%H%M%SZ");
-  const std::string commit = CommandOutput("git rev-parse --short HEAD 2>/dev/null");
-  const std::string cpu = CommandOutput("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2");
+  const std::string timestamp = bench::UtcTime("%Y%m%dT%H%M%SZ");
+  const std::string commit = bench::CommandOutput("git rev-parse --short HEAD 2>/dev/null");
+  const std::string cpu = bench::CommandOutput("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2");
   std::string table = TableHeader();
   std::vector<std::string> notes;
   std::vector<std::string> report_paths;
@@ -995,7 +914,7 @@ int Run(const Options& options) {
     std::string names_text;
     for (const std::string& name : names) names_text += (names_text.empty() ? "" : ", ") + name;
     log << fmt::format("\n## {} — {} on {} (commit {})\n\n```\n{}\n```\n\n",
-                       UtcTime("%Y-%m-%d %H:%M UTC"), names_text, model_name,
+                       bench::UtcTime("%Y-%m-%d %H:%M UTC"), names_text, model_name,
                        commit.empty() ? "?" : commit, options.command_line);
     log << fmt::format(
         "{} ({} hardware threads), --threads {}, {}, {}{}. Engine: max_batch_size {}, "

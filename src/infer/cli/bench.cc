@@ -84,13 +84,6 @@ double ProbeReadBandwidthGbS(ThreadPool& pool, size_t bytes) {
   return best;
 }
 
-std::string ModelName(const std::string& path) {
-  std::string name = path;
-  while (!name.empty() && name.back() == '/') name.pop_back();
-  const auto slash = name.find_last_of('/');
-  return slash == std::string::npos ? name : name.substr(slash + 1);
-}
-
 void RunBench(const BenchArgs& args) {
   INFER_CHECK(args.repetitions >= 1, "--repetitions must be at least 1");
   INFER_CHECK(args.gen_tokens >= 1, "--gen-tokens must be at least 1");

@@ -62,4 +62,11 @@ LoadedModel LoadModelFromArgs(const ModelArgs& args, ThreadPool* pool) {
   return loaded;
 }
 
+std::string ModelName(const std::string& path) {
+  std::string name = path;
+  while (!name.empty() && name.back() == '/') name.pop_back();
+  const auto slash = name.find_last_of('/');
+  return slash == std::string::npos ? name : name.substr(slash + 1);
+}
+
 }  // namespace infer::cli

@@ -26,5 +26,7 @@ void AddModelOptions(CLI::App& command, ModelArgs& args, bool add_threads = true
 std::vector<int32_t> ParseIdList(const std::string& text, const std::string& option);
 // Loads the model named by args, logging the load time.
 LoadedModel LoadModelFromArgs(const ModelArgs& args, ThreadPool* pool);
+// The model folder's last path component ("models/Qwen3-1.7B/" -> "Qwen3-1.7B"), for reports.
+std::string ModelName(const std::string& path);
 
 }  // namespace infer::cli

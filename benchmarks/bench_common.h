@@ -1,0 +1,56 @@
+// Pieces the benchmark programs share: a progress-printing model wrapper, percentiles, and the
+// host/commit/time facts a report records.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "infer/engine/language_model.h"
+
+namespace infer::bench {
+
+// Passes calls through to `inner` and prints "label: step N[/total], T s" to stderr about once
+// a second (T: seconds since SetLabel).
+class ProgressModel final : public LanguageModel {
+ public:
+  explicit ProgressModel(LanguageModel& inner) : inner_(inner) {}
+  // total_steps 0: unknown (not printed).
+  void SetLabel(std::string label, int64_t total_steps = 0);
+  int64_t vocab_size() const override { return inner_.vocab_size(); }
+  int64_t context_length() const override { return inner_.context_length(); }
+  void StartSequences(int64_t num_seqs, int64_t max_seq_len, bool use_kv_cache) override {
+    inner_.StartSequences(num_seqs, max_seq_len, use_kv_cache);
+  }
+  void NextTokenLogits(int64_t seq_idx, std::span<const int32_t> tokens, int64_t num_new,
+                       std::vector<float>& logits) override;
+  void BatchNextTokenLogits(std::span<const SequenceStep> steps,
+                            std::vector<float>& logits) override;
+  int64_t kv_cache_bytes() const override { return inner_.kv_cache_bytes(); }
+
+ private:
+  void Tick();
+
+  LanguageModel& inner_;
+  std::string label_;
+  int64_t total_steps_ = 0;
+  int64_t steps_ = 0;
+  std::chrono::steady_clock::time_point label_start_{};
+  std::chrono::steady_clock::time_point last_print_{};
+};
+
+// Erases the progress line.
+void ClearProgressLine();
+
+// Linear interpolation between closest ranks; `sorted` ascending, q in [0, 1].
+double Percentile(const std::vector<double>& sorted, double q);
+
+// A shell command's stdout, trimmed of surrounding spaces and newlines ("" on failure).
+std::string CommandOutput(const char* command);
+
+// The current UTC time in strftime `format`.
+std::string UtcTime(const char* format);
+
+}  // namespace infer::bench
