@@ -221,7 +221,7 @@ int Run(const Options& options) {
   if (std::filesystem::is_regular_file(std::filesystem::path(loaded.path) / "tokenizer.json")) {
     tokenizer = Tokenizer::FromModelDir(loaded.path);
   }
-  std::unique_ptr<LanguageModel> decoder = MakeDecoderModel(loaded, pool);
+  std::unique_ptr<LanguageModel> decoder = MakeDecoderModel(loaded, pool, options.model.matmul_precision);
   bench::ProgressModel model(*decoder);
 
   std::vector<BenchConfig> configs;
@@ -241,11 +241,13 @@ int Run(const Options& options) {
     cache_modes = {options.use_kv_cache};
   }
   std::printf(
-      "=== Generation benchmark ===\nmodel: %s (%s%s)\nthreads: %d, isa: %s\n"
+      "=== Generation benchmark ===\nmodel: %s (%s%s)\nthreads: %d, isa: %s, matmul precision %s\n"
       "post-load RSS: %.2f GB, huge-page resident: %.2f GB\n",
       loaded.path.c_str(), std::string(DTypeName(loaded.weight_dtype)).c_str(),
       options.model.load_format == "dummy" ? ", dummy weights" : "", pool.num_threads(),
-      std::string(IsaName(ActiveIsa())).c_str(), static_cast<double>(post_load_rss) / 1e9,
+      std::string(IsaName(ActiveIsa())).c_str(),
+      std::string(kernels::MatMulPrecisionName(options.model.matmul_precision)).c_str(),
+      static_cast<double>(post_load_rss) / 1e9,
       static_cast<double>(HugePageResidentBytes()) / 1e9);
   Json rows = Json::array();
   for (const BenchConfig& config : configs) {
@@ -281,6 +283,7 @@ int Run(const Options& options) {
   report["device"] = "cpu";
   report["cpu"] = bench::CommandOutput("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2");
   report["isa"] = IsaName(ActiveIsa());
+  report["matmul_precision"] = kernels::MatMulPrecisionName(options.model.matmul_precision);
   report["threads"] = pool.num_threads();
   report["commit"] = bench::CommandOutput("git rev-parse --short HEAD 2>/dev/null");
   report["suite"] = options.suite.empty() ? "ad-hoc" : options.suite;

@@ -723,14 +723,15 @@ int Run(const Options& options) {
                           ? options.model.threads
                           : static_cast<int>(std::thread::hardware_concurrency());
   const std::string isa(kernels::IsaName(kernels::ActiveIsa()));
+  const std::string precision(kernels::MatMulPrecisionName(options.model.matmul_precision));
   std::printf(
       "=== Serving benchmark ===\nmodel: %s (%s%s), vocab %lld, EOS ids %zu\nthreads: %d, isa: "
-      "%s\nengine: max_batch_size %lld, max_waiting_requests %lld, batch_wait_timeout %.3f s, "
+      "%s, matmul precision %s\nengine: max_batch_size %lld, max_waiting_requests %lld, batch_wait_timeout %.3f s, "
       "max_seq_len %lld\n",
       loaded.path.c_str(), std::string(DTypeName(loaded.weight_dtype)).c_str(),
       options.model.load_format == "dummy" ? ", dummy weights" : "",
       static_cast<long long>(model.vocab_size()), session.eos_token_ids().size(), threads,
-      isa.c_str(), static_cast<long long>(options.max_batch_size),
+      isa.c_str(), precision.c_str(), static_cast<long long>(options.max_batch_size),
       static_cast<long long>(options.max_waiting_requests), options.batch_wait_timeout_s,
       static_cast<long long>(max_len));
   for (const Workload& workload : workloads) {
@@ -814,6 +815,7 @@ int Run(const Options& options) {
     report["cpu"] = cpu;
     report["hardware_threads"] = std::thread::hardware_concurrency();
     report["isa"] = isa;
+    report["matmul_precision"] = precision;
     report["threads"] = threads;
     report["commit"] = commit;
     report["command"] = options.command_line;
@@ -917,9 +919,10 @@ int Run(const Options& options) {
                        bench::UtcTime("%Y-%m-%d %H:%M UTC"), names_text, model_name,
                        commit.empty() ? "?" : commit, options.command_line);
     log << fmt::format(
-        "{} ({} hardware threads), --threads {}, {}, {}{}. Engine: max_batch_size {}, "
-        "max_waiting_requests {}, batch_wait_timeout {} s, seed {}.\n\n",
-        cpu, std::thread::hardware_concurrency(), threads, isa, DTypeName(loaded.weight_dtype),
+        "{} ({} hardware threads), --threads {}, {}, matmul precision {}, {}{}. Engine: "
+        "max_batch_size {}, max_waiting_requests {}, batch_wait_timeout {} s, seed {}.\n\n",
+        cpu, std::thread::hardware_concurrency(), threads, isa, precision,
+        DTypeName(loaded.weight_dtype),
         options.model.load_format == "dummy" ? " dummy weights" : " weights", config.max_batch_size,
         config.max_waiting_requests, config.batch_wait_timeout_s, options.seed);
     for (const Workload& workload : workloads) {

@@ -2,8 +2,9 @@
 // the decode bound) and m = 512 (GFLOP/s, the prefill bound), per ISA and thread count.
 // Prints a markdown table; --json writes one JSON object per line instead.
 //
-//   kernels_bench [--json] [--isa=avx512,avx2] [--threads=1,2] [--m=1,512] [--reps=N]
-//                 [--dtype=bf16|f16|f32] [--shape=qo_proj,kv_proj,gate_up,down,lm_head]
+//   kernels_bench [--json] [--isa=avx512bf16,avx512,avx2] [--threads=1,2] [--m=1,512] [--reps=N]
+//                 [--dtype=bf16|f16|f32] [--precision=f32,bf16]
+//                 [--shape=qo_proj,kv_proj,gate_up,down,lm_head]
 //                 [--no-huge-pages] [--no-probe] [--no-attention]
 #include <immintrin.h>
 
@@ -35,6 +36,7 @@ struct Options {
   std::vector<int64_t> ms = {1, 512};
   int reps = 5;
   DType dtype = DType::kBF16;
+  std::vector<kernels::MatMulPrecision> precisions = {kernels::MatMulPrecision::kF32};
   bool huge_pages = true;
   std::vector<std::string> shapes;  // empty: all
   bool probe = true;
@@ -53,7 +55,8 @@ std::vector<std::string> Split(const std::string& s) {
 }
 
 kernels::Isa ParseIsa(const std::string& name) {
-  for (auto isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+  for (auto isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512,
+                   kernels::Isa::kAvx512Bf16}) {
     if (kernels::IsaName(isa) == name) return isa;
   }
   std::fprintf(stderr, "unknown ISA %s\n", name.c_str());
@@ -88,22 +91,31 @@ Options ParseArgs(int argc, char** argv) {
       for (const auto& m : Split(v)) options.ms.push_back(std::stoll(m));
     } else if (const char* v = value("--reps=")) {
       options.reps = std::max(1, std::stoi(v));
+    } else if (const char* v = value("--precision=")) {
+      options.precisions.clear();
+      for (const auto& name : Split(v)) {
+        if (name != "f32" && name != "bf16") {
+          std::fprintf(stderr, "unknown precision %s (f32 or bf16)\n", name.c_str());
+          std::exit(2);
+        }
+        options.precisions.push_back(kernels::ParseMatMulPrecision(name));
+      }
     } else if (const char* v = value("--dtype=")) {
       const std::string d = v;
       options.dtype = d == "f32" ? DType::kF32 : d == "f16" ? DType::kF16 : DType::kBF16;
     } else {
       std::fprintf(stderr,
-                   "usage: %s [--json] [--isa=avx512,avx2] [--threads=1,2] [--m=1,512] "
-                   "[--reps=N] [--dtype=bf16|f16|f32] [--shape=a,b] [--no-huge-pages] [--no-probe] "
-                   "[--no-attention]\n",
+                   "usage: %s [--json] [--isa=avx512bf16,avx512,avx2] [--threads=1,2] "
+                   "[--m=1,512] [--reps=N] [--dtype=bf16|f16|f32] [--precision=f32,bf16] "
+                   "[--shape=a,b] [--no-huge-pages] [--no-probe] [--no-attention]\n",
                    argv[0]);
       std::exit(2);
     }
   }
   if (options.isas.empty()) {
-    for (auto isa : {kernels::Isa::kAvx512, kernels::Isa::kAvx2}) {
-      if (kernels::IsaSupported(isa)) options.isas.push_back(isa);
-    }
+    // The best AVX-512 level (the two differ only in bf16 precision), then AVX2.
+    if (kernels::IsaSupported(kernels::Isa::kAvx512)) options.isas.push_back(kernels::DetectIsa());
+    if (kernels::IsaSupported(kernels::Isa::kAvx2)) options.isas.push_back(kernels::Isa::kAvx2);
   }
   return options;
 }
@@ -147,6 +159,24 @@ __attribute__((target("avx512f"))) float FmaLoop(int64_t iters) {
   return sum;
 }
 
+// The same with vdpbf16ps (64 flops per instruction).
+__attribute__((target("avx512f,avx512bf16"))) float DotBf16Loop(int64_t iters) {
+  __m512 acc[24];
+  for (int i = 0; i < 24; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i) * 1e-3F);
+  __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80);  // bf16 pairs (1.0, 1.0)
+  const __m512bh b = (__m512bh)_mm512_set1_epi32(0x33d633d6);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 24
+    for (int i = 0; i < 24; ++i) {
+      acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+    }
+    __asm__ volatile("" : "+v"(a));
+  }
+  float sum = 0;
+  for (int i = 0; i < 24; ++i) sum += _mm512_reduce_add_ps(acc[i]);
+  return sum;
+}
+
 __attribute__((target("avx512f"))) float ReadLoop(const char* bytes, int64_t begin, int64_t end) {
   __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   for (int64_t i = begin; i < end; i += 256) {
@@ -158,13 +188,14 @@ __attribute__((target("avx512f"))) float ReadLoop(const char* bytes, int64_t beg
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
 
-double FmaPeakGflops(ThreadPool& pool) {
+// flops_per_op: 32 for an f32 FMA, 64 for vdpbf16ps.
+double PeakGflops(ThreadPool& pool, float (*loop)(int64_t), int flops_per_op) {
   constexpr int64_t kIters = 20'000'000;
   std::vector<float> sink(static_cast<size_t>(pool.num_threads()));
   const double start = NowSeconds();
-  pool.RunTasks(pool.num_threads(), [&](int t) { sink[static_cast<size_t>(t)] = FmaLoop(kIters); });
+  pool.RunTasks(pool.num_threads(), [&](int t) { sink[static_cast<size_t>(t)] = loop(kIters); });
   const double seconds = NowSeconds() - start;
-  return static_cast<double>(kIters) * 24 * 32 * pool.num_threads() / seconds / 1e9;
+  return static_cast<double>(kIters) * 24 * flops_per_op * pool.num_threads() / seconds / 1e9;
 }
 
 double ReadBandwidthGbs(ThreadPool& pool, const Tensor& buffer) {
@@ -197,9 +228,9 @@ int main(int argc, char** argv) {
                 options.huge_pages ? "requested" : "off",
                 std::string(kernels::IsaName(kernels::DetectIsa())).c_str());
     std::printf(
-        "| shape | n x k | m | isa | threads | best ms | mean ms | sd ms | best GB/s | best "
-        "GFLOP/s |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+        "| shape | n x k | m | isa | precision | threads | best ms | mean ms | sd ms | best GB/s "
+        "| best GFLOP/s |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   }
   if (!options.json && options.probe && kernels::IsaSupported(kernels::Isa::kAvx512)) {
     const Tensor buffer = Tensor::Empty(DType::kBF16, {512 << 20}, options.huge_pages);
@@ -208,10 +239,14 @@ int main(int argc, char** argv) {
       ThreadPool pool(threads);
       double best_bw = 0;
       for (int rep = 0; rep < 3; ++rep) best_bw = std::max(best_bw, ReadBandwidthGbs(pool, buffer));
-      std::printf("| probe | read bandwidth | - | avx512 | %d | - | - | - | %.1f | - |\n", threads,
-                  best_bw);
-      std::printf("| probe | f32 FMA peak | - | avx512 | %d | - | - | - | - | %.1f |\n", threads,
-                  FmaPeakGflops(pool));
+      std::printf("| probe | read bandwidth | - | avx512 | - | %d | - | - | - | %.1f | - |\n",
+                  threads, best_bw);
+      std::printf("| probe | f32 FMA peak | - | avx512 | - | %d | - | - | - | - | %.1f |\n",
+                  threads, PeakGflops(pool, FmaLoop, 32));
+      if (kernels::IsaSupported(kernels::Isa::kAvx512Bf16)) {
+        std::printf("| probe | bf16 dot peak | - | avx512bf16 | - | %d | - | - | - | - | %.1f |\n",
+                    threads, PeakGflops(pool, DotBf16Loop, 64));
+      }
     }
     std::printf("\nhuge-page resident with the probe buffer: %.0f MiB\n\n",
                 static_cast<double>(infer::HugePageResidentBytes()) / (1 << 20));
@@ -238,14 +273,16 @@ int main(int argc, char** argv) {
       for (kernels::Isa isa : options.isas) {
         kernels::SetActiveIsa(isa);
         for (int threads : options.threads) {
+          for (kernels::MatMulPrecision precision : options.precisions) {
           ThreadPool pool(threads);
+          const std::string precision_name(kernels::MatMulPrecisionName(precision));
           const int calls_per_rep = m == 1 ? copies * 4 : 1;
           std::vector<double> times;
           for (int rep = -1; rep < options.reps; ++rep) {  // rep -1 warms up
             const double start = NowSeconds();
             for (int call = 0; call < calls_per_rep; ++call) {
               kernels::MatMul(x.data(), m, shape.k, shape.k, weights[call % copies], nullptr,
-                              y.data(), shape.n, pool);
+                              y.data(), shape.n, pool, precision);
             }
             if (rep >= 0) times.push_back((NowSeconds() - start) / calls_per_rep);
           }
@@ -262,21 +299,23 @@ int main(int argc, char** argv) {
           if (options.json) {
             std::printf(
                 "{\"shape\":\"%s\",\"n\":%lld,\"k\":%lld,\"m\":%lld,\"isa\":\"%s\",\"dtype\":\"%"
-                "s\","
+                "s\",\"precision\":\"%s\","
                 "\"threads\":%d,\"reps\":%d,\"best_ns\":%.0f,\"avg_ns\":%.0f,\"stddev_ns\":%.0f,"
                 "\"best_gb_s\":%.2f,\"best_gflop_s\":%.2f}\n",
                 shape.name, static_cast<long long>(shape.n), static_cast<long long>(shape.k),
                 static_cast<long long>(m), std::string(kernels::IsaName(isa)).c_str(),
-                std::string(infer::DTypeName(options.dtype)).c_str(), threads, options.reps,
+                std::string(infer::DTypeName(options.dtype)).c_str(), precision_name.c_str(),
+                threads, options.reps,
                 best * 1e9, mean * 1e9, sd * 1e9, gb_s, gflop_s);
           } else {
-            std::printf("| %s | %lldx%lld | %lld | %s | %d | %.3f | %.3f | %.3f | %.1f | %.1f |\n",
-                        shape.name, static_cast<long long>(shape.n),
-                        static_cast<long long>(shape.k), static_cast<long long>(m),
-                        std::string(kernels::IsaName(isa)).c_str(), threads, best * 1e3, mean * 1e3,
-                        sd * 1e3, gb_s, gflop_s);
+            std::printf(
+                "| %s | %lldx%lld | %lld | %s | %s | %d | %.3f | %.3f | %.3f | %.1f | %.1f |\n",
+                shape.name, static_cast<long long>(shape.n), static_cast<long long>(shape.k),
+                static_cast<long long>(m), std::string(kernels::IsaName(isa)).c_str(),
+                precision_name.c_str(), threads, best * 1e3, mean * 1e3, sd * 1e3, gb_s, gflop_s);
           }
           std::fflush(stdout);
+          }
         }
       }
     }

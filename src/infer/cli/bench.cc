@@ -113,7 +113,7 @@ void RunBench(const BenchArgs& args) {
       fmt::format("{:.2f}B", static_cast<double>(ParameterCount(config)) / 1e9);
   for (int requested_threads : args.threads) {
     ThreadPool pool(requested_threads);
-    Decoder decoder(loaded, pool);
+    Decoder decoder(loaded, pool, args.model.matmul_precision);
     std::vector<float> logits;
     {  // Warm-up: touches every weight page and sizes the scratch buffers.
       KvCache cache = KvCache::FromModelConfig(config, 1, 64);
@@ -182,6 +182,7 @@ void RunBench(const BenchArgs& args) {
                  {"weight_dtype", DTypeName(loaded.weight_dtype)},
                  {"weight_bytes", loaded.weight_bytes},
                  {"isa", isa},
+                 {"matmul_precision", kernels::MatMulPrecisionName(args.model.matmul_precision)},
                  {"huge_page_fraction", huge_page_fraction},
                  {"read_bandwidth_gb_s", bandwidth_gb_s},
                  {"decode_ceiling_tok_s", bandwidth_gb_s / weight_gb_per_token},
@@ -198,9 +199,10 @@ void RunBench(const BenchArgs& args) {
   }
   std::printf("%s", table.c_str());
   std::printf(
-      "\nisa %s, weights %s (%.0f%% in huge pages), read bandwidth %.1f GB/s -> decode ceiling "
-      "%.1f tok/s\n",
-      isa.c_str(), args.model.weights_placement.c_str(), 100.0 * huge_page_fraction, bandwidth_gb_s,
+      "\nisa %s, matmul precision %s, weights %s (%.0f%% in huge pages), read bandwidth %.1f GB/s "
+      "-> decode ceiling %.1f tok/s\n",
+      isa.c_str(), std::string(kernels::MatMulPrecisionName(args.model.matmul_precision)).c_str(),
+      args.model.weights_placement.c_str(), 100.0 * huge_page_fraction, bandwidth_gb_s,
       bandwidth_gb_s / weight_gb_per_token);
 }
 

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "infer/core/thread_pool.h"
+#include "infer/kernels/ops.h"
 #include "infer/loader/weights.h"
 
 namespace infer::cli {
@@ -18,10 +19,13 @@ struct ModelArgs {
   std::string weights_placement = "mmap";  // mmap | hugepage
   uint64_t dummy_seed = 0;
   int threads = 0;  // 0: all available CPUs
+  kernels::MatMulPrecision matmul_precision = kernels::MatMulPrecision::kF32;
 };
 
-// add_threads=false leaves --threads to the command (bench takes a list).
-void AddModelOptions(CLI::App& command, ModelArgs& args, bool add_threads = true);
+// add_threads=false leaves --threads to the command (bench takes a list); add_compute=false
+// drops the options of commands that run the model (--matmul-precision) for ones that do not.
+void AddModelOptions(CLI::App& command, ModelArgs& args, bool add_threads = true,
+                     bool add_compute = true);
 // Parses "1,2,3" into ids; throws infer::Error naming the bad item.
 std::vector<int32_t> ParseIdList(const std::string& text, const std::string& option);
 // Loads the model named by args, logging the load time.

@@ -49,7 +49,7 @@ std::string DescribeSamplingParams(const SamplingParams& params, bool use_kv_cac
 
 GenerationSession::GenerationSession(const ModelArgs& args)
     : pool_(args.threads), loaded_(LoadModelFromArgs(args, &pool_)) {
-  model_ = MakeDecoderModel(loaded_, pool_);
+  model_ = MakeDecoderModel(loaded_, pool_, args.matmul_precision);
   const std::filesystem::path dir = loaded_.path;
   if (std::filesystem::is_regular_file(dir / "tokenizer.json")) {
     tokenizer_ = Tokenizer::FromModelDir(dir);

@@ -118,7 +118,7 @@ void AddInspectCommand(CLI::App& app) {
       app.add_subcommand("inspect", "Describe a model: architecture, parameters, layers");
   auto args = std::make_shared<ModelArgs>();
   auto as_json = std::make_shared<bool>(false);
-  AddModelOptions(*command, *args);
+  AddModelOptions(*command, *args, /*add_threads=*/true, /*add_compute=*/false);
   command->add_flag("--json", *as_json, "Print one JSON object");
   command->callback([args, as_json] { RunInspect(*args, *as_json); });
 }

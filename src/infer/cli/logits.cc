@@ -22,7 +22,7 @@ void RunLogits(const LogitsArgs& args) {
   const std::vector<int32_t> ids = ParseIdList(args.prompt_ids, "--prompt-ids");
   ThreadPool pool(args.model.threads);
   LoadedModel loaded = LoadModelFromArgs(args.model, &pool);
-  Decoder decoder(loaded, pool);
+  Decoder decoder(loaded, pool, args.model.matmul_precision);
   std::vector<float> logits;
   if (args.no_kv_cache) {
     decoder.ForwardUncached(ids, LogitsMode::kAllPositions, logits);

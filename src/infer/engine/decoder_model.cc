@@ -12,7 +12,8 @@ namespace {
 
 class DecoderModel final : public LanguageModel {
  public:
-  DecoderModel(const LoadedModel& model, ThreadPool& pool) : decoder_(model, pool) {}
+  DecoderModel(const LoadedModel& model, ThreadPool& pool, kernels::MatMulPrecision precision)
+      : decoder_(model, pool, precision) {}
 
   int64_t vocab_size() const override { return decoder_.vocab_size(); }
   int64_t context_length() const override { return decoder_.config().max_position_embeddings; }
@@ -64,8 +65,9 @@ class DecoderModel final : public LanguageModel {
 
 }  // namespace
 
-std::unique_ptr<LanguageModel> MakeDecoderModel(const LoadedModel& model, ThreadPool& pool) {
-  return std::make_unique<DecoderModel>(model, pool);
+std::unique_ptr<LanguageModel> MakeDecoderModel(const LoadedModel& model, ThreadPool& pool,
+                                                kernels::MatMulPrecision precision) {
+  return std::make_unique<DecoderModel>(model, pool, precision);
 }
 
 }  // namespace infer

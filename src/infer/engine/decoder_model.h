@@ -6,11 +6,14 @@
 
 #include "infer/core/thread_pool.h"
 #include "infer/engine/language_model.h"
+#include "infer/kernels/ops.h"
 #include "infer/loader/weights.h"
 
 namespace infer {
 
-// `model` and `pool` must outlive the returned object.
-std::unique_ptr<LanguageModel> MakeDecoderModel(const LoadedModel& model, ThreadPool& pool);
+// `model` and `pool` must outlive the returned object. `precision`: see Decoder.
+std::unique_ptr<LanguageModel> MakeDecoderModel(
+    const LoadedModel& model, ThreadPool& pool,
+    kernels::MatMulPrecision precision = kernels::MatMulPrecision::kF32);
 
 }  // namespace infer

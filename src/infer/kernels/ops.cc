@@ -15,6 +15,8 @@ namespace {
 #define INFER_DISPATCH(name, ...)                 \
   do {                                            \
     switch (ActiveIsa()) {                        \
+      case Isa::kAvx512Bf16:                      \
+        return cpu::avx512bf16::name(__VA_ARGS__); \
       case Isa::kAvx512:                          \
         return cpu::avx512::name(__VA_ARGS__);    \
       case Isa::kAvx2:                            \
@@ -43,8 +45,19 @@ void WidenToF32(const Tensor& t, std::vector<float>& out) {
 
 }  // namespace
 
+std::string_view MatMulPrecisionName(MatMulPrecision precision) {
+  return precision == MatMulPrecision::kBf16 ? "bf16" : "f32";
+}
+
+MatMulPrecision ParseMatMulPrecision(std::string_view name) {
+  if (name == "f32") return MatMulPrecision::kF32;
+  if (name == "bf16") return MatMulPrecision::kBf16;
+  Fail("matmul precision '{}' is not one of f32, bf16", name);
+}
+
 void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Tensor& w,
-            const Tensor* bias, float* y, int64_t y_stride, ThreadPool& pool) {
+            const Tensor* bias, float* y, int64_t y_stride, ThreadPool& pool,
+            MatMulPrecision precision) {
   INFER_CHECK(w.rank() == 2, "MatMul: weight has shape {}, expected [n, k]",
               ShapeString(w.shape()));
   INFER_CHECK(IsFloat(w.dtype()), "MatMul: weight has dtype {}, expected f32, bf16 or f16",
@@ -70,7 +83,9 @@ void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Tensor
       bias_f32 = bias_buffer.data();
     }
   }
-  INFER_DISPATCH(MatMul, x, m, k, x_stride, w.dtype(), w.raw(), n, bias_f32, y, y_stride, pool);
+  const bool bf16_activations = precision == MatMulPrecision::kBf16 && w.dtype() == DType::kBF16;
+  INFER_DISPATCH(MatMul, x, m, k, x_stride, w.dtype(), w.raw(), n, bias_f32, y, y_stride, pool,
+                 bf16_activations);
 }
 
 void RmsNorm(const float* x, int64_t rows, int64_t dim, const Tensor& w, float eps,

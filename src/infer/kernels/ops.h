@@ -4,18 +4,34 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "infer/core/tensor.h"
 #include "infer/core/thread_pool.h"
 
 namespace infer::kernels {
 
+// How MatMul rounds its activations when the weights are bf16 (f16 and f32 weights always
+// take kF32).
+// - kF32: f32 products of the activations and the exactly widened weights (the default; the
+//   model then matches a float64 reference to ~1e-5).
+// - kBf16: the activations are rounded to bf16 (to nearest even) first; products of the two
+//   bf16 values are exact in f32 and accumulate in f32. This is how Hugging Face's bf16
+//   inference and llama.cpp multiply by bf16 weights, and on AVX512_BF16 CPUs it runs on
+//   vdpbf16ps at about twice the f32 FMA rate. Elsewhere the same rounding is emulated.
+enum class MatMulPrecision { kF32, kBf16 };
+
+std::string_view MatMulPrecisionName(MatMulPrecision precision);  // "f32", "bf16"
+// "f32" or "bf16"; anything else throws infer::Error naming the choices.
+MatMulPrecision ParseMatMulPrecision(std::string_view name);
+
 // y[m, n] = x[m, k] . w[n, k]^T (+ bias[n]).
 // x and y are f32, row-major, with row strides x_stride / y_stride (elements).
 // w is a contiguous [n, k] tensor in bf16, f16 or f32; bias (may be null) is [n], any float
 // dtype. Products accumulate in f32 from exactly widened weights.
 void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Tensor& w,
-            const Tensor* bias, float* y, int64_t y_stride, ThreadPool& pool);
+            const Tensor* bias, float* y, int64_t y_stride, ThreadPool& pool,
+            MatMulPrecision precision = MatMulPrecision::kF32);
 
 // RMSNorm over the last axis of x [rows, dim] (row stride = dim), into y (may alias x):
 // y = x * rsqrt(mean(x^2) + eps) * (weight_offset + w). weight_offset is 0 (Llama, Qwen3)

@@ -37,8 +37,8 @@ const Tensor* OptionalTensor(const Tensor& tensor) {
 
 }  // namespace
 
-Decoder::Decoder(const LoadedModel& model, ThreadPool& pool)
-    : config_(model.config), weights_(model.weights), pool_(pool) {
+Decoder::Decoder(const LoadedModel& model, ThreadPool& pool, kernels::MatMulPrecision precision)
+    : config_(model.config), weights_(model.weights), pool_(pool), precision_(precision) {
   embed_scale_ = RoundToDType(config_.embed_scale, weights_.embed_tokens.dtype());
   norm_weight_offset_ = config_.norm_style == NormStyle::kOffsetInF32 ? 1.0F : 0.0F;
   std::vector<RopeConfig> distinct;
@@ -88,7 +88,7 @@ void Decoder::Forward(std::span<const int32_t> tokens, KvCache& cache, int64_t s
                    static_cast<float>(config_.rms_norm_eps), norm_weight_offset_, normed_.data());
   logits.resize(static_cast<size_t>(num_rows * config_.vocab_size));
   kernels::MatMul(normed_.data(), num_rows, hidden, hidden, weights_.lm_head, nullptr,
-                  logits.data(), config_.vocab_size, pool_);
+                  logits.data(), config_.vocab_size, pool_, precision_);
   if (config_.final_logit_softcap > 0) {
     kernels::SoftCap(logits.data(), static_cast<int64_t>(logits.size()),
                      static_cast<float>(config_.final_logit_softcap));
@@ -124,7 +124,7 @@ void Decoder::ForwardBatch(std::span<const SequenceTokens> seqs, KvCache& cache,
   }
   logits.resize(static_cast<size_t>(num_seqs * config_.vocab_size));
   kernels::MatMul(normed_.data(), num_seqs, hidden, hidden, weights_.lm_head, nullptr,
-                  logits.data(), config_.vocab_size, pool_);
+                  logits.data(), config_.vocab_size, pool_, precision_);
   if (config_.final_logit_softcap > 0) {
     kernels::SoftCap(logits.data(), static_cast<int64_t>(logits.size()),
                      static_cast<float>(config_.final_logit_softcap));
@@ -188,11 +188,11 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens, std::span<cons
   kernels::RmsNorm(hidden_.data(), n, hidden, w.attn_norm, eps, norm_weight_offset_,
                    normed_.data());
   kernels::MatMul(normed_.data(), n, hidden, hidden, w.q_proj, OptionalTensor(w.q_bias), q_.data(),
-                  q_dim, pool_);
+                  q_dim, pool_, precision_);
   kernels::MatMul(normed_.data(), n, hidden, hidden, w.k_proj, OptionalTensor(w.k_bias), k_.data(),
-                  kv_dim, pool_);
+                  kv_dim, pool_, precision_);
   kernels::MatMul(normed_.data(), n, hidden, hidden, w.v_proj, OptionalTensor(w.v_bias), v_.data(),
-                  kv_dim, pool_);
+                  kv_dim, pool_, precision_);
   if (config_.qk_norm) {
     // Per head over head_dim, before RoPE.
     kernels::RmsNorm(q_.data(), n * config_.num_heads, head_dim, w.q_norm, eps, norm_weight_offset_,
@@ -219,7 +219,7 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens, std::span<cons
                        cache.kv_head_stride(), params, attn_.data() + s.row * q_dim, pool_);
   }
   kernels::MatMul(attn_.data(), n, q_dim, q_dim, w.o_proj, OptionalTensor(w.o_bias), proj_.data(),
-                  hidden, pool_);
+                  hidden, pool_, precision_);
   if (config_.sandwich_norms) {
     kernels::RmsNorm(proj_.data(), n, hidden, w.attn_post_norm, eps, norm_weight_offset_,
                      proj_.data());
@@ -229,16 +229,16 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens, std::span<cons
   // MLP block.
   kernels::RmsNorm(hidden_.data(), n, hidden, w.mlp_norm, eps, norm_weight_offset_, normed_.data());
   kernels::MatMul(normed_.data(), n, hidden, hidden, w.gate_proj, OptionalTensor(w.gate_bias),
-                  gate_.data(), inter, pool_);
+                  gate_.data(), inter, pool_, precision_);
   kernels::MatMul(normed_.data(), n, hidden, hidden, w.up_proj, OptionalTensor(w.up_bias),
-                  up_.data(), inter, pool_);
+                  up_.data(), inter, pool_, precision_);
   if (config_.activation == Activation::kSilu) {
     kernels::SiluMul(gate_.data(), up_.data(), gate_.data(), n * inter);
   } else {
     kernels::GeluTanhMul(gate_.data(), up_.data(), gate_.data(), n * inter);
   }
   kernels::MatMul(gate_.data(), n, inter, inter, w.down_proj, OptionalTensor(w.down_bias),
-                  proj_.data(), hidden, pool_);
+                  proj_.data(), hidden, pool_, precision_);
   if (config_.sandwich_norms) {
     kernels::RmsNorm(proj_.data(), n, hidden, w.mlp_post_norm, eps, norm_weight_offset_,
                      proj_.data());

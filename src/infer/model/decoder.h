@@ -9,6 +9,7 @@
 
 #include "infer/cache/kv_cache.h"
 #include "infer/core/thread_pool.h"
+#include "infer/kernels/ops.h"
 #include "infer/loader/weights.h"
 
 namespace infer {
@@ -23,8 +24,10 @@ struct SequenceTokens {
 
 class Decoder {
  public:
-  // `model` and `pool` must outlive the decoder.
-  Decoder(const LoadedModel& model, ThreadPool& pool);
+  // `model` and `pool` must outlive the decoder. `precision` applies to every projection
+  // (kBf16: activations rounded to bf16 before multiplying bf16 weights; see kernels/ops.h).
+  Decoder(const LoadedModel& model, ThreadPool& pool,
+          kernels::MatMulPrecision precision = kernels::MatMulPrecision::kF32);
 
   const ModelConfig& config() const { return config_; }
   int64_t vocab_size() const { return config_.vocab_size; }
@@ -61,6 +64,7 @@ class Decoder {
   const ModelConfig& config_;
   const ModelWeights& weights_;
   ThreadPool& pool_;
+  kernels::MatMulPrecision precision_;
   float embed_scale_ = 1.0F;         // rounded to the embedding dtype, as HF does
   float norm_weight_offset_ = 0.0F;  // 1 for (1 + w) norms
   // Distinct RoPE settings (Gemma has two) and which one each layer uses.

@@ -14,6 +14,11 @@ TEST(IsaTest, DetectedIsSupportedAndNamed) {
   EXPECT_EQ(IsaName(Isa::kScalar), "scalar");
   EXPECT_EQ(IsaName(Isa::kAvx2), "avx2");
   EXPECT_EQ(IsaName(Isa::kAvx512), "avx512");
+  EXPECT_EQ(IsaName(Isa::kAvx512Bf16), "avx512bf16");
+  // A level implies the ones before it.
+  if (IsaSupported(Isa::kAvx512Bf16)) {
+    EXPECT_TRUE(IsaSupported(Isa::kAvx512));
+  }
 }
 
 TEST(IsaTest, SetActiveIsaOverridesAndRestores) {

@@ -16,10 +16,9 @@ struct Shape3 {
   int64_t m, k, n;
 };
 
-// Runs one shape on every SIMD ISA and checks each output within a tolerance scaled by the
-// sum of |x_i w_i| of its dot product.
-void CheckMatMul(ThreadPool& pool, DType dtype, Shape3 s, bool with_bias, int64_t x_pad = 0,
-                 int64_t y_pad = 0, uint32_t seed = 1) {
+void CheckMatMulIn(ThreadPool& pool, DType dtype, MatMulPrecision precision, Shape3 s,
+                   bool with_bias, int64_t x_pad, int64_t y_pad, uint32_t seed) {
+  const bool bf16_activations = precision == MatMulPrecision::kBf16 && dtype == DType::kBF16;
   const int64_t x_stride = s.k + x_pad;
   const int64_t y_stride = s.n + y_pad;
   // +1 float so that x starts misaligned.
@@ -32,13 +31,16 @@ void CheckMatMul(ThreadPool& pool, DType dtype, Shape3 s, bool with_bias, int64_
 
   std::vector<float> expected(static_cast<size_t>(s.m * y_stride), -7.0F);
   cpu::reference::MatMul(x, s.m, s.k, x_stride, DType::kF32, w.widened.data(), s.n,
-                         with_bias ? bias_f32.data() : nullptr, expected.data(), y_stride, pool);
+                         with_bias ? bias_f32.data() : nullptr, expected.data(), y_stride, pool,
+                         bf16_activations);
   std::vector<double> tolerance(static_cast<size_t>(s.m * s.n));
   for (int64_t i = 0; i < s.m; ++i) {
     for (int64_t j = 0; j < s.n; ++j) {
       double abs_sum = with_bias ? std::fabs(bias_f32[j]) : 0.0;
       for (int64_t kk = 0; kk < s.k; ++kk) {
-        abs_sum += std::fabs(x[i * x_stride + kk] * w.widened[j * s.k + kk]);
+        const float xv = x[i * x_stride + kk];
+        abs_sum += std::fabs((bf16_activations ? Bf16ToF32(F32ToBf16(xv)) : xv) *
+                             w.widened[j * s.k + kk]);
       }
       tolerance[i * s.n + j] = 2e-6 * abs_sum + 1e-30;
     }
@@ -47,7 +49,7 @@ void CheckMatMul(ThreadPool& pool, DType dtype, Shape3 s, bool with_bias, int64_
     ScopedIsa scoped(isa);
     std::vector<float> y(static_cast<size_t>(s.m * y_stride), -7.0F);
     MatMul(x, s.m, s.k, x_stride, w.tensor, with_bias ? &bias.tensor : nullptr, y.data(), y_stride,
-           pool);
+           pool, precision);
     int failures = 0;
     for (int64_t i = 0; i < s.m && failures < 5; ++i) {
       for (int64_t j = 0; j < y_stride && failures < 5; ++j) {
@@ -67,6 +69,17 @@ void CheckMatMul(ThreadPool& pool, DType dtype, Shape3 s, bool with_bias, int64_
         }
       }
     }
+  }
+}
+
+// Runs one shape on every SIMD ISA, in both precisions, and checks each output within a
+// tolerance scaled by the sum of |x_i w_i| of its dot product. The reference for kBf16 rounds x
+// to bf16 first (bf16 weights only; other dtypes ignore the precision).
+void CheckMatMul(ThreadPool& pool, DType dtype, Shape3 s, bool with_bias, int64_t x_pad = 0,
+                 int64_t y_pad = 0, uint32_t seed = 1) {
+  for (MatMulPrecision precision : {MatMulPrecision::kF32, MatMulPrecision::kBf16}) {
+    SCOPED_TRACE(std::string("precision ") + std::string(MatMulPrecisionName(precision)));
+    CheckMatMulIn(pool, dtype, precision, s, with_bias, x_pad, y_pad, seed);
   }
 }
 
@@ -120,6 +133,36 @@ TEST(MatMulOpTest, ZeroSizesAndEmptyK) {
     EXPECT_EQ(y[5], 3.0F);
     MatMul(nullptr, 0, 0, 0, w, nullptr, nullptr, 3, pool);  // m = 0: nothing to do
   }
+}
+
+// kBf16 really rounds x for bf16 weights (x = 1 + 2^-10 is 1 in bf16), and leaves f16 / f32
+// weights on the exact path.
+TEST(MatMulOpTest, Bf16PrecisionRoundsActivationsOfBf16WeightsOnly) {
+  ThreadPool& pool = TestPool();
+  const int64_t k = 64;
+  for (int64_t m : {1, 40}) {  // the matrix-vector path and the GEMM
+    const std::vector<float> x(static_cast<size_t>(m * k), 1.0F + 1.0F / 1024.0F);
+    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+      StoredTensor w = Store(dtype, {2, k}, std::vector<float>(2 * k, 1.0F));
+      const float exact = static_cast<float>(k) * (1.0F + 1.0F / 1024.0F);
+      const float rounded = static_cast<float>(k);
+      for (Isa isa : SimdIsas()) {
+        ScopedIsa scoped(isa);
+        std::vector<float> y(static_cast<size_t>(m * 2));
+        MatMul(x.data(), m, k, k, w.tensor, nullptr, y.data(), 2, pool, MatMulPrecision::kBf16);
+        EXPECT_EQ(y.back(), dtype == DType::kBF16 ? rounded : exact) << Describe(isa, dtype);
+        MatMul(x.data(), m, k, k, w.tensor, nullptr, y.data(), 2, pool, MatMulPrecision::kF32);
+        EXPECT_EQ(y.back(), exact) << Describe(isa, dtype);
+      }
+    }
+  }
+}
+
+TEST(MatMulOpTest, PrecisionNames) {
+  EXPECT_EQ(ParseMatMulPrecision("f32"), MatMulPrecision::kF32);
+  EXPECT_EQ(ParseMatMulPrecision("bf16"), MatMulPrecision::kBf16);
+  EXPECT_EQ(MatMulPrecisionName(MatMulPrecision::kBf16), "bf16");
+  EXPECT_THROW(ParseMatMulPrecision("fp8"), Error);
 }
 
 TEST(MatMulOpTest, RejectsBadArguments) {

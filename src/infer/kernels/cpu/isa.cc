@@ -35,7 +35,10 @@ Isa DetectOnce() {
   const bool avx2 = (ebx & bit_AVX2) != 0;
   const bool avx512 =
       (ebx & bit_AVX512F) && (ebx & bit_AVX512BW) && (ebx & bit_AVX512VL) && (ebx & bit_AVX512DQ);
-  if (avx512 && ymm_state && zmm_state && fma && f16c) return Isa::kAvx512;
+  if (avx512 && ymm_state && zmm_state && fma && f16c) {
+    const bool bf16 = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5));
+    return bf16 ? Isa::kAvx512Bf16 : Isa::kAvx512;
+  }
   if (avx2 && ymm_state && fma && f16c) return Isa::kAvx2;
   return Isa::kScalar;
 }
@@ -44,7 +47,8 @@ Isa ParseIsa(const std::string& name) {
   if (name == "scalar") return Isa::kScalar;
   if (name == "avx2") return Isa::kAvx2;
   if (name == "avx512") return Isa::kAvx512;
-  Fail("INFER_FORCE_ISA={} is not one of scalar, avx2, avx512", name);
+  if (name == "avx512bf16") return Isa::kAvx512Bf16;
+  Fail("INFER_FORCE_ISA={} is not one of scalar, avx2, avx512, avx512bf16", name);
 }
 
 Isa InitialIsa() {
@@ -89,6 +93,8 @@ std::string_view IsaName(Isa isa) {
       return "avx2";
     case Isa::kAvx512:
       return "avx512";
+    case Isa::kAvx512Bf16:
+      return "avx512bf16";
   }
   return "unknown";
 }

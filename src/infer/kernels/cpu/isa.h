@@ -6,12 +6,13 @@
 namespace infer::kernels {
 
 // Ordered: a level implies the ones before it. kScalar is the plain reference code.
-enum class Isa { kScalar, kAvx2, kAvx512 };
+// kAvx512Bf16 adds AVX512_BF16 (vdpbf16ps), used by MatMulPrecision::kBf16.
+enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16 };
 
 // The best level this CPU supports (cpuid + xgetbv), ignoring any override.
 Isa DetectIsa();
 
-// The level ops dispatch to: DetectIsa(), or INFER_FORCE_ISA=scalar|avx2|avx512 when set
+// The level ops dispatch to: DetectIsa(), or INFER_FORCE_ISA=scalar|avx2|avx512|avx512bf16 when set
 // (an unknown name, or a level the CPU lacks, throws infer::Error). Cached on first use.
 Isa ActiveIsa();
 
@@ -22,6 +23,6 @@ void SetActiveIsa(Isa isa);
 // True when this CPU can run kernels compiled for `isa`.
 bool IsaSupported(Isa isa);
 
-std::string_view IsaName(Isa isa);  // "scalar", "avx2", "avx512"
+std::string_view IsaName(Isa isa);  // "scalar", "avx2", "avx512", "avx512bf16"
 
 }  // namespace infer::kernels

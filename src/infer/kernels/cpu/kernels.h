@@ -1,5 +1,6 @@
 // The per-ISA kernel entry points behind ops.h. ops.cc checks arguments, then calls the set
-// for ActiveIsa(): `reference` (plain loops, also the test oracle), `avx2` or `avx512`.
+// for ActiveIsa(): `reference` (plain loops, also the test oracle), `avx2`, `avx512` or
+// `avx512bf16`.
 // Weights arrive as (dtype, pointer) to contiguous data; activations are f32.
 #pragma once
 
@@ -11,12 +12,13 @@
 
 namespace infer::kernels::cpu {
 
-// The same declarations in each ISA namespace. bias is f32 or null.
+// The same declarations in each ISA namespace. bias is f32 or null. MatMul's bf16_activations
+// (MatMulPrecision::kBf16, only passed with bf16 weights) rounds x to bf16 first.
 #define INFER_DECLARE_KERNELS(ns)                                                                  \
   namespace ns {                                                                                   \
   void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, DType w_dtype,               \
               const void* w, int64_t n, const float* bias, float* y, int64_t y_stride,             \
-              ThreadPool& pool);                                                                   \
+              ThreadPool& pool, bool bf16_activations);                                            \
   void RmsNorm(const float* x, int64_t rows, int64_t dim, DType w_dtype, const void* w, float eps, \
                float weight_offset, float* y);                                                     \
   void Rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,                     \
@@ -38,6 +40,7 @@ namespace infer::kernels::cpu {
 INFER_DECLARE_KERNELS(reference)
 INFER_DECLARE_KERNELS(avx2)
 INFER_DECLARE_KERNELS(avx512)
+INFER_DECLARE_KERNELS(avx512bf16)
 
 #undef INFER_DECLARE_KERNELS
 

@@ -25,7 +25,19 @@ float Widen(DType dtype, const void* data, int64_t index) {
 }  // namespace
 
 void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, DType w_dtype, const void* w,
-            int64_t n, const float* bias, float* y, int64_t y_stride, ThreadPool& pool) {
+            int64_t n, const float* bias, float* y, int64_t y_stride, ThreadPool& pool,
+            bool bf16_activations) {
+  std::vector<float> rounded;
+  if (bf16_activations) {
+    rounded.resize(static_cast<size_t>(m * k));
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t kk = 0; kk < k; ++kk) {
+        rounded[i * k + kk] = Bf16ToF32(F32ToBf16(x[i * x_stride + kk]));
+      }
+    }
+    x = rounded.data();
+    x_stride = k;
+  }
   pool.ParallelFor(n, 16, [&](int64_t n_begin, int64_t n_end) {
     std::vector<float> w_row(static_cast<size_t>(k));
     for (int64_t j = n_begin; j < n_end; ++j) {
