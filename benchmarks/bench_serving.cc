@@ -63,6 +63,7 @@ struct Options {
   cli::ModelArgs model;
   std::vector<std::string> workloads;
   int64_t max_batch_size = 16;
+  int64_t max_num_batched_tokens = EngineConfig{}.max_num_batched_tokens;
   int64_t max_waiting_requests = 64;
   int64_t max_seq_len = 4096;
   double batch_wait_timeout_s = 0.05;
@@ -726,12 +727,13 @@ int Run(const Options& options) {
   const std::string precision(kernels::MatMulPrecisionName(options.model.matmul_precision));
   std::printf(
       "=== Serving benchmark ===\nmodel: %s (%s%s), vocab %lld, EOS ids %zu\nthreads: %d, isa: "
-      "%s, matmul precision %s\nengine: max_batch_size %lld, max_waiting_requests %lld, batch_wait_timeout %.3f s, "
-      "max_seq_len %lld\n",
+      "%s, matmul precision %s\nengine: max_batch_size %lld, max_num_batched_tokens %lld, "
+      "max_waiting_requests %lld, batch_wait_timeout %.3f s, max_seq_len %lld\n",
       loaded.path.c_str(), std::string(DTypeName(loaded.weight_dtype)).c_str(),
       options.model.load_format == "dummy" ? ", dummy weights" : "",
       static_cast<long long>(model.vocab_size()), session.eos_token_ids().size(), threads,
       isa.c_str(), precision.c_str(), static_cast<long long>(options.max_batch_size),
+      static_cast<long long>(options.max_num_batched_tokens),
       static_cast<long long>(options.max_waiting_requests), options.batch_wait_timeout_s,
       static_cast<long long>(max_len));
   for (const Workload& workload : workloads) {
@@ -760,6 +762,7 @@ int Run(const Options& options) {
   config.model = model_name;
   config.max_seq_len = options.max_seq_len;
   config.max_batch_size = options.max_batch_size;
+  config.max_num_batched_tokens = options.max_num_batched_tokens;
   config.max_waiting_requests = options.max_waiting_requests;
   config.batch_wait_timeout_s = options.batch_wait_timeout_s;
   config.seed = options.seed;
@@ -822,6 +825,7 @@ int Run(const Options& options) {
     report["timestamp"] = timestamp;
     report["seed"] = options.seed;
     report["engine"] = {{"max_batch_size", config.max_batch_size},
+                        {"max_num_batched_tokens", config.max_num_batched_tokens},
                         {"max_waiting_requests", config.max_waiting_requests},
                         {"batch_wait_timeout_s", config.batch_wait_timeout_s},
                         {"max_seq_len", config.max_seq_len},
@@ -920,11 +924,12 @@ int Run(const Options& options) {
                        commit.empty() ? "?" : commit, options.command_line);
     log << fmt::format(
         "{} ({} hardware threads), --threads {}, {}, matmul precision {}, {}{}. Engine: "
-        "max_batch_size {}, max_waiting_requests {}, batch_wait_timeout {} s, seed {}.\n\n",
+        "max_batch_size {}, max_num_batched_tokens {}, max_waiting_requests {}, "
+        "batch_wait_timeout {} s, seed {}.\n\n",
         cpu, std::thread::hardware_concurrency(), threads, isa, precision,
         DTypeName(loaded.weight_dtype),
         options.model.load_format == "dummy" ? " dummy weights" : " weights", config.max_batch_size,
-        config.max_waiting_requests, config.batch_wait_timeout_s, options.seed);
+        config.max_num_batched_tokens, config.max_waiting_requests, config.batch_wait_timeout_s, options.seed);
     for (const Workload& workload : workloads) {
       log << fmt::format("- {}: {}\n", workload.name, workload.description);
     }
@@ -958,6 +963,9 @@ int main(int argc, char** argv) {
                  "W1 | W2 | soak | all (= W1, W2); repeatable (default all)")
       ->check(CLI::IsMember({"W1", "W2", "soak", "all"}));
   app.add_option("--max-batch-size", options.max_batch_size, "Engine: requests per static batch")
+      ->capture_default_str();
+  app.add_option("--max-num-batched-tokens", options.max_num_batched_tokens,
+                 "Engine: most prompt tokens per prefill call")
       ->capture_default_str();
   app.add_option("--max-waiting-requests", options.max_waiting_requests,
                  "Engine: queued requests beyond this get 503")

@@ -102,6 +102,10 @@ void AddServeCommand(CLI::App& app) {
   command->add_option("--max-batch-size", args->engine.max_batch_size, "Requests per batch")
       ->capture_default_str();
   command
+      ->add_option("--max-num-batched-tokens", args->engine.max_num_batched_tokens,
+                   "Most prompt tokens per prefill call (longer prefills run in chunks)")
+      ->capture_default_str();
+  command
       ->add_option("--max-waiting-requests", args->engine.max_waiting_requests,
                    "Queued requests beyond this get HTTP 503")
       ->capture_default_str();

@@ -15,7 +15,7 @@ Engine::Engine(EngineConfig config, LanguageModel& model, const Tokenizer* token
     : config_(std::move(config)),
       model_(model),
       tokenizer_(tokenizer),
-      runner_(model, std::move(eos_token_ids)),
+      runner_(model, std::move(eos_token_ids), config_.max_num_batched_tokens),
       scheduler_(config_) {}
 
 Engine::~Engine() { Stop(); }

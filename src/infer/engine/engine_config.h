@@ -14,6 +14,10 @@ struct EngineConfig {
   // Longest prompt + generation of one request; sizes the per-batch KV cache.
   int64_t max_seq_len = 4096;
   int64_t max_batch_size = 8;
+  // Most prompt tokens in one prefill call (vLLM's name): a batch's prompts are run in calls
+  // of at most this many tokens, a long prompt split across calls. Bounds the activation
+  // memory of a prefill, and keeps its working set cache-sized.
+  int64_t max_num_batched_tokens = 2048;
   // Requests queued beyond this are rejected (HTTP 503).
   int64_t max_waiting_requests = 64;
   // Default seed for requests that give none; nullopt: OS-seeded.

@@ -6,8 +6,14 @@
 
 namespace infer {
 
-ModelRunner::ModelRunner(LanguageModel& model, std::vector<int32_t> eos_token_ids)
-    : model_(model), eos_token_ids_(eos_token_ids.begin(), eos_token_ids.end()) {}
+ModelRunner::ModelRunner(LanguageModel& model, std::vector<int32_t> eos_token_ids,
+                         int64_t max_prefill_tokens)
+    : model_(model),
+      eos_token_ids_(eos_token_ids.begin(), eos_token_ids.end()),
+      max_prefill_tokens_(max_prefill_tokens) {
+  INFER_CHECK(max_prefill_tokens_ >= 1, "runner: max_prefill_tokens must be at least 1, got {}",
+              max_prefill_tokens_);
+}
 
 std::vector<StepOutput> ModelRunner::Step(std::span<const std::shared_ptr<Request>> batch) {
   const bool is_new = std::all_of(batch.begin(), batch.end(), [](const auto& r) {
@@ -28,18 +34,51 @@ std::vector<StepOutput> ModelRunner::Prefill(std::span<const std::shared_ptr<Req
                            request->num_prompt_tokens() + request->sampling_params.max_new_tokens);
   }
   contexts_.assign(batch.size(), {});
-  std::vector<SequenceStep> steps;
+  std::vector<size_t> rows;  // batch rows with a prompt to run
   for (size_t i = 0; i < batch.size(); ++i) {
     Request& request = *batch[i];
     if (request.done()) continue;
+    INFER_CHECK(!request.prompt_token_ids.empty(), "request {}: empty prompt", request.request_id);
     request.state = RequestState::kPrefill;
     contexts_[i] = request.prompt_token_ids;
-    steps.push_back(
-        {static_cast<int64_t>(i), contexts_[i], static_cast<int64_t>(contexts_[i].size())});
+    rows.push_back(i);
   }
-  if (steps.empty()) return {};
+  if (rows.empty()) return {};
   model_.StartSequences(static_cast<int64_t>(batch.size()), max_seq_len, /*use_kv_cache=*/true);
-  return RunSteps(batch, steps);
+
+  // The prompts run in model calls of at most max_prefill_tokens_ tokens: consecutive prompts
+  // share a call, a long one is split across calls (the cache carries it over). A request
+  // samples its first token from the call that ends its prompt.
+  std::vector<StepOutput> outputs;
+  size_t next = 0;         // index into rows of the first prompt not yet fully run
+  int64_t next_done = 0;   // tokens of that prompt already run
+  std::vector<SequenceStep> steps;
+  std::vector<bool> completes;
+  while (next < rows.size()) {
+    steps.clear();
+    completes.clear();
+    for (int64_t budget = max_prefill_tokens_; budget > 0 && next < rows.size();) {
+      const size_t i = rows[next];
+      const auto prompt_len = static_cast<int64_t>(contexts_[i].size());
+      const int64_t take = std::min(budget, prompt_len - next_done);
+      const int64_t end = next_done + take;
+      steps.push_back({static_cast<int64_t>(i),
+                       std::span<const int32_t>(contexts_[i]).first(static_cast<size_t>(end)),
+                       take});
+      completes.push_back(end == prompt_len);
+      budget -= take;
+      next_done = end == prompt_len ? 0 : end;
+      if (end == prompt_len) ++next;
+    }
+    model_.BatchNextTokenLogits(steps, logits_);
+    const auto vocab = static_cast<size_t>(model_.vocab_size());
+    for (size_t k = 0; k < steps.size(); ++k) {
+      if (!completes[k]) continue;
+      const auto i = static_cast<size_t>(steps[k].seq_idx);
+      outputs.push_back(TakeToken(*batch[i], i, std::span(logits_).subspan(k * vocab, vocab)));
+    }
+  }
+  return outputs;
 }
 
 std::vector<StepOutput> ModelRunner::Decode(std::span<const std::shared_ptr<Request>> batch) {

@@ -150,6 +150,25 @@ TEST(EngineTest, EngineThreadServesAndStopFailsInFlightRequests) {
   EXPECT_EQ(engine.AddRequest("late", {1}, Params(1)), nullptr);
 }
 
+TEST(EngineTest, PrefillRunsInCallsOfAtMostMaxNumBatchedTokens) {
+  testing::ScriptedModel model(32, {5});
+  EngineConfig config = TestConfig();
+  config.max_num_batched_tokens = 4;
+  Engine engine(config, model, nullptr, {});
+  const std::vector<std::vector<int32_t>> prompts = {
+      {1, 2, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9}, {1}, {1, 2, 3, 4, 5}};
+  std::vector<std::shared_ptr<OutputChannel>> outputs;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    outputs.push_back(engine.AddRequest(std::to_string(i), prompts[i], Params(2)));
+  }
+  while (engine.HasWork()) engine.Step();
+  for (const auto& output : outputs) EXPECT_EQ(TokenIds(Drain(*output)).size(), 2U);
+  // Calls of 4 tokens: [3 + 1], [4], [4] (the 9-token prompt ends), [1 + 3], [2]; then one
+  // decode step of a token per request.
+  const std::vector<int64_t> expected = {3, 1, 4, 4, 1, 3, 2, 1, 1, 1, 1};
+  EXPECT_EQ(model.num_new_calls(), expected);
+}
+
 class EngineFixtureTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -159,10 +178,14 @@ class EngineFixtureTest : public ::testing::TestWithParam<std::string> {
   }
 
   // Runs the requests as one batch, or each alone, and returns every request's tokens.
+  // max_num_batched_tokens > 0 caps the tokens of each prefill call.
   std::vector<std::vector<int32_t>> Run(const std::vector<std::vector<int32_t>>& prompts,
-                                        const std::vector<SamplingParams>& params, bool batched) {
+                                        const std::vector<SamplingParams>& params, bool batched,
+                                        int64_t max_num_batched_tokens = 0) {
     std::vector<std::vector<int32_t>> tokens;
-    Engine engine(TestConfig(batched ? 8 : 1), *model_, nullptr, {});
+    EngineConfig config = TestConfig(batched ? 8 : 1);
+    if (max_num_batched_tokens > 0) config.max_num_batched_tokens = max_num_batched_tokens;
+    Engine engine(config, *model_, nullptr, {});
     std::vector<std::shared_ptr<OutputChannel>> outputs;
     for (size_t i = 0; i < prompts.size(); ++i) {
       outputs.push_back(engine.AddRequest(std::to_string(i), prompts[i], params[i]));
@@ -189,6 +212,8 @@ TEST_P(EngineFixtureTest, BatchedOutputEqualsSingleRequestOutput) {
   const auto batched = Run(prompts, params, true);
   const auto single = Run(prompts, params, false);
   EXPECT_EQ(batched, single);
+  // Chunked prefill: 4 tokens per call packs short prompts together and splits the long ones.
+  EXPECT_EQ(Run(prompts, params, true, 4), single);
   for (size_t i = 0; i < prompts.size(); ++i) {
     EXPECT_EQ(batched[i].size(), static_cast<size_t>(params[i].max_new_tokens));
     // And equal to generate() on its own.
