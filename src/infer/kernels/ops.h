@@ -19,6 +19,8 @@ namespace infer::kernels {
 //   bf16 values are exact in f32 and accumulate in f32. This is how Hugging Face's bf16
 //   inference and llama.cpp multiply by bf16 weights, and on AVX512_BF16 CPUs it runs on
 //   vdpbf16ps at about twice the f32 FMA rate. Elsewhere the same rounding is emulated.
+//   A last-bit difference in x (the summation order differs between the small-m and large-m
+//   paths) can flip a rounding, so results depend on m more than in kF32.
 enum class MatMulPrecision { kF32, kBf16 };
 
 std::string_view MatMulPrecisionName(MatMulPrecision precision);  // "f32", "bf16"
