@@ -221,7 +221,8 @@ int Run(const Options& options) {
   if (std::filesystem::is_regular_file(std::filesystem::path(loaded.path) / "tokenizer.json")) {
     tokenizer = Tokenizer::FromModelDir(loaded.path);
   }
-  std::unique_ptr<LanguageModel> decoder = MakeDecoderModel(loaded, pool, options.model.matmul_precision);
+  std::unique_ptr<LanguageModel> decoder =
+      MakeDecoderModel(loaded, pool, options.model.matmul_precision);
   bench::ProgressModel model(*decoder);
 
   std::vector<BenchConfig> configs;
@@ -247,8 +248,7 @@ int Run(const Options& options) {
       options.model.load_format == "dummy" ? ", dummy weights" : "", pool.num_threads(),
       std::string(IsaName(ActiveIsa())).c_str(),
       std::string(kernels::MatMulPrecisionName(options.model.matmul_precision)).c_str(),
-      static_cast<double>(post_load_rss) / 1e9,
-      static_cast<double>(HugePageResidentBytes()) / 1e9);
+      static_cast<double>(post_load_rss) / 1e9, static_cast<double>(HugePageResidentBytes()) / 1e9);
   Json rows = Json::array();
   for (const BenchConfig& config : configs) {
     Json pair = Json::array();

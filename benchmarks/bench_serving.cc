@@ -929,7 +929,8 @@ int Run(const Options& options) {
         cpu, std::thread::hardware_concurrency(), threads, isa, precision,
         DTypeName(loaded.weight_dtype),
         options.model.load_format == "dummy" ? " dummy weights" : " weights", config.max_batch_size,
-        config.max_num_batched_tokens, config.max_waiting_requests, config.batch_wait_timeout_s, options.seed);
+        config.max_num_batched_tokens, config.max_waiting_requests, config.batch_wait_timeout_s,
+        options.seed);
     for (const Workload& workload : workloads) {
       log << fmt::format("- {}: {}\n", workload.name, workload.description);
     }

@@ -274,47 +274,46 @@ int main(int argc, char** argv) {
         kernels::SetActiveIsa(isa);
         for (int threads : options.threads) {
           for (kernels::MatMulPrecision precision : options.precisions) {
-          ThreadPool pool(threads);
-          const std::string precision_name(kernels::MatMulPrecisionName(precision));
-          const int calls_per_rep = m == 1 ? copies * 4 : 1;
-          std::vector<double> times;
-          for (int rep = -1; rep < options.reps; ++rep) {  // rep -1 warms up
-            const double start = NowSeconds();
-            for (int call = 0; call < calls_per_rep; ++call) {
-              kernels::MatMul(x.data(), m, shape.k, shape.k, weights[call % copies], nullptr,
-                              y.data(), shape.n, pool, precision);
+            ThreadPool pool(threads);
+            const std::string precision_name(kernels::MatMulPrecisionName(precision));
+            const int calls_per_rep = m == 1 ? copies * 4 : 1;
+            std::vector<double> times;
+            for (int rep = -1; rep < options.reps; ++rep) {  // rep -1 warms up
+              const double start = NowSeconds();
+              for (int call = 0; call < calls_per_rep; ++call) {
+                kernels::MatMul(x.data(), m, shape.k, shape.k, weights[call % copies], nullptr,
+                                y.data(), shape.n, pool, precision);
+              }
+              if (rep >= 0) times.push_back((NowSeconds() - start) / calls_per_rep);
             }
-            if (rep >= 0) times.push_back((NowSeconds() - start) / calls_per_rep);
-          }
-          double mean = 0;
-          for (double t : times) mean += t;
-          mean /= static_cast<double>(times.size());
-          double var = 0;
-          for (double t : times) var += (t - mean) * (t - mean);
-          const double sd =
-              times.size() > 1 ? std::sqrt(var / static_cast<double>(times.size() - 1)) : 0.0;
-          const double best = *std::min_element(times.begin(), times.end());
-          const double gb_s = static_cast<double>(weight_bytes) / best / 1e9;
-          const double gflop_s = 2.0 * static_cast<double>(m * shape.n * shape.k) / best / 1e9;
-          if (options.json) {
-            std::printf(
-                "{\"shape\":\"%s\",\"n\":%lld,\"k\":%lld,\"m\":%lld,\"isa\":\"%s\",\"dtype\":\"%"
-                "s\",\"precision\":\"%s\","
-                "\"threads\":%d,\"reps\":%d,\"best_ns\":%.0f,\"avg_ns\":%.0f,\"stddev_ns\":%.0f,"
-                "\"best_gb_s\":%.2f,\"best_gflop_s\":%.2f}\n",
-                shape.name, static_cast<long long>(shape.n), static_cast<long long>(shape.k),
-                static_cast<long long>(m), std::string(kernels::IsaName(isa)).c_str(),
-                std::string(infer::DTypeName(options.dtype)).c_str(), precision_name.c_str(),
-                threads, options.reps,
-                best * 1e9, mean * 1e9, sd * 1e9, gb_s, gflop_s);
-          } else {
-            std::printf(
-                "| %s | %lldx%lld | %lld | %s | %s | %d | %.3f | %.3f | %.3f | %.1f | %.1f |\n",
-                shape.name, static_cast<long long>(shape.n), static_cast<long long>(shape.k),
-                static_cast<long long>(m), std::string(kernels::IsaName(isa)).c_str(),
-                precision_name.c_str(), threads, best * 1e3, mean * 1e3, sd * 1e3, gb_s, gflop_s);
-          }
-          std::fflush(stdout);
+            double mean = 0;
+            for (double t : times) mean += t;
+            mean /= static_cast<double>(times.size());
+            double var = 0;
+            for (double t : times) var += (t - mean) * (t - mean);
+            const double sd =
+                times.size() > 1 ? std::sqrt(var / static_cast<double>(times.size() - 1)) : 0.0;
+            const double best = *std::min_element(times.begin(), times.end());
+            const double gb_s = static_cast<double>(weight_bytes) / best / 1e9;
+            const double gflop_s = 2.0 * static_cast<double>(m * shape.n * shape.k) / best / 1e9;
+            if (options.json) {
+              std::printf(
+                  "{\"shape\":\"%s\",\"n\":%lld,\"k\":%lld,\"m\":%lld,\"isa\":\"%s\",\"dtype\":\"%"
+                  "s\",\"precision\":\"%s\","
+                  "\"threads\":%d,\"reps\":%d,\"best_ns\":%.0f,\"avg_ns\":%.0f,\"stddev_ns\":%.0f,"
+                  "\"best_gb_s\":%.2f,\"best_gflop_s\":%.2f}\n",
+                  shape.name, static_cast<long long>(shape.n), static_cast<long long>(shape.k),
+                  static_cast<long long>(m), std::string(kernels::IsaName(isa)).c_str(),
+                  std::string(infer::DTypeName(options.dtype)).c_str(), precision_name.c_str(),
+                  threads, options.reps, best * 1e9, mean * 1e9, sd * 1e9, gb_s, gflop_s);
+            } else {
+              std::printf(
+                  "| %s | %lldx%lld | %lld | %s | %s | %d | %.3f | %.3f | %.3f | %.1f | %.1f |\n",
+                  shape.name, static_cast<long long>(shape.n), static_cast<long long>(shape.k),
+                  static_cast<long long>(m), std::string(kernels::IsaName(isa)).c_str(),
+                  precision_name.c_str(), threads, best * 1e3, mean * 1e3, sd * 1e3, gb_s, gflop_s);
+            }
+            std::fflush(stdout);
           }
         }
       }

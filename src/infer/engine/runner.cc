@@ -50,8 +50,8 @@ std::vector<StepOutput> ModelRunner::Prefill(std::span<const std::shared_ptr<Req
   // share a call, a long one is split across calls (the cache carries it over). A request
   // samples its first token from the call that ends its prompt.
   std::vector<StepOutput> outputs;
-  size_t next = 0;         // index into rows of the first prompt not yet fully run
-  int64_t next_done = 0;   // tokens of that prompt already run
+  size_t next = 0;        // index into rows of the first prompt not yet fully run
+  int64_t next_done = 0;  // tokens of that prompt already run
   std::vector<SequenceStep> steps;
   std::vector<bool> completes;
   while (next < rows.size()) {

@@ -18,13 +18,13 @@ class ModelRunner {
  public:
   // `model` must outlive the runner. `eos_token_ids` end a request (finish_reason eos).
   // max_prefill_tokens caps the tokens of one prefill call (EngineConfig::max_num_batched_tokens).
-  ModelRunner(LanguageModel& model, std::vector<int32_t> eos_token_ids,
-              int64_t max_prefill_tokens);
+  ModelRunner(LanguageModel& model, std::vector<int32_t> eos_token_ids, int64_t max_prefill_tokens);
 
   // One step for `batch` (the scheduler's active batch). A batch whose requests are all new
   // (kWaiting or already failed) is prefilled: cache rows are allocated for it and the prompts
-  // run in as few calls of at most max_prefill_tokens tokens as they fill. Otherwise each kDecode request advances by one token in one call. Done
-  // requests are skipped. Returns one StepOutput per request that ran.
+  // run in as few calls of at most max_prefill_tokens tokens as they fill. Otherwise each kDecode
+  // request advances by one token in one call. Done requests are skipped. Returns one StepOutput
+  // per request that ran.
   std::vector<StepOutput> Step(std::span<const std::shared_ptr<Request>> batch);
 
   // Frees the batch's KV cache rows.

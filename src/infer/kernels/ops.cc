@@ -12,18 +12,18 @@ namespace infer::kernels {
 namespace {
 
 // Calls the kernel `name` from the namespace of the active ISA.
-#define INFER_DISPATCH(name, ...)                 \
-  do {                                            \
-    switch (ActiveIsa()) {                        \
-      case Isa::kAvx512Bf16:                      \
+#define INFER_DISPATCH(name, ...)                  \
+  do {                                             \
+    switch (ActiveIsa()) {                         \
+      case Isa::kAvx512Bf16:                       \
         return cpu::avx512bf16::name(__VA_ARGS__); \
-      case Isa::kAvx512:                          \
-        return cpu::avx512::name(__VA_ARGS__);    \
-      case Isa::kAvx2:                            \
-        return cpu::avx2::name(__VA_ARGS__);      \
-      case Isa::kScalar:                          \
-        return cpu::reference::name(__VA_ARGS__); \
-    }                                             \
+      case Isa::kAvx512:                           \
+        return cpu::avx512::name(__VA_ARGS__);     \
+      case Isa::kAvx2:                             \
+        return cpu::avx2::name(__VA_ARGS__);       \
+      case Isa::kScalar:                           \
+        return cpu::reference::name(__VA_ARGS__);  \
+    }                                              \
   } while (0)
 
 bool IsFloat(DType dtype) {

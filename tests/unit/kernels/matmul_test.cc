@@ -39,8 +39,8 @@ void CheckMatMulIn(ThreadPool& pool, DType dtype, MatMulPrecision precision, Sha
       double abs_sum = with_bias ? std::fabs(bias_f32[j]) : 0.0;
       for (int64_t kk = 0; kk < s.k; ++kk) {
         const float xv = x[i * x_stride + kk];
-        abs_sum += std::fabs((bf16_activations ? Bf16ToF32(F32ToBf16(xv)) : xv) *
-                             w.widened[j * s.k + kk]);
+        abs_sum +=
+            std::fabs((bf16_activations ? Bf16ToF32(F32ToBf16(xv)) : xv) * w.widened[j * s.k + kk]);
       }
       tolerance[i * s.n + j] = 2e-6 * abs_sum + 1e-30;
     }

@@ -176,7 +176,8 @@ TEST_P(DecoderBf16MatMul, TeacherForcedLogitsNearTheReference) {
   EXPECT_LE(error, kBf16RowTolerance);
   int agree = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    agree += Argmax(uncached.data() + r * vocab, vocab) == Argmax(expected.data() + r * vocab, vocab);
+    agree +=
+        Argmax(uncached.data() + r * vocab, vocab) == Argmax(expected.data() + r * vocab, vocab);
   }
   EXPECT_GE(agree, kBf16MinArgmaxAgreement * static_cast<double>(rows)) << agree << "/" << rows;
 
@@ -187,8 +188,7 @@ TEST_P(DecoderBf16MatMul, TeacherForcedLogitsNearTheReference) {
   decoder.Forward(std::span(ids).first(20), cache, 0, LogitsMode::kAllPositions, step_logits);
   EXPECT_LE(WorstRowError(step_logits.data(), expected.data(), 20, vocab), kBf16RowTolerance);
   for (size_t t = 20; t < ids.size(); ++t) {
-    decoder.Forward(std::span(ids).subspan(t, 1), cache, 0, LogitsMode::kLastPosition,
-                    step_logits);
+    decoder.Forward(std::span(ids).subspan(t, 1), cache, 0, LogitsMode::kLastPosition, step_logits);
     EXPECT_LE(WorstRowError(step_logits.data(), expected.data() + t * vocab, 1, vocab),
               kBf16RowTolerance)
         << t;

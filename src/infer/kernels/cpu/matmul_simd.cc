@@ -257,7 +257,8 @@ inline void DotRow(const typename Dot::W* w, int64_t k, const typename Dot::X* x
   }
   auto step = [&](const W* chunk, int64_t c, int u) {
     const auto wc = Dot::LoadW(chunk);
-    for (int j = 0; j < kX; ++j) acc[u][j] = Dot::Mac(acc[u][j], wc, Dot::LoadX(xs + j * k_pad + c));
+    for (int j = 0; j < kX; ++j)
+      acc[u][j] = Dot::Mac(acc[u][j], wc, Dot::LoadX(xs + j * k_pad + c));
   };
   constexpr int64_t kStep = kGemvUnroll * kChunk;
   constexpr int64_t kStepBytes = kStep * sizeof(W);
@@ -492,8 +493,8 @@ struct Bf16Gemm {
         RoundRowsToBf16(src + k0, 1, count, x_stride, kBlock, pairs);
         const int64_t s0 = k0 / 2;
         for (int64_t i = 0; i < (count + 1) / 2; ++i) {
-          xp[(s0 + i) * kMr + r] = static_cast<Unit>(pairs[2 * i]) |
-                                   (static_cast<Unit>(pairs[2 * i + 1]) << 16);
+          xp[(s0 + i) * kMr + r] =
+              static_cast<Unit>(pairs[2 * i]) | (static_cast<Unit>(pairs[2 * i + 1]) << 16);
         }
       }
     }
@@ -580,8 +581,8 @@ inline void GemmTileRows(int rows, const typename G::Unit* xp, const typename G:
 thread_local Scratch tls_w_scratch;
 
 template <class G>
-void Gemm(const float* x, int64_t m, int64_t k, int64_t x_stride, const typename G::W* w,
-          int64_t n, const float* bias, float* y, int64_t y_stride, ThreadPool& pool) {
+void Gemm(const float* x, int64_t m, int64_t k, int64_t x_stride, const typename G::W* w, int64_t n,
+          const float* bias, float* y, int64_t y_stride, ThreadPool& pool) {
   using Unit = typename G::Unit;
   const int64_t steps = (k + G::kStepK - 1) / G::kStepK;
   const int64_t num_panels = (m + kMr - 1) / kMr;
@@ -609,7 +610,8 @@ void Gemm(const float* x, int64_t m, int64_t k, int64_t x_stride, const typename
           for (int64_t j0 = nc0; j0 < nc_end; j0 += kNr) {
             const int64_t cols = std::min<int64_t>(kNr, nc_end - j0);
             GemmTileRows<G>(rows, xp, wpack + (j0 - nc0) * kKc, kc, y + p * kMr * y_stride + j0,
-                            y_stride, cols, s0 > 0, last_k && bias != nullptr ? bias + j0 : nullptr);
+                            y_stride, cols, s0 > 0,
+                            last_k && bias != nullptr ? bias + j0 : nullptr);
           }
         }
       }
@@ -663,13 +665,13 @@ void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, DType w_dtyp
   switch (w_dtype) {
     case DType::kBF16:
       return MatMulWith<F32Dot<DType::kBF16>, F32Gemm<DType::kBF16>>(x, m, k, x_stride, w, n, bias,
-                                                                    y, y_stride, pool);
+                                                                     y, y_stride, pool);
     case DType::kF16:
       return MatMulWith<F32Dot<DType::kF16>, F32Gemm<DType::kF16>>(x, m, k, x_stride, w, n, bias, y,
-                                                                  y_stride, pool);
+                                                                   y_stride, pool);
     default:
       return MatMulWith<F32Dot<DType::kF32>, F32Gemm<DType::kF32>>(x, m, k, x_stride, w, n, bias, y,
-                                                                  y_stride, pool);
+                                                                   y_stride, pool);
   }
 }
 
