@@ -208,6 +208,21 @@ double ReadBandwidthGbs(ThreadPool& pool, const Tensor& buffer) {
   return static_cast<double>(size) / (NowSeconds() - start) / 1e9;
 }
 
+struct TimeStats {
+  double mean, sd, best;
+};
+
+// Mean, sample standard deviation and minimum of repeated timings (at least one).
+TimeStats Summarize(const std::vector<double>& times) {
+  double mean = 0;
+  for (double t : times) mean += t;
+  mean /= static_cast<double>(times.size());
+  double var = 0;
+  for (double t : times) var += (t - mean) * (t - mean);
+  const double sd = times.size() > 1 ? std::sqrt(var / static_cast<double>(times.size() - 1)) : 0.0;
+  return {mean, sd, *std::min_element(times.begin(), times.end())};
+}
+
 struct Shape {
   const char* name;
   int64_t n, k;
@@ -286,14 +301,7 @@ int main(int argc, char** argv) {
               }
               if (rep >= 0) times.push_back((NowSeconds() - start) / calls_per_rep);
             }
-            double mean = 0;
-            for (double t : times) mean += t;
-            mean /= static_cast<double>(times.size());
-            double var = 0;
-            for (double t : times) var += (t - mean) * (t - mean);
-            const double sd =
-                times.size() > 1 ? std::sqrt(var / static_cast<double>(times.size() - 1)) : 0.0;
-            const double best = *std::min_element(times.begin(), times.end());
+            const auto [mean, sd, best] = Summarize(times);
             const double gb_s = static_cast<double>(weight_bytes) / best / 1e9;
             const double gflop_s = 2.0 * static_cast<double>(m * shape.n * shape.k) / best / 1e9;
             if (options.json) {
@@ -347,14 +355,7 @@ int main(int argc, char** argv) {
             }
             if (rep >= 0) times.push_back((NowSeconds() - start) / calls);
           }
-          double mean = 0;
-          for (double t : times) mean += t;
-          mean /= static_cast<double>(times.size());
-          double var = 0;
-          for (double t : times) var += (t - mean) * (t - mean);
-          const double sd =
-              times.size() > 1 ? std::sqrt(var / static_cast<double>(times.size() - 1)) : 0.0;
-          const double best = *std::min_element(times.begin(), times.end());
+          const auto [mean, sd, best] = Summarize(times);
           // q.k and p.v: 2 x 2 x head_dim flops per (query head, visible key).
           double pairs = 0;
           for (int64_t t = 0; t < tokens; ++t) pairs += static_cast<double>(first + t + 1);
