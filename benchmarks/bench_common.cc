@@ -71,4 +71,16 @@ std::string UtcTime(const char* format) {
   return text;
 }
 
+int ParseAndRun(CLI::App& app, int argc, char** argv, const std::function<int()>& run) {
+  try {
+    app.parse(argc, argv);
+    return run();
+  } catch (const CLI::ParseError& error) {
+    return app.exit(error);
+  } catch (const std::exception& error) {
+    std::fprintf(stderr, "error: %s\n", error.what());
+    return 1;
+  }
+}
+
 }  // namespace infer::bench

@@ -2,8 +2,11 @@
 // host/commit/time facts a report records.
 #pragma once
 
+#include <CLI/CLI.hpp>
+
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -52,5 +55,10 @@ std::string CommandOutput(const char* command);
 
 // The current UTC time in strftime `format`.
 std::string UtcTime(const char* format);
+
+// A benchmark's main: parses argv into `app`, then returns run(). A CLI11 error (also one
+// thrown by run, e.g. CLI::ValidationError) exits through app.exit (usage, help); any other
+// exception prints "error: ..." and returns 1.
+int ParseAndRun(CLI::App& app, int argc, char** argv, const std::function<int()>& run);
 
 }  // namespace infer::bench

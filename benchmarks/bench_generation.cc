@@ -328,13 +328,5 @@ int main(int argc, char** argv) {
   app.add_option("--report-dir", options.report_dir, "JSON report folder ('' = none)")
       ->capture_default_str();
   app.add_option("--tag", options.tag, "Suffix of the report file name");
-  try {
-    app.parse(argc, argv);
-    return infer::Run(options);
-  } catch (const CLI::ParseError& error) {
-    return app.exit(error);
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "error: %s\n", error.what());
-    return 1;
-  }
+  return infer::bench::ParseAndRun(app, argc, argv, [&options] { return infer::Run(options); });
 }

@@ -1005,18 +1005,12 @@ int main(int argc, char** argv) {
   app.add_flag("--no-report", options.no_report, "Write no JSON report");
   app.add_flag("--log", options.log, "Append an entry to the serving log");
   app.add_option("--log-file", options.log_path, "The serving log")->capture_default_str();
-  try {
-    app.parse(argc, argv);
+  return infer::bench::ParseAndRun(app, argc, argv, [&options] {
     if (options.min_prompt < 1 || options.min_prompt > options.max_prompt ||
         options.min_output < 1 || options.min_output > options.max_output ||
         options.w1_prompt < 1 || options.w1_output < 1) {
       throw CLI::ValidationError("lengths", "need 1 <= min <= max for prompts and outputs");
     }
     return infer::Run(options);
-  } catch (const CLI::ParseError& error) {
-    return app.exit(error);
-  } catch (const std::exception& error) {
-    std::fprintf(stderr, "error: %s\n", error.what());
-    return 1;
-  }
+  });
 }

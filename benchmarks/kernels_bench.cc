@@ -54,15 +54,6 @@ std::vector<std::string> Split(const std::string& s) {
   return parts;
 }
 
-kernels::Isa ParseIsa(const std::string& name) {
-  for (auto isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512,
-                   kernels::Isa::kAvx512Bf16}) {
-    if (kernels::IsaName(isa) == name) return isa;
-  }
-  std::fprintf(stderr, "unknown ISA %s\n", name.c_str());
-  std::exit(2);
-}
-
 Options ParseArgs(int argc, char** argv) {
   Options options;
   for (int i = 1; i < argc; ++i) {
@@ -82,7 +73,7 @@ Options ParseArgs(int argc, char** argv) {
     } else if (arg == "--no-huge-pages") {
       options.huge_pages = false;
     } else if (const char* v = value("--isa=")) {
-      for (const auto& name : Split(v)) options.isas.push_back(ParseIsa(name));
+      for (const auto& name : Split(v)) options.isas.push_back(kernels::ParseIsa(name));
     } else if (const char* v = value("--threads=")) {
       options.threads.clear();
       for (const auto& t : Split(v)) options.threads.push_back(std::stoi(t));
@@ -94,10 +85,6 @@ Options ParseArgs(int argc, char** argv) {
     } else if (const char* v = value("--precision=")) {
       options.precisions.clear();
       for (const auto& name : Split(v)) {
-        if (name != "f32" && name != "bf16") {
-          std::fprintf(stderr, "unknown precision %s (f32 or bf16)\n", name.c_str());
-          std::exit(2);
-        }
         options.precisions.push_back(kernels::ParseMatMulPrecision(name));
       }
     } else if (const char* v = value("--dtype=")) {
@@ -231,7 +218,13 @@ struct Shape {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options options = ParseArgs(argc, argv);
+  Options options;
+  try {
+    options = ParseArgs(argc, argv);
+  } catch (const std::exception& error) {  // an unknown --isa or --precision name
+    std::fprintf(stderr, "error: %s\n", error.what());
+    return 2;
+  }
   const Shape shapes[] = {{"qo_proj", 2048, 2048},
                           {"kv_proj", 512, 2048},
                           {"gate_up", 8192, 2048},

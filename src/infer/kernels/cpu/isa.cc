@@ -43,18 +43,15 @@ Isa DetectOnce() {
   return Isa::kScalar;
 }
 
-Isa ParseIsa(const std::string& name) {
-  if (name == "scalar") return Isa::kScalar;
-  if (name == "avx2") return Isa::kAvx2;
-  if (name == "avx512") return Isa::kAvx512;
-  if (name == "avx512bf16") return Isa::kAvx512Bf16;
-  Fail("INFER_FORCE_ISA={} is not one of scalar, avx2, avx512, avx512bf16", name);
-}
-
 Isa InitialIsa() {
   const char* forced = std::getenv("INFER_FORCE_ISA");
   if (forced == nullptr || *forced == '\0') return DetectIsa();
-  const Isa isa = ParseIsa(forced);
+  Isa isa = Isa::kScalar;
+  try {
+    isa = ParseIsa(forced);
+  } catch (const Error& error) {
+    Fail("INFER_FORCE_ISA: {}", error.what());
+  }
   INFER_CHECK(IsaSupported(isa), "INFER_FORCE_ISA={}: this CPU does not support it", forced);
   return isa;
 }
@@ -83,6 +80,13 @@ Isa ActiveIsa() {
 void SetActiveIsa(Isa isa) {
   INFER_CHECK(IsaSupported(isa), "SetActiveIsa({}): this CPU does not support it", IsaName(isa));
   active_isa.store(static_cast<int>(isa), std::memory_order_relaxed);
+}
+
+Isa ParseIsa(std::string_view name) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+    if (IsaName(isa) == name) return isa;
+  }
+  Fail("ISA '{}' is not one of scalar, avx2, avx512, avx512bf16", name);
 }
 
 std::string_view IsaName(Isa isa) {

@@ -23,6 +23,8 @@ void SetActiveIsa(Isa isa);
 // True when this CPU can run kernels compiled for `isa`.
 bool IsaSupported(Isa isa);
 
-std::string_view IsaName(Isa isa);  // "scalar", "avx2", "avx512", "avx512bf16"
+std::string_view IsaName(Isa isa);
+// The inverse of IsaName; an unknown name throws infer::Error listing the names.
+Isa ParseIsa(std::string_view name);  // "scalar", "avx2", "avx512", "avx512bf16"
 
 }  // namespace infer::kernels
