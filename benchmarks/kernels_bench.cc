@@ -270,10 +270,12 @@ int main(int argc, char** argv) {
     const bool streams = std::find(options.ms.begin(), options.ms.end(), 1) != options.ms.end();
     const int copies =
         streams ? static_cast<int>(std::max<size_t>(1, (512u << 20) / weight_bytes)) : 1;
-    std::vector<Tensor> weights;
+    // Packed once, as the model packs its weights at load.
+    std::vector<kernels::PackedMatrix> weights;
     for (int c = 0; c < copies; ++c) {
-      weights.push_back(Tensor::Empty(options.dtype, {shape.n, shape.k}, options.huge_pages));
-      Fill(weights.back());
+      Tensor values = Tensor::Empty(options.dtype, {shape.n, shape.k});
+      Fill(values);
+      weights.push_back(kernels::PackedMatrix::Pack(values, nullptr, options.huge_pages));
     }
     for (int64_t m : options.ms) {
       std::vector<float> x(static_cast<size_t>(m * shape.k), 0.01F);

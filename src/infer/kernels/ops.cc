@@ -1,6 +1,7 @@
 // ops.h: argument checks (messages name the op), then dispatch to the active ISA's kernels.
 #include "infer/kernels/ops.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "infer/core/error.h"
@@ -55,23 +56,84 @@ MatMulPrecision ParseMatMulPrecision(std::string_view name) {
   Fail("matmul precision '{}' is not one of f32, bf16", name);
 }
 
-void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Tensor& w,
+int64_t PackedMatrix::Index(int64_t row, int64_t col) const {
+  const int64_t panel = row / kPanelRows;
+  const int64_t lane = row % kPanelRows;
+  const int64_t step_begin = (panel * steps() + col / 2) * 2 * kPanelRows;
+  return step_begin +
+         (dtype() == DType::kBF16 ? lane * 2 + col % 2 : (col % 2) * kPanelRows + lane);
+}
+
+float PackedMatrix::At(int64_t row, int64_t col) const {
+  const int64_t index = Index(row, col);
+  switch (dtype()) {
+    case DType::kBF16:
+      return Bf16ToF32(static_cast<const uint16_t*>(data())[index]);
+    case DType::kF16:
+      return F16ToF32(static_cast<const uint16_t*>(data())[index]);
+    default:
+      return static_cast<const float*>(data())[index];
+  }
+}
+
+namespace {
+
+// Copies rows [row_begin, row_end) of w into `packed` (element type T: the bits are moved,
+// not converted).
+template <class T>
+void PackRows(const Tensor& w, const PackedMatrix& packed, int64_t row_begin, int64_t row_end) {
+  const int64_t k = w.dim(1);
+  const T* src = w.data<const T>();
+  T* dst = static_cast<T*>(const_cast<void*>(packed.data()));
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    for (int64_t col = 0; col < k; ++col) dst[packed.Index(row, col)] = src[row * k + col];
+  }
+}
+
+}  // namespace
+
+PackedMatrix PackedMatrix::Pack(const Tensor& w, ThreadPool* pool, bool huge_pages) {
+  INFER_CHECK(w.rank() == 2, "PackedMatrix: weight has shape {}, expected [n, k]",
+              ShapeString(w.shape()));
+  INFER_CHECK(IsFloat(w.dtype()), "PackedMatrix: weight has dtype {}, expected f32, bf16 or f16",
+              DTypeName(w.dtype()));
+  INFER_CHECK(w.is_contiguous(), "PackedMatrix: weight {} is not contiguous",
+              ShapeString(w.shape()));
+  INFER_CHECK(w.raw() != nullptr || w.numel() == 0, "PackedMatrix: weight has no data");
+  PackedMatrix packed;
+  packed.rows_ = w.dim(0);
+  packed.cols_ = w.dim(1);
+  // At least one element, so that an empty matrix is still defined().
+  const int64_t size = std::max<int64_t>(1, packed.num_panels() * packed.steps() * 2 * kPanelRows);
+  packed.storage_ = Tensor::Empty(w.dtype(), {size}, huge_pages);
+  if (w.numel() == 0) return packed;
+  auto pack = [&](int64_t begin, int64_t end) {
+    if (DTypeSize(w.dtype()) == 2) {
+      PackRows<uint16_t>(w, packed, begin * kPanelRows, std::min(packed.rows_, end * kPanelRows));
+    } else {
+      PackRows<uint32_t>(w, packed, begin * kPanelRows, std::min(packed.rows_, end * kPanelRows));
+    }
+  };
+  if (pool != nullptr) {
+    pool->ParallelFor(packed.num_panels(), 4, pack);
+  } else {
+    pack(0, packed.num_panels());
+  }
+  return packed;
+}
+
+void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,
             const Tensor* bias, float* y, int64_t y_stride, ThreadPool& pool,
             MatMulPrecision precision) {
-  INFER_CHECK(w.rank() == 2, "MatMul: weight has shape {}, expected [n, k]",
-              ShapeString(w.shape()));
-  INFER_CHECK(IsFloat(w.dtype()), "MatMul: weight has dtype {}, expected f32, bf16 or f16",
-              DTypeName(w.dtype()));
-  INFER_CHECK(w.is_contiguous(), "MatMul: weight {} is not contiguous", ShapeString(w.shape()));
-  INFER_CHECK(w.dim(1) == k, "MatMul: weight has shape {} but x has k = {}", ShapeString(w.shape()),
-              k);
-  const int64_t n = w.dim(0);
+  INFER_CHECK(w.defined(), "MatMul: weight is not packed");
+  INFER_CHECK(w.cols() == k, "MatMul: weight has shape [{}, {}] but x has k = {}", w.rows(),
+              w.cols(), k);
+  const int64_t n = w.rows();
   INFER_CHECK(m >= 0, "MatMul: m = {} is negative", m);
   INFER_CHECK(x_stride >= k, "MatMul: x_stride {} < k {}", x_stride, k);
   INFER_CHECK(y_stride >= n, "MatMul: y_stride {} < n {}", y_stride, n);
   if (m == 0 || n == 0) return;
   INFER_CHECK((x != nullptr || k == 0) && y != nullptr, "MatMul: null x or y");
-  INFER_CHECK(w.raw() != nullptr || k == 0, "MatMul: weight has no data");
   const float* bias_f32 = nullptr;
   thread_local std::vector<float> bias_buffer;
   if (bias != nullptr) {
@@ -84,8 +146,15 @@ void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Tensor
     }
   }
   const bool bf16_activations = precision == MatMulPrecision::kBf16 && w.dtype() == DType::kBF16;
-  INFER_DISPATCH(MatMul, x, m, k, x_stride, w.dtype(), w.raw(), n, bias_f32, y, y_stride, pool,
-                 bf16_activations);
+  INFER_DISPATCH(MatMul, x, m, k, x_stride, w, bias_f32, y, y_stride, pool, bf16_activations);
+}
+
+void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Tensor& w,
+            const Tensor* bias, float* y, int64_t y_stride, ThreadPool& pool,
+            MatMulPrecision precision) {
+  INFER_CHECK(w.rank() == 2 && w.dim(1) == k, "MatMul: weight has shape {} but x has k = {}",
+              ShapeString(w.shape()), k);
+  MatMul(x, m, k, x_stride, PackedMatrix::Pack(w), bias, y, y_stride, pool, precision);
 }
 
 void RmsNorm(const float* x, int64_t rows, int64_t dim, const Tensor& w, float eps,
@@ -150,21 +219,18 @@ void Add(float* x, const float* y, int64_t n) {
   INFER_DISPATCH(Add, x, y, n);
 }
 
-void Embed(const Tensor& table, const int32_t* ids, int64_t num_tokens, float scale, float* out) {
-  INFER_CHECK(table.rank() == 2 && table.is_contiguous(),
-              "Embed: table has shape {}, expected [vocab, dim]", ShapeString(table.shape()));
-  INFER_CHECK(IsFloat(table.dtype()), "Embed: table has dtype {}, expected f32, bf16 or f16",
-              DTypeName(table.dtype()));
+void Embed(const PackedMatrix& table, const int32_t* ids, int64_t num_tokens, float scale,
+           float* out) {
+  INFER_CHECK(table.defined(), "Embed: table is not packed");
   INFER_CHECK(num_tokens >= 0, "Embed: num_tokens = {}", num_tokens);
-  const int64_t vocab = table.dim(0);
-  const int64_t dim = table.dim(1);
-  const size_t row_bytes = static_cast<size_t>(dim) * DTypeSize(table.dtype());
+  const int64_t vocab = table.rows();
+  const int64_t dim = table.cols();
   for (int64_t t = 0; t < num_tokens; ++t) {
     INFER_CHECK(ids[t] >= 0 && ids[t] < vocab,
                 "Embed: token id {} at {} is outside the vocabulary [0, {})", ids[t], t, vocab);
-    const void* row =
-        static_cast<const char*>(table.raw()) + static_cast<size_t>(ids[t]) * row_bytes;
-    [&] { INFER_DISPATCH(WidenScale, table.dtype(), row, dim, scale, out + t * dim); }();
+    // A row of the packed table is strided (two values per step); a few thousand values per
+    // token, so plain loads.
+    for (int64_t i = 0; i < dim; ++i) out[t * dim + i] = table.At(ids[t], i) * scale;
   }
 }
 

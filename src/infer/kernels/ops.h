@@ -19,18 +19,58 @@ namespace infer::kernels {
 //   bf16 values are exact in f32 and accumulate in f32. This is how Hugging Face's bf16
 //   inference and llama.cpp multiply by bf16 weights, and on AVX512_BF16 CPUs it runs on
 //   vdpbf16ps at about twice the f32 FMA rate. Elsewhere the same rounding is emulated.
-//   A last-bit difference in x (the summation order differs between the small-m and large-m
-//   paths) can flip a rounding, so results depend on m more than in kF32.
 enum class MatMulPrecision { kF32, kBf16 };
 
 std::string_view MatMulPrecisionName(MatMulPrecision precision);  // "f32", "bf16"
 // "f32" or "bf16"; anything else throws infer::Error naming the choices.
 MatMulPrecision ParseMatMulPrecision(std::string_view name);
 
+// A weight matrix w [n, k] copied once (at load) into the layout MatMul's kernels read, so that
+// no call re-packs it and every m runs the same microkernel.
+// Layout: panels of kPanelRows rows of w (zero rows past n), one after another; a panel is
+// steps() steps, each holding two consecutive k of its rows (zeros past k):
+// - bf16: [kPanelRows][2]: one (k, k + 1) pair per 32-bit lane, as vdpbf16ps reads them;
+// - f16, f32: [2][kPanelRows].
+// A range of panels is therefore one sequential stream (what decode reads), and a panel's
+// steps are what the GEMM's register tile consumes in order.
+class PackedMatrix {
+ public:
+  static constexpr int64_t kPanelRows = 32;
+
+  PackedMatrix() = default;
+  // w: contiguous [n, k], bf16, f16 or f32. Throws infer::Error otherwise. The copy runs on
+  // `pool` when given, into 2 MiB pages when `huge_pages`.
+  static PackedMatrix Pack(const Tensor& w, ThreadPool* pool = nullptr, bool huge_pages = false);
+
+  bool defined() const { return storage_.raw() != nullptr; }
+  DType dtype() const { return storage_.dtype(); }
+  int64_t rows() const { return rows_; }  // n
+  int64_t cols() const { return cols_; }  // k
+  int64_t steps() const { return (cols_ + 1) / 2; }
+  int64_t num_panels() const { return (rows_ + kPanelRows - 1) / kPanelRows; }
+  const void* data() const { return storage_.raw(); }
+  size_t size_bytes() const { return storage_.size_bytes(); }
+  // Position (in elements) of w[row, col] in data().
+  int64_t Index(int64_t row, int64_t col) const;
+  // w[row, col] widened to f32.
+  float At(int64_t row, int64_t col) const;
+
+ private:
+  Tensor storage_;  // rank 1, zero-initialised
+  int64_t rows_ = 0;
+  int64_t cols_ = 0;
+};
+
 // y[m, n] = x[m, k] . w[n, k]^T (+ bias[n]).
-// x and y are f32, row-major, with row strides x_stride / y_stride (elements).
-// w is a contiguous [n, k] tensor in bf16, f16 or f32; bias (may be null) is [n], any float
-// dtype. Products accumulate in f32 from exactly widened weights.
+// x and y are f32, row-major, with row strides x_stride / y_stride (elements). bias (may be
+// null) is [n], any float dtype. Products accumulate in f32, in an order that depends on k
+// and `precision` only: row i of y is bit-for-bit the same whatever the other rows of x are
+// (batched and single-request outputs agree exactly).
+void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,
+            const Tensor* bias, float* y, int64_t y_stride, ThreadPool& pool,
+            MatMulPrecision precision = MatMulPrecision::kF32);
+// The same for a plain contiguous [n, k] tensor, packed for this one call (tests, one-off
+// products; a model packs its weights once).
 void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Tensor& w,
             const Tensor* bias, float* y, int64_t y_stride, ThreadPool& pool,
             MatMulPrecision precision = MatMulPrecision::kF32);
@@ -71,8 +111,10 @@ void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n);
 // x[i] += y[i].
 void Add(float* x, const float* y, int64_t n);
 
-// out[t, :] = table[ids[t], :] * scale, widened to f32. ids are checked against the table.
-void Embed(const Tensor& table, const int32_t* ids, int64_t num_tokens, float scale, float* out);
+// out[t, :] = table[ids[t], :] * scale, widened to f32. ids are checked against the table
+// (packed, as it doubles as the tied output head).
+void Embed(const PackedMatrix& table, const int32_t* ids, int64_t num_tokens, float scale,
+           float* out);
 
 // x[i] = tanh(x[i] / cap) * cap.
 void SoftCap(float* x, int64_t n, float cap);

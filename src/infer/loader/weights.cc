@@ -22,17 +22,20 @@ std::vector<WeightSlot> WeightSlots(const ModelConfig& config, ModelWeights& wei
   weights.layers.resize(static_cast<size_t>(config.num_layers));
   std::vector<WeightSlot> slots;
   auto add = [&](std::string name, Shape shape, Tensor* tensor) {
-    slots.push_back({std::move(name), std::move(shape), tensor});
+    slots.push_back({std::move(name), std::move(shape), tensor, nullptr});
   };
-  add("model.embed_tokens.weight", {config.vocab_size, hidden}, &weights.embed_tokens);
+  auto add_matrix = [&](std::string name, Shape shape, kernels::PackedMatrix* matrix) {
+    slots.push_back({std::move(name), std::move(shape), nullptr, matrix});
+  };
+  add_matrix("model.embed_tokens.weight", {config.vocab_size, hidden}, &weights.embed_tokens);
   for (int64_t i = 0; i < config.num_layers; ++i) {
     LayerWeights& layer = weights.layers[static_cast<size_t>(i)];
     const std::string prefix = "model.layers." + std::to_string(i) + ".";
     add(prefix + "input_layernorm.weight", {hidden}, &layer.attn_norm);
-    add(prefix + "self_attn.q_proj.weight", {config.q_dim(), hidden}, &layer.q_proj);
-    add(prefix + "self_attn.k_proj.weight", {config.kv_dim(), hidden}, &layer.k_proj);
-    add(prefix + "self_attn.v_proj.weight", {config.kv_dim(), hidden}, &layer.v_proj);
-    add(prefix + "self_attn.o_proj.weight", {hidden, config.q_dim()}, &layer.o_proj);
+    add_matrix(prefix + "self_attn.q_proj.weight", {config.q_dim(), hidden}, &layer.q_proj);
+    add_matrix(prefix + "self_attn.k_proj.weight", {config.kv_dim(), hidden}, &layer.k_proj);
+    add_matrix(prefix + "self_attn.v_proj.weight", {config.kv_dim(), hidden}, &layer.v_proj);
+    add_matrix(prefix + "self_attn.o_proj.weight", {hidden, config.q_dim()}, &layer.o_proj);
     if (config.attention_bias) {
       add(prefix + "self_attn.q_proj.bias", {config.q_dim()}, &layer.q_bias);
       add(prefix + "self_attn.k_proj.bias", {config.kv_dim()}, &layer.k_bias);
@@ -52,9 +55,9 @@ std::vector<WeightSlot> WeightSlots(const ModelConfig& config, ModelWeights& wei
     } else {
       add(prefix + "post_attention_layernorm.weight", {hidden}, &layer.mlp_norm);
     }
-    add(prefix + "mlp.gate_proj.weight", {inter, hidden}, &layer.gate_proj);
-    add(prefix + "mlp.up_proj.weight", {inter, hidden}, &layer.up_proj);
-    add(prefix + "mlp.down_proj.weight", {hidden, inter}, &layer.down_proj);
+    add_matrix(prefix + "mlp.gate_proj.weight", {inter, hidden}, &layer.gate_proj);
+    add_matrix(prefix + "mlp.up_proj.weight", {inter, hidden}, &layer.up_proj);
+    add_matrix(prefix + "mlp.down_proj.weight", {hidden, inter}, &layer.down_proj);
     if (config.mlp_bias) {
       add(prefix + "mlp.gate_proj.bias", {inter}, &layer.gate_bias);
       add(prefix + "mlp.up_proj.bias", {inter}, &layer.up_bias);
@@ -63,7 +66,7 @@ std::vector<WeightSlot> WeightSlots(const ModelConfig& config, ModelWeights& wei
   }
   add("model.norm.weight", {hidden}, &weights.final_norm);
   if (!config.tie_word_embeddings)
-    add("lm_head.weight", {config.vocab_size, hidden}, &weights.lm_head);
+    add_matrix("lm_head.weight", {config.vocab_size, hidden}, &weights.lm_head);
   return slots;
 }
 
@@ -127,17 +130,20 @@ void FillConstant(Tensor& tensor, float value) {
   }
 }
 
-// Carves every slot out of one buffer (2 MiB pages when asked), 64-byte aligned each.
+// Carves every vector slot (not the matrices) out of one buffer (2 MiB pages when asked),
+// 64-byte aligned each.
 std::shared_ptr<AlignedBuffer> AllocateSlots(std::vector<WeightSlot>& slots,
                                              const std::vector<DType>& dtypes, bool huge_pages) {
   size_t total = 0;
   for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].tensor == nullptr) continue;
     total = AlignUp(total, kTensorAlignBytes) +
             static_cast<size_t>(NumElements(slots[i].shape)) * DTypeSize(dtypes[i]);
   }
   auto buffer = std::make_shared<AlignedBuffer>(std::max<size_t>(total, 1), huge_pages);
   size_t offset = 0;
   for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].tensor == nullptr) continue;
     offset = AlignUp(offset, kTensorAlignBytes);
     *slots[i].tensor = Tensor(dtypes[i], slots[i].shape, buffer->data() + offset, buffer);
     offset += slots[i].tensor->size_bytes();
@@ -154,17 +160,21 @@ void InitDummy(const ModelConfig& config, std::vector<WeightSlot>& slots,
   AllocateSlots(slots, dtypes, /*huge_pages=*/true);
   const float norm_value = config.norm_style == NormStyle::kOffsetInF32 ? 0.0F : 1.0F;
   for (auto& slot : slots) {
+    if (slot.matrix != nullptr) {
+      // std 1/sqrt(fan_in) keeps activations O(1) through the random network.
+      Tensor values = Tensor::Empty(config.dtype, slot.shape);
+      FillUniform(values, slot.hf_name, options.dummy_seed,
+                  1.0 / std::sqrt(static_cast<double>(slot.shape.back())), options.pool);
+      *slot.matrix = kernels::PackedMatrix::Pack(values, options.pool, /*huge_pages=*/true);
+      continue;
+    }
     const bool is_norm = slot.hf_name.find("norm.weight") != std::string::npos;
     const bool is_bias = slot.hf_name.ends_with(".bias");
     if (is_norm) {
       FillConstant(*slot.tensor, norm_value);
-    } else if (is_bias) {
-      FillConstant(*slot.tensor, 0.0F);
     } else {
-      // std 1/sqrt(fan_in) keeps activations O(1) through the random network.
-      const double fan_in = static_cast<double>(slot.shape.back());
-      FillUniform(*slot.tensor, slot.hf_name, options.dummy_seed, 1.0 / std::sqrt(fan_in),
-                  options.pool);
+      INFER_CHECK(is_bias, "dummy weights: no rule for '{}'", slot.hf_name);
+      FillConstant(*slot.tensor, 0.0F);
     }
   }
 }
@@ -203,12 +213,23 @@ void LoadFromCheckpoint(const std::string& folder, std::vector<WeightSlot>& slot
             : fmt::format("unexpected tensor '{}' in {} ignored", name, location.file->path());
     warnings.push_back(std::move(warning));
   }
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].matrix == nullptr) continue;
+    INFER_CHECK(views[i].dtype() == DType::kF32 || views[i].dtype() == DType::kBF16 ||
+                    views[i].dtype() == DType::kF16,
+                "{}: tensor '{}' has dtype {}, which infer cannot compute with (f32, bf16 or f16)",
+                folder, prefix + slots[i].hf_name, DTypeName(views[i].dtype()));
+    *slots[i].matrix = kernels::PackedMatrix::Pack(views[i], options.pool, /*huge_pages=*/true);
+  }
   if (options.placement == WeightPlacement::kMmap) {
-    for (size_t i = 0; i < slots.size(); ++i) *slots[i].tensor = views[i];
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (slots[i].tensor != nullptr) *slots[i].tensor = views[i];
+    }
     return;
   }
   AllocateSlots(slots, dtypes, /*huge_pages=*/true);
   for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].tensor == nullptr) continue;
     auto* destination = static_cast<std::byte*>(slots[i].tensor->raw());
     const auto* source = static_cast<const std::byte*>(views[i].raw());
     RunParallel(options.pool, static_cast<int64_t>(views[i].size_bytes()), 1 << 20,
@@ -236,8 +257,10 @@ LoadedModel LoadModel(const std::string& model, const LoadOptions& options) {
     LoadFromCheckpoint(loaded.path, slots, loaded.config, options, loaded.warnings);
   }
   if (loaded.config.tie_word_embeddings) loaded.weights.lm_head = loaded.weights.embed_tokens;
-  for (const auto& slot : slots)
-    loaded.weight_bytes += static_cast<int64_t>(slot.tensor->size_bytes());
+  for (const auto& slot : slots) {
+    const DType dtype = slot.matrix != nullptr ? slot.matrix->dtype() : slot.tensor->dtype();
+    loaded.weight_bytes += NumElements(slot.shape) * static_cast<int64_t>(DTypeSize(dtype));
+  }
   loaded.weight_dtype = loaded.weights.layers.empty() ? loaded.weights.embed_tokens.dtype()
                                                       : loaded.weights.layers[0].q_proj.dtype();
   constexpr size_t kMaxWarningsShown = 10;

@@ -1,6 +1,7 @@
 // Model weights: the tensor list derived from ModelConfig (one list drives safetensors
 // loading, dummy weights, "missing tensor" errors and `infer inspect`), and where the bytes
-// live (zero-copy mmap, or a copy in huge-page-backed memory).
+// live. Weight matrices are repacked at load into the layout the MatMul kernels read
+// (kernels::PackedMatrix, in 2 MiB pages); norm and bias vectors stay as loaded.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "infer/core/tensor.h"
 #include "infer/core/thread_pool.h"
+#include "infer/kernels/ops.h"
 #include "infer/loader/generation_config.h"
 #include "infer/loader/model_config.h"
 
@@ -19,37 +21,39 @@ namespace infer {
 // use for them.
 struct LayerWeights {
   Tensor attn_norm;  // before attention (input_layernorm)
-  Tensor q_proj, k_proj, v_proj, o_proj;
+  kernels::PackedMatrix q_proj, k_proj, v_proj, o_proj;
   Tensor q_bias, k_bias, v_bias, o_bias;  // attention_bias
   Tensor q_norm, k_norm;                  // qk_norm
   Tensor attn_post_norm;                  // sandwich_norms: after attention
   Tensor mlp_norm;                        // before the MLP
   Tensor mlp_post_norm;                   // sandwich_norms: after the MLP
-  Tensor gate_proj, up_proj, down_proj;
+  kernels::PackedMatrix gate_proj, up_proj, down_proj;
   Tensor gate_bias, up_bias, down_bias;  // mlp_bias
 };
 
 struct ModelWeights {
-  Tensor embed_tokens;
+  kernels::PackedMatrix embed_tokens;
   Tensor final_norm;
-  Tensor lm_head;  // the same tensor as embed_tokens when tie_word_embeddings
+  kernels::PackedMatrix lm_head;  // the same storage as embed_tokens when tie_word_embeddings
   std::vector<LayerWeights> layers;
 };
 
-// One tensor the config calls for: its Hugging Face name, expected shape and slot.
+// One tensor the config calls for: its Hugging Face name, expected shape and slot (`matrix`
+// for the 2-D weights, which are packed; `tensor` for the rest).
 struct WeightSlot {
   std::string hf_name;
   Shape shape;
-  Tensor* tensor;
+  Tensor* tensor = nullptr;
+  kernels::PackedMatrix* matrix = nullptr;
 };
 // Every tensor of the model, in checkpoint order. lm_head is listed only when untied.
 std::vector<WeightSlot> WeightSlots(const ModelConfig& config, ModelWeights& weights);
 // Parameters, counting tied embeddings once.
 int64_t ParameterCount(const ModelConfig& config);
 
-// Where weight bytes live. kMmap: views into the mmap'd safetensors (zero-copy; pages come
-// from the page cache, usually 4 KiB). kHugePageCopy: one copy into 2 MiB-page-backed
-// memory at load (fewer TLB misses when streaming weights in decode).
+// Where the norm and bias vectors live. kMmap: views into the mmap'd safetensors (zero-copy).
+// kHugePageCopy: one copy into 2 MiB-page-backed memory at load. Matrices are always packed
+// into 2 MiB pages (fewer TLB misses when streaming weights in decode).
 enum class WeightPlacement { kMmap, kHugePageCopy };
 
 struct LoadOptions {

@@ -186,7 +186,7 @@ TEST(ElementwiseTest, EmbedWidensAndScales) {
       for (Isa isa : SimdIsas()) {
         ScopedIsa scoped(isa);
         std::vector<float> out(static_cast<size_t>(3 * dim));
-        Embed(table.tensor, ids, 3, 2.5F, out.data());
+        Embed(PackedMatrix::Pack(table.tensor), ids, 3, 2.5F, out.data());
         for (int64_t t = 0; t < 3; ++t) {
           for (int64_t i = 0; i < dim; ++i) {
             ASSERT_EQ(out[t * dim + i], table.widened[ids[t] * dim + i] * 2.5F)
@@ -196,7 +196,7 @@ TEST(ElementwiseTest, EmbedWidensAndScales) {
       }
       const int32_t bad[1] = {5};
       std::vector<float> out(static_cast<size_t>(dim));
-      EXPECT_THROW(Embed(table.tensor, bad, 1, 1.0F, out.data()), Error);
+      EXPECT_THROW(Embed(PackedMatrix::Pack(table.tensor), bad, 1, 1.0F, out.data()), Error);
     }
   }
 }

@@ -30,7 +30,8 @@ void CheckMatMulIn(ThreadPool& pool, DType dtype, MatMulPrecision precision, Sha
   std::vector<float> bias_f32 = bias.widened;
 
   std::vector<float> expected(static_cast<size_t>(s.m * y_stride), -7.0F);
-  cpu::reference::MatMul(x, s.m, s.k, x_stride, DType::kF32, w.widened.data(), s.n,
+  const Tensor widened = Tensor::Borrow(DType::kF32, {s.n, s.k}, w.widened.data());
+  cpu::reference::MatMul(x, s.m, s.k, x_stride, PackedMatrix::Pack(widened),
                          with_bias ? bias_f32.data() : nullptr, expected.data(), y_stride, pool,
                          bf16_activations);
   std::vector<double> tolerance(static_cast<size_t>(s.m * s.n));
@@ -140,7 +141,7 @@ TEST(MatMulOpTest, ZeroSizesAndEmptyK) {
 TEST(MatMulOpTest, Bf16PrecisionRoundsActivationsOfBf16WeightsOnly) {
   ThreadPool& pool = TestPool();
   const int64_t k = 64;
-  for (int64_t m : {1, 40}) {  // the matrix-vector path and the GEMM
+  for (int64_t m : {1, 70}) {  // the streaming and the blocked loop order
     const std::vector<float> x(static_cast<size_t>(m * k), 1.0F + 1.0F / 1024.0F);
     for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
       StoredTensor w = Store(dtype, {2, k}, std::vector<float>(2 * k, 1.0F));
@@ -156,6 +157,81 @@ TEST(MatMulOpTest, Bf16PrecisionRoundsActivationsOfBf16WeightsOnly) {
       }
     }
   }
+}
+
+// A row's result does not depend on the other rows of the call: the same bits alone, in a
+// small batch (the streaming loop order) and in a large one (the blocked order), on every ISA,
+// dtype and precision, with k over several k-blocks. The serving engine's "batched output
+// equals single-request output" rests on this.
+TEST(MatMulOpTest, RowsAreBatchInvariant) {
+  ThreadPool& pool = TestPool();
+  const int64_t m = 70;
+  const int64_t n = 75;
+  for (int64_t k : {129, 1101}) {
+    const std::vector<float> x = RandomFloats(static_cast<size_t>(m * k), -1, 1, 21);
+    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+      StoredTensor w =
+          Store(dtype, {n, k}, RandomFloats(static_cast<size_t>(n * k), -1, 1, 22));
+      const PackedMatrix packed = PackedMatrix::Pack(w.tensor);
+      for (MatMulPrecision precision : {MatMulPrecision::kF32, MatMulPrecision::kBf16}) {
+        for (Isa isa : SimdIsas()) {
+          ScopedIsa scoped(isa);
+          std::vector<float> all(static_cast<size_t>(m * n));
+          MatMul(x.data(), m, k, k, packed, nullptr, all.data(), n, pool, precision);
+          std::vector<float> part(static_cast<size_t>(m * n));
+          // Rows 5..22 as a batch of 18, then rows one at a time.
+          MatMul(x.data() + 5 * k, 18, k, k, packed, nullptr, part.data(), n, pool, precision);
+          for (int64_t i = 0; i < 18 * n; ++i) {
+            ASSERT_EQ(part[i], all[5 * n + i])
+                << Describe(isa, dtype) << " " << MatMulPrecisionName(precision) << " k=" << k;
+          }
+          for (int64_t row : {0, 13, 14, 69}) {
+            MatMul(x.data() + row * k, 1, k, k, packed, nullptr, part.data(), n, pool, precision);
+            for (int64_t j = 0; j < n; ++j) {
+              ASSERT_EQ(part[j], all[row * n + j]) << Describe(isa, dtype) << " "
+                                                   << MatMulPrecisionName(precision)
+                                                   << " k=" << k << " row " << row;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MatMulOpTest, PackedMatrixKeepsEveryValueAndPadsWithZeros) {
+  for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+    const int64_t n = 33;
+    const int64_t k = 5;
+    StoredTensor w = Store(dtype, {n, k}, RandomFloats(static_cast<size_t>(n * k), -1, 1, 23));
+    const PackedMatrix packed = PackedMatrix::Pack(w.tensor);
+    EXPECT_EQ(packed.rows(), n);
+    EXPECT_EQ(packed.cols(), k);
+    EXPECT_EQ(packed.dtype(), dtype);
+    EXPECT_EQ(packed.num_panels(), 2);
+    EXPECT_EQ(packed.steps(), 3);
+    // Two panels of 3 steps of 2 x 32 elements.
+    EXPECT_EQ(packed.size_bytes(), 2 * 3 * 64 * DTypeSize(dtype));
+    std::vector<bool> seen(packed.size_bytes() / DTypeSize(dtype), false);
+    for (int64_t row = 0; row < n; ++row) {
+      for (int64_t col = 0; col < k; ++col) {
+        ASSERT_EQ(packed.At(row, col), w.widened[row * k + col]) << DTypeName(dtype);
+        const int64_t index = packed.Index(row, col);
+        ASSERT_FALSE(seen[index]) << "two elements at " << index;
+        seen[index] = true;
+      }
+    }
+    Tensor storage = Tensor::Borrow(dtype, {static_cast<int64_t>(seen.size())},
+                                    const_cast<void*>(packed.data()));
+    for (size_t i = 0; i < seen.size(); ++i) {
+      if (!seen[i]) {
+        ASSERT_EQ(ElementAsF32(storage, static_cast<int64_t>(i)), 0.0F) << i;
+      }
+    }
+  }
+  ThreadPool& pool = TestPool();
+  EXPECT_THROW(PackedMatrix::Pack(Tensor::Empty(DType::kI32, {2, 2}), &pool), Error);
+  EXPECT_THROW(PackedMatrix::Pack(Tensor::Empty(DType::kF32, {4}), &pool), Error);
 }
 
 TEST(MatMulOpTest, PrecisionNames) {

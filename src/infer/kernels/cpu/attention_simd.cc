@@ -197,7 +197,9 @@ void Attention(const float* q, int64_t num_tokens, int64_t first_pos, const floa
     std::vector<RowState> states(static_cast<size_t>(num_rows),
                                  RowState{-std::numeric_limits<float>::infinity(), 0.0F});
 
-    const int64_t keys_begin = first_key(first_pos + t_begin);
+    // Key blocks start at multiples of kKeyBlock whatever the task's first query, so a query
+    // folds the same blocks in the same order alone, in a batch or in a prefill chunk.
+    const int64_t keys_begin = first_key(first_pos + t_begin) / kKeyBlock * kKeyBlock;
     const int64_t keys_end = first_pos + t_end;  // exclusive
     for (int64_t b0 = keys_begin; b0 < keys_end; b0 += kKeyBlock) {
       const int64_t block_len = std::min(kKeyBlock, keys_end - b0);

@@ -1,7 +1,8 @@
 // The per-ISA kernel entry points behind ops.h. ops.cc checks arguments, then calls the set
 // for ActiveIsa(): `reference` (plain loops, also the test oracle), `avx2`, `avx512` or
 // `avx512bf16`.
-// Weights arrive as (dtype, pointer) to contiguous data; activations are f32.
+// MatMul weights arrive packed (ops.h PackedMatrix); other weights as (dtype, pointer) to
+// contiguous data. Activations are f32.
 #pragma once
 
 #include <cstdint>
@@ -16,9 +17,9 @@ namespace infer::kernels::cpu {
 // (MatMulPrecision::kBf16, only passed with bf16 weights) rounds x to bf16 first.
 #define INFER_DECLARE_KERNELS(ns)                                                                  \
   namespace ns {                                                                                   \
-  void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, DType w_dtype,               \
-              const void* w, int64_t n, const float* bias, float* y, int64_t y_stride,             \
-              ThreadPool& pool, bool bf16_activations);                                            \
+  void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,       \
+              const float* bias, float* y, int64_t y_stride, ThreadPool& pool,                     \
+              bool bf16_activations);                                                              \
   void RmsNorm(const float* x, int64_t rows, int64_t dim, DType w_dtype, const void* w, float eps, \
                float weight_offset, float* y);                                                     \
   void Rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,                     \

@@ -24,9 +24,10 @@ float Widen(DType dtype, const void* data, int64_t index) {
 
 }  // namespace
 
-void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, DType w_dtype, const void* w,
-            int64_t n, const float* bias, float* y, int64_t y_stride, ThreadPool& pool,
+void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,
+            const float* bias, float* y, int64_t y_stride, ThreadPool& pool,
             bool bf16_activations) {
+  const int64_t n = w.rows();
   std::vector<float> rounded;
   if (bf16_activations) {
     rounded.resize(static_cast<size_t>(m * k));
@@ -41,7 +42,7 @@ void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, DType w_dtyp
   pool.ParallelFor(n, 16, [&](int64_t n_begin, int64_t n_end) {
     std::vector<float> w_row(static_cast<size_t>(k));
     for (int64_t j = n_begin; j < n_end; ++j) {
-      for (int64_t kk = 0; kk < k; ++kk) w_row[kk] = Widen(w_dtype, w, j * k + kk);
+      for (int64_t kk = 0; kk < k; ++kk) w_row[kk] = w.At(j, kk);
       for (int64_t i = 0; i < m; ++i) {
         double sum = bias != nullptr ? bias[j] : 0.0;
         for (int64_t kk = 0; kk < k; ++kk) {
