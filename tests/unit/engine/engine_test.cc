@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "infer/core/error.h"
@@ -169,12 +170,17 @@ TEST(EngineTest, PrefillRunsInCallsOfAtMostMaxNumBatchedTokens) {
   EXPECT_EQ(model.num_new_calls(), expected);
 }
 
-class EngineFixtureTest : public ::testing::TestWithParam<std::string> {
+// The fixture models (bf16 weights) in both matmul precisions: in bf16 a last-bit difference
+// between batched and single rows would flip roundings, so equality there shows the kernels
+// are batch-invariant, not merely close.
+class EngineFixtureTest
+    : public ::testing::TestWithParam<std::tuple<std::string, kernels::MatMulPrecision>> {
  protected:
   void SetUp() override {
-    const std::string dir = std::string(INFER_TEST_FIXTURES) + "/models/" + GetParam();
+    const auto& [arch, precision] = GetParam();
+    const std::string dir = std::string(INFER_TEST_FIXTURES) + "/models/" + arch;
     loaded_ = std::make_unique<LoadedModel>(LoadModel(dir + "/model", LoadOptions{}));
-    model_ = MakeDecoderModel(*loaded_, pool_);
+    model_ = MakeDecoderModel(*loaded_, pool_, precision);
   }
 
   // Runs the requests as one batch, or each alone, and returns every request's tokens.
@@ -222,7 +228,15 @@ TEST_P(EngineFixtureTest, BatchedOutputEqualsSingleRequestOutput) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, EngineFixtureTest, ::testing::Values("llama", "qwen3", "gemma3"));
+INSTANTIATE_TEST_SUITE_P(
+    Models, EngineFixtureTest,
+    ::testing::Combine(::testing::Values("llama", "qwen3", "gemma3"),
+                       ::testing::Values(kernels::MatMulPrecision::kF32,
+                                         kernels::MatMulPrecision::kBf16)),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_" +
+             std::string(kernels::MatMulPrecisionName(std::get<1>(info.param)));
+    });
 
 }  // namespace
 }  // namespace infer

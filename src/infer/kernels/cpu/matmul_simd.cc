@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <utility>
 
 #include "infer/kernels/cpu/kernels.h"
 #include "infer/kernels/cpu/scratch.h"
@@ -48,12 +49,14 @@ static_assert(kPanel % kNr == 0);
 constexpr int64_t kNc = 256;
 // Up to this many x panels (56 rows on AVX-512) take the streaming order.
 constexpr int64_t kStreamMaxPanels = 4;
-// Software prefetch distance along the weights: from L2 into L1 in the many-panel order
-// (measured +2-5% over the hardware prefetcher alone), from memory in the streaming order
-// (covers memory latency at ~20 GB/s per core).
-constexpr int64_t kBlockPrefetchBytes = 1024;
-constexpr int64_t kStreamPrefetchBytes = 2048;
-// Panel ranges per thread in the streaming order, claimed dynamically: a thread slowed by the
+// Software prefetch distance (steps) along the weights: from L2 into L1 in the many-panel
+// order (measured +2-5% over the hardware prefetcher alone), from memory in the streaming
+// order (1-2 KiB per stream; 0.5-8 KiB measured within the noise of this host).
+constexpr int64_t kBlockPrefetchSteps = 8;
+constexpr int64_t kStreamPrefetchSteps = 16;
+// Column tiles the streaming order takes together (TilesPerCall(1) of them in one call).
+constexpr int64_t kStreamGroup = 4;
+// Tile groups per thread in the streaming order, claimed dynamically: a thread slowed by the
 // shared host takes fewer.
 constexpr int64_t kStreamTasksPerThread = 4;
 
@@ -121,10 +124,14 @@ inline void StoreTile(const V (&acc0)[kRows], const V (&acc1)[kRows], float* y, 
   }
 }
 
+inline void PrefetchLine(const void* p) {
+  _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+}
+
 // How the tile multiplies: W is the packed weight element, Unit the packed x element (kUnits
 // of them per row and step), kKc the steps per k-block. LoadW brings features
-// [col, col + kNr) of one step into registers; Mac adds one row's step into its two
-// accumulators; PackX lays x rows [row0, row0 + kMr) out as [steps][kMr][kUnits], zeros past
+// [col, col + kNr) of one step into registers (Prefetch asks for the same lines of a later
+// step); Mac adds one row's step into its two accumulators; PackX lays x rows [row0, row0 + kMr) out as [steps][kMr][kUnits], zeros past
 // m and past k.
 template <DType kDType>
 struct F32Gemm {
@@ -155,6 +162,17 @@ struct F32Gemm {
       w.odd1 = Load(step + kPanel + col + kLanes);
     }
     return w;
+  }
+  static void Prefetch(const W* step, int64_t col) {
+    if constexpr (kDType == DType::kBF16) {
+      PrefetchLine(step + 2 * col);
+      PrefetchLine(step + 2 * (col + kLanes));
+    } else {
+      PrefetchLine(step + col);
+      PrefetchLine(step + col + kLanes);
+      PrefetchLine(step + kPanel + col);
+      PrefetchLine(step + kPanel + col + kLanes);
+    }
   }
   static void Mac(V& acc0, V& acc1, const Unit* x, const Weights& w) {
     const V even = Set1(x[0]);
@@ -200,6 +218,10 @@ struct Bf16Gemm {
   static Weights LoadW(const W* step, int64_t col) {
     return {_mm512_loadu_si512(step + 2 * col), _mm512_loadu_si512(step + 2 * (col + kLanes))};
   }
+  static void Prefetch(const W* step, int64_t col) {
+    PrefetchLine(step + 2 * col);
+    PrefetchLine(step + 2 * (col + kLanes));
+  }
   static void Mac(V& acc0, V& acc1, const Unit* x, const Weights& w) {
     const __m512i xb = _mm512_set1_epi32(static_cast<int>(*x));
     acc0 = DotBf16(acc0, xb, w.lo);
@@ -232,40 +254,87 @@ struct Bf16Gemm {
 };
 #endif
 
-// kRows rows of y, features [col, col + cols) of the panel whose k-block starts at wp.
-template <class G, int kRows>
-inline void GemmTile(const typename G::Unit* xp, const typename G::W* wp, int64_t col, int64_t kc,
-                     int64_t prefetch_bytes, float* y, int64_t y_stride, int64_t cols,
-                     bool accumulate, const float* bias) {
-  constexpr int64_t kStepBytes = kStepElems * sizeof(typename G::W);
-  V acc0[kRows];
-  V acc1[kRows];
-  for (int r = 0; r < kRows; ++r) {
-    acc0[r] = Zero();
-    acc1[r] = Zero();
+// Column tiles per microkernel call for kRows rows: with few rows, several tiles (adjacent
+// panels: more independent accumulator chains and weight streams in flight) keep the loads
+// going; with many, the register file is full with one.
+constexpr int TilesPerCall(int rows) {
+  if constexpr (kLanes == 16) {
+    return rows <= 2 ? 4 : rows <= 6 ? 2 : 1;
+  } else {
+    return rows <= 2 ? 2 : 1;
   }
-  for (int64_t kk = 0; kk < kc; ++kk) {
-    const char* ahead = reinterpret_cast<const char*>(wp) + prefetch_bytes;
-    for (int64_t line = 0; line < kStepBytes; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
-    const auto w = G::LoadW(wp, col);
-#pragma GCC unroll 16
-    for (int r = 0; r < kRows; ++r) G::Mac(acc0[r], acc1[r], xp + r * G::kUnits, w);
-    xp += kMr * G::kUnits;
-    wp += kStepElems;
-  }
-  StoreTile<kRows>(acc0, acc1, y, y_stride, cols, accumulate, bias);
 }
 
+// The microkernel: kRows rows of y (x panel block xp) against kTiles column tiles from feature
+// j0, over steps [s0, s0 + kc). Every output is one accumulator chain in k order, whatever
+// kRows and kTiles are. y holds the sum of the earlier k-blocks when `accumulate`; bias
+// (features from j0, or null) is added after the last one.
+template <class G, int kRows, int kTiles>
+inline void GemmTile(const typename G::Unit* xp, const typename G::W* weights, int64_t steps,
+                     int64_t s0, int64_t j0, int64_t kc, int64_t n, int64_t prefetch_steps,
+                     float* y, int64_t y_stride, bool accumulate, const float* bias) {
+  using W = typename G::W;
+  const W* wp[kTiles];
+  int64_t col[kTiles];
+  for (int t = 0; t < kTiles; ++t) {
+    const int64_t jt = j0 + t * kNr;
+    wp[t] = weights + ((jt / kPanel) * steps + s0) * kStepElems;
+    col[t] = jt % kPanel;
+  }
+  V acc0[kTiles][kRows];
+  V acc1[kTiles][kRows];
+  for (int t = 0; t < kTiles; ++t) {
+    for (int r = 0; r < kRows; ++r) {
+      acc0[t][r] = Zero();
+      acc1[t][r] = Zero();
+    }
+  }
+  for (int64_t kk = 0; kk < kc; ++kk) {
+#pragma GCC unroll 4
+    for (int t = 0; t < kTiles; ++t) {
+      G::Prefetch(wp[t] + prefetch_steps * kStepElems, col[t]);
+      const auto w = G::LoadW(wp[t], col[t]);
+#pragma GCC unroll 16
+      for (int r = 0; r < kRows; ++r) G::Mac(acc0[t][r], acc1[t][r], xp + r * G::kUnits, w);
+      wp[t] += kStepElems;
+    }
+    xp += kMr * G::kUnits;
+  }
+  for (int t = 0; t < kTiles; ++t) {
+    StoreTile<kRows>(acc0[t], acc1[t], y + t * kNr, y_stride,
+                     std::min<int64_t>(kNr, n - (j0 + t * kNr)), accumulate,
+                     bias != nullptr ? bias + t * kNr : nullptr);
+  }
+}
+
+// `rows` rows against `tiles` column tiles from j0, TilesPerCall(rows) tiles per call.
 template <class G, int kRows = kMr>
-inline void GemmTileRows(int rows, const typename G::Unit* xp, const typename G::W* wp,
-                         int64_t col, int64_t kc, int64_t prefetch_bytes, float* y,
-                         int64_t y_stride, int64_t cols, bool accumulate, const float* bias) {
+inline void GemmTiles(int rows, int64_t tiles, const typename G::Unit* xp,
+                      const typename G::W* weights, int64_t steps, int64_t s0, int64_t j0,
+                      int64_t kc, int64_t n, int64_t prefetch_steps, float* y, int64_t y_stride,
+                      bool accumulate, const float* bias) {
   if constexpr (kRows > 0) {
-    if (rows == kRows) {
-      GemmTile<G, kRows>(xp, wp, col, kc, prefetch_bytes, y, y_stride, cols, accumulate, bias);
-    } else {
-      GemmTileRows<G, kRows - 1>(rows, xp, wp, col, kc, prefetch_bytes, y, y_stride, cols,
-                                 accumulate, bias);
+    if (rows != kRows) {
+      GemmTiles<G, kRows - 1>(rows, tiles, xp, weights, steps, s0, j0, kc, n, prefetch_steps, y,
+                              y_stride, accumulate, bias);
+      return;
+    }
+    constexpr int kGroup = TilesPerCall(kRows);
+    int64_t t = 0;
+    auto at = [&](int64_t tile) {
+      return std::pair{y + tile * kNr, bias != nullptr ? bias + tile * kNr : nullptr};
+    };
+    if constexpr (kGroup > 1) {
+      for (; t + kGroup <= tiles; t += kGroup) {
+        const auto [yt, bt] = at(t);
+        GemmTile<G, kRows, kGroup>(xp, weights, steps, s0, j0 + t * kNr, kc, n, prefetch_steps,
+                                   yt, y_stride, accumulate, bt);
+      }
+    }
+    for (; t < tiles; ++t) {
+      const auto [yt, bt] = at(t);
+      GemmTile<G, kRows, 1>(xp, weights, steps, s0, j0 + t * kNr, kc, n, prefetch_steps, yt,
+                            y_stride, accumulate, bt);
     }
   }
 }
@@ -289,31 +358,31 @@ void Gemm(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMa
                   [&](int p) { G::PackX(x, m, k, x_stride, p * kMr, xpack + p * panel_units); });
   }
   const W* weights = static_cast<const W*>(w.data());
-  // The tile for features [j0, j0 + kNr) over steps [s0, s0 + kc) of x panel p: the same
-  // arithmetic in both loop orders.
-  auto tile = [&](int64_t p, int64_t j0, int64_t s0, int64_t kc, int64_t prefetch_bytes) {
+  // Panel p's rows against `tiles` column tiles from feature j0 over steps [s0, s0 + kc): the
+  // same arithmetic per output in both loop orders.
+  auto run = [&](int64_t p, int64_t j0, int64_t tiles, int64_t s0, int64_t kc,
+                 int64_t prefetch_steps) {
     const int rows = static_cast<int>(std::min<int64_t>(kMr, m - p * kMr));
-    const int64_t cols = std::min<int64_t>(kNr, n - j0);
-    const bool last_k = s0 + kc == steps;
-    GemmTileRows<G>(rows, xpack + p * panel_units + s0 * kMr * G::kUnits,
-                    weights + ((j0 / kPanel) * steps + s0) * kStepElems, j0 % kPanel, kc,
-                    prefetch_bytes, y + p * kMr * y_stride + j0, y_stride, cols, s0 > 0,
-                    last_k && bias != nullptr ? bias + j0 : nullptr);
+    GemmTiles<G>(rows, tiles, xpack + p * panel_units + s0 * kMr * G::kUnits, weights, steps, s0,
+                 j0, kc, n, prefetch_steps, y + p * kMr * y_stride + j0, y_stride, s0 > 0,
+                 s0 + kc == steps && bias != nullptr ? bias + j0 : nullptr);
   };
   const int64_t num_tiles = (n + kNr - 1) / kNr;
   if (num_panels <= kStreamMaxPanels) {
-    // Contiguous ranges of tiles; each runs all its k-blocks, every x panel per block.
-    const int64_t tiles_per_task = std::max<int64_t>(
-        1, (num_tiles + kStreamTasksPerThread * pool.num_threads() - 1) /
-               (kStreamTasksPerThread * pool.num_threads()));
-    const int64_t num_tasks = (num_tiles + tiles_per_task - 1) / tiles_per_task;
+    // Contiguous ranges of kStreamGroup tiles; each group runs all its k-blocks, every x panel
+    // per block.
+    const int64_t groups = (num_tiles + kStreamGroup - 1) / kStreamGroup;
+    const int64_t max_tasks = kStreamTasksPerThread * pool.num_threads();
+    const int64_t groups_per_task = (groups + max_tasks - 1) / max_tasks;
+    const int64_t num_tasks = (groups + groups_per_task - 1) / groups_per_task;
     pool.RunTasks(static_cast<int>(num_tasks), [&](int task) {
-      const int64_t t_end = std::min(num_tiles, (task + 1) * tiles_per_task);
-      for (int64_t t = task * tiles_per_task; t < t_end; ++t) {
+      const int64_t t_end = std::min(num_tiles, (task + 1) * groups_per_task * kStreamGroup);
+      for (int64_t t = task * groups_per_task * kStreamGroup; t < t_end; t += kStreamGroup) {
+        const int64_t tiles = std::min(kStreamGroup, t_end - t);
         for (int64_t s0 = 0; s0 < steps; s0 += G::kKc) {
           const int64_t kc = std::min(G::kKc, steps - s0);
           for (int64_t p = 0; p < num_panels; ++p) {
-            tile(p, t * kNr, s0, kc, p == 0 ? kStreamPrefetchBytes : kBlockPrefetchBytes);
+            run(p, t * kNr, tiles, s0, kc, p == 0 ? kStreamPrefetchSteps : kBlockPrefetchSteps);
           }
         }
       }
@@ -324,15 +393,11 @@ void Gemm(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMa
   // then takes fewer).
   const int64_t num_tasks = (n + kNc - 1) / kNc;
   pool.RunTasks(static_cast<int>(num_tasks), [&](int task) {
-    const int64_t n_begin = task * kNc;
-    const int64_t n_end = std::min(n, n_begin + kNc);
+    const int64_t j0 = task * kNc;
+    const int64_t tiles = (std::min(n, j0 + kNc) - j0 + kNr - 1) / kNr;
     for (int64_t s0 = 0; s0 < steps; s0 += G::kKc) {
       const int64_t kc = std::min(G::kKc, steps - s0);
-      for (int64_t p = 0; p < num_panels; ++p) {
-        for (int64_t j0 = n_begin; j0 < n_end; j0 += kNr) {
-          tile(p, j0, s0, kc, kBlockPrefetchBytes);
-        }
-      }
+      for (int64_t p = 0; p < num_panels; ++p) run(p, j0, tiles, s0, kc, kBlockPrefetchSteps);
     }
   });
 }
