@@ -18,7 +18,8 @@ void AddModelOptions(CLI::App& command, ModelArgs& args, bool add_threads, bool 
       ->capture_default_str();
   command
       .add_option("--weights-placement", args.weights_placement,
-                  "mmap: zero-copy views of the files; hugepage: copy into 2 MiB pages")
+                  "Norm and bias vectors: mmap: zero-copy views of the files; hugepage: a copy in "
+                  "2 MiB pages (weight matrices are always repacked into 2 MiB pages)")
       ->check(CLI::IsMember({"mmap", "hugepage"}))
       ->capture_default_str();
   command.add_option("--dummy-seed", args.dummy_seed, "Seed of --load-format dummy weights")

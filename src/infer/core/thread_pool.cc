@@ -52,12 +52,19 @@ ThreadPool::~ThreadPool() {
   for (auto& worker : workers_) worker.join();
 }
 
-void ThreadPool::DrainTasks() {
+void ThreadPool::DrainTasks(uint32_t run, const std::function<void(int)>& fn, int num_tasks) {
   tls_inside_task = true;
-  for (int task = next_task_.fetch_add(1); task < num_tasks_.load();
-       task = next_task_.fetch_add(1)) {
+  while (true) {
+    uint64_t ticket = ticket_.load();
+    do {
+      if (static_cast<uint32_t>(ticket >> 32) != run ||
+          static_cast<uint32_t>(ticket) >= static_cast<uint32_t>(num_tasks)) {
+        tls_inside_task = false;
+        return;
+      }
+    } while (!ticket_.compare_exchange_weak(ticket, ticket + 1));
     try {
-      (*task_fn_.load())(task);
+      fn(static_cast<int>(static_cast<uint32_t>(ticket)));
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mutex_);
       if (!first_error_) first_error_ = std::current_exception();
@@ -67,19 +74,25 @@ void ThreadPool::DrainTasks() {
       done_cv_.notify_all();
     }
   }
-  tls_inside_task = false;
 }
 
 void ThreadPool::WorkerLoop(uint64_t seen) {
   while (true) {
     for (int spin = 0; spin < kSpinIterations && generation_.load() == seen; ++spin) CpuRelax();
-    if (generation_.load() == seen) {
+    uint32_t run = 0;
+    const std::function<void(int)>* fn = nullptr;
+    int num_tasks = 0;
+    {
       std::unique_lock<std::mutex> lock(wake_mutex_);
       wake_cv_.wait(lock, [&] { return generation_.load() != seen; });
+      seen = generation_.load();
+      if (stop_.load()) return;
+      // The latest run, which may already be over: then every claim fails.
+      run = run_id_;
+      fn = run_fn_;
+      num_tasks = run_num_tasks_;
     }
-    seen = generation_.load();
-    if (stop_.load()) return;
-    DrainTasks();
+    if (fn != nullptr) DrainTasks(run, *fn, num_tasks);
   }
 }
 
@@ -90,23 +103,24 @@ void ThreadPool::RunTasks(int num_tasks, const std::function<void(int)>& fn) {
     return;
   }
   std::lock_guard<std::mutex> lock(run_mutex_);
-  task_fn_.store(&fn);
-  num_tasks_.store(num_tasks);
   first_error_ = nullptr;
   pending_tasks_.store(num_tasks);
-  next_task_.store(0);  // opens the run; see kClosed
+  uint32_t run = 0;
   {
     std::lock_guard<std::mutex> wake_lock(wake_mutex_);
+    run = ++run_id_;
+    run_fn_ = &fn;
+    run_num_tasks_ = num_tasks;
+    ticket_.store(static_cast<uint64_t>(run) << 32);  // opens the run
     generation_.fetch_add(1);
   }
   wake_cv_.notify_all();
-  DrainTasks();
+  DrainTasks(run, fn, num_tasks);
   for (int spin = 0; spin < kSpinIterations && pending_tasks_.load() != 0; ++spin) CpuRelax();
   if (pending_tasks_.load() != 0) {
     std::unique_lock<std::mutex> done_lock(done_mutex_);
     done_cv_.wait(done_lock, [&] { return pending_tasks_.load() == 0; });
   }
-  next_task_.store(kClosed);
   if (first_error_) std::rethrow_exception(first_error_);
 }
 

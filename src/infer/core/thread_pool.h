@@ -36,18 +36,22 @@ class ThreadPool {
 
  private:
   void WorkerLoop(uint64_t seen);
-  void DrainTasks();
+  // Claims and runs tasks of run `run` until none is left.
+  void DrainTasks(uint32_t run, const std::function<void(int)>& fn, int num_tasks);
 
   std::vector<std::thread> workers_;
   std::mutex run_mutex_;  // one RunTasks at a time
   std::atomic<uint64_t> generation_{0};
-  // next_task_ rests at kClosed between runs so that a worker waking late from an earlier
-  // run cannot claim a task before the next run has published num_tasks_ and task_fn_.
-  static constexpr int kClosed = 1 << 30;
-  std::atomic<int> next_task_{kClosed};
+  // The run in progress, written under wake_mutex_ before the ticket opens it.
+  uint32_t run_id_ = 0;
+  const std::function<void(int)>* run_fn_ = nullptr;
+  int run_num_tasks_ = 0;
+  // (run id << 32) | index of the next unclaimed task of that run. A task is claimed by a
+  // compare-exchange that checks the run id and the bound, so a worker that wakes late, or is
+  // preempted between claims, can neither take a task of a later run nor use up one of its
+  // tickets.
+  std::atomic<uint64_t> ticket_{0};
   std::atomic<int> pending_tasks_{0};
-  std::atomic<int> num_tasks_{0};
-  std::atomic<const std::function<void(int)>*> task_fn_{nullptr};
   std::mutex error_mutex_;
   std::exception_ptr first_error_;
   std::atomic<bool> stop_{false};

@@ -32,6 +32,36 @@ TEST(ThreadPool, ManyRunsInARow) {
   EXPECT_EQ(total.load(), 2000 * 6);
 }
 
+// Back-to-back runs of different sizes on an oversubscribed pool (workers get preempted at
+// any point): every task of every run runs exactly once, and none is still running when
+// RunTasks returns. A worker that claimed past the end of one run and was preempted must not
+// take a task of the next run (it once did: the task ran twice, the run ended while one copy
+// was still running, and the kernel's captured locals were gone).
+TEST(ThreadPool, BackToBackRunsRunEachTaskOnceAndFinishInside) {
+  ThreadPool pool(8);
+  constexpr int kMaxTasks = 9;
+  std::vector<std::atomic<int>> runs(kMaxTasks);
+  std::atomic<int> running{0};
+  int failures = 0;
+  for (int run = 0; run < 20000 && failures < 5; ++run) {
+    const int num_tasks = 2 + run % (kMaxTasks - 1);
+    for (auto& count : runs) count.store(0);
+    pool.RunTasks(num_tasks, [&](int task) {
+      ++running;
+      runs[static_cast<size_t>(task)]++;
+      --running;
+    });
+    failures += running.load() != 0;
+    EXPECT_EQ(running.load(), 0) << "a task still running after run " << run;
+    for (int task = 0; task < kMaxTasks; ++task) {
+      const int expected = task < num_tasks ? 1 : 0;
+      failures += runs[static_cast<size_t>(task)].load() != expected;
+      EXPECT_EQ(runs[static_cast<size_t>(task)].load(), expected)
+          << "run " << run << " task " << task;
+    }
+  }
+}
+
 TEST(ThreadPool, RethrowsTheFirstError) {
   ThreadPool pool(2);
   EXPECT_THROW(pool.RunTasks(8,

@@ -181,8 +181,7 @@ TEST_P(DecoderBf16MatMul, TeacherForcedLogitsNearTheReference) {
   }
   EXPECT_GE(agree, kBf16MinArgmaxAgreement * static_cast<double>(rows)) << agree << "/" << rows;
 
-  // Cached (a 20-token prefill through the GEMM, then single tokens through the matrix-vector
-  // path): the same tolerance.
+  // Cached (a 20-token prefill, then single tokens): the same tolerance.
   KvCache cache = KvCache::FromModelConfig(model.config, 1, 64);
   std::vector<float> step_logits;
   decoder.Forward(std::span(ids).first(20), cache, 0, LogitsMode::kAllPositions, step_logits);
