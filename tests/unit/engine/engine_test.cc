@@ -228,15 +228,15 @@ TEST_P(EngineFixtureTest, BatchedOutputEqualsSingleRequestOutput) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Models, EngineFixtureTest,
-    ::testing::Combine(::testing::Values("llama", "qwen3", "gemma3"),
-                       ::testing::Values(kernels::MatMulPrecision::kF32,
-                                         kernels::MatMulPrecision::kBf16)),
-    [](const auto& info) {
-      return std::get<0>(info.param) + "_" +
-             std::string(kernels::MatMulPrecisionName(std::get<1>(info.param)));
-    });
+INSTANTIATE_TEST_SUITE_P(Models, EngineFixtureTest,
+                         ::testing::Combine(::testing::Values("llama", "qwen3", "gemma3"),
+                                            ::testing::Values(kernels::MatMulPrecision::kF32,
+                                                              kernels::MatMulPrecision::kBf16)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  std::string(
+                                      kernels::MatMulPrecisionName(std::get<1>(info.param)));
+                         });
 
 }  // namespace
 }  // namespace infer

@@ -170,8 +170,7 @@ TEST(MatMulOpTest, RowsAreBatchInvariant) {
   for (int64_t k : {129, 1101}) {
     const std::vector<float> x = RandomFloats(static_cast<size_t>(m * k), -1, 1, 21);
     for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
-      StoredTensor w =
-          Store(dtype, {n, k}, RandomFloats(static_cast<size_t>(n * k), -1, 1, 22));
+      StoredTensor w = Store(dtype, {n, k}, RandomFloats(static_cast<size_t>(n * k), -1, 1, 22));
       const PackedMatrix packed = PackedMatrix::Pack(w.tensor);
       for (MatMulPrecision precision : {MatMulPrecision::kF32, MatMulPrecision::kBf16}) {
         for (Isa isa : SimdIsas()) {
@@ -188,9 +187,9 @@ TEST(MatMulOpTest, RowsAreBatchInvariant) {
           for (int64_t row : {0, 13, 14, 69}) {
             MatMul(x.data() + row * k, 1, k, k, packed, nullptr, part.data(), n, pool, precision);
             for (int64_t j = 0; j < n; ++j) {
-              ASSERT_EQ(part[j], all[row * n + j]) << Describe(isa, dtype) << " "
-                                                   << MatMulPrecisionName(precision)
-                                                   << " k=" << k << " row " << row;
+              ASSERT_EQ(part[j], all[row * n + j])
+                  << Describe(isa, dtype) << " " << MatMulPrecisionName(precision) << " k=" << k
+                  << " row " << row;
             }
           }
         }

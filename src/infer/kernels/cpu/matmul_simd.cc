@@ -124,15 +124,13 @@ inline void StoreTile(const V (&acc0)[kRows], const V (&acc1)[kRows], float* y, 
   }
 }
 
-inline void PrefetchLine(const void* p) {
-  _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
-}
+inline void PrefetchLine(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
 // How the tile multiplies: W is the packed weight element, Unit the packed x element (kUnits
 // of them per row and step), kKc the steps per k-block. LoadW brings features
 // [col, col + kNr) of one step into registers (Prefetch asks for the same lines of a later
-// step); Mac adds one row's step into its two accumulators; PackX lays x rows [row0, row0 + kMr) out as [steps][kMr][kUnits], zeros past
-// m and past k.
+// step); Mac adds one row's step into its two accumulators; PackX lays x rows [row0, row0 + kMr)
+// out as [steps][kMr][kUnits], zeros past m and past k.
 template <DType kDType>
 struct F32Gemm {
   using W = Storage<kDType>;
@@ -327,8 +325,8 @@ inline void GemmTiles(int rows, int64_t tiles, const typename G::Unit* xp,
     if constexpr (kGroup > 1) {
       for (; t + kGroup <= tiles; t += kGroup) {
         const auto [yt, bt] = at(t);
-        GemmTile<G, kRows, kGroup>(xp, weights, steps, s0, j0 + t * kNr, kc, n, prefetch_steps,
-                                   yt, y_stride, accumulate, bt);
+        GemmTile<G, kRows, kGroup>(xp, weights, steps, s0, j0 + t * kNr, kc, n, prefetch_steps, yt,
+                                   y_stride, accumulate, bt);
       }
     }
     for (; t < tiles; ++t) {
