@@ -79,14 +79,29 @@ float PackedMatrix::At(int64_t row, int64_t col) const {
 namespace {
 
 // Copies rows [row_begin, row_end) of w into `packed` (element type T: the bits are moved,
-// not converted).
+// not converted), in the layout PackedMatrix::Index describes.
 template <class T>
 void PackRows(const Tensor& w, const PackedMatrix& packed, int64_t row_begin, int64_t row_end) {
+  constexpr int64_t kPanel = PackedMatrix::kPanelRows;
   const int64_t k = w.dim(1);
+  const int64_t step_elems = 2 * kPanel;
+  const bool pairs = w.dtype() == DType::kBF16;
   const T* src = w.data<const T>();
   T* dst = static_cast<T*>(const_cast<void*>(packed.data()));
   for (int64_t row = row_begin; row < row_end; ++row) {
-    for (int64_t col = 0; col < k; ++col) dst[packed.Index(row, col)] = src[row * k + col];
+    const int64_t lane = row % kPanel;
+    T* panel = dst + (row / kPanel) * packed.steps() * step_elems;
+    const T* values = src + row * k;
+    // Where (k even, k odd) of this row go within a step.
+    const int64_t even = pairs ? 2 * lane : lane;
+    const int64_t odd = pairs ? 2 * lane + 1 : kPanel + lane;
+    int64_t col = 0;
+    for (; col + 1 < k; col += 2) {
+      T* step = panel + (col / 2) * step_elems;
+      step[even] = values[col];
+      step[odd] = values[col + 1];
+    }
+    if (col < k) panel[(col / 2) * step_elems + even] = values[col];
   }
 }
 

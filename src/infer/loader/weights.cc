@@ -1,5 +1,6 @@
 #include "infer/loader/weights.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -158,11 +159,21 @@ void InitDummy(const ModelConfig& config, std::vector<WeightSlot>& slots,
   // reaches with --weights-placement hugepage.
   (void)options.placement;
   AllocateSlots(slots, dtypes, /*huge_pages=*/true);
+  // Matrices are generated row-major into one reused buffer (2 MiB pages: no zeroing pass),
+  // then packed.
+  size_t max_matrix_bytes = 0;
+  for (const auto& slot : slots) {
+    if (slot.matrix != nullptr) {
+      max_matrix_bytes = std::max(
+          max_matrix_bytes, static_cast<size_t>(NumElements(slot.shape)) * DTypeSize(config.dtype));
+    }
+  }
+  AlignedBuffer staging(max_matrix_bytes, /*huge_pages=*/true);
   const float norm_value = config.norm_style == NormStyle::kOffsetInF32 ? 0.0F : 1.0F;
   for (auto& slot : slots) {
     if (slot.matrix != nullptr) {
       // std 1/sqrt(fan_in) keeps activations O(1) through the random network.
-      Tensor values = Tensor::Empty(config.dtype, slot.shape);
+      Tensor values = Tensor::Borrow(config.dtype, slot.shape, staging.data());
       FillUniform(values, slot.hf_name, options.dummy_seed,
                   1.0 / std::sqrt(static_cast<double>(slot.shape.back())), options.pool);
       *slot.matrix = kernels::PackedMatrix::Pack(values, options.pool, /*huge_pages=*/true);
