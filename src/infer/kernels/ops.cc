@@ -56,14 +56,6 @@ MatMulPrecision ParseMatMulPrecision(std::string_view name) {
   Fail("matmul precision '{}' is not one of f32, bf16", name);
 }
 
-int64_t PackedMatrix::Index(int64_t row, int64_t col) const {
-  const int64_t panel = row / kPanelRows;
-  const int64_t lane = row % kPanelRows;
-  const int64_t step_begin = (panel * steps() + col / 2) * 2 * kPanelRows;
-  return step_begin +
-         (dtype() == DType::kBF16 ? lane * 2 + col % 2 : (col % 2) * kPanelRows + lane);
-}
-
 float PackedMatrix::At(int64_t row, int64_t col) const {
   const int64_t index = Index(row, col);
   switch (dtype()) {
@@ -78,30 +70,23 @@ float PackedMatrix::At(int64_t row, int64_t col) const {
 
 namespace {
 
-// Copies rows [row_begin, row_end) of w into `packed` (element type T: the bits are moved,
-// not converted), in the layout PackedMatrix::Index describes.
+// Copies rows [row_begin, row_end) of w to `dst`, the storage of `packed` (element type T: the
+// bits are moved, not converted). A row's (k even, k odd) pair sits at the same offsets in
+// every step, so Index() is asked once per row.
 template <class T>
-void PackRows(const Tensor& w, const PackedMatrix& packed, int64_t row_begin, int64_t row_end) {
-  constexpr int64_t kPanel = PackedMatrix::kPanelRows;
+void PackRows(const Tensor& w, const PackedMatrix& packed, T* dst, int64_t row_begin,
+              int64_t row_end) {
   const int64_t k = w.dim(1);
-  const int64_t step_elems = 2 * kPanel;
-  const bool pairs = w.dtype() == DType::kBF16;
+  const int64_t step_elems = 2 * PackedMatrix::kPanelRows;
   const T* src = w.data<const T>();
-  T* dst = static_cast<T*>(const_cast<void*>(packed.data()));
   for (int64_t row = row_begin; row < row_end; ++row) {
-    const int64_t lane = row % kPanel;
-    T* panel = dst + (row / kPanel) * packed.steps() * step_elems;
+    T* even = dst + packed.Index(row, 0);
+    T* odd = dst + packed.Index(row, 1);
     const T* values = src + row * k;
-    // Where (k even, k odd) of this row go within a step.
-    const int64_t even = pairs ? 2 * lane : lane;
-    const int64_t odd = pairs ? 2 * lane + 1 : kPanel + lane;
-    int64_t col = 0;
-    for (; col + 1 < k; col += 2) {
-      T* step = panel + (col / 2) * step_elems;
-      step[even] = values[col];
-      step[odd] = values[col + 1];
+    for (int64_t col = 0; col < k; col += 2) {
+      even[(col / 2) * step_elems] = values[col];
+      if (col + 1 < k) odd[(col / 2) * step_elems] = values[col + 1];
     }
-    if (col < k) panel[(col / 2) * step_elems + even] = values[col];
   }
 }
 
@@ -123,10 +108,12 @@ PackedMatrix PackedMatrix::Pack(const Tensor& w, ThreadPool* pool, bool huge_pag
   packed.storage_ = Tensor::Empty(w.dtype(), {size}, huge_pages);
   if (w.numel() == 0) return packed;
   auto pack = [&](int64_t begin, int64_t end) {
+    const int64_t row_begin = begin * kPanelRows;
+    const int64_t row_end = std::min(packed.rows_, end * kPanelRows);
     if (DTypeSize(w.dtype()) == 2) {
-      PackRows<uint16_t>(w, packed, begin * kPanelRows, std::min(packed.rows_, end * kPanelRows));
+      PackRows(w, packed, packed.storage_.data<uint16_t>(), row_begin, row_end);
     } else {
-      PackRows<uint32_t>(w, packed, begin * kPanelRows, std::min(packed.rows_, end * kPanelRows));
+      PackRows(w, packed, packed.storage_.data<uint32_t>(), row_begin, row_end);
     }
   };
   if (pool != nullptr) {

@@ -50,8 +50,14 @@ class PackedMatrix {
   int64_t num_panels() const { return (rows_ + kPanelRows - 1) / kPanelRows; }
   const void* data() const { return storage_.raw(); }
   size_t size_bytes() const { return storage_.size_bytes(); }
-  // Position (in elements) of w[row, col] in data().
-  int64_t Index(int64_t row, int64_t col) const;
+  // Position (in elements) of w[row, col] in data(): the one definition of the layout, used
+  // by Pack, At and the kernels.
+  int64_t Index(int64_t row, int64_t col) const {
+    const int64_t lane = row % kPanelRows;
+    const int64_t step_begin = ((row / kPanelRows) * steps() + col / 2) * 2 * kPanelRows;
+    return step_begin +
+           (dtype() == DType::kBF16 ? lane * 2 + col % 2 : (col % 2) * kPanelRows + lane);
+  }
   // w[row, col] widened to f32.
   float At(int64_t row, int64_t col) const;
 

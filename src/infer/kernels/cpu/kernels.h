@@ -45,4 +45,9 @@ INFER_DECLARE_KERNELS(avx512bf16)
 
 #undef INFER_DECLARE_KERNELS
 
+// x [m, k] (row stride x_stride) rounded to bf16 (nearest even) and widened back, into out
+// [m, k]: MatMulPrecision::kBf16 where there is no vdpbf16ps (the reference and the
+// avx2 / avx512 kernels).
+void RoundActivationsToBf16(const float* x, int64_t m, int64_t k, int64_t x_stride, float* out);
+
 }  // namespace infer::kernels::cpu

@@ -268,16 +268,16 @@ constexpr int TilesPerCall(int rows) {
 // kRows and kTiles are. y holds the sum of the earlier k-blocks when `accumulate`; bias
 // (features from j0, or null) is added after the last one.
 template <class G, int kRows, int kTiles>
-inline void GemmTile(const typename G::Unit* xp, const typename G::W* weights, int64_t steps,
-                     int64_t s0, int64_t j0, int64_t kc, int64_t n, int64_t prefetch_steps,
-                     float* y, int64_t y_stride, bool accumulate, const float* bias) {
+inline void GemmTile(const typename G::Unit* xp, const PackedMatrix& w, int64_t s0, int64_t j0,
+                     int64_t kc, int64_t prefetch_steps, float* y, int64_t y_stride,
+                     bool accumulate, const float* bias) {
   using W = typename G::W;
-  const W* wp[kTiles];
-  int64_t col[kTiles];
+  const W* wp[kTiles];  // step s0 of each tile's panel
+  int64_t col[kTiles];  // the tile's first feature within its panel
   for (int t = 0; t < kTiles; ++t) {
     const int64_t jt = j0 + t * kNr;
-    wp[t] = weights + ((jt / kPanel) * steps + s0) * kStepElems;
     col[t] = jt % kPanel;
+    wp[t] = static_cast<const W*>(w.data()) + w.Index(jt - col[t], 2 * s0);
   }
   V acc0[kTiles][kRows];
   V acc1[kTiles][kRows];
@@ -300,21 +300,20 @@ inline void GemmTile(const typename G::Unit* xp, const typename G::W* weights, i
   }
   for (int t = 0; t < kTiles; ++t) {
     StoreTile<kRows>(acc0[t], acc1[t], y + t * kNr, y_stride,
-                     std::min<int64_t>(kNr, n - (j0 + t * kNr)), accumulate,
+                     std::min<int64_t>(kNr, w.rows() - (j0 + t * kNr)), accumulate,
                      bias != nullptr ? bias + t * kNr : nullptr);
   }
 }
 
 // `rows` rows against `tiles` column tiles from j0, TilesPerCall(rows) tiles per call.
 template <class G, int kRows = kMr>
-inline void GemmTiles(int rows, int64_t tiles, const typename G::Unit* xp,
-                      const typename G::W* weights, int64_t steps, int64_t s0, int64_t j0,
-                      int64_t kc, int64_t n, int64_t prefetch_steps, float* y, int64_t y_stride,
-                      bool accumulate, const float* bias) {
+inline void GemmTiles(int rows, int64_t tiles, const typename G::Unit* xp, const PackedMatrix& w,
+                      int64_t s0, int64_t j0, int64_t kc, int64_t prefetch_steps, float* y,
+                      int64_t y_stride, bool accumulate, const float* bias) {
   if constexpr (kRows > 0) {
     if (rows != kRows) {
-      GemmTiles<G, kRows - 1>(rows, tiles, xp, weights, steps, s0, j0, kc, n, prefetch_steps, y,
-                              y_stride, accumulate, bias);
+      GemmTiles<G, kRows - 1>(rows, tiles, xp, w, s0, j0, kc, prefetch_steps, y, y_stride,
+                              accumulate, bias);
       return;
     }
     constexpr int kGroup = TilesPerCall(kRows);
@@ -325,14 +324,14 @@ inline void GemmTiles(int rows, int64_t tiles, const typename G::Unit* xp,
     if constexpr (kGroup > 1) {
       for (; t + kGroup <= tiles; t += kGroup) {
         const auto [yt, bt] = at(t);
-        GemmTile<G, kRows, kGroup>(xp, weights, steps, s0, j0 + t * kNr, kc, n, prefetch_steps, yt,
-                                   y_stride, accumulate, bt);
+        GemmTile<G, kRows, kGroup>(xp, w, s0, j0 + t * kNr, kc, prefetch_steps, yt, y_stride,
+                                   accumulate, bt);
       }
     }
     for (; t < tiles; ++t) {
       const auto [yt, bt] = at(t);
-      GemmTile<G, kRows, 1>(xp, weights, steps, s0, j0 + t * kNr, kc, n, prefetch_steps, yt,
-                            y_stride, accumulate, bt);
+      GemmTile<G, kRows, 1>(xp, w, s0, j0 + t * kNr, kc, prefetch_steps, yt, y_stride, accumulate,
+                            bt);
     }
   }
 }
@@ -343,7 +342,6 @@ template <class G>
 void Gemm(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,
           const float* bias, float* y, int64_t y_stride, ThreadPool& pool) {
   using Unit = typename G::Unit;
-  using W = typename G::W;
   const int64_t n = w.rows();
   const int64_t steps = w.steps();
   const int64_t num_panels = (m + kMr - 1) / kMr;
@@ -355,14 +353,13 @@ void Gemm(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMa
     pool.RunTasks(static_cast<int>(num_panels),
                   [&](int p) { G::PackX(x, m, k, x_stride, p * kMr, xpack + p * panel_units); });
   }
-  const W* weights = static_cast<const W*>(w.data());
   // Panel p's rows against `tiles` column tiles from feature j0 over steps [s0, s0 + kc): the
   // same arithmetic per output in both loop orders.
   auto run = [&](int64_t p, int64_t j0, int64_t tiles, int64_t s0, int64_t kc,
                  int64_t prefetch_steps) {
     const int rows = static_cast<int>(std::min<int64_t>(kMr, m - p * kMr));
-    GemmTiles<G>(rows, tiles, xpack + p * panel_units + s0 * kMr * G::kUnits, weights, steps, s0,
-                 j0, kc, n, prefetch_steps, y + p * kMr * y_stride + j0, y_stride, s0 > 0,
+    GemmTiles<G>(rows, tiles, xpack + p * panel_units + s0 * kMr * G::kUnits, w, s0, j0, kc,
+                 prefetch_steps, y + p * kMr * y_stride + j0, y_stride, s0 > 0,
                  s0 + kc == steps && bias != nullptr ? bias + j0 : nullptr);
   };
   const int64_t num_tiles = (n + kNr - 1) / kNr;
@@ -423,11 +420,7 @@ void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Packed
 #else
     // No vdpbf16ps: the same rounding, then exact f32 products of the rounded values.
     float* rounded = tls_rounded_scratch.Floats(static_cast<size_t>(m * k));
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t kk = 0; kk < k; ++kk) {
-        rounded[i * k + kk] = Bf16ToF32(F32ToBf16(x[i * x_stride + kk]));
-      }
-    }
+    RoundActivationsToBf16(x, m, k, x_stride, rounded);
     x = rounded;
     x_stride = k;
 #endif

@@ -7,6 +7,16 @@
 
 #include "infer/kernels/cpu/kernels.h"
 
+namespace infer::kernels::cpu {
+
+void RoundActivationsToBf16(const float* x, int64_t m, int64_t k, int64_t x_stride, float* out) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t kk = 0; kk < k; ++kk) out[i * k + kk] = Bf16ToF32(F32ToBf16(x[i * x_stride + kk]));
+  }
+}
+
+}  // namespace infer::kernels::cpu
+
 namespace infer::kernels::cpu::reference {
 
 namespace {
@@ -31,11 +41,7 @@ void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Packed
   std::vector<float> rounded;
   if (bf16_activations) {
     rounded.resize(static_cast<size_t>(m * k));
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t kk = 0; kk < k; ++kk) {
-        rounded[i * k + kk] = Bf16ToF32(F32ToBf16(x[i * x_stride + kk]));
-      }
-    }
+    RoundActivationsToBf16(x, m, k, x_stride, rounded.data());
     x = rounded.data();
     x_stride = k;
   }
