@@ -1,5 +1,7 @@
-// `infer bench`: llama-bench-style prefill (ppN) and decode (tgN) throughput of the decoder
-// on a model (real or --load-format dummy), with warm-up, repetitions and mean +- sd.
+// `infer bench`: llama-bench-style prefill (ppN) and decode (tgN) throughput on a model (real or
+// --load-format dummy), with warm-up, repetitions and mean +- sd. It runs through the engine
+// (Generate): ppN is one prefill step of N tokens, tgN the N decode steps after it, so tgN is
+// measured at a depth of N prompt tokens (pp1 gives decode at depth ~0).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,7 +17,9 @@
 #include "infer/core/error.h"
 #include "infer/core/mapped_file.h"
 #include "infer/kernels/cpu/isa.h"
-#include "infer/model/decoder.h"
+#include "infer/cache/paged_kv_cache.h"
+#include "infer/engine/decoder_model.h"
+#include "infer/engine/generate.h"
 
 namespace infer::cli {
 
@@ -29,6 +33,7 @@ struct BenchArgs {
   int repetitions = 5;
   bool as_json = false;
   std::string report;
+  std::string kv_cache_dtype = "bf16";
 };
 
 struct Stats {
@@ -113,32 +118,27 @@ void RunBench(const BenchArgs& args) {
       fmt::format("{:.2f}B", static_cast<double>(ParameterCount(config)) / 1e9);
   for (int requested_threads : args.threads) {
     ThreadPool pool(requested_threads);
-    Decoder decoder(loaded, pool, args.model.matmul_precision);
-    std::vector<float> logits;
+    const std::unique_ptr<LanguageModel> model =
+        MakeDecoderModel(loaded, pool, args.model.matmul_precision);
+    SamplingParams greedy;
+    greedy.temperature = 0.0;
+    GenerateOptions options;  // no EOS ids: every run generates all its tokens
+    options.kv_cache_dtype = ParseKvCacheDType(args.kv_cache_dtype);
     {  // Warm-up: touches every weight page and sizes the scratch buffers.
-      KvCache cache = KvCache::FromModelConfig(config, 1, 64);
-      decoder.Forward(SyntheticPrompt(16, config.vocab_size), cache, 0, LogitsMode::kLastPosition,
-                      logits);
-      for (int i = 0; i < 4; ++i) {
-        const int32_t next = 1;
-        decoder.Forward(std::span(&next, 1), cache, 0, LogitsMode::kLastPosition, logits);
-      }
+      greedy.max_new_tokens = 4;
+      Generate(*model, nullptr, SyntheticPrompt(16, config.vocab_size), greedy, options);
     }
+    greedy.max_new_tokens = args.gen_tokens + 1;  // the first token ends the prefill step
     for (int64_t prompt_tokens : args.prompt_tokens) {
       const std::vector<int32_t> prompt = SyntheticPrompt(prompt_tokens, config.vocab_size);
+      options.max_num_batched_tokens = prompt_tokens;  // the whole prompt in one step
       std::vector<double> prefill_tok_s, decode_tok_s;
       for (int rep = 0; rep < args.repetitions; ++rep) {
-        KvCache cache = KvCache::FromModelConfig(config, 1, prompt_tokens + args.gen_tokens);
-        auto start = std::chrono::steady_clock::now();
-        decoder.Forward(prompt, cache, 0, LogitsMode::kLastPosition, logits);
-        prefill_tok_s.push_back(static_cast<double>(prompt_tokens) / Seconds(start));
-        start = std::chrono::steady_clock::now();
-        for (int64_t i = 0; i < args.gen_tokens; ++i) {
-          const auto next =
-              static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
-          decoder.Forward(std::span(&next, 1), cache, 0, LogitsMode::kLastPosition, logits);
-        }
-        decode_tok_s.push_back(static_cast<double>(args.gen_tokens) / Seconds(start));
+        const GenerationResult result = Generate(*model, nullptr, prompt, greedy, options);
+        prefill_tok_s.push_back(static_cast<double>(prompt_tokens) /
+                                result.timing.prefill_time_s);
+        decode_tok_s.push_back(static_cast<double>(result.timing.decode_times_s.size()) /
+                               result.timing.decode_time_s());
         if (!args.as_json) {
           std::fprintf(stderr, "\r%s threads=%d pp%lld rep %d/%d: %.1f / %.1f tok/s   ",
                        ModelName(loaded.path).c_str(), pool.num_threads(),
@@ -183,6 +183,7 @@ void RunBench(const BenchArgs& args) {
                  {"weight_bytes", loaded.weight_bytes},
                  {"isa", isa},
                  {"matmul_precision", kernels::MatMulPrecisionName(args.model.matmul_precision)},
+                 {"kv_cache_dtype", args.kv_cache_dtype},
                  {"huge_page_fraction", huge_page_fraction},
                  {"read_bandwidth_gb_s", bandwidth_gb_s},
                  {"decode_ceiling_tok_s", bandwidth_gb_s / weight_gb_per_token},
@@ -222,6 +223,9 @@ void AddBenchCommand(CLI::App& app) {
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   command->add_option("--repetitions", args->repetitions, "Timed repetitions per test")
+      ->capture_default_str();
+  command->add_option("--kv-cache-dtype", args->kv_cache_dtype, "KV cache dtype: bf16 or f32")
+      ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
   command->add_flag("--json", args->as_json, "Print one JSON object");
   command->add_option("--report", args->report, "Also write the JSON report to this file");

@@ -1,13 +1,20 @@
 // `infer chat`: an interactive REPL. Each user line is added to the conversation, rendered with
-// the model's chat template and answered with a streamed reply; /reset, /params, /exit.
+// the model's chat template and answered with a streamed reply; /reset, /params, /exit. One
+// engine serves the whole session, so the conversation so far stays in its prefix cache and a
+// turn prefills only what is new (the last message, and the rest of a partly filled block).
+#include <chrono>
 #include <cstdio>
+#include <optional>
+
+#include <fmt/format.h>
 #include <iostream>
 #include <memory>
 #include <string>
 
 #include "infer/cli/generation_session.h"
 #include "infer/core/error.h"
-#include "infer/engine/generate.h"
+#include "infer/cache/paged_kv_cache.h"
+#include "infer/engine/engine.h"
 
 namespace infer::cli {
 
@@ -17,6 +24,7 @@ struct ChatArgs {
   ModelArgs model;
   SamplingArgs sampling;
   std::string system;
+  int64_t max_model_len = 8192;
 };
 
 constexpr const char* kHelp = "commands: /reset (new conversation), /params, /exit\n";
@@ -34,24 +42,40 @@ nlohmann::ordered_json NewConversation(const std::string& system) {
 }
 
 // Answers the last user message of `messages`; returns the reply text.
-std::string Reply(GenerationSession& session, const nlohmann::ordered_json& messages,
-                  const SamplingParams& params, bool use_kv_cache) {
-  const std::vector<int32_t> prompt_ids = session.EncodeChat(messages);
-  GenerateOptions options;
-  options.use_kv_cache = use_kv_cache;
-  options.eos_token_ids = session.eos_token_ids();
-  options.on_text = [](size_t, std::string_view text) {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-  };
-  const GenerationResult result =
-      Generate(session.model(), session.tokenizer(), prompt_ids, params, options);
+std::string Reply(GenerationSession& session, Engine& engine,
+                  const nlohmann::ordered_json& messages, const SamplingParams& params,
+                  int64_t turn) {
+  std::vector<int32_t> prompt_ids = session.EncodeChat(messages);
+  engine.PreparePrompt(prompt_ids, params);  // clear errors before queuing
+  const auto num_prompt = static_cast<int64_t>(prompt_ids.size());
+  const auto channel =
+      engine.AddRequest(fmt::format("turn-{}", turn), std::move(prompt_ids), params);
+  INFER_CHECK(channel != nullptr, "the engine refused the request");
+  std::optional<GenerationOutput> result;
+  while (engine.HasWork()) {
+    for (GenerationOutput& output : engine.Step()) result = std::move(output);
+    while (auto output = channel->Pop(std::chrono::milliseconds(0))) {
+      std::fwrite(output->text_delta.data(), 1, output->text_delta.size(), stdout);
+      std::fflush(stdout);
+    }
+  }
   std::printf("\n");
-  if (result.finish_reason == FinishReason::kLength) {
+  INFER_CHECK(result.has_value(), "the reply produced no output");
+  if (result->error) Fail("{}", *result->error);
+  const double decode_s = result->timing.decode_time_s();
+  std::fprintf(stderr,
+               "[%lld prompt tokens, %lld from the prefix cache; %lld generated; prefill %.1f ms, "
+               "decode %.2f tok/s]\n",
+               static_cast<long long>(num_prompt), static_cast<long long>(result->cached_tokens),
+               static_cast<long long>(result->token_ids.size()),
+               result->timing.prefill_time_s * 1e3,
+               decode_s > 0 ? static_cast<double>(result->timing.decode_times_s.size()) / decode_s
+                            : 0.0);
+  if (result->finish_reason == FinishReason::kLength) {
     std::printf("[reply cut at max_new_tokens=%lld]\n",
                 static_cast<long long>(params.max_new_tokens));
   }
-  return result.text;
+  return result->text;
 }
 
 void RunChat(const ChatArgs& args) {
@@ -60,6 +84,13 @@ void RunChat(const ChatArgs& args) {
               session.loaded().path);
   const SamplingParams params = ResolveSamplingParams(args.sampling, session.loaded().generation);
   const bool use_kv_cache = !args.sampling.no_kv_cache;
+  EngineConfig config;
+  config.max_num_seqs = 1;
+  config.max_model_len = args.max_model_len;
+  config.kv_cache_dtype = ParseKvCacheDType(args.sampling.kv_cache_dtype);
+  config.use_kv_cache = use_kv_cache;
+  Engine engine(config, session.model(), session.tokenizer(), session.eos_token_ids());
+  int64_t turn = 0;
   std::printf("infer chat: %s (%s)\n%s", session.loaded().path.c_str(),
               DescribeSamplingParams(params, use_kv_cache).c_str(), kHelp);
   nlohmann::ordered_json messages = NewConversation(args.system);
@@ -89,7 +120,7 @@ void RunChat(const ChatArgs& args) {
     }
     messages.push_back({{"role", "user"}, {"content", input}});
     try {
-      const std::string reply = Reply(session, messages, params, use_kv_cache);
+      const std::string reply = Reply(session, engine, messages, params, ++turn);
       messages.push_back({{"role", "assistant"}, {"content", reply}});
     } catch (const Error& error) {
       messages.erase(messages.size() - 1);  // the turn did not happen
@@ -105,6 +136,10 @@ void AddChatCommand(CLI::App& app) {
   auto args = std::make_shared<ChatArgs>();
   AddModelOptions(*command, args->model);
   command->add_option("--system", args->system, "System prompt of every conversation");
+  command
+      ->add_option("--max-model-len", args->max_model_len,
+                   "Longest conversation (prompt + reply) in tokens")
+      ->capture_default_str();
   AddSamplingOptions(*command, args->sampling);
   command->callback([args] { RunChat(*args); });
 }

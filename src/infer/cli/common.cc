@@ -1,5 +1,8 @@
 #include "infer/cli/common.h"
 
+#include <cctype>
+#include <utility>
+
 #include <spdlog/spdlog.h>
 
 #include <string>
@@ -42,6 +45,32 @@ void AddModelOptions(CLI::App& command, ModelArgs& args, bool add_threads, bool 
         ->check(CLI::IsMember({"f32", "bf16"}))
         ->default_str("f32");
   }
+}
+
+int64_t ParseByteSize(const std::string& text, const std::string& option) {
+  size_t end = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &end);
+  } catch (const std::exception&) {
+    Fail("{} '{}': expected a size such as 4GiB, 512MiB or 1000000", option, text);
+  }
+  std::string unit = text.substr(end);
+  std::erase(unit, ' ');
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1.0},          {"B", 1.0},         {"K", 0x1p10},      {"KIB", 0x1p10},
+      {"M", 0x1p20},      {"MIB", 0x1p20},    {"G", 0x1p30},      {"GIB", 0x1p30},
+      {"T", 0x1p40},      {"TIB", 0x1p40},    {"KB", 1e3},        {"MB", 1e6},
+      {"GB", 1e9},        {"TB", 1e12}};
+  for (const auto& [name, scale] : kUnits) {
+    if (unit != name) continue;
+    const double bytes = value * scale;
+    INFER_CHECK(bytes >= 0 && bytes < 0x1p62, "{} '{}' is out of range", option, text);
+    return static_cast<int64_t>(bytes);
+  }
+  Fail("{} '{}': unknown unit '{}' (use B, KiB, MiB, GiB, TiB, or KB, MB, GB, TB)", option, text,
+       unit);
 }
 
 std::vector<int32_t> ParseIdList(const std::string& text, const std::string& option) {

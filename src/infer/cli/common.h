@@ -28,6 +28,9 @@ void AddModelOptions(CLI::App& command, ModelArgs& args, bool add_threads = true
                      bool add_compute = true);
 // Parses "1,2,3" into ids; throws infer::Error naming the bad item.
 std::vector<int32_t> ParseIdList(const std::string& text, const std::string& option);
+// "4GiB", "512MiB", "2G", "1000000" (bytes; K/M/G/T are powers of 1024 as in vLLM's and
+// llama.cpp's sizes, KB/MB/GB powers of 1000); throws infer::Error naming `option`.
+int64_t ParseByteSize(const std::string& text, const std::string& option);
 // Loads the model named by args, logging the load time.
 LoadedModel LoadModelFromArgs(const ModelArgs& args, ThreadPool* pool);
 // The model folder's last path component ("models/Qwen3-1.7B/" -> "Qwen3-1.7B"), for reports.

@@ -6,6 +6,7 @@
 
 #include "infer/cli/generation_session.h"
 #include "infer/core/error.h"
+#include "infer/cache/paged_kv_cache.h"
 #include "infer/engine/generate.h"
 
 namespace infer::cli {
@@ -38,6 +39,7 @@ void RunGenerate(const GenerateArgs& args) {
   }
   GenerateOptions options;
   options.use_kv_cache = !args.sampling.no_kv_cache;
+  options.kv_cache_dtype = ParseKvCacheDType(args.sampling.kv_cache_dtype);
   options.eos_token_ids = session.eos_token_ids();
   if (!args.json) {
     options.on_text = [](size_t, std::string_view text) {

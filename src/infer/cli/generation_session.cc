@@ -18,6 +18,11 @@ void AddSamplingOptions(CLI::App& command, SamplingArgs& args) {
   command.add_option("--stop", args.stop, "Stop string (repeatable); excluded from the text");
   command.add_option("--seed", args.seed, "Sampling seed (same seed, same tokens)");
   command.add_flag("--no-kv-cache", args.no_kv_cache, "Recompute the whole sequence each step");
+  command
+      .add_option("--kv-cache-dtype", args.kv_cache_dtype,
+                  "KV cache dtype: bf16 (half the memory) or f32 (exact activations)")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
 }
 
 SamplingParams ResolveSamplingParams(const SamplingArgs& args, const GenerationConfig& config) {

@@ -29,6 +29,7 @@ struct SamplingArgs {
   std::vector<std::string> stop;
   std::optional<uint64_t> seed;
   bool no_kv_cache = false;
+  std::string kv_cache_dtype = "bf16";
 };
 
 void AddSamplingOptions(CLI::App& command, SamplingArgs& args);

@@ -27,8 +27,8 @@ void RunLogits(const LogitsArgs& args) {
   if (args.no_kv_cache) {
     decoder.ForwardUncached(ids, LogitsMode::kAllPositions, logits);
   } else {
-    KvCache cache = KvCache::FromModelConfig(loaded.config, 1, static_cast<int64_t>(ids.size()));
-    decoder.Forward(ids, cache, 0, LogitsMode::kAllPositions, logits);
+    PagedKvCache cache = decoder.MakeSequenceCache(static_cast<int64_t>(ids.size()));
+    decoder.Forward(ids, 0, cache, LogitsMode::kAllPositions, logits);
   }
   std::ofstream out(args.out, std::ios::binary | std::ios::trunc);
   INFER_CHECK(out.good(), "--out {}: cannot open for writing", args.out);

@@ -5,11 +5,13 @@
 
 #include <csignal>
 #include <cstdio>
+#include <algorithm>
 #include <memory>
 #include <thread>
 
 #include <spdlog/spdlog.h>
 
+#include "infer/cache/paged_kv_cache.h"
 #include "infer/cli/generation_session.h"
 #include "infer/core/error.h"
 #include "infer/engine/engine.h"
@@ -23,6 +25,8 @@ struct ServeArgs {
   EngineConfig engine;
   server::ServerOptions server;
   std::string served_model_name;
+  std::string kv_cache_dtype = "bf16";
+  std::string kv_cache_memory;
 };
 
 // Signals are taken by one thread with sigwait (no async-signal-safety traps). It must be set up
@@ -69,17 +73,34 @@ class SignalWaiter {
 void RunServe(ServeArgs& args) {
   SignalWaiter signals;
   args.engine.model = args.served_model_name.empty() ? args.model.model : args.served_model_name;
+  args.engine.kv_cache_dtype = ParseKvCacheDType(args.kv_cache_dtype);
+  if (!args.kv_cache_memory.empty()) {
+    args.engine.kv_cache_memory_bytes = ParseByteSize(args.kv_cache_memory, "--kv-cache-memory");
+    INFER_CHECK(args.engine.kv_cache_memory_bytes > 0, "--kv-cache-memory must be positive");
+  }
   args.engine.Validate();
   GenerationSession session(args.model);
   Engine engine(args.engine, session.model(), session.tokenizer(), session.eos_token_ids());
+  const KvCacheInfo& kv = engine.kv_cache();
+  const int64_t max_len = std::min(args.engine.max_model_len, session.model().context_length());
+  std::fprintf(stderr,
+               "infer serve: KV cache %lld blocks x %lld tokens = %lld tokens (%.2f GiB, %s); "
+               "maximum concurrency for %lld tokens per request: %.2fx\n",
+               static_cast<long long>(kv.num_blocks), static_cast<long long>(kv.block_size),
+               static_cast<long long>(kv.capacity_tokens()),
+               static_cast<double>(kv.bytes) / 0x1p30, std::string(DTypeName(kv.dtype)).c_str(),
+               static_cast<long long>(max_len), engine.max_concurrency());
   server::HttpServer http(engine, args.server);
   const int port = http.Bind();
   std::fprintf(stderr,
-               "infer serve: listening on http://%s:%d (model \"%s\", max batch %lld, "
-               "max waiting %lld)\n",
+               "infer serve: listening on http://%s:%d (model \"%s\", %s batching, %s policy, "
+               "max num seqs %lld, max waiting %lld, prefix caching %s, preemption %s)\n",
                args.server.host.c_str(), port, args.engine.model.c_str(),
-               static_cast<long long>(args.engine.max_batch_size),
-               static_cast<long long>(args.engine.max_waiting_requests));
+               args.engine.batching_mode.c_str(), args.engine.scheduler_policy.c_str(),
+               static_cast<long long>(args.engine.max_num_seqs),
+               static_cast<long long>(args.engine.max_waiting_requests),
+               args.engine.enable_prefix_caching ? "on" : "off",
+               args.engine.enable_preemption ? "on" : "off");
   std::fflush(stderr);
   signals.Serve(&http);
   http.Run();
@@ -99,24 +120,56 @@ void AddServeCommand(CLI::App& app) {
       ->capture_default_str();
   command->add_option("--served-model-name", args->served_model_name,
                       "The model name clients must send (default: the --model value)");
-  command->add_option("--max-batch-size", args->engine.max_batch_size, "Requests per batch")
+  EngineConfig& engine = args->engine;
+  command
+      ->add_option("--max-num-seqs,--max-batch-size", engine.max_num_seqs,
+                   "Most requests running at once (static: per batch)")
       ->capture_default_str();
   command
-      ->add_option("--max-num-batched-tokens", args->engine.max_num_batched_tokens,
-                   "Most prompt tokens per prefill call (longer prefills run in chunks)")
+      ->add_option("--max-num-batched-tokens", engine.max_num_batched_tokens,
+                   "Most tokens per step: decode tokens plus prefill chunks")
       ->capture_default_str();
   command
-      ->add_option("--max-waiting-requests", args->engine.max_waiting_requests,
+      ->add_option("--max-waiting-requests", engine.max_waiting_requests,
                    "Queued requests beyond this get HTTP 503")
       ->capture_default_str();
   command
-      ->add_option("--max-seq-len", args->engine.max_seq_len,
+      ->add_option("--max-model-len,--max-seq-len", engine.max_model_len,
                    "Longest prompt + max_tokens of a request (also capped by the model)")
       ->capture_default_str();
   command
-      ->add_option("--batch-wait-timeout", args->engine.batch_wait_timeout_s,
-                   "Seconds a forming batch waits to fill")
+      ->add_option("--batching-mode", engine.batching_mode,
+                   "continuous (admit and retire every step) or static (phase-4 batches)")
+      ->check(CLI::IsMember({"continuous", "static"}))
       ->capture_default_str();
+  command
+      ->add_option("--scheduling-policy", engine.scheduler_policy,
+                   "fcfs, or priority (the request's priority field; lower runs first)")
+      ->check(CLI::IsMember({"fcfs", "priority"}))
+      ->capture_default_str();
+  command
+      ->add_option("--batch-wait-timeout", engine.batch_wait_timeout_s,
+                   "Static batching: seconds a forming batch waits to fill")
+      ->capture_default_str();
+  command->add_option("--block-size", engine.block_size, "Tokens per KV block (multiple of 16)")
+      ->capture_default_str();
+  command
+      ->add_option("--kv-cache-dtype", args->kv_cache_dtype,
+                   "KV cache dtype: bf16 (half the memory) or f32")
+      ->check(CLI::IsMember({"bf16", "f32"}))
+      ->capture_default_str();
+  command->add_option("--kv-cache-memory", args->kv_cache_memory,
+                      "KV cache budget, e.g. 4GiB (default: half the free memory, at most what "
+                      "max-num-seqs requests of max-model-len need)");
+  command->add_option("--num-kv-blocks,--num-gpu-blocks-override", engine.num_blocks,
+                      "KV blocks in the pool (overrides --kv-cache-memory)");
+  command->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching",
+                    engine.enable_prefix_caching,
+                    "Reuse the KV of cached prompt prefixes (default: on)");
+  command->add_flag("--enable-preemption,!--no-enable-preemption", engine.enable_preemption,
+                    "Take KV blocks as requests grow and preempt (recompute) the lowest-priority "
+                    "request when they run out; off: reserve prompt + max_tokens at admission "
+                    "(default: off)");
   command->add_option("--seed", args->engine.seed, "Default seed of requests that give none");
   command
       ->add_option("--http-threads", args->server.http_threads,

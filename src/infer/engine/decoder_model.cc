@@ -2,7 +2,7 @@
 
 #include <optional>
 
-#include "infer/cache/kv_cache.h"
+#include "infer/cache/paged_kv_cache.h"
 #include "infer/core/error.h"
 #include "infer/model/decoder.h"
 
@@ -17,50 +17,55 @@ class DecoderModel final : public LanguageModel {
 
   int64_t vocab_size() const override { return decoder_.vocab_size(); }
   int64_t context_length() const override { return decoder_.config().max_position_embeddings; }
-
-  void StartSequences(int64_t num_seqs, int64_t max_seq_len, bool use_kv_cache) override {
-    cache_.reset();  // free the old cache before allocating the new one
-    if (use_kv_cache)
-      cache_.emplace(KvCache::FromModelConfig(decoder_.config(), num_seqs, max_seq_len));
+  int64_t kv_bytes_per_token(DType kv_dtype) const override {
+    return decoder_.config().KvCacheBytesPerToken(kv_dtype);
   }
 
-  void NextTokenLogits(int64_t seq_idx, std::span<const int32_t> tokens, int64_t num_new,
-                       std::vector<float>& logits) override {
-    if (!cache_) {
-      decoder_.ForwardUncached(tokens, LogitsMode::kLastPosition, logits);
-      return;
+  void AllocateKvCache(int64_t num_blocks, int64_t block_size, DType kv_dtype,
+                       bool use_kv_cache) override {
+    cache_.reset();  // free the old pool before allocating the new one
+    if (use_kv_cache) {
+      cache_.emplace(
+          PagedKvCache::FromModelConfig(decoder_.config(), num_blocks, block_size, kv_dtype));
     }
-    const auto num_old = static_cast<int64_t>(tokens.size()) - num_new;
-    INFER_CHECK(num_new >= 1 && cache_->seq_len(seq_idx) == num_old,
-                "sequence {}: the cache holds {} tokens, the caller has {} before the new ones",
-                seq_idx, cache_->seq_len(seq_idx), num_old);
-    decoder_.Forward(tokens.subspan(static_cast<size_t>(num_old)), *cache_, seq_idx,
-                     LogitsMode::kLastPosition, logits);
   }
 
-  void BatchNextTokenLogits(std::span<const SequenceStep> steps,
-                            std::vector<float>& logits) override {
-    if (!cache_) {
-      LanguageModel::BatchNextTokenLogits(steps, logits);
-      return;
-    }
-    std::vector<SequenceTokens> seqs;
-    seqs.reserve(steps.size());
-    for (const SequenceStep& step : steps) {
-      const auto num_old = static_cast<int64_t>(step.tokens.size()) - step.num_new;
-      INFER_CHECK(step.num_new >= 1 && cache_->seq_len(step.seq_idx) == num_old,
-                  "sequence {}: the cache holds {} tokens, the caller has {} before the new ones",
-                  step.seq_idx, cache_->seq_len(step.seq_idx), num_old);
-      seqs.push_back({step.seq_idx, step.tokens.subspan(static_cast<size_t>(num_old))});
-    }
-    decoder_.ForwardBatch(seqs, *cache_, logits);
+  void CopyKvBlock(int32_t source, int32_t destination) override {
+    INFER_CHECK(cache_.has_value(), "copy of a KV block without a KV cache");
+    cache_->CopyBlock(source, destination);
   }
 
   int64_t kv_cache_bytes() const override { return cache_ ? cache_->memory_bytes() : 0; }
 
+  void Forward(std::span<const SequenceStep> steps, std::vector<float>& logits) override {
+    if (!cache_) {
+      // Uncached: each sequence from scratch, last position only.
+      logits.clear();
+      for (const SequenceStep& step : steps) {
+        if (!step.wants_logits) continue;
+        decoder_.ForwardUncached(step.tokens, LogitsMode::kLastPosition, row_);
+        logits.insert(logits.end(), row_.begin(), row_.end());
+      }
+      return;
+    }
+    seqs_.clear();
+    for (const SequenceStep& step : steps) {
+      const auto num_old = static_cast<int64_t>(step.tokens.size()) - step.num_new;
+      INFER_CHECK(step.num_new >= 1 && num_old >= 0,
+                  "sequence {}: {} new tokens of {}", step.seq_id, step.num_new,
+                  step.tokens.size());
+      seqs_.push_back({step.tokens.subspan(static_cast<size_t>(num_old)), num_old,
+                       step.block_table,
+                       step.wants_logits ? LogitsMode::kLastPosition : LogitsMode::kNone});
+    }
+    decoder_.Forward(seqs_, *cache_, logits);
+  }
+
  private:
   Decoder decoder_;
-  std::optional<KvCache> cache_;
+  std::optional<PagedKvCache> cache_;
+  std::vector<SequenceTokens> seqs_;
+  std::vector<float> row_;
 };
 
 }  // namespace

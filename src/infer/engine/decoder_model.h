@@ -1,5 +1,5 @@
 // The transformer decoder (model/decoder.h) behind the LanguageModel interface, with the
-// contiguous KV cache (one row per sequence) or the uncached recompute path.
+// paged KV cache (a pool of blocks the engine assigns) or the uncached recompute path.
 #pragma once
 
 #include <memory>

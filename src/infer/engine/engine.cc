@@ -2,21 +2,78 @@
 
 #include <algorithm>
 #include <exception>
+#include <fstream>
 #include <limits>
+#include <sstream>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "infer/core/error.h"
 
 namespace infer {
 
+namespace {
+
+// MemAvailable from /proc/meminfo, in bytes (0 if unreadable).
+int64_t AvailableMemoryBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+KvCacheInfo SizeKvCache(const EngineConfig& config, const LanguageModel& model) {
+  KvCacheInfo info;
+  info.block_size = config.block_size;
+  info.dtype = config.kv_cache_dtype;
+  const int64_t max_len = std::min(config.max_model_len, model.context_length());
+  const int64_t per_token = config.use_kv_cache ? model.kv_bytes_per_token(config.kv_cache_dtype) : 0;
+  const int64_t per_block = per_token * config.block_size;
+  // Enough for max_num_seqs sequences of max_model_len: more is never used at once.
+  const int64_t useful_blocks =
+      std::min<int64_t>(config.max_num_seqs * ((max_len + config.block_size - 1) / config.block_size),
+                        int64_t{1} << 24);
+  if (config.num_blocks > 0) {
+    info.num_blocks = config.num_blocks;
+  } else if (per_block == 0) {
+    info.num_blocks = useful_blocks;  // a model without a cache: the blocks are bookkeeping
+  } else {
+    int64_t bytes = config.kv_cache_memory_bytes;
+    if (bytes == 0) bytes = std::min(AvailableMemoryBytes() / 2, useful_blocks * per_block);
+    info.num_blocks = bytes / per_block;
+    INFER_CHECK(info.num_blocks >= 1,
+                "the KV cache budget ({} bytes) is smaller than one block ({} bytes)", bytes,
+                per_block);
+  }
+  info.bytes = info.num_blocks * per_block;
+  return info;
+}
+
+}  // namespace
+
 Engine::Engine(EngineConfig config, LanguageModel& model, const Tokenizer* tokenizer,
                std::vector<int32_t> eos_token_ids)
     : config_(std::move(config)),
       model_(model),
       tokenizer_(tokenizer),
-      runner_(model, std::move(eos_token_ids), config_.max_num_batched_tokens),
-      scheduler_(config_) {}
+      runner_(model, std::move(eos_token_ids)) {
+  config_.Validate();
+  kv_cache_ = SizeKvCache(config_, model_);
+  model_.AllocateKvCache(kv_cache_.num_blocks, kv_cache_.block_size, kv_cache_.dtype,
+                         config_.use_kv_cache);
+  scheduler_ = std::make_unique<Scheduler>(config_, kv_cache_.num_blocks);
+  if (config_.num_blocks == 0 &&
+      kv_cache_.capacity_tokens() < std::min(config_.max_model_len, model_.context_length())) {
+    spdlog::warn(
+        "the KV cache holds {} tokens, fewer than max_model_len {}: longer requests are rejected",
+        kv_cache_.capacity_tokens(), config_.max_model_len);
+  }
+}
 
 Engine::~Engine() { Stop(); }
 
@@ -25,7 +82,41 @@ double Engine::NowS() const {
 }
 
 int64_t Engine::max_model_len() const {
-  return std::min(config_.max_seq_len, model_.context_length());
+  return std::min({config_.max_model_len, model_.context_length(), kv_cache_.capacity_tokens()});
+}
+
+double Engine::max_concurrency() const {
+  const int64_t len = std::min(config_.max_model_len, model_.context_length());
+  const int64_t blocks_per_seq = (len + kv_cache_.block_size - 1) / kv_cache_.block_size;
+  return static_cast<double>(kv_cache_.num_blocks) / static_cast<double>(blocks_per_seq);
+}
+
+SchedulerStats Engine::stats() const {
+  std::lock_guard lock(mutex_);
+  return scheduler_->stats();
+}
+
+std::string Engine::KvCacheSummaryJson() const {
+  std::lock_guard lock(mutex_);
+  const SchedulerStats& stats = scheduler_->stats();
+  const BlockManager& blocks = scheduler_->block_manager();
+  nlohmann::ordered_json json;
+  json["num_blocks"] = kv_cache_.num_blocks;
+  json["free_blocks"] = blocks.num_free_blocks();
+  json["cached_blocks"] = blocks.num_cached_blocks();
+  json["block_size"] = kv_cache_.block_size;
+  json["capacity_tokens"] = kv_cache_.capacity_tokens();
+  json["dtype"] = DTypeName(kv_cache_.dtype);
+  json["bytes"] = kv_cache_.bytes;
+  json["max_concurrency"] = max_concurrency();
+  json["running"] = scheduler_->num_running();
+  json["waiting"] = scheduler_->num_waiting();
+  json["prefix_cache_hit_rate"] =
+      stats.prompt_tokens > 0 ? static_cast<double>(stats.cached_prompt_tokens) /
+                                    static_cast<double>(stats.prompt_tokens)
+                              : 0.0;
+  json["preemptions"] = stats.preemptions;
+  return json.dump();
 }
 
 std::vector<int32_t> Engine::PreparePrompt(
@@ -47,27 +138,56 @@ std::vector<int32_t> Engine::PreparePrompt(
     INFER_CHECK(id >= 0 && id < model_.vocab_size(),
                 "prompt token id {} is outside the vocab [0, {})", id, model_.vocab_size());
   }
-  const int64_t limit = max_model_len();
+  const int64_t model_limit = std::min(config_.max_model_len, model_.context_length());
   const auto total = static_cast<int64_t>(ids.size()) + params.max_new_tokens;
-  INFER_CHECK(total <= limit, "prompt ({} tokens) + max_tokens ({}) = {} exceeds max_seq_len ({})",
-              ids.size(), params.max_new_tokens, total, limit);
+  INFER_CHECK(total <= model_limit,
+              "prompt ({} tokens) + max_tokens ({}) = {} exceeds max_model_len ({})", ids.size(),
+              params.max_new_tokens, total, model_limit);
+  INFER_CHECK(total <= kv_cache_.capacity_tokens(),
+              "prompt ({} tokens) + max_tokens ({}) = {} can never fit the KV cache ({} tokens: "
+              "{} blocks of {}; see --kv-cache-memory / --num-kv-blocks)",
+              ids.size(), params.max_new_tokens, total, kv_cache_.capacity_tokens(),
+              kv_cache_.num_blocks, kv_cache_.block_size);
   return ids;
 }
 
 std::shared_ptr<OutputChannel> Engine::AddRequest(const std::string& request_id,
                                                   std::vector<int32_t> prompt_ids,
-                                                  SamplingParams params) {
+                                                  SamplingParams params, int64_t priority) {
   if (!params.seed && config_.seed) params.seed = config_.seed;
   auto request = std::make_shared<Request>(request_id, std::move(prompt_ids), std::move(params),
-                                           NowS(), tokenizer_);
+                                           NowS(), tokenizer_, priority);
   request->output = std::make_shared<OutputChannel>();
   std::shared_ptr<OutputChannel> output = request->output;
   {
     std::lock_guard lock(mutex_);
-    if (stopping_ || !scheduler_.Add(std::move(request))) return nullptr;
+    request->seq_id = next_seq_id_++;
+    if (stopping_ || !scheduler_->Add(std::move(request))) return nullptr;
+    ++num_added_;
   }
   work_.notify_one();
   return output;
+}
+
+std::string Engine::AddRequest(const GenerationRequest& request) {
+  std::vector<int32_t> ids = PreparePrompt(request.prompt(), request.params());
+  const std::string id = std::to_string(next_request_number_++);
+  SamplingParams params = request.params();
+  if (!params.seed && config_.seed) params.seed = config_.seed;
+  auto entry = std::make_shared<Request>(id, std::move(ids), std::move(params), NowS(),
+                                         tokenizer_, request.priority_value());
+  if (const auto* text = std::get_if<std::string>(&request.prompt())) entry->prompt_text = *text;
+  {
+    std::lock_guard lock(mutex_);
+    entry->seq_id = next_seq_id_++;
+    INFER_CHECK(!stopping_, "the engine is stopped");
+    INFER_CHECK(scheduler_->Add(std::move(entry)),
+                "the waiting queue is full ({} requests; max_waiting_requests)",
+                config_.max_waiting_requests);
+    ++num_added_;
+  }
+  work_.notify_one();
+  return id;
 }
 
 void Engine::Cancel(const std::string& request_id) {
@@ -80,7 +200,7 @@ void Engine::Cancel(const std::string& request_id) {
 
 bool Engine::HasWork() const {
   std::lock_guard lock(mutex_);
-  return scheduler_.HasWork();
+  return scheduler_->HasWork() || !pending_cancels_.empty();
 }
 
 void Engine::Deliver(const Request& request, StepOutput output) {
@@ -94,45 +214,125 @@ StepOutput Engine::ErrorOutput(const Request& request, const std::string& messag
   output.error = message;
   output.prompt_tokens = request.num_prompt_tokens();
   output.completion_tokens = request.num_generated_tokens();
+  output.cached_tokens = request.num_cached_prompt_tokens;
   return output;
 }
 
-bool Engine::Step() {
-  std::vector<std::shared_ptr<Request>> batch;
+GenerationOutput Engine::MakeOutput(const Request& request) const {
+  GenerationOutput output;
+  output.request_id = request.request_id;
+  output.prompt = request.prompt_text;
+  if (output.prompt.empty() && tokenizer_ != nullptr) {
+    output.prompt = tokenizer_->Decode(request.prompt_token_ids, /*skip_special_tokens=*/false);
+  }
+  output.prompt_token_ids = request.prompt_token_ids;
+  output.text = request.text.text();
+  output.token_ids = request.generated_token_ids;
+  output.finish_reason = request.finish_reason;
+  output.error = request.error;
+  output.total_tokens = request.num_tokens();
+  output.cached_tokens = request.num_cached_prompt_tokens;
+  output.num_preemptions = request.num_preemptions;
+  const auto& times = request.token_times_s;
+  if (!times.empty()) {
+    output.timing.prefill_time_s = times.front() - request.first_scheduled_s;
+    for (size_t i = 1; i < times.size(); ++i) {
+      output.timing.decode_times_s.push_back(times[i] - times[i - 1]);
+    }
+  }
+  return output;
+}
+
+bool Engine::RunStep(std::vector<GenerationOutput>* ended) {
+  SchedulerOutput step;
+  std::vector<std::shared_ptr<Request>> cancelled;
   {
     std::lock_guard lock(mutex_);
     for (const std::string& id : pending_cancels_) {
-      if (auto request = scheduler_.Abort(id))
-        Deliver(*request, ErrorOutput(*request, "cancelled"));
+      if (auto request = scheduler_->Abort(id)) cancelled.push_back(std::move(request));
     }
     pending_cancels_.clear();
-    batch = scheduler_.Schedule(NowS());
+    step = scheduler_->Schedule(NowS());
   }
-  if (batch.empty()) return false;
+  for (const auto& request : cancelled) {
+    Deliver(*request, ErrorOutput(*request, "cancelled"));
+    if (ended) ended->push_back(MakeOutput(*request));
+  }
+  for (const auto& request : step.preempted) {
+    spdlog::debug("{}: preempted (KV blocks ran out), will be recomputed", request->request_id);
+  }
+  if (step.scheduled.empty()) return false;
+  const double start = NowS();
+  for (const ScheduledRequest& s : step.scheduled) {
+    if (s.request->first_scheduled_s < 0) s.request->first_scheduled_s = start;
+  }
+  bool ran = true;
   try {
-    for (StepOutput& output : runner_.Step(batch)) {
-      const auto it = std::find_if(batch.begin(), batch.end(), [&](const auto& r) {
-        return r->request_id == output.request_id;
-      });
-      Deliver(**it, std::move(output));
+    std::vector<StepOutput> outputs = runner_.Run(step);
+    const double now = NowS();
+    size_t k = 0;
+    for (const ScheduledRequest& s : step.scheduled) {
+      if (s.num_new == 0 || !s.wants_logits) continue;
+      StepOutput& output = outputs.at(k++);
+      output.time_s = now;
+      s.request->token_times_s.push_back(now);
+      Deliver(*s.request, std::move(output));
     }
   } catch (const std::exception& e) {
+    ran = false;
     spdlog::warn("engine step failed: {}", e.what());
-    for (const auto& request : batch) {
-      if (request->done()) continue;
-      request->state = RequestState::kFailed;
-      request->error = e.what();
-      Deliver(*request, ErrorOutput(*request, e.what()));
+    for (const ScheduledRequest& s : step.scheduled) {
+      Request& request = *s.request;
+      if (request.done()) continue;
+      request.state = RequestState::kFailed;
+      request.error = e.what();
+      Deliver(request, ErrorOutput(request, e.what()));
     }
   }
-  if (std::all_of(batch.begin(), batch.end(), [](const auto& r) { return r->done(); })) {
-    try {
-      runner_.ClearBatch();
-    } catch (const std::exception& e) {
-      spdlog::warn("engine: freeing the batch failed: {}", e.what());
+  {
+    std::lock_guard lock(mutex_);
+    scheduler_->Update(step, ran);
+  }
+  if (ended) {
+    for (const ScheduledRequest& s : step.scheduled) {
+      if (s.request->done()) ended->push_back(MakeOutput(*s.request));
     }
   }
   return true;
+}
+
+std::vector<GenerationOutput> Engine::Step() {
+  std::vector<GenerationOutput> ended;
+  RunStep(&ended);
+  return ended;
+}
+
+std::vector<GenerationOutput> Engine::Generate() {
+  std::vector<GenerationOutput> all;
+  while (HasWork()) {
+    std::vector<GenerationOutput> ended;
+    if (!RunStep(&ended)) {
+      // Nothing runnable now (a static batch still forming): wait for its deadline.
+      std::unique_lock lock(mutex_);
+      const auto deadline = scheduler_->batch_wait_deadline_s();
+      if (deadline) {
+        work_.wait_for(lock, std::chrono::duration<double>(std::max(0.0, *deadline - NowS())));
+      }
+    }
+    for (auto& output : ended) all.push_back(std::move(output));
+  }
+  return all;
+}
+
+std::string Engine::GenerateText(const std::string& prompt, int64_t max_tokens,
+                                 double temperature) {
+  const std::string id = AddRequest(GenerationRequest(prompt).max_tokens(max_tokens).temperature(temperature));
+  for (GenerationOutput& output : Generate()) {
+    if (output.request_id != id) continue;
+    if (output.error) Fail("generation failed: {}", *output.error);
+    return std::move(output.text);
+  }
+  Fail("generation of request {} produced no output", id);
 }
 
 void Engine::Start() {
@@ -147,16 +347,15 @@ void Engine::Loop() {
       std::lock_guard lock(mutex_);
       if (stopping_) return;
     }
-    if (Step()) continue;
+    if (RunStep(nullptr)) continue;
     std::unique_lock lock(mutex_);
     if (stopping_) return;
-    // Idle or a batch is forming: sleep until new work, a cancel, or the batch deadline.
-    const auto deadline = scheduler_.batch_wait_deadline_s();
+    // Idle, or a static batch is forming: sleep until new work, a cancel, or its deadline.
+    const auto deadline = scheduler_->batch_wait_deadline_s();
     const double wait_s = deadline ? std::max(0.0, *deadline - NowS()) : 0.5;
+    const int64_t added = num_added_;
     work_.wait_for(lock, std::chrono::duration<double>(wait_s), [&] {
-      return stopping_ || !pending_cancels_.empty() ||
-             (!deadline && scheduler_.num_waiting() > 0) ||
-             static_cast<int64_t>(scheduler_.num_waiting()) >= config_.max_batch_size;
+      return stopping_ || !pending_cancels_.empty() || num_added_ != added;
     });
     if (stopping_) return;
   }
@@ -171,19 +370,11 @@ void Engine::Stop(const std::string& reason) {
   work_.notify_all();
   if (thread_.joinable()) thread_.join();
   std::lock_guard lock(mutex_);
-  const auto fail_active = [&] {
-    for (const auto& request : scheduler_.active()) {
-      if (request->done()) continue;
-      request->state = RequestState::kFailed;
-      request->error = reason;
-      Deliver(*request, ErrorOutput(*request, reason));
-    }
-  };
-  fail_active();
-  // Each Schedule() now moves the next waiting requests into the (finished) active batch.
-  while (scheduler_.HasWork()) {
-    scheduler_.Schedule(std::numeric_limits<double>::infinity());
-    fail_active();
+  for (const auto& request : scheduler_->TakeAll()) {
+    if (request->done()) continue;
+    request->state = RequestState::kFailed;
+    request->error = reason;
+    Deliver(*request, ErrorOutput(*request, reason));
   }
 }
 

@@ -1,13 +1,17 @@
-// The serving engine: a thread-safe front (AddRequest / Cancel from any thread) over the
-// static-batching scheduler and the model runner, with Step() run in a loop on the engine's own
-// thread. Each request's StepOutputs arrive on its OutputChannel.
+// The engine: the one generation loop of the project. A thread-safe front (AddRequest / Cancel
+// from any thread) over the scheduler (continuous or static batching, paged KV blocks, prefix
+// caching, preemption) and the model runner. Step() runs one batched forward; the server runs it
+// in a loop on the engine's own thread, `infer generate` / `chat` / `bench` call Step() or
+// Generate() directly. Each request's StepOutputs arrive on its OutputChannel.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <variant>
@@ -23,10 +27,63 @@
 
 namespace infer {
 
+// A request built in steps (seed 004): GenerationRequest("Hello").max_tokens(100)
+// .temperature(0.7).top_k(50).top_p(0.9).priority(5). Unset sampling fields keep
+// SamplingParams' defaults (or `base`'s).
+class GenerationRequest {
+ public:
+  explicit GenerationRequest(std::string prompt, SamplingParams base = {})
+      : prompt_(std::move(prompt)), params_(std::move(base)) {}
+  explicit GenerationRequest(std::vector<int32_t> prompt_ids, SamplingParams base = {})
+      : prompt_(std::move(prompt_ids)), params_(std::move(base)) {}
+
+  GenerationRequest& max_tokens(int64_t n) { return params_.max_new_tokens = n, *this; }
+  GenerationRequest& temperature(double t) { return params_.temperature = t, *this; }
+  GenerationRequest& top_k(int64_t k) { return params_.top_k = k > 0 ? std::optional(k) : std::nullopt, *this; }
+  GenerationRequest& top_p(double p) { return params_.top_p = p, *this; }
+  GenerationRequest& repetition_penalty(double r) { return params_.repetition_penalty = r, *this; }
+  GenerationRequest& stop(std::string s) { return params_.stop.push_back(std::move(s)), *this; }
+  GenerationRequest& seed(uint64_t s) { return params_.seed = s, *this; }
+  GenerationRequest& priority(int64_t p) { return priority_ = p, *this; }
+
+  const std::variant<std::string, std::vector<int32_t>>& prompt() const { return prompt_; }
+  const SamplingParams& params() const { return params_; }
+  int64_t priority_value() const { return priority_; }
+
+ private:
+  std::variant<std::string, std::vector<int32_t>> prompt_;
+  SamplingParams params_;
+  int64_t priority_ = 0;
+};
+
+// A finished request (seed 004's GenerationOutput).
+struct GenerationOutput {
+  std::string request_id;
+  std::string prompt;  // the prompt text (decoded from the ids for token prompts)
+  std::vector<int32_t> prompt_token_ids;
+  std::string text;  // generated text, cut before a stop string
+  std::vector<int32_t> token_ids;
+  std::optional<FinishReason> finish_reason;  // none when failed
+  std::optional<std::string> error;
+  int64_t total_tokens = 0;  // prompt + generated
+  int64_t cached_tokens = 0;  // prompt tokens served by the prefix cache
+  int64_t num_preemptions = 0;
+  GenerationTiming timing;
+};
+
+// The KV pool an engine made, for logs and /health.
+struct KvCacheInfo {
+  int64_t num_blocks = 0;
+  int64_t block_size = 0;
+  DType dtype = DType::kBF16;
+  int64_t bytes = 0;
+  int64_t capacity_tokens() const { return num_blocks * block_size; }
+};
+
 class Engine {
  public:
   // `model` and `tokenizer` (may be null: token-id prompts only) must outlive the engine.
-  // Throws infer::Error for an invalid config.
+  // Sizes and allocates the KV pool. Throws infer::Error for an invalid config.
   Engine(EngineConfig config, LanguageModel& model, const Tokenizer* tokenizer,
          std::vector<int32_t> eos_token_ids);
   ~Engine();
@@ -35,48 +92,72 @@ class Engine {
 
   const EngineConfig& config() const { return config_; }
   const Tokenizer* tokenizer() const { return tokenizer_; }
-  // The longest prompt + max_tokens a request may ask for: max_seq_len, capped by the model.
+  const KvCacheInfo& kv_cache() const { return kv_cache_; }
+  // The longest prompt + max_tokens a request may ask for: max_model_len, capped by the model
+  // and by the KV pool.
   int64_t max_model_len() const;
+  // How many requests of max_model_len tokens the pool holds at once.
+  double max_concurrency() const;
+  // {"num_blocks", "free_blocks", "block_size", "capacity_tokens", "dtype", "bytes", running,
+  // waiting, prefix cache hit rate, preemptions}: for /health and logs.
+  std::string KvCacheSummaryJson() const;
 
   // Tokenizes (a string prompt, special tokens added) and checks a request without queuing it:
   // throws infer::Error for invalid sampling params, ids outside the vocab, a prompt that
-  // tokenizes to nothing, or prompt + max_new_tokens beyond max_seq_len.
+  // tokenizes to nothing, or prompt + max_new_tokens beyond max_model_len or the KV pool.
   std::vector<int32_t> PreparePrompt(const std::variant<std::string, std::vector<int32_t>>& prompt,
                                      const SamplingParams& params) const;
 
   // Queues a prepared request; null when the waiting queue is full (HTTP 503).
   std::shared_ptr<OutputChannel> AddRequest(const std::string& request_id,
-                                            std::vector<int32_t> prompt_ids, SamplingParams params);
+                                            std::vector<int32_t> prompt_ids, SamplingParams params,
+                                            int64_t priority = 0);
+  // Seed 004: prepares and queues a request; returns its id. Throws infer::Error when it is
+  // invalid or the queue is full.
+  std::string AddRequest(const GenerationRequest& request);
 
-  // Cancels a request (its client went away): from the next step it takes no batch slot.
+  // Cancels a request (its client went away): at the next step it leaves and frees its blocks.
   void Cancel(const std::string& request_id);
 
-  // One scheduler iteration on the calling thread: picks the batch, runs one batched model
-  // call, delivers the outputs. False when there was nothing to run. An exception in the step
-  // fails the batch's running requests (error outputs) and the engine goes on.
-  bool Step();
+  // One step on the calling thread: schedules, runs one batched forward (decode tokens and
+  // prefill chunks together), delivers the outputs. Returns the requests that ended in it. An
+  // exception in the forward fails the step's requests (error outputs) and the engine goes on.
+  std::vector<GenerationOutput> Step();
   bool HasWork() const;
+  // Steps until every queued request has ended; their outputs in the order they ended.
+  std::vector<GenerationOutput> Generate();
+  // One request, run to the end: its text.
+  std::string GenerateText(const std::string& prompt, int64_t max_tokens, double temperature);
 
   // Runs Step() on the engine thread until Stop(). Stop() ends the thread and fails every
   // request still queued or running with `reason` (its client gets an error output).
   void Start();
   void Stop(const std::string& reason = "server shutting down");
 
+  SchedulerStats stats() const;
+
  private:
   double NowS() const;
   void Loop();
+  // Runs one step; false when there was nothing to run.
+  bool RunStep(std::vector<GenerationOutput>* ended);
+  GenerationOutput MakeOutput(const Request& request) const;
   static void Deliver(const Request& request, StepOutput output);
   static StepOutput ErrorOutput(const Request& request, const std::string& message);
 
   const EngineConfig config_;
   LanguageModel& model_;
   const Tokenizer* tokenizer_;
+  KvCacheInfo kv_cache_;
   ModelRunner runner_;
   const std::chrono::steady_clock::time_point start_time_ = std::chrono::steady_clock::now();
+  int64_t next_seq_id_ = 0;   // guarded by mutex_
+  int64_t num_added_ = 0;     // guarded by mutex_: wakes the loop
+  std::atomic<int64_t> next_request_number_{0};
 
-  mutable std::mutex mutex_;  // guards scheduler_, pending_cancels_, stopping_
+  mutable std::mutex mutex_;  // guards scheduler_, pending_cancels_, stopping_, next_seq_id_
   std::condition_variable work_;
-  StaticScheduler scheduler_;
+  std::unique_ptr<Scheduler> scheduler_;
   std::vector<std::string> pending_cancels_;
   bool stopping_ = false;
   std::thread thread_;

@@ -7,20 +7,32 @@
 namespace infer {
 
 void EngineConfig::Validate() const {
-  INFER_CHECK(max_seq_len >= 2, "max_seq_len must be at least 2, got {}", max_seq_len);
-  INFER_CHECK(max_batch_size >= 1, "max_batch_size must be at least 1, got {}", max_batch_size);
+  INFER_CHECK(max_model_len >= 2, "max_model_len must be at least 2, got {}", max_model_len);
+  INFER_CHECK(max_num_seqs >= 1, "max_num_seqs must be at least 1, got {}", max_num_seqs);
   INFER_CHECK(max_num_batched_tokens >= 1, "max_num_batched_tokens must be at least 1, got {}",
               max_num_batched_tokens);
   INFER_CHECK(max_waiting_requests >= 1, "max_waiting_requests must be at least 1, got {}",
               max_waiting_requests);
   INFER_CHECK(std::isfinite(batch_wait_timeout_s) && batch_wait_timeout_s >= 0,
               "batch_wait_timeout_s must be finite and >= 0, got {}", batch_wait_timeout_s);
-  INFER_CHECK(batching_mode == "static", "batching_mode '{}' is not supported (supported: static)",
+  INFER_CHECK(batching_mode == "continuous" || batching_mode == "static",
+              "batching_mode '{}' is not supported (supported: continuous, static)",
               batching_mode);
-  INFER_CHECK(scheduler_policy == "fcfs",
-              "scheduler_policy '{}' is not supported (supported: fcfs)", scheduler_policy);
-  INFER_CHECK(kv_cache_backend == "contiguous",
-              "kv_cache_backend '{}' is not supported (supported: contiguous)", kv_cache_backend);
+  INFER_CHECK(scheduler_policy == "fcfs" || scheduler_policy == "priority",
+              "scheduler_policy '{}' is not supported (supported: fcfs, priority)",
+              scheduler_policy);
+  INFER_CHECK(kv_cache_backend == "paged",
+              "kv_cache_backend '{}' is not supported (supported: paged)", kv_cache_backend);
+  INFER_CHECK(block_size >= 16 && block_size <= 1024 && block_size % 16 == 0,
+              "block_size must be a multiple of 16 in [16, 1024] (the attention kernel reads 16 "
+              "positions of one block at a time), got {}",
+              block_size);
+  INFER_CHECK(num_blocks >= 0, "num_blocks must be >= 0 (0: from the memory budget), got {}",
+              num_blocks);
+  INFER_CHECK(kv_cache_memory_bytes >= 0, "kv_cache_memory must be >= 0, got {}",
+              kv_cache_memory_bytes);
+  INFER_CHECK(kv_cache_dtype == DType::kF32 || kv_cache_dtype == DType::kBF16,
+              "kv_cache_dtype must be f32 or bf16, got {}", DTypeName(kv_cache_dtype));
 }
 
 }  // namespace infer

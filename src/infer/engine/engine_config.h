@@ -1,37 +1,65 @@
-// Settings of the serving engine (seed phase 4): batch and queue sizes, the batching mode,
-// scheduling policy and KV-cache backend, with validation that rejects what is not built yet.
+// Settings of the engine (seed phase 4 and seed 004, with vLLM's names): sequence and token
+// budgets, batching mode, scheduling policy, the paged KV cache (block size, dtype, memory
+// budget), prefix caching and preemption, with validation naming the first bad field.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 
+#include "infer/core/dtype.h"
+
 namespace infer {
 
 struct EngineConfig {
   // The model id clients must name in requests (the folder name or Hugging Face id).
   std::string model;
-  // Longest prompt + generation of one request; sizes the per-batch KV cache.
-  int64_t max_seq_len = 4096;
-  int64_t max_batch_size = 8;
-  // Most prompt tokens in one prefill call (vLLM's name): a batch's prompts are run in calls
-  // of at most this many tokens, a long prompt split across calls. Bounds the activation
-  // memory of a prefill, and keeps its working set cache-sized: W2 of bench_serving (bf16,
-  // 2 threads) prefilled its 9,633 prompt tokens in 40.2 / 34.2 / 36.3 / 39.5 / 45.6 s with
-  // 256 / 512 / 1024 / 2048 / unbounded tokens per call.
+  // Longest prompt + max_tokens of one request (vLLM's max_model_len; phase 4's max_seq_len);
+  // also capped by the model's context.
+  int64_t max_model_len = 4096;
+  // Most requests running at once (vLLM's max_num_seqs; phase 4's max_batch_size).
+  int64_t max_num_seqs = 256;
+  // Most tokens one step runs: decode tokens plus prefill chunks (vLLM's name). Bounds the
+  // activation memory of a step and keeps its working set cache-sized: W2 of bench_serving
+  // (bf16, 2 threads) prefilled its 9,633 prompt tokens in 40.2 / 34.2 / 36.3 / 39.5 / 45.6 s
+  // with 256 / 512 / 1024 / 2048 / unbounded tokens per call.
   int64_t max_num_batched_tokens = 512;
-  // Requests queued beyond this are rejected (HTTP 503).
+  // Requests waiting beyond this are rejected (HTTP 503).
   int64_t max_waiting_requests = 64;
   // Default seed for requests that give none; nullopt: OS-seeded.
   std::optional<uint64_t> seed;
-  // "static" only (continuous batching comes later).
-  std::string batching_mode = "static";
-  // "fcfs" only.
+  // "continuous": every step admits and retires requests, decode tokens and prefill chunks in
+  // one forward. "static" (phase 4): a batch forms (full, or batch_wait_timeout_s after its
+  // first request), prefills, and decodes to completion before the next one forms.
+  std::string batching_mode = "continuous";
+  // "fcfs", or "priority": waiting requests by (priority, arrival), lower value first.
   std::string scheduler_policy = "fcfs";
-  // How long a forming batch waits to fill before it is dispatched anyway.
+  // How long a forming static batch waits to fill before it is dispatched anyway.
   double batch_wait_timeout_s = 0.05;
-  // "contiguous" only (paged comes later).
-  std::string kv_cache_backend = "contiguous";
+  // "paged" only: one pool of fixed-size blocks for every sequence and layer.
+  std::string kv_cache_backend = "paged";
+  // Positions per KV block; a multiple of 16 (the attention kernel transposes 16 positions of
+  // one block at a time in a register tile).
+  int64_t block_size = 16;
+  // Blocks in the pool; 0: from kv_cache_memory_bytes.
+  int64_t num_blocks = 0;
+  // Bytes for the pool; 0: half the memory available at start, capped at what max_num_seqs
+  // sequences of max_model_len need.
+  int64_t kv_cache_memory_bytes = 0;
+  DType kv_cache_dtype = DType::kBF16;
+  // Reuse the KV of full blocks whose token prefix was seen before.
+  bool enable_prefix_caching = true;
+  // true: KV blocks are taken as sequences grow; when none is left the lowest-priority,
+  // latest-arrived running request is preempted (its blocks freed, recomputed later).
+  // false (the seed's default): a request is admitted only with blocks for its prompt plus
+  // max_tokens, so a running request never runs out.
+  bool enable_preemption = false;
+  // false: no cache at all, every step recomputes each sequence from its first token (the
+  // oracle, --no-kv-cache).
+  bool use_kv_cache = true;
+
+  bool continuous() const { return batching_mode == "continuous"; }
+  bool priority_policy() const { return scheduler_policy == "priority"; }
 
   // Throws infer::Error naming the first unsupported or out-of-range field.
   void Validate() const;

@@ -3,40 +3,13 @@
 #include <algorithm>
 #include <chrono>
 #include <numeric>
-#include <optional>
-#include <unordered_set>
 
 #include "infer/core/error.h"
-#include "infer/engine/output_text.h"
-#include "infer/engine/sampler.h"
+#include "infer/engine/engine.h"
 
 namespace infer {
 
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// The state of one sequence of a batch.
-struct Row {
-  Row(const Tokenizer* tokenizer, const SamplingParams& row_params, std::span<const int32_t> prompt)
-      : params(row_params),
-        tokens(prompt.begin(), prompt.end()),
-        sampler(row_params),
-        text(tokenizer, row_params.stop) {
-    result.prompt_tokens = static_cast<int64_t>(prompt.size());
-  }
-
-  const SamplingParams& params;
-  std::vector<int32_t> tokens;  // prompt + generated
-  Sampler sampler;
-  OutputText text;
-  GenerationResult result;
-  bool done = false;
-};
 
 void CheckRequest(const LanguageModel& model, const Tokenizer* tokenizer,
                   std::span<const int32_t> prompt, const SamplingParams& params) {
@@ -53,34 +26,6 @@ void CheckRequest(const LanguageModel& model, const Tokenizer* tokenizer,
       total <= model.context_length(),
       "prompt ({} tokens) + max_new_tokens ({}) = {} exceeds the model's context length ({})",
       prompt.size(), params.max_new_tokens, total, model.context_length());
-}
-
-// Samples from `logits`, records the token and applies the stop conditions in priority order:
-// EOS, stop string, length.
-void TakeToken(Row& row, std::vector<float>& logits, const std::unordered_set<int32_t>& eos_ids) {
-  const int32_t token = row.sampler.Sample(logits, row.tokens);
-  row.tokens.push_back(token);
-  row.result.token_ids.push_back(token);
-  row.result.generated_tokens = static_cast<int64_t>(row.result.token_ids.size());
-  if (eos_ids.contains(token)) {
-    row.result.finish_reason = FinishReason::kEos;
-    row.done = true;
-  } else if (row.text.Add(token)) {
-    row.result.finish_reason = FinishReason::kStop;
-    row.done = true;
-  } else if (row.result.generated_tokens >= row.params.max_new_tokens) {
-    row.result.finish_reason = FinishReason::kLength;
-    row.done = true;
-  }
-  if (row.done && row.text.Finish() && row.result.finish_reason == FinishReason::kLength) {
-    row.result.finish_reason = FinishReason::kStop;
-  }
-}
-
-void Stream(Row& row, size_t row_idx, const GenerateOptions& options) {
-  if (!options.on_text) return;
-  const std::string stable = row.text.TakeStable();
-  if (!stable.empty()) options.on_text(row_idx, stable);
 }
 
 }  // namespace
@@ -119,48 +64,43 @@ std::vector<GenerationResult> GenerateBatch(LanguageModel& model, const Tokenize
   const auto params_of = [&](size_t i) -> const SamplingParams& {
     return params.size() == 1 ? params.front() : params[i];
   };
-  int64_t max_seq_len = 0;
+  EngineConfig config;
+  config.max_model_len = model.context_length();
+  config.max_num_seqs = static_cast<int64_t>(prompts.size());
+  config.max_num_batched_tokens = options.max_num_batched_tokens;
+  config.max_waiting_requests = static_cast<int64_t>(prompts.size());
+  config.kv_cache_dtype = options.kv_cache_dtype;
+  config.use_kv_cache = options.use_kv_cache;
+  config.num_blocks = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     CheckRequest(model, tokenizer, prompts[i], params_of(i));
-    max_seq_len = std::max(max_seq_len,
-                           static_cast<int64_t>(prompts[i].size()) + params_of(i).max_new_tokens);
+    const auto total = static_cast<int64_t>(prompts[i].size()) + params_of(i).max_new_tokens;
+    config.num_blocks += (total + config.block_size - 1) / config.block_size;
   }
-  const std::unordered_set<int32_t> eos_ids(options.eos_token_ids.begin(),
-                                            options.eos_token_ids.end());
-
-  std::vector<std::optional<Row>> rows(prompts.size());
-  for (size_t i = 0; i < prompts.size(); ++i) rows[i].emplace(tokenizer, params_of(i), prompts[i]);
-  model.StartSequences(static_cast<int64_t>(prompts.size()), max_seq_len, options.use_kv_cache);
-
-  std::vector<float> logits;
-  for (size_t i = 0; i < rows.size(); ++i) {
-    Row& row = *rows[i];
-    const Clock::time_point start = Clock::now();
-    model.NextTokenLogits(static_cast<int64_t>(i), row.tokens,
-                          static_cast<int64_t>(row.tokens.size()), logits);
-    TakeToken(row, logits, eos_ids);
-    row.result.timing.prefill_time_s = SecondsSince(start);
-    Stream(row, i, options);
+  Engine engine(config, model, tokenizer, options.eos_token_ids);
+  std::vector<std::shared_ptr<OutputChannel>> channels;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    channels.push_back(engine.AddRequest(std::to_string(i), prompts[i], params_of(i)));
+    INFER_CHECK(channels.back() != nullptr, "generate: the engine refused request {}", i);
   }
-  for (bool any_running = true; any_running;) {
-    any_running = false;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      Row& row = *rows[i];
-      if (row.done) continue;
-      any_running = true;
-      const Clock::time_point start = Clock::now();
-      model.NextTokenLogits(static_cast<int64_t>(i), row.tokens, 1, logits);
-      row.result.timing.decode_times_s.push_back(SecondsSince(start));
-      TakeToken(row, logits, eos_ids);
-      Stream(row, i, options);
+  std::vector<GenerationResult> results(prompts.size());
+  while (engine.HasWork()) {
+    for (GenerationOutput& output : engine.Step()) {
+      if (output.error) Fail("{}", *output.error);
+      GenerationResult& result = results[std::stoul(output.request_id)];
+      result.token_ids = std::move(output.token_ids);
+      result.text = std::move(output.text);
+      result.finish_reason = output.finish_reason.value_or(FinishReason::kLength);
+      result.prompt_tokens = static_cast<int64_t>(output.prompt_token_ids.size());
+      result.generated_tokens = static_cast<int64_t>(result.token_ids.size());
+      result.timing = std::move(output.timing);
     }
-  }
-
-  std::vector<GenerationResult> results;
-  results.reserve(rows.size());
-  for (auto& row : rows) {
-    row->result.text = row->text.text();
-    results.push_back(std::move(row->result));
+    if (!options.on_text) continue;
+    for (size_t i = 0; i < channels.size(); ++i) {
+      while (auto output = channels[i]->Pop(std::chrono::milliseconds(0))) {
+        if (!output->text_delta.empty()) options.on_text(i, output->text_delta);
+      }
+    }
   }
   return results;
 }

@@ -1,5 +1,6 @@
-// Autoregressive generation: prefill the prompt, then sample one token per step until EOS, a
-// stop string or max_new_tokens; single prompts and batches (rows finish independently).
+// One-shot generation on the engine (engine.h): prefill the prompt, then sample one token per
+// step until EOS, a stop string or max_new_tokens; single prompts and batches (rows finish
+// independently). Also the result types every generation path shares.
 #pragma once
 
 #include <cstdint>
@@ -22,9 +23,10 @@ enum class FinishReason { kEos, kStop, kLength };
 std::string_view FinishReasonName(FinishReason reason);
 
 struct GenerationTiming {
-  // First forward pass over the prompt plus sampling the first token (time to first token).
+  // From the request's first step to its first token (time to first token: the prompt's
+  // forward passes and the first sampling).
   double prefill_time_s = 0.0;
-  // Forward pass of each later step (sampling excluded); generated_tokens - 1 entries.
+  // Each later token's step (forward and sampling); generated_tokens - 1 entries.
   std::vector<double> decode_times_s;
 
   double decode_time_s() const;
@@ -42,6 +44,9 @@ struct GenerationResult {
 
 struct GenerateOptions {
   bool use_kv_cache = true;
+  DType kv_cache_dtype = DType::kBF16;
+  // Most tokens one step runs (longer prompts are prefilled in chunks).
+  int64_t max_num_batched_tokens = 512;
   // Ids that end generation (LoadEosTokenIds); empty: only stop strings and length do.
   std::vector<int32_t> eos_token_ids;
   // Receives text of row `row` as soon as it is final (see OutputText::TakeStable).
@@ -55,7 +60,7 @@ GenerationResult Generate(LanguageModel& model, const Tokenizer* tokenizer,
                           std::span<const int32_t> prompt_ids, const SamplingParams& params,
                           const GenerateOptions& options = {});
 
-// Runs every prompt as its own sequence (one cache row each) in lock step; a finished row stops
+// Runs every prompt as its own request of one engine (continuous batching); a finished row stops
 // running. `params` has one entry per prompt, or one for all. Row i's result equals
 // Generate(prompts[i], params[i]).
 std::vector<GenerationResult> GenerateBatch(LanguageModel& model, const Tokenizer* tokenizer,

@@ -1,18 +1,24 @@
-// What generation needs from a model: next-token logits for a growing sequence. The decoder
-// implements it (decoder_model.h); tests implement it with mocks that emit chosen ids.
+// What the engine needs from a model: next-token logits for a step of several sequences, with
+// their K/V kept in a paged cache whose blocks the engine assigns. The decoder implements it
+// (decoder_model.h); tests implement it with scripted models that ignore the cache, as vLLM's
+// scheduler tests do.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "infer/core/dtype.h"
+
 namespace infer {
 
-// One sequence's share of a batched call: as NextTokenLogits' arguments.
+// One sequence's share of a step.
 struct SequenceStep {
-  int64_t seq_idx = 0;
-  std::span<const int32_t> tokens;
-  int64_t num_new = 0;
+  int64_t seq_id = 0;               // stable for the request's life (mocks and logs key on it)
+  std::span<const int32_t> tokens;  // the sequence's tokens so far, through the last new one
+  int64_t num_new = 0;              // the last num_new tokens run now; the cache holds the rest
+  std::span<const int32_t> block_table;  // covers every token of `tokens`
+  bool wants_logits = true;  // false for a prompt chunk that does not end the prompt
 };
 
 class LanguageModel {
@@ -23,30 +29,22 @@ class LanguageModel {
   // Longest sequence (prompt + generated) the model supports.
   virtual int64_t context_length() const = 0;
 
-  // Starts `num_seqs` empty sequences of at most `max_seq_len` tokens each; with
-  // `use_kv_cache`, allocates the cache they share (one row per sequence).
-  virtual void StartSequences(int64_t num_seqs, int64_t max_seq_len, bool use_kv_cache) = 0;
-
-  // f32 logits [vocab] for the token after `tokens` (all of sequence `seq_idx` so far), of
-  // which the last `num_new` have not been passed before (the whole prompt at prefill, then
-  // one). A cached model runs only those; an uncached one recomputes everything.
-  virtual void NextTokenLogits(int64_t seq_idx, std::span<const int32_t> tokens, int64_t num_new,
-                               std::vector<float>& logits) = 0;
-
-  // NextTokenLogits for several sequences at once: `logits` receives [steps.size(), vocab].
-  // A model that batches runs them as one forward pass; the default runs them one by one.
-  virtual void BatchNextTokenLogits(std::span<const SequenceStep> steps,
-                                    std::vector<float>& logits) {
-    std::vector<float> row;
-    logits.clear();
-    for (const SequenceStep& step : steps) {
-      NextTokenLogits(step.seq_idx, step.tokens, step.num_new, row);
-      logits.insert(logits.end(), row.begin(), row.end());
-    }
-  }
-
-  // Bytes held by the KV cache of the current sequences (0 without one).
+  // K and V bytes one token takes across all layers at `kv_dtype` (0: the model keeps none).
+  virtual int64_t kv_bytes_per_token(DType /*kv_dtype*/) const { return 0; }
+  // (Re)allocates the block pool the block tables index: num_blocks blocks of block_size
+  // positions in `kv_dtype`. With use_kv_cache false the model keeps no cache and recomputes
+  // every sequence from its first token each step (the oracle, --no-kv-cache).
+  virtual void AllocateKvCache(int64_t /*num_blocks*/, int64_t /*block_size*/, DType /*kv_dtype*/,
+                               bool /*use_kv_cache*/) {}
+  // Copies one block's K/V to another (a forked sequence's partial block).
+  virtual void CopyKvBlock(int32_t /*source*/, int32_t /*destination*/) {}
+  // Bytes the KV pool holds (0 without one).
   virtual int64_t kv_cache_bytes() const { return 0; }
+
+  // Runs one step: every sequence's new tokens in one batched forward. `logits` receives
+  // [number of steps with wants_logits, vocab] f32 rows, for the last token of each such step,
+  // in order.
+  virtual void Forward(std::span<const SequenceStep> steps, std::vector<float>& logits) = 0;
 };
 
 }  // namespace infer

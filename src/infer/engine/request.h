@@ -1,5 +1,6 @@
-// One completion request as the engine tracks it (prompt, sampling, state, generated ids,
-// per-request RNG and output text) and the StepOutput the engine sends its client each step.
+// One request as the engine tracks it (prompt, sampling, priority, state, generated ids, its KV
+// blocks and how many of its tokens are computed, per-request RNG and output text) and the
+// StepOutput the engine sends its client each step.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "infer/cache/block_manager.h"
 #include "infer/engine/generate.h"
 #include "infer/engine/output_text.h"
 #include "infer/engine/sampler.h"
@@ -16,7 +18,8 @@
 
 namespace infer {
 
-// kWaiting -> kPrefill -> kDecode -> kFinished; any state -> kFailed (error or cancel).
+// kWaiting -> kPrefill -> kDecode -> kFinished; any state -> kFailed (error or cancel); a
+// preempted request goes back to kWaiting and is recomputed.
 enum class RequestState { kWaiting, kPrefill, kDecode, kFinished, kFailed };
 std::string_view RequestStateName(RequestState state);
 
@@ -30,6 +33,8 @@ struct StepOutput {
   std::optional<std::string> error;           // set when the request failed
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
+  double time_s = 0.0;        // engine clock when the step ended
 };
 
 class OutputChannel;
@@ -37,27 +42,49 @@ class OutputChannel;
 struct Request {
   // `tokenizer` (may be null) decodes the output text; it must outlive the request.
   Request(std::string id, std::vector<int32_t> prompt, SamplingParams params, double arrival_time_s,
-          const Tokenizer* tokenizer = nullptr)
+          const Tokenizer* tokenizer = nullptr, int64_t priority = 0)
       : request_id(std::move(id)),
         prompt_token_ids(std::move(prompt)),
         sampling_params(std::move(params)),
         arrival_time_s(arrival_time_s),
+        priority(priority),
+        token_ids(prompt_token_ids),
         sampler(sampling_params),
         text(tokenizer, sampling_params.stop) {}
 
   bool done() const { return state == RequestState::kFinished || state == RequestState::kFailed; }
   int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }
   int64_t num_generated_tokens() const { return static_cast<int64_t>(generated_token_ids.size()); }
+  int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
+  // Tokens whose KV is still to compute: the prompt (rest) at prefill, the last sampled at decode.
+  int64_t num_uncomputed() const { return num_tokens() - num_computed_tokens; }
+  // Prompt + max_tokens: the most positions it can ever need.
+  int64_t max_total_tokens() const {
+    return num_prompt_tokens() + sampling_params.max_new_tokens;
+  }
 
   std::string request_id;
   std::vector<int32_t> prompt_token_ids;
   SamplingParams sampling_params;
   double arrival_time_s;
+  int64_t priority;  // lower runs first (priority policy)
+  int64_t seq_id = 0;  // the engine's number for it (stable across preemption)
 
   RequestState state = RequestState::kWaiting;
+  std::vector<int32_t> token_ids;  // prompt + generated
   std::vector<int32_t> generated_token_ids;
   std::optional<FinishReason> finish_reason;
   std::optional<std::string> error;
+
+  // KV: the blocks it holds and how many leading tokens of token_ids have their KV there.
+  BlockTable block_table;
+  int64_t num_computed_tokens = 0;
+  int64_t num_cached_prompt_tokens = 0;  // of the first admission's prompt, from the cache
+  int64_t num_preemptions = 0;
+
+  std::string prompt_text;          // the prompt as given, when it was text
+  double first_scheduled_s = -1.0;  // engine clock of its first step
+  std::vector<double> token_times_s;  // engine clock when each generated token came
 
   Sampler sampler;                        // seeded from sampling_params.seed: the request's own RNG
   OutputText text;                        // detokenized output, stop strings, streaming hold-back

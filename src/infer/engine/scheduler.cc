@@ -1,65 +1,250 @@
 #include "infer/engine/scheduler.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "infer/core/error.h"
 
 namespace infer {
 
-StaticScheduler::StaticScheduler(const EngineConfig& config)
-    : max_batch_size_(config.max_batch_size),
-      max_waiting_requests_(config.max_waiting_requests),
-      batch_wait_timeout_s_(config.batch_wait_timeout_s) {
-  config.Validate();
+Scheduler::Scheduler(const EngineConfig& config, int64_t num_blocks)
+    : config_(config),
+      blocks_(num_blocks, config.block_size, config.enable_prefix_caching && config.use_kv_cache) {
+  config_.Validate();
 }
 
-bool StaticScheduler::Add(std::shared_ptr<Request> request) {
+bool Scheduler::Fits(int64_t total_tokens) const {
+  return blocks_.BlocksFor(total_tokens) <= blocks_.num_blocks();
+}
+
+bool Scheduler::RunsBefore(const Request& a, const Request& b) const {
+  const int64_t pa = config_.priority_policy() ? a.priority : 0;
+  const int64_t pb = config_.priority_policy() ? b.priority : 0;
+  return std::tie(pa, a.arrival_time_s, a.seq_id) < std::tie(pb, b.arrival_time_s, b.seq_id);
+}
+
+void Scheduler::InsertRunning(std::shared_ptr<Request> request) {
+  const auto it = std::upper_bound(
+      running_.begin(), running_.end(), request,
+      [&](const auto& a, const auto& b) { return RunsBefore(*a, *b); });
+  running_.insert(it, std::move(request));
+}
+
+void Scheduler::InsertWaiting(std::shared_ptr<Request> request, bool at_front_of_priority) {
+  const int64_t priority = config_.priority_policy() ? request->priority : 0;
+  const auto key = [&](const auto& r) { return config_.priority_policy() ? r->priority : 0; };
+  const auto it = at_front_of_priority
+                      ? std::find_if(waiting_.begin(), waiting_.end(),
+                                     [&](const auto& r) { return key(r) >= priority; })
+                      : std::find_if(waiting_.begin(), waiting_.end(),
+                                     [&](const auto& r) { return key(r) > priority; });
+  waiting_.insert(it, std::move(request));
+}
+
+bool Scheduler::Add(std::shared_ptr<Request> request) {
   INFER_CHECK(request != nullptr, "scheduler: null request");
-  if (static_cast<int64_t>(waiting_.size()) >= max_waiting_requests_) return false;
-  waiting_.push_back(std::move(request));
+  INFER_CHECK(Fits(request->max_total_tokens()),
+              "request {}: prompt + max_tokens = {} tokens can never fit the KV cache ({} blocks "
+              "of {} tokens)",
+              request->request_id, request->max_total_tokens(), blocks_.num_blocks(),
+              blocks_.block_size());
+  if (static_cast<int64_t>(waiting_.size()) >= config_.max_waiting_requests) return false;
+  InsertWaiting(std::move(request), /*at_front_of_priority=*/false);
   return true;
 }
 
-bool StaticScheduler::ActiveRunning() const {
-  return std::any_of(active_.begin(), active_.end(), [](const auto& r) { return !r->done(); });
-}
-
-const std::vector<std::shared_ptr<Request>>& StaticScheduler::Schedule(double now_s) {
-  if (ActiveRunning()) return active_;
-  active_.clear();
-  if (waiting_.empty()) {
-    batch_wait_deadline_s_.reset();
-    return active_;
+void Scheduler::Preempt(const std::shared_ptr<Request>& request, SchedulerOutput& output) {
+  INFER_CHECK(config_.enable_preemption, "scheduler: out of KV blocks with preemption off");
+  blocks_.Free(request->block_table);
+  request->num_computed_tokens = 0;
+  request->state = RequestState::kWaiting;
+  ++request->num_preemptions;
+  ++stats_.preemptions;
+  std::erase(running_, request);
+  // A request preempted after it was scheduled in this step gives its tokens back.
+  const auto it = std::find_if(output.scheduled.begin(), output.scheduled.end(),
+                               [&](const ScheduledRequest& s) { return s.request == request; });
+  if (it != output.scheduled.end()) {
+    output.num_batched_tokens -= it->num_new;
+    output.scheduled.erase(it);
   }
-  if (!batch_wait_deadline_s_) batch_wait_deadline_s_ = now_s + batch_wait_timeout_s_;
-  const bool full = static_cast<int64_t>(waiting_.size()) >= max_batch_size_;
-  if (!full && now_s < *batch_wait_deadline_s_) return active_;
-  const auto take = std::min<size_t>(waiting_.size(), static_cast<size_t>(max_batch_size_));
-  active_.assign(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(take));
-  waiting_.erase(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(take));
-  batch_wait_deadline_s_.reset();
-  return active_;
+  output.preempted.push_back(request);
+  InsertWaiting(request, /*at_front_of_priority=*/true);
 }
 
-std::shared_ptr<Request> StaticScheduler::Abort(std::string_view request_id) {
+void Scheduler::ScheduleRunning(int64_t& budget, SchedulerOutput& output, bool prefill_only) {
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    const std::shared_ptr<Request> request = running_[i];
+    if (prefill_only && request->num_generated_tokens() > 0) {
+      ++i;
+      continue;
+    }
+    const int64_t num_new = std::min(request->num_uncomputed(), budget);
+    bool preempted_self = false;
+    while (!blocks_.Allocate(request->block_table, request->token_ids,
+                             request->num_computed_tokens + num_new)) {
+      // Out of blocks: preempt the lowest-priority, latest-arrived request not yet scheduled
+      // in this step (running_ is in run order, so that is the last one; maybe this one).
+      const std::shared_ptr<Request> victim = running_.back();
+      Preempt(victim, output);
+      if (victim == request) {
+        preempted_self = true;
+        break;
+      }
+    }
+    if (preempted_self) break;  // everything after it was preempted first
+    output.scheduled.push_back({request, num_new, num_new == request->num_uncomputed()});
+    output.num_batched_tokens += num_new;
+    budget -= num_new;
+    ++i;
+  }
+}
+
+bool Scheduler::Admit(const std::shared_ptr<Request>& request, int64_t budget,
+                      SchedulerOutput& output) {
+  const PrefixMatch match = blocks_.Match(request->token_ids);
+  const int64_t cached = match.num_blocks * blocks_.block_size();
+  const int64_t num_new = std::min(request->num_tokens() - cached, budget);
+  // With preemption off (and in static mode) a request holds blocks for everything it may
+  // generate, so a running request never runs out.
+  const bool reserve_all = !config_.enable_preemption || !config_.continuous();
+  const int64_t reserve = reserve_all
+                              ? std::max(request->max_total_tokens(), request->num_tokens())
+                              : cached + num_new;
+  while (!blocks_.Allocate(request->block_table, request->token_ids, reserve)) {
+    // Under the priority policy a more urgent request may take the blocks of a less urgent
+    // running one.
+    if (!config_.enable_preemption || !config_.priority_policy() || running_.empty() ||
+        !RunsBefore(*request, *running_.back()) ||
+        request->priority >= running_.back()->priority) {
+      return false;
+    }
+    Preempt(running_.back(), output);
+  }
+  request->num_computed_tokens = request->block_table.num_cached_tokens;
+  if (request->num_preemptions == 0) {
+    request->num_cached_prompt_tokens = request->num_computed_tokens;
+    stats_.prompt_tokens += request->num_prompt_tokens();
+    stats_.cached_prompt_tokens += request->num_computed_tokens;
+  }
+  request->state = RequestState::kPrefill;
+  const int64_t run = std::min(request->num_uncomputed(), budget);
+  output.scheduled.push_back({request, run, run == request->num_uncomputed()});
+  output.num_batched_tokens += run;
+  InsertRunning(request);
+  return true;
+}
+
+void Scheduler::AdmitWaiting(int64_t& budget, SchedulerOutput& output, bool wait_for_pending) {
+  for (auto it = waiting_.begin();
+       it != waiting_.end() && budget > 0 &&
+       static_cast<int64_t>(running_.size()) < config_.max_num_seqs;) {
+    const std::shared_ptr<Request> request = *it;
+    if (wait_for_pending && blocks_.Match(request->token_ids).next_pending) {
+      ++it;  // its next prefix block is being computed: share it next step
+      continue;
+    }
+    const int64_t before = output.num_batched_tokens;
+    if (!Admit(request, budget, output)) break;  // in order: no overtaking for blocks
+    budget -= output.num_batched_tokens - before;
+    it = waiting_.erase(std::find(waiting_.begin(), waiting_.end(), request));
+    if (!output.preempted.empty()) break;  // memory is short: admit no more this step
+  }
+}
+
+SchedulerOutput Scheduler::ScheduleContinuous() {
+  SchedulerOutput output;
+  int64_t budget = config_.max_num_batched_tokens;
+  ScheduleRunning(budget, output, /*prefill_only=*/false);
+  // As vLLM: no admission in a step that had to preempt (memory is short).
+  if (output.preempted.empty()) AdmitWaiting(budget, output, /*wait_for_pending=*/true);
+  return output;
+}
+
+SchedulerOutput Scheduler::ScheduleStatic(double now_s) {
+  SchedulerOutput output;
+  int64_t budget = config_.max_num_batched_tokens;
+  if (running_.empty()) {
+    if (waiting_.empty()) {
+      batch_wait_deadline_s_.reset();
+      return output;
+    }
+    if (!batch_wait_deadline_s_) batch_wait_deadline_s_ = now_s + config_.batch_wait_timeout_s;
+    const bool full = static_cast<int64_t>(waiting_.size()) >= config_.max_num_seqs;
+    if (!full && now_s < *batch_wait_deadline_s_) return output;
+    batch_wait_deadline_s_.reset();
+    // Form the batch: blocks for every member now; the prompts run in the steps below.
+    while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
+      SchedulerOutput unused;
+      if (!Admit(waiting_.front(), 0, unused)) break;
+      waiting_.pop_front();
+    }
+  }
+  // The batch's prompts first (in chunks under the budget), then one token per member a step.
+  const bool prefilling = std::any_of(running_.begin(), running_.end(), [](const auto& r) {
+    return r->num_generated_tokens() == 0;
+  });
+  ScheduleRunning(budget, output, prefilling);
+  return output;
+}
+
+SchedulerOutput Scheduler::Schedule(double now_s) {
+  return config_.continuous() ? ScheduleContinuous() : ScheduleStatic(now_s);
+}
+
+void Scheduler::Update(const SchedulerOutput& output, bool ran) {
+  if (ran) {
+    for (const ScheduledRequest& s : output.scheduled) {
+      Request& request = *s.request;
+      request.num_computed_tokens += s.num_new;
+      stats_.computed_tokens += s.num_new;
+      if (!request.done()) {
+        blocks_.MarkComputed(request.block_table, request.token_ids, request.num_computed_tokens);
+      }
+    }
+  }
+  for (auto it = running_.begin(); it != running_.end();) {
+    if (!(*it)->done()) {
+      ++it;
+      continue;
+    }
+    // A finished request's computed blocks stay in the prefix cache (a chat's next turn).
+    if ((*it)->state == RequestState::kFinished) {
+      blocks_.MarkComputed((*it)->block_table, (*it)->token_ids, (*it)->num_computed_tokens);
+    }
+    blocks_.Free((*it)->block_table);
+    it = running_.erase(it);
+  }
+}
+
+std::shared_ptr<Request> Scheduler::Abort(std::string_view request_id) {
   const auto matches = [&](const auto& r) { return r->request_id == request_id; };
+  std::shared_ptr<Request> request;
   if (auto it = std::find_if(waiting_.begin(), waiting_.end(), matches); it != waiting_.end()) {
-    std::shared_ptr<Request> request = *it;
+    request = *it;
     waiting_.erase(it);
     if (waiting_.empty()) batch_wait_deadline_s_.reset();
-    request->state = RequestState::kFailed;
-    request->error = "request cancelled";
-    return request;
+  } else if (auto run = std::find_if(running_.begin(), running_.end(), matches);
+             run != running_.end() && !(*run)->done()) {
+    request = *run;
+    running_.erase(run);
+  } else {
+    return nullptr;
   }
-  if (auto it = std::find_if(active_.begin(), active_.end(), matches);
-      it != active_.end() && !(*it)->done()) {
-    (*it)->state = RequestState::kFailed;
-    (*it)->error = "request cancelled";
-    return *it;
-  }
-  return nullptr;
+  blocks_.Free(request->block_table);
+  request->state = RequestState::kFailed;
+  request->error = "request cancelled";
+  return request;
 }
 
-bool StaticScheduler::HasWork() const { return !waiting_.empty() || ActiveRunning(); }
+std::vector<std::shared_ptr<Request>> Scheduler::TakeAll() {
+  std::vector<std::shared_ptr<Request>> all(running_.begin(), running_.end());
+  all.insert(all.end(), waiting_.begin(), waiting_.end());
+  for (const auto& request : all) blocks_.Free(request->block_table);
+  running_.clear();
+  waiting_.clear();
+  batch_wait_deadline_s_.reset();
+  return all;
+}
 
 }  // namespace infer

@@ -1,6 +1,15 @@
-// The static-batching scheduler (seed phase 4): FCFS waiting queue with a bound, a bounded wait
-// for a batch to fill, and a batch that runs to completion before the next one forms. Pure: no
-// model, threads, clock or I/O (the caller passes the time in).
+// The engine's scheduler (pure: no model, threads, clock or I/O; the caller passes the time in).
+// It owns the block manager and decides, each step, which requests run and how many of their
+// tokens: running requests first (decode tokens, prefill chunks), then waiting ones by policy,
+// under a token budget (max_num_batched_tokens) and max_num_seqs.
+// - continuous (vLLM-style): every step admits and retires requests. With preemption on, blocks
+//   are taken as sequences grow; when none is left the lowest-priority, latest-arrived running
+//   request is preempted by recompute (blocks freed, requeued at the front of its priority).
+//   With preemption off, a request is admitted only with blocks for prompt + max_tokens.
+//   A waiting request whose next prefix block is being computed by a running one waits for it,
+//   so a shared prefix is computed once even when its requests arrive together.
+// - static (phase 4): a batch forms once max_num_seqs wait or batch_wait_timeout_s has passed,
+//   prefills, then decodes to completion before the next one forms.
 #pragma once
 
 #include <cstdint>
@@ -10,43 +19,83 @@
 #include <string_view>
 #include <vector>
 
+#include "infer/cache/block_manager.h"
 #include "infer/engine/engine_config.h"
 #include "infer/engine/request.h"
 
 namespace infer {
 
-class StaticScheduler {
- public:
-  explicit StaticScheduler(const EngineConfig& config);
+struct ScheduledRequest {
+  std::shared_ptr<Request> request;
+  int64_t num_new = 0;        // tokens whose KV this step computes
+  bool wants_logits = false;  // the step reaches its last token: sample after it
+};
 
+struct SchedulerOutput {
+  std::vector<ScheduledRequest> scheduled;
+  std::vector<std::shared_ptr<Request>> preempted;  // preempted in this step
+  int64_t num_batched_tokens = 0;
+};
+
+struct SchedulerStats {
+  int64_t prompt_tokens = 0;         // of admitted requests (first admission)
+  int64_t cached_prompt_tokens = 0;  // of those, served by the prefix cache
+  int64_t computed_tokens = 0;       // tokens every step computed, in total
+  int64_t preemptions = 0;
+};
+
+class Scheduler {
+ public:
+  // Throws infer::Error for an invalid config.
+  Scheduler(const EngineConfig& config, int64_t num_blocks);
+
+  // Whether a request needing `total_tokens` positions can ever fit the block pool.
+  bool Fits(int64_t total_tokens) const;
   // Queues a request; false when max_waiting_requests are already waiting (HTTP 503).
   bool Add(std::shared_ptr<Request> request);
 
-  // The batch to run at time `now_s`: the active batch while any of it is not done; otherwise
-  // (the finished batch is dropped) a new batch of up to max_batch_size waiting requests, once
-  // the batch is full or batch_wait_timeout_s has passed since the first of them was seen;
-  // otherwise empty. Requests of a new batch are still kWaiting.
-  const std::vector<std::shared_ptr<Request>>& Schedule(double now_s);
+  // The work of the step at time `now_s` (empty: nothing to run now).
+  SchedulerOutput Schedule(double now_s);
+  // After the step ran: the scheduled requests' tokens are computed (when `ran`), and requests
+  // that are done (finished or failed) leave and free their blocks.
+  void Update(const SchedulerOutput& output, bool ran);
 
-  // Cancels a request: a waiting one leaves the queue, an active one becomes kFailed (its slot
-  // is skipped from the next step on). Returns it, or null if unknown or already done.
+  // Cancels a request: a waiting one leaves the queue, a running one is failed and frees its
+  // blocks. Returns it, or null if unknown or already done.
   std::shared_ptr<Request> Abort(std::string_view request_id);
+  // Removes every queued and running request (their blocks freed), e.g. at shutdown.
+  std::vector<std::shared_ptr<Request>> TakeAll();
 
-  bool HasWork() const;
+  bool HasWork() const { return !waiting_.empty() || !running_.empty(); }
   size_t num_waiting() const { return waiting_.size(); }
-  const std::vector<std::shared_ptr<Request>>& active() const { return active_; }
-  // When the forming batch will be dispatched if it does not fill first (nullopt: none forming).
+  size_t num_running() const { return running_.size(); }
+  const std::vector<std::shared_ptr<Request>>& running() const { return running_; }
+  const std::deque<std::shared_ptr<Request>>& waiting() const { return waiting_; }
+  // Static mode: when the forming batch will be dispatched if it does not fill first.
   std::optional<double> batch_wait_deadline_s() const { return batch_wait_deadline_s_; }
+  const BlockManager& block_manager() const { return blocks_; }
+  const SchedulerStats& stats() const { return stats_; }
 
  private:
-  bool ActiveRunning() const;
+  // (priority, arrival, seq_id) under the priority policy; (arrival, seq_id) under fcfs.
+  bool RunsBefore(const Request& a, const Request& b) const;
+  void InsertRunning(std::shared_ptr<Request> request);
+  // Waiting order: by policy; a preempted request goes to the front of its priority.
+  void InsertWaiting(std::shared_ptr<Request> request, bool at_front_of_priority);
+  void Preempt(const std::shared_ptr<Request>& request, SchedulerOutput& output);
+  // Takes blocks for a waiting request and moves it to running; false if they are not free.
+  bool Admit(const std::shared_ptr<Request>& request, int64_t budget, SchedulerOutput& output);
+  void ScheduleRunning(int64_t& budget, SchedulerOutput& output, bool prefill_only);
+  void AdmitWaiting(int64_t& budget, SchedulerOutput& output, bool wait_for_pending);
+  SchedulerOutput ScheduleContinuous();
+  SchedulerOutput ScheduleStatic(double now_s);
 
-  int64_t max_batch_size_;
-  int64_t max_waiting_requests_;
-  double batch_wait_timeout_s_;
+  EngineConfig config_;
+  BlockManager blocks_;
   std::deque<std::shared_ptr<Request>> waiting_;
-  std::vector<std::shared_ptr<Request>> active_;
+  std::vector<std::shared_ptr<Request>> running_;  // in RunsBefore order
   std::optional<double> batch_wait_deadline_s_;
+  SchedulerStats stats_;
 };
 
 }  // namespace infer

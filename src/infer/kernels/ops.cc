@@ -182,25 +182,42 @@ void Rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim, int
   INFER_DISPATCH(Rope, x, num_tokens, num_heads, head_dim, token_stride, cos, sin);
 }
 
-void Attention(const float* q, int64_t num_tokens, int64_t first_pos, const float* k_cache,
-               const float* v_cache, int64_t kv_head_stride, const AttentionParams& params,
-               float* out, ThreadPool& pool) {
+void PagedAttention(const float* q, std::span<const AttentionSequence> seqs,
+                    const PagedKvLayer& kv, const AttentionParams& params, float* out,
+                    ThreadPool& pool) {
   INFER_CHECK(params.num_heads > 0 && params.num_kv_heads > 0 &&
                   params.num_heads % params.num_kv_heads == 0,
-              "Attention: num_heads {} is not a positive multiple of num_kv_heads {}",
+              "PagedAttention: num_heads {} is not a positive multiple of num_kv_heads {}",
               params.num_heads, params.num_kv_heads);
-  INFER_CHECK(params.head_dim > 0, "Attention: head_dim = {}", params.head_dim);
-  INFER_CHECK(params.sliding_window >= 0, "Attention: sliding_window = {}", params.sliding_window);
-  INFER_CHECK(num_tokens >= 0 && first_pos >= 0, "Attention: num_tokens = {}, first_pos = {}",
-              num_tokens, first_pos);
-  INFER_CHECK(kv_head_stride >= (first_pos + num_tokens) * params.head_dim,
-              "Attention: kv_head_stride {} cannot hold {} positions of head_dim {}",
-              kv_head_stride, first_pos + num_tokens, params.head_dim);
-  if (num_tokens == 0) return;
-  INFER_CHECK(q != nullptr && k_cache != nullptr && v_cache != nullptr && out != nullptr,
-              "Attention: null q, cache or out");
-  INFER_DISPATCH(Attention, q, num_tokens, first_pos, k_cache, v_cache, kv_head_stride, params, out,
-                 pool);
+  INFER_CHECK(params.head_dim > 0, "PagedAttention: head_dim = {}", params.head_dim);
+  INFER_CHECK(params.sliding_window >= 0, "PagedAttention: sliding_window = {}",
+              params.sliding_window);
+  INFER_CHECK(kv.dtype == DType::kF32 || kv.dtype == DType::kBF16,
+              "PagedAttention: KV dtype {} (expected f32 or bf16)", DTypeName(kv.dtype));
+  INFER_CHECK(kv.block_size > 0 && kv.block_size % kPagedBlockMultiple == 0,
+              "PagedAttention: block_size {} is not a positive multiple of {}", kv.block_size,
+              kPagedBlockMultiple);
+  INFER_CHECK(kv.head_stride >= kv.block_size * params.head_dim &&
+                  kv.block_stride >= kv.head_stride * params.num_kv_heads,
+              "PagedAttention: strides (block {}, head {}) cannot hold {} kv heads x {} positions "
+              "x head_dim {}",
+              kv.block_stride, kv.head_stride, params.num_kv_heads, kv.block_size,
+              params.head_dim);
+  int64_t rows = 0;
+  for (const AttentionSequence& seq : seqs) {
+    INFER_CHECK(seq.num_tokens >= 0 && seq.first_pos >= 0 && seq.row >= 0,
+                "PagedAttention: num_tokens = {}, first_pos = {}, row = {}", seq.num_tokens,
+                seq.first_pos, seq.row);
+    INFER_CHECK(seq.num_blocks * kv.block_size >= seq.first_pos + seq.num_tokens &&
+                    (seq.block_table != nullptr || seq.num_blocks == 0),
+                "PagedAttention: {} blocks of {} cannot hold {} positions", seq.num_blocks,
+                kv.block_size, seq.first_pos + seq.num_tokens);
+    rows += seq.num_tokens;
+  }
+  if (rows == 0) return;
+  INFER_CHECK(q != nullptr && kv.k != nullptr && kv.v != nullptr && out != nullptr,
+              "PagedAttention: null q, cache or out");
+  INFER_DISPATCH(PagedAttention, q, seqs, kv, params, out, pool);
 }
 
 void SiluMul(const float* gate, const float* up, float* out, int64_t n) {

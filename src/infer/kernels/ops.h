@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "infer/core/tensor.h"
@@ -101,14 +102,48 @@ struct AttentionParams {
   int64_t sliding_window = 0;  // 0: full causal; else a query sees this many keys, itself included
 };
 
-// Causal attention for num_tokens queries at positions first_pos .. first_pos + num_tokens - 1.
-// q: [num_tokens, num_heads * head_dim]. The caches hold keys/values for positions
-// 0 .. first_pos + num_tokens - 1 as [num_kv_heads][kv_head_stride] with position p of head h
-// at h * kv_head_stride + p * head_dim. Query head h reads kv head h / (num_heads/num_kv_heads).
-// out: [num_tokens, num_heads * head_dim]. Softmax in f32.
-void Attention(const float* q, int64_t num_tokens, int64_t first_pos, const float* k_cache,
-               const float* v_cache, int64_t kv_head_stride, const AttentionParams& params,
-               float* out, ThreadPool& pool);
+// One layer of the paged KV cache, as attention reads it. Positions live in blocks of
+// block_size; the row of position p of kv head h is at
+//   base + table[p / block_size] * block_stride + h * head_stride + (p % block_size) * head_dim
+// (elements of `dtype`), with base = k or v.
+struct PagedKvLayer {
+  const void* k = nullptr;
+  const void* v = nullptr;
+  DType dtype = DType::kF32;  // kF32 or kBF16
+  int64_t block_size = 0;     // a multiple of kPagedBlockMultiple
+  int64_t block_stride = 0;   // elements from one block to the next
+  int64_t head_stride = 0;    // elements from one kv head to the next inside a block
+};
+
+// Block sizes must be multiples of this: the kernels transpose keys in 16 x 16 register tiles
+// and need 16 consecutive positions in one block.
+constexpr int64_t kPagedBlockMultiple = 16;
+
+// One sequence's share of a PagedAttention call.
+struct AttentionSequence {
+  int64_t row = 0;         // first row of q / out
+  int64_t num_tokens = 0;  // query rows, at positions first_pos .. first_pos + num_tokens - 1
+  int64_t first_pos = 0;
+  // Block ids covering positions 0 .. first_pos + num_tokens - 1 (their K/V already written).
+  const int32_t* block_table = nullptr;
+  int64_t num_blocks = 0;  // entries of block_table
+};
+
+// Keys per attention partition: a query row's keys are cut into partitions of this many keys at
+// absolute positions (multiples of it), the unit of the fixed-order softmax merge below and of
+// the split of long contexts across threads.
+constexpr int64_t kAttentionPartition = 256;
+
+// Causal (optionally sliding-window) GQA attention of every sequence of a step in one call,
+// reading K/V through block tables. q and out: [rows, num_heads * head_dim], row-major; query
+// head h reads kv head h / (num_heads / num_kv_heads). Softmax in f32.
+// Each query row's result is bit-for-bit the same whatever the other rows and sequences of the
+// call are, and however its sequence was split into calls: keys are folded in blocks at fixed
+// positions and in partitions of kAttentionPartition keys at fixed positions, each partition
+// from an empty state, merged in ascending order; long contexts split partitions across threads.
+void PagedAttention(const float* q, std::span<const AttentionSequence> seqs,
+                    const PagedKvLayer& kv, const AttentionParams& params, float* out,
+                    ThreadPool& pool);
 
 // out[i] = act(gate[i]) * up[i] for i < n (out may alias gate or up).
 void SiluMul(const float* gate, const float* up, float* out, int64_t n);

@@ -73,20 +73,27 @@ void Decoder::EnsureScratch(int64_t num_tokens) {
   scratch_tokens_ = num_tokens;
 }
 
-void Decoder::Forward(std::span<const int32_t> tokens, KvCache& cache, int64_t seq_idx,
-                      LogitsMode mode, std::vector<float>& logits) {
-  const auto num_tokens = static_cast<int64_t>(tokens.size());
-  INFER_CHECK(num_tokens > 0, "forward needs at least one token");
-  const Segment segment{seq_idx, cache.seq_len(seq_idx), 0, num_tokens};
-  RunLayers(tokens.data(), {&segment, 1}, cache);
-  const int64_t hidden = config_.hidden_size;
+void Decoder::Forward(std::span<const SequenceTokens> seqs, PagedKvCache& cache,
+                      std::vector<float>& logits) {
+  INFER_CHECK(!seqs.empty(), "forward needs at least one sequence");
+  RunLayers(seqs, cache);
 
-  const int64_t first_row = mode == LogitsMode::kLastPosition ? num_tokens - 1 : 0;
-  const int64_t num_rows = num_tokens - first_row;
-  const float* rows = hidden_.data() + first_row * hidden;
-  kernels::RmsNorm(rows, num_rows, hidden, weights_.final_norm,
-                   static_cast<float>(config_.rms_norm_eps), norm_weight_offset_, normed_.data());
+  // Gather the rows that want logits, then one norm and one lm_head product for all of them.
+  const int64_t hidden = config_.hidden_size;
+  int64_t num_rows = 0;
+  int64_t row = 0;
+  for (const SequenceTokens& seq : seqs) {
+    const auto n = static_cast<int64_t>(seq.tokens.size());
+    const int64_t first = seq.logits == LogitsMode::kAllPositions ? 0 : n - 1;
+    const int64_t count = seq.logits == LogitsMode::kNone ? 0 : n - first;
+    kernels::RmsNorm(hidden_.data() + (row + first) * hidden, count, hidden, weights_.final_norm,
+                     static_cast<float>(config_.rms_norm_eps), norm_weight_offset_,
+                     normed_.data() + num_rows * hidden);
+    num_rows += count;
+    row += n;
+  }
   logits.resize(static_cast<size_t>(num_rows * config_.vocab_size));
+  if (num_rows == 0) return;
   kernels::MatMul(normed_.data(), num_rows, hidden, hidden, weights_.lm_head, nullptr,
                   logits.data(), config_.vocab_size, pool_, precision_);
   if (config_.final_logit_softcap > 0) {
@@ -95,85 +102,81 @@ void Decoder::Forward(std::span<const int32_t> tokens, KvCache& cache, int64_t s
   }
 }
 
-void Decoder::ForwardBatch(std::span<const SequenceTokens> seqs, KvCache& cache,
-                           std::vector<float>& logits) {
-  INFER_CHECK(!seqs.empty(), "batched forward needs at least one sequence");
-  std::vector<Segment> segments;
-  segments.reserve(seqs.size());
-  batch_tokens_.clear();
-  for (const SequenceTokens& seq : seqs) {
-    INFER_CHECK(!seq.tokens.empty(), "batched forward: sequence {} has no tokens", seq.seq_idx);
-    INFER_CHECK(std::none_of(segments.begin(), segments.end(),
-                             [&](const Segment& s) { return s.seq_idx == seq.seq_idx; }),
-                "batched forward: sequence {} appears twice", seq.seq_idx);
-    segments.push_back({seq.seq_idx, cache.seq_len(seq.seq_idx),
-                        static_cast<int64_t>(batch_tokens_.size()),
-                        static_cast<int64_t>(seq.tokens.size())});
-    batch_tokens_.insert(batch_tokens_.end(), seq.tokens.begin(), seq.tokens.end());
+void Decoder::Forward(std::span<const int32_t> tokens, int64_t first_pos, PagedKvCache& cache,
+                      LogitsMode mode, std::vector<float>& logits) {
+  INFER_CHECK(!tokens.empty(), "forward needs at least one token");
+  while (static_cast<int64_t>(sequence_table_.size()) < cache.num_blocks()) {
+    sequence_table_.push_back(static_cast<int32_t>(sequence_table_.size()));
   }
-  RunLayers(batch_tokens_.data(), segments, cache);
-
-  // Gather each sequence's last row, then one norm and one lm_head product for the batch.
-  const int64_t hidden = config_.hidden_size;
-  const auto num_seqs = static_cast<int64_t>(segments.size());
-  for (int64_t i = 0; i < num_seqs; ++i) {
-    const Segment& s = segments[static_cast<size_t>(i)];
-    kernels::RmsNorm(hidden_.data() + (s.row + s.num_rows - 1) * hidden, 1, hidden,
-                     weights_.final_norm, static_cast<float>(config_.rms_norm_eps),
-                     norm_weight_offset_, normed_.data() + i * hidden);
-  }
-  logits.resize(static_cast<size_t>(num_seqs * config_.vocab_size));
-  kernels::MatMul(normed_.data(), num_seqs, hidden, hidden, weights_.lm_head, nullptr,
-                  logits.data(), config_.vocab_size, pool_, precision_);
-  if (config_.final_logit_softcap > 0) {
-    kernels::SoftCap(logits.data(), static_cast<int64_t>(logits.size()),
-                     static_cast<float>(config_.final_logit_softcap));
-  }
+  const int64_t end = first_pos + static_cast<int64_t>(tokens.size());
+  INFER_CHECK(end <= cache.num_blocks() * cache.block_size(),
+              "sequence of {} tokens exceeds the KV cache ({} blocks of {})", end,
+              cache.num_blocks(), cache.block_size());
+  const SequenceTokens seq{tokens, first_pos,
+                           std::span<const int32_t>(sequence_table_)
+                               .first(static_cast<size_t>(cache.num_blocks())),
+                           mode};
+  Forward({&seq, 1}, cache, logits);
 }
 
-void Decoder::RunLayers(const int32_t* tokens, std::span<const Segment> segments, KvCache& cache) {
+PagedKvCache Decoder::MakeSequenceCache(int64_t max_tokens, DType dtype) const {
+  constexpr int64_t kBlockSize = 16;
+  const int64_t num_blocks = std::max<int64_t>(1, (max_tokens + kBlockSize - 1) / kBlockSize);
+  return PagedKvCache::FromModelConfig(config_, num_blocks, kBlockSize, dtype);
+}
+
+void Decoder::RunLayers(std::span<const SequenceTokens> seqs, PagedKvCache& cache) {
   INFER_CHECK(cache.num_layers() == config_.num_layers &&
                   cache.num_kv_heads() == config_.num_kv_heads &&
                   cache.head_dim() == config_.head_dim,
               "KV cache shape does not match the model");
-  int64_t num_tokens = 0;
-  for (const Segment& s : segments) {
-    INFER_CHECK(s.first_pos + s.num_rows <= cache.max_seq_len(),
-                "sequence of {} tokens exceeds the KV cache's max_seq_len {}",
-                s.first_pos + s.num_rows, cache.max_seq_len());
-    num_tokens += s.num_rows;
+  batch_tokens_.clear();
+  attention_seqs_.clear();
+  for (const SequenceTokens& seq : seqs) {
+    const auto n = static_cast<int64_t>(seq.tokens.size());
+    INFER_CHECK(n > 0, "forward: a sequence has no tokens");
+    INFER_CHECK(seq.first_pos >= 0 &&
+                    seq.first_pos + n <=
+                        static_cast<int64_t>(seq.block_table.size()) * cache.block_size(),
+                "forward: positions {}..{} do not fit the sequence's {} blocks of {}",
+                seq.first_pos, seq.first_pos + n, seq.block_table.size(), cache.block_size());
+    attention_seqs_.push_back({static_cast<int64_t>(batch_tokens_.size()), n, seq.first_pos,
+                               seq.block_table.data(),
+                               static_cast<int64_t>(seq.block_table.size())});
+    batch_tokens_.insert(batch_tokens_.end(), seq.tokens.begin(), seq.tokens.end());
   }
+  const auto num_tokens = static_cast<int64_t>(batch_tokens_.size());
   EnsureScratch(num_tokens);
-  kernels::Embed(weights_.embed_tokens, tokens, num_tokens, embed_scale_, hidden_.data());
-  // RoPE tables row by row: each segment at its own positions.
+  kernels::Embed(weights_.embed_tokens, batch_tokens_.data(), num_tokens, embed_scale_,
+                 hidden_.data());
+  // RoPE tables row by row: each sequence at its own positions.
   for (size_t r = 0; r < inv_freqs_.size(); ++r) {
-    if (segments.size() == 1) {
-      RopeTables(inv_freqs_[r], segments[0].first_pos, num_tokens, rope_cos_[r], rope_sin_[r]);
+    if (seqs.size() == 1) {
+      RopeTables(inv_freqs_[r], seqs[0].first_pos, num_tokens, rope_cos_[r], rope_sin_[r]);
       continue;
     }
     rope_cos_[r].clear();
     rope_sin_[r].clear();
-    for (const Segment& s : segments) {
-      RopeTables(inv_freqs_[r], s.first_pos, s.num_rows, rope_cos_part_, rope_sin_part_);
+    for (const SequenceTokens& seq : seqs) {
+      RopeTables(inv_freqs_[r], seq.first_pos, static_cast<int64_t>(seq.tokens.size()),
+                 rope_cos_part_, rope_sin_part_);
       rope_cos_[r].insert(rope_cos_[r].end(), rope_cos_part_.begin(), rope_cos_part_.end());
       rope_sin_[r].insert(rope_sin_[r].end(), rope_sin_part_.begin(), rope_sin_part_.end());
     }
   }
   for (int64_t layer_idx = 0; layer_idx < config_.num_layers; ++layer_idx) {
-    ForwardLayer(layer_idx, num_tokens, segments, cache);
+    ForwardLayer(layer_idx, num_tokens, seqs, cache);
   }
-  for (const Segment& s : segments) cache.Advance(s.seq_idx, s.num_rows);
 }
 
 void Decoder::ForwardUncached(std::span<const int32_t> tokens, LogitsMode mode,
                               std::vector<float>& logits) {
-  KvCache scratch_cache = KvCache::FromModelConfig(
-      config_, 1, std::max<int64_t>(1, static_cast<int64_t>(tokens.size())));
-  Forward(tokens, scratch_cache, 0, mode, logits);
+  PagedKvCache scratch_cache = MakeSequenceCache(static_cast<int64_t>(tokens.size()));
+  Forward(tokens, 0, scratch_cache, mode, logits);
 }
 
-void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens, std::span<const Segment> segments,
-                           KvCache& cache) {
+void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,
+                           std::span<const SequenceTokens> seqs, PagedKvCache& cache) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer_idx)];
   const LayerConfig& layer = config_.layers[static_cast<size_t>(layer_idx)];
   const int64_t hidden = config_.hidden_size;
@@ -211,13 +214,15 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens, std::span<cons
   params.head_dim = head_dim;
   params.scale = static_cast<float>(config_.query_scale);
   params.sliding_window = layer.sliding_window;
-  for (const Segment& s : segments) {
-    cache.Update(layer_idx, s.seq_idx, k_.data() + s.row * kv_dim, v_.data() + s.row * kv_dim,
-                 s.num_rows);
-    kernels::Attention(q_.data() + s.row * q_dim, s.num_rows, s.first_pos,
-                       cache.Keys(layer_idx, s.seq_idx), cache.Values(layer_idx, s.seq_idx),
-                       cache.kv_head_stride(), params, attn_.data() + s.row * q_dim, pool_);
+  // Every sequence's new K/V first, then one attention call for the step: a query reads keys
+  // only from the cache (bf16-rounded in a bf16 cache), the same values alone or in a batch.
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const kernels::AttentionSequence& a = attention_seqs_[i];
+    cache.Write(layer_idx, seqs[i].block_table, a.first_pos, k_.data() + a.row * kv_dim,
+                v_.data() + a.row * kv_dim, a.num_tokens);
   }
+  kernels::PagedAttention(q_.data(), attention_seqs_, cache.Layer(layer_idx), params,
+                          attn_.data(), pool_);
   kernels::MatMul(attn_.data(), n, q_dim, q_dim, w.o_proj, OptionalTensor(w.o_bias), proj_.data(),
                   hidden, pool_, precision_);
   if (config_.sandwich_norms) {

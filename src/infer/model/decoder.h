@@ -7,19 +7,24 @@
 #include <span>
 #include <vector>
 
-#include "infer/cache/kv_cache.h"
+#include "infer/cache/paged_kv_cache.h"
 #include "infer/core/thread_pool.h"
 #include "infer/kernels/ops.h"
 #include "infer/loader/weights.h"
 
 namespace infer {
 
-enum class LogitsMode { kAllPositions, kLastPosition };
+// Which positions of a sequence get logits: none (a prompt chunk that does not end the prompt),
+// the last, or all (`infer logits`).
+enum class LogitsMode { kNone, kLastPosition, kAllPositions };
 
-// One sequence's share of a batched forward: new tokens for row `seq_idx` of the cache.
+// One sequence's share of a forward pass: its new tokens at positions first_pos onwards (the
+// cache holds the positions before), and the blocks that hold (or will hold) its K/V.
 struct SequenceTokens {
-  int64_t seq_idx = 0;
   std::span<const int32_t> tokens;
+  int64_t first_pos = 0;
+  std::span<const int32_t> block_table;  // covers positions 0 .. first_pos + tokens.size() - 1
+  LogitsMode logits = LogitsMode::kLastPosition;
 };
 
 class Decoder {
@@ -32,33 +37,32 @@ class Decoder {
   const ModelConfig& config() const { return config_; }
   int64_t vocab_size() const { return config_.vocab_size; }
 
-  // Runs `tokens` for sequence `seq_idx` of `cache`, at positions cache.seq_len(seq_idx)
-  // onwards; writes their K/V into the cache and advances it. `logits` receives
-  // [tokens.size(), vocab] (kAllPositions) or [1, vocab] (kLastPosition) f32 values.
-  void Forward(std::span<const int32_t> tokens, KvCache& cache, int64_t seq_idx, LogitsMode mode,
+  // Runs every sequence of `seqs` in one pass (ragged layout: their tokens are concatenated, so
+  // every matrix product covers the whole step; attention reads each through its block table).
+  // Writes their K/V into `cache`. `logits` receives f32 rows, sequence by sequence: none, the
+  // last position's, or every position's, as each asks.
+  void Forward(std::span<const SequenceTokens> seqs, PagedKvCache& cache,
                std::vector<float>& logits);
 
-  // Runs several sequences of `cache` in one pass (ragged layout: their tokens are concatenated,
-  // so every matrix product covers the whole batch; attention stays per sequence). Each runs at
-  // its own positions cache.seq_len(seq_idx) onwards and is advanced. `logits` receives
-  // [seqs.size(), vocab]: the last position of each sequence, in order.
-  void ForwardBatch(std::span<const SequenceTokens> seqs, KvCache& cache,
-                    std::vector<float>& logits);
+  // One sequence in a cache of its own whose blocks are 0, 1, 2, ... (tests, `infer logits`,
+  // `infer bench`): runs `tokens` at positions first_pos onwards.
+  void Forward(std::span<const int32_t> tokens, int64_t first_pos, PagedKvCache& cache,
+               LogitsMode mode, std::vector<float>& logits);
 
-  // The uncached path: recomputes every position of `tokens` from scratch (a fresh cache
+  // The uncached path: recomputes every position of `tokens` from scratch (a fresh f32 cache
   // sized to the sequence). The oracle the cached path is checked against (--no-kv-cache).
   void ForwardUncached(std::span<const int32_t> tokens, LogitsMode mode,
                        std::vector<float>& logits);
 
+  // A cache for one sequence of up to max_tokens positions (blocks 0, 1, 2, ...).
+  PagedKvCache MakeSequenceCache(int64_t max_tokens, DType dtype = DType::kF32) const;
+
  private:
-  // Rows [row, row + num_rows) of the activations belong to sequence seq_idx at first_pos.
-  struct Segment {
-    int64_t seq_idx, first_pos, row, num_rows;
-  };
-  // Embeds `tokens` (all segments' rows) and runs every layer; hidden_ holds the result.
-  void RunLayers(const int32_t* tokens, std::span<const Segment> segments, KvCache& cache);
-  void ForwardLayer(int64_t layer_idx, int64_t num_tokens, std::span<const Segment> segments,
-                    KvCache& cache);
+  // Embeds batch_tokens_ and runs every layer for the sequences of attention_seqs_; hidden_
+  // holds the result.
+  void RunLayers(std::span<const SequenceTokens> seqs, PagedKvCache& cache);
+  void ForwardLayer(int64_t layer_idx, int64_t num_tokens, std::span<const SequenceTokens> seqs,
+                    PagedKvCache& cache);
   void EnsureScratch(int64_t num_tokens);
 
   const ModelConfig& config_;
@@ -75,6 +79,8 @@ class Decoder {
   // Activations of the current call, [num_tokens, width] each.
   int64_t scratch_tokens_ = 0;
   std::vector<int32_t> batch_tokens_;
+  std::vector<kernels::AttentionSequence> attention_seqs_;
+  std::vector<int32_t> sequence_table_;  // 0, 1, 2, ...: the one-sequence Forward's blocks
   std::vector<float> rope_cos_part_, rope_sin_part_;
   std::vector<float> hidden_, normed_, q_, k_, v_, attn_, proj_, gate_, up_;
 };

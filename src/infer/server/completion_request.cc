@@ -95,7 +95,7 @@ CompletionRequest ParseCompletionRequest(std::string_view body, std::string_view
 
   static const char* const kFields[] = {"model", "prompt", "max_tokens",         "temperature",
                                         "top_p", "top_k",  "repetition_penalty", "stream",
-                                        "stop",  "seed"};
+                                        "stop",  "seed",   "priority"};
   for (const auto& [key, value] : root.items()) {
     if (std::find(std::begin(kFields), std::end(kFields), key) == std::end(kFields)) {
       Reject(kUnprocessable, fmt::format("unknown field '{}'", key));
@@ -150,6 +150,13 @@ CompletionRequest ParseCompletionRequest(std::string_view body, std::string_view
     const int64_t seed = IntegerField(*value, "seed");
     if (seed < 0) Reject(kUnprocessable, fmt::format("seed must be >= 0, got {}", seed));
     params.seed = static_cast<uint64_t>(seed);
+  }
+  if (const json* value = field("priority")) {
+    const int64_t priority = IntegerField(*value, "priority");
+    if (priority < -(int64_t{1} << 31) || priority >= (int64_t{1} << 31)) {
+      Reject(kUnprocessable, fmt::format("priority must fit 32 bits, got {}", priority));
+    }
+    request.priority = priority;
   }
   try {
     params.Validate();

@@ -30,6 +30,7 @@ struct CompletionRequest {
   std::variant<std::string, std::vector<int32_t>> prompt;
   SamplingParams params;  // max_tokens -> max_new_tokens; validated
   bool stream = true;     // accepted; the response always streams
+  int64_t priority = 0;   // lower runs first under --scheduling-policy priority (as vLLM)
 };
 
 // Fields (all others are rejected with 422, as the seed's extra="forbid"):
@@ -37,7 +38,7 @@ struct CompletionRequest {
 //   list of token ids, required), max_tokens (int, 128), temperature (number, 1.0), top_p
 //   (number, 1.0), top_k (int or null; 0 and -1 mean off, as in vLLM), repetition_penalty
 //   (number, 1.0), stream (bool), stop (string, list of strings or null), seed (int >= 0 or
-//   null). null for an optional field means its default.
+//   null), priority (int, 0; lower runs first under the priority policy). null for an optional field means its default.
 // Throws RequestError: 400 for a body that is not a JSON object, a missing required field, a
 // wrong type or an empty prompt; 422 for an unknown field, another model, or an out-of-range
 // value.

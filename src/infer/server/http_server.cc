@@ -83,7 +83,8 @@ void HttpServer::Impl::Routes() {
   });
   server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (shutting_down) return SendError(res, kServiceUnavailable, "server shutting down");
-    res.set_content(R"({"status":"ok"})", "application/json");
+    res.set_content(fmt::format(R"({{"status":"ok","kv_cache":{}}})", engine.KvCacheSummaryJson()),
+                    "application/json");
   });
   server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     const json model = {{"id", engine.config().model},
@@ -130,7 +131,8 @@ void HttpServer::Impl::Completions(const httplib::Request& req, httplib::Respons
   }
   const std::string request_id = fmt::format("cmpl-{}", next_id++);
   const auto num_prompt_tokens = prompt_ids.size();
-  auto channel = engine.AddRequest(request_id, std::move(prompt_ids), request.params);
+  auto channel =
+      engine.AddRequest(request_id, std::move(prompt_ids), request.params, request.priority);
   if (!channel) {
     return SendError(res, kServiceUnavailable,
                      shutting_down ? "server shutting down"
@@ -181,7 +183,8 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options)
   const int threads =
       impl_->options.http_threads > 0
           ? impl_->options.http_threads
-          : static_cast<int>(config.max_batch_size + config.max_waiting_requests) + 16;
+          : static_cast<int>(
+                std::min<int64_t>(config.max_num_seqs + config.max_waiting_requests + 16, 1024));
   impl_->server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   impl_->server.set_payload_max_length(kMaxBodyBytes);
   impl_->server.set_socket_options([impl = impl_.get()](socket_t sock) {

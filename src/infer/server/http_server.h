@@ -14,8 +14,8 @@ namespace infer::server {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (Bind() returns it)
-  // HTTP worker threads; 0: enough for every request the engine can hold (batch + queue) plus
-  // room for requests that are only turned away.
+  // HTTP worker threads; 0: enough for every request the engine can hold (max_num_seqs +
+  // queue, at most 1024) plus room for requests that are only turned away.
   int http_threads = 0;
   // A streaming request with nothing to send for this long gets an SSE comment, which is how a
   // client that went away is noticed while its request is still queued.

@@ -24,9 +24,9 @@ namespace infer::kernels::cpu {
                float weight_offset, float* y);                                                     \
   void Rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,                     \
             int64_t token_stride, const float* cos, const float* sin);                             \
-  void Attention(const float* q, int64_t num_tokens, int64_t first_pos, const float* k_cache,      \
-                 const float* v_cache, int64_t kv_head_stride, const AttentionParams& params,      \
-                 float* out, ThreadPool& pool);                                                    \
+  void PagedAttention(const float* q, std::span<const AttentionSequence> seqs,                   \
+                      const PagedKvLayer& kv, const AttentionParams& params, float* out,           \
+                      ThreadPool& pool);                                                           \
   void SiluMul(const float* gate, const float* up, float* out, int64_t n);                         \
   void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n);                     \
   void Add(float* x, const float* y, int64_t n);                                                   \

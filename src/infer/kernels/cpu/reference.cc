@@ -92,46 +92,56 @@ void Rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim, int
   }
 }
 
-void Attention(const float* q, int64_t num_tokens, int64_t first_pos, const float* k_cache,
-               const float* v_cache, int64_t kv_head_stride, const AttentionParams& params,
-               float* out, ThreadPool& pool) {
+void PagedAttention(const float* q, std::span<const AttentionSequence> seqs,
+                    const PagedKvLayer& kv, const AttentionParams& params, float* out,
+                    ThreadPool& pool) {
   const int64_t num_heads = params.num_heads;
   const int64_t head_dim = params.head_dim;
   const int64_t group = num_heads / params.num_kv_heads;
   const int64_t row_stride = num_heads * head_dim;
-  pool.RunTasks(static_cast<int>(num_heads), [&](int h) {
-    const float* keys = k_cache + (h / group) * kv_head_stride;
-    const float* values = v_cache + (h / group) * kv_head_stride;
-    std::vector<double> scores;
-    for (int64_t t = 0; t < num_tokens; ++t) {
-      const int64_t pos = first_pos + t;
-      const int64_t first_key =
-          params.sliding_window > 0 ? std::max<int64_t>(0, pos - params.sliding_window + 1) : 0;
-      const float* query = q + t * row_stride + h * head_dim;
-      scores.assign(static_cast<size_t>(pos + 1 - first_key), 0.0);
-      double max_score = -std::numeric_limits<double>::infinity();
-      for (int64_t j = first_key; j <= pos; ++j) {
-        double dot = 0.0;
-        for (int64_t d = 0; d < head_dim; ++d) {
-          dot += static_cast<double>(query[d]) * keys[j * head_dim + d];
+  // Element e of the K or V row of position `pos`, kv head `kv_head`, widened to double.
+  const auto element = [&](const void* base, const AttentionSequence& seq, int64_t pos,
+                           int64_t kv_head, int64_t e) -> double {
+    const int64_t index = seq.block_table[pos / kv.block_size] * kv.block_stride +
+                          kv_head * kv.head_stride + (pos % kv.block_size) * head_dim + e;
+    if (kv.dtype == DType::kBF16) return Bf16ToF32(static_cast<const uint16_t*>(base)[index]);
+    return static_cast<const float*>(base)[index];
+  };
+  for (const AttentionSequence& seq : seqs) {
+    pool.RunTasks(static_cast<int>(num_heads), [&](int h) {
+      const int64_t kv_head = h / group;
+      std::vector<double> scores;
+      for (int64_t t = 0; t < seq.num_tokens; ++t) {
+        const int64_t pos = seq.first_pos + t;
+        const int64_t first_key =
+            params.sliding_window > 0 ? std::max<int64_t>(0, pos - params.sliding_window + 1) : 0;
+        const float* query = q + (seq.row + t) * row_stride + h * head_dim;
+        scores.assign(static_cast<size_t>(pos + 1 - first_key), 0.0);
+        double max_score = -std::numeric_limits<double>::infinity();
+        for (int64_t j = first_key; j <= pos; ++j) {
+          double dot = 0.0;
+          for (int64_t d = 0; d < head_dim; ++d) {
+            dot += static_cast<double>(query[d]) * element(kv.k, seq, j, kv_head, d);
+          }
+          scores[j - first_key] = dot * params.scale;
+          max_score = std::max(max_score, scores[j - first_key]);
         }
-        scores[j - first_key] = dot * params.scale;
-        max_score = std::max(max_score, scores[j - first_key]);
+        double sum = 0.0;
+        for (double& s : scores) {
+          s = std::exp(s - max_score);
+          sum += s;
+        }
+        float* o = out + (seq.row + t) * row_stride + h * head_dim;
+        for (int64_t d = 0; d < head_dim; ++d) {
+          double acc = 0.0;
+          for (int64_t j = first_key; j <= pos; ++j) {
+            acc += scores[j - first_key] * element(kv.v, seq, j, kv_head, d);
+          }
+          o[d] = static_cast<float>(acc / sum);
+        }
       }
-      double sum = 0.0;
-      for (double& s : scores) {
-        s = std::exp(s - max_score);
-        sum += s;
-      }
-      float* o = out + t * row_stride + h * head_dim;
-      for (int64_t d = 0; d < head_dim; ++d) {
-        double acc = 0.0;
-        for (int64_t j = first_key; j <= pos; ++j)
-          acc += scores[j - first_key] * values[j * head_dim + d];
-        o[d] = static_cast<float>(acc / sum);
-      }
-    }
-  });
+    });
+  }
 }
 
 void SiluMul(const float* gate, const float* up, float* out, int64_t n) {

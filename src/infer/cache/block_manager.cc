@@ -1,0 +1,272 @@
+#include "infer/cache/block_manager.h"
+
+#include <algorithm>
+
+#include "infer/core/error.h"
+
+namespace infer {
+
+BlockManager::BlockManager(int64_t num_blocks, int64_t block_size, bool enable_prefix_caching)
+    : block_size_(block_size), prefix_caching_(enable_prefix_caching) {
+  INFER_CHECK(num_blocks >= 1 && num_blocks <= (int64_t{1} << 30),
+              "block manager: num_blocks must be in [1, 2^30], got {}", num_blocks);
+  INFER_CHECK(block_size >= 1, "block manager: block_size must be at least 1, got {}", block_size);
+  meta_.resize(static_cast<size_t>(num_blocks));
+  free_.reserve(static_cast<size_t>(num_blocks));
+  // Handed out from the back: block 0 first.
+  for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
+}
+
+uint64_t BlockManager::HashBlock(uint64_t parent, std::span<const int32_t> tokens) {
+  // splitmix64 finalizer over the parent hash and each token: a well-mixed 64-bit chain. Hits
+  // are still checked against the stored tokens, so a collision costs a miss, never wrong KV.
+  const auto mix = [](uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+  };
+  uint64_t h = mix(parent ^ 0x5bd1e9955bd1e995ULL);
+  for (const int32_t token : tokens) h = mix(h ^ static_cast<uint32_t>(token));
+  return h;
+}
+
+int32_t BlockManager::Lookup(uint64_t hash, std::span<const int32_t> tokens) const {
+  const auto it = by_hash_.find(hash);
+  if (it == by_hash_.end()) return -1;
+  const Meta& meta = meta_[static_cast<size_t>(it->second)];
+  if (!std::equal(meta.tokens.begin(), meta.tokens.end(), tokens.begin(), tokens.end())) return -1;
+  return it->second;
+}
+
+PrefixMatch BlockManager::Match(std::span<const int32_t> tokens) const {
+  PrefixMatch match;
+  if (!prefix_caching_ || tokens.empty()) return match;
+  const auto size = static_cast<int64_t>(tokens.size());
+  const int64_t max_blocks = (size - 1) / block_size_;
+  uint64_t parent = 0;
+  for (int64_t i = 0; i < max_blocks; ++i) {
+    const auto block_tokens = tokens.subspan(static_cast<size_t>(i * block_size_),
+                                             static_cast<size_t>(block_size_));
+    const uint64_t hash = HashBlock(parent, block_tokens);
+    const int32_t block = Lookup(hash, block_tokens);
+    if (block < 0) break;
+    if (!meta_[static_cast<size_t>(block)].computed) {
+      match.next_pending = true;
+      break;
+    }
+    ++match.num_blocks;
+    parent = hash;
+  }
+  return match;
+}
+
+int64_t BlockManager::BlocksNeeded(const BlockTable& table, std::span<const int32_t> tokens,
+                                   int64_t num_tokens) const {
+  const int64_t total = BlocksFor(num_tokens);
+  if (!table.blocks.empty() || !prefix_caching_) {
+    return std::max<int64_t>(0, total - static_cast<int64_t>(table.blocks.size()));
+  }
+  // A first allocation shares the cached prefix; reviving an unreferenced cached block takes it
+  // out of the evictable pool, so it counts like a fresh one.
+  const PrefixMatch match = Match(tokens.first(std::min(tokens.size(), static_cast<size_t>(num_tokens))));
+  int64_t needed = std::max<int64_t>(0, total - match.num_blocks);
+  uint64_t parent = 0;
+  for (int64_t i = 0; i < match.num_blocks; ++i) {
+    const auto block_tokens = tokens.subspan(static_cast<size_t>(i * block_size_),
+                                             static_cast<size_t>(block_size_));
+    parent = HashBlock(parent, block_tokens);
+    if (meta_[static_cast<size_t>(Lookup(parent, block_tokens))].ref_count == 0) ++needed;
+  }
+  return needed;
+}
+
+int32_t BlockManager::TakeFresh() {
+  int32_t block;
+  if (!free_.empty()) {
+    block = free_.back();
+    free_.pop_back();
+  } else {
+    INFER_CHECK(!evictable_.empty(), "block manager: no free block");
+    block = evictable_.front();
+    evictable_.pop_front();
+    meta_[static_cast<size_t>(block)].in_lru = false;
+    Unregister(block);
+  }
+  Meta& meta = meta_[static_cast<size_t>(block)];
+  meta.ref_count = 1;
+  meta.computed = false;
+  return block;
+}
+
+void BlockManager::Unregister(int32_t block) {
+  Meta& meta = meta_[static_cast<size_t>(block)];
+  if (!meta.registered) return;
+  by_hash_.erase(meta.hash);
+  meta.registered = false;
+  meta.tokens.clear();
+}
+
+bool BlockManager::Allocate(BlockTable& table, std::span<const int32_t> tokens,
+                            int64_t num_tokens) {
+  INFER_CHECK(num_tokens >= 0, "block manager: num_tokens = {}", num_tokens);
+  const int64_t needed = BlocksNeeded(table, tokens, num_tokens);
+  if (needed > num_free_blocks()) return false;
+  const auto known = std::min(tokens.size(), static_cast<size_t>(num_tokens));
+  if (table.blocks.empty() && prefix_caching_) {
+    const PrefixMatch match = Match(tokens.first(known));
+    prefix_queries_ += std::max<int64_t>(0, (static_cast<int64_t>(tokens.size()) - 1) / block_size_);
+    prefix_hits_ += match.num_blocks;
+    uint64_t parent = 0;
+    for (int64_t i = 0; i < match.num_blocks; ++i) {
+      const auto block_tokens = tokens.subspan(static_cast<size_t>(i * block_size_),
+                                               static_cast<size_t>(block_size_));
+      parent = HashBlock(parent, block_tokens);
+      const int32_t block = Lookup(parent, block_tokens);
+      Meta& meta = meta_[static_cast<size_t>(block)];
+      if (meta.in_lru) {
+        evictable_.erase(meta.lru);
+        meta.in_lru = false;
+      }
+      ++meta.ref_count;
+      table.blocks.push_back(block);
+      table.hashes.push_back(parent);
+    }
+    table.num_cached_tokens = match.num_blocks * block_size_;
+  }
+  while (static_cast<int64_t>(table.blocks.size()) < BlocksFor(num_tokens)) {
+    const int32_t block = TakeFresh();
+    table.blocks.push_back(block);
+    // Register a full block of known tokens right away (pending until computed), so that a
+    // sequence arriving meanwhile with the same prefix waits for it instead of recomputing it.
+    const size_t i = table.blocks.size() - 1;
+    const size_t end = (i + 1) * static_cast<size_t>(block_size_);
+    if (!prefix_caching_ || table.hashes.size() != i || end > known) continue;
+    const auto block_tokens = tokens.subspan(end - static_cast<size_t>(block_size_),
+                                             static_cast<size_t>(block_size_));
+    const uint64_t hash = HashBlock(table.hashes.empty() ? 0 : table.hashes.back(), block_tokens);
+    table.hashes.push_back(hash);
+    if (!by_hash_.contains(hash)) {
+      Meta& meta = meta_[static_cast<size_t>(block)];
+      meta.registered = true;
+      meta.hash = hash;
+      meta.tokens.assign(block_tokens.begin(), block_tokens.end());
+      by_hash_.emplace(hash, block);
+    }
+  }
+  return true;
+}
+
+void BlockManager::MarkComputed(BlockTable& table, std::span<const int32_t> tokens,
+                                int64_t num_computed) {
+  const int64_t full = std::min<int64_t>(
+      {num_computed / block_size_, static_cast<int64_t>(table.blocks.size()),
+       static_cast<int64_t>(tokens.size()) / block_size_});
+  for (int64_t i = 0; i < full; ++i) {
+    meta_[static_cast<size_t>(table.blocks[static_cast<size_t>(i)])].computed = true;
+  }
+  if (!prefix_caching_) return;
+  for (auto i = static_cast<int64_t>(table.hashes.size()); i < full; ++i) {
+    const auto block_tokens = tokens.subspan(static_cast<size_t>(i * block_size_),
+                                             static_cast<size_t>(block_size_));
+    const uint64_t hash = HashBlock(table.hashes.empty() ? 0 : table.hashes.back(), block_tokens);
+    table.hashes.push_back(hash);
+    if (by_hash_.contains(hash)) continue;  // another sequence's copy is the cache entry
+    const int32_t block = table.blocks[static_cast<size_t>(i)];
+    Meta& meta = meta_[static_cast<size_t>(block)];
+    meta.registered = true;
+    meta.hash = hash;
+    meta.tokens.assign(block_tokens.begin(), block_tokens.end());
+    by_hash_.emplace(hash, block);
+  }
+}
+
+std::optional<std::pair<int32_t, int32_t>> BlockManager::Fork(const BlockTable& parent,
+                                                              int64_t num_tokens,
+                                                              BlockTable& child) {
+  INFER_CHECK(child.blocks.empty(), "block manager: fork into a table that has blocks");
+  INFER_CHECK(num_tokens >= 0 && BlocksFor(num_tokens) <= static_cast<int64_t>(parent.blocks.size()),
+              "block manager: fork of {} tokens from a table of {} blocks", num_tokens,
+              parent.blocks.size());
+  const int64_t full = num_tokens / block_size_;
+  const bool partial = num_tokens % block_size_ != 0;
+  INFER_CHECK(!partial || num_free_blocks() >= 1, "block manager: no free block to fork into");
+  for (int64_t i = 0; i < full; ++i) {
+    const int32_t block = parent.blocks[static_cast<size_t>(i)];
+    ++meta_[static_cast<size_t>(block)].ref_count;
+    child.blocks.push_back(block);
+  }
+  child.hashes.assign(parent.hashes.begin(),
+                      parent.hashes.begin() + std::min<int64_t>(
+                                                  full, static_cast<int64_t>(parent.hashes.size())));
+  child.num_cached_tokens = 0;
+  if (!partial) return std::nullopt;
+  const int32_t fresh = TakeFresh();
+  child.blocks.push_back(fresh);
+  return std::make_pair(parent.blocks[static_cast<size_t>(full)], fresh);
+}
+
+void BlockManager::Release(int32_t block) {
+  Meta& meta = meta_[static_cast<size_t>(block)];
+  INFER_CHECK(meta.ref_count > 0, "block manager: block {} freed more often than taken", block);
+  if (--meta.ref_count > 0) return;
+  if (meta.registered && meta.computed) {
+    evictable_.push_back(block);
+    meta.lru = std::prev(evictable_.end());
+    meta.in_lru = true;
+    return;
+  }
+  Unregister(block);
+  free_.push_back(block);
+}
+
+void BlockManager::Free(BlockTable& table) {
+  // Last blocks first: they are the least likely to be shared, so they are evicted first.
+  for (auto it = table.blocks.rbegin(); it != table.blocks.rend(); ++it) Release(*it);
+  table.blocks.clear();
+  table.hashes.clear();
+  table.num_cached_tokens = 0;
+}
+
+void BlockManager::CheckInvariants(std::span<const BlockTable* const> tables) const {
+  std::vector<int32_t> refs(meta_.size(), 0);
+  for (const BlockTable* table : tables) {
+    for (const int32_t block : table->blocks) {
+      INFER_CHECK(block >= 0 && block < num_blocks(), "invariant: block id {} out of range", block);
+      ++refs[static_cast<size_t>(block)];
+    }
+  }
+  std::vector<int> listed(meta_.size(), 0);
+  for (const int32_t block : free_) {
+    ++listed[static_cast<size_t>(block)];
+    INFER_CHECK(!meta_[static_cast<size_t>(block)].registered, "invariant: free block {} is cached",
+                block);
+  }
+  for (const int32_t block : evictable_) {
+    ++listed[static_cast<size_t>(block)];
+    const Meta& meta = meta_[static_cast<size_t>(block)];
+    INFER_CHECK(meta.in_lru && meta.registered && meta.computed,
+                "invariant: evictable block {} is not a computed cache entry", block);
+  }
+  for (size_t b = 0; b < meta_.size(); ++b) {
+    const Meta& meta = meta_[b];
+    INFER_CHECK(meta.ref_count == refs[b], "invariant: block {} has ref count {}, {} references",
+                b, meta.ref_count, refs[b]);
+    INFER_CHECK(listed[b] == (meta.ref_count == 0 ? 1 : 0),
+                "invariant: block {} (ref count {}) is listed {} times in free/evictable", b,
+                meta.ref_count, listed[b]);
+    if (meta.registered) {
+      const auto it = by_hash_.find(meta.hash);
+      INFER_CHECK(it != by_hash_.end() && it->second == static_cast<int32_t>(b),
+                  "invariant: block {} is registered but not indexed", b);
+    }
+  }
+  for (const auto& [hash, block] : by_hash_) {
+    INFER_CHECK(meta_[static_cast<size_t>(block)].registered &&
+                    meta_[static_cast<size_t>(block)].hash == hash,
+                "invariant: hash index points at block {} which is not registered under it",
+                block);
+  }
+}
+
+}  // namespace infer

@@ -1,0 +1,116 @@
+// Which KV blocks each sequence owns (pure: no model, threads or memory of its own). Fixed-size
+// blocks with reference counts, per-sequence block tables, and prefix caching: a full block is
+// known by the hash of its tokens chained with its parent block's hash (as vLLM does), so a new
+// sequence reuses every cached full block its tokens start with. Unreferenced cached blocks stay
+// cached and are evicted least-recently-used only when a fresh block is needed.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace infer {
+
+// A sequence's blocks, owned by the caller (the scheduler keeps one per request).
+struct BlockTable {
+  std::vector<int32_t> blocks;
+  // Hash of each full block whose tokens are registered (hashes[i] is blocks[i]'s chain hash).
+  std::vector<uint64_t> hashes;
+  // Leading tokens whose KV came from the prefix cache on the first allocation.
+  int64_t num_cached_tokens = 0;
+};
+
+// What the prefix cache holds for a sequence's tokens.
+struct PrefixMatch {
+  int64_t num_blocks = 0;  // leading full blocks whose KV is cached and computed
+  // The block after them is being computed by another sequence right now: waiting a step for
+  // it avoids computing it twice.
+  bool next_pending = false;
+};
+
+class BlockManager {
+ public:
+  BlockManager(int64_t num_blocks, int64_t block_size, bool enable_prefix_caching);
+
+  int64_t num_blocks() const { return static_cast<int64_t>(meta_.size()); }
+  int64_t block_size() const { return block_size_; }
+  bool prefix_caching() const { return prefix_caching_; }
+  // Blocks a new allocation can take now: free ones plus cached ones nobody references.
+  int64_t num_free_blocks() const {
+    return static_cast<int64_t>(free_.size() + evictable_.size());
+  }
+  int64_t num_cached_blocks() const { return static_cast<int64_t>(by_hash_.size()); }
+  int64_t BlocksFor(int64_t num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
+
+  // The cached prefix of `tokens`: at most (tokens.size() - 1) / block_size blocks, so that at
+  // least one token is left to compute (its logits are needed).
+  PrefixMatch Match(std::span<const int32_t> tokens) const;
+
+  // Extends `table` to cover the first `num_tokens` of `tokens` (tokens known so far; may be
+  // fewer than num_tokens when reserving room for tokens still to come). On a table's first
+  // allocation the cached prefix (Match) is shared and table.num_cached_tokens set. Full blocks
+  // of known tokens are registered under their hash as pending until MarkComputed. Returns
+  // false and changes nothing if there are not enough free blocks.
+  bool Allocate(BlockTable& table, std::span<const int32_t> tokens, int64_t num_tokens);
+  // Fresh blocks the allocation would take (0 if the table already covers num_tokens).
+  int64_t BlocksNeeded(const BlockTable& table, std::span<const int32_t> tokens,
+                       int64_t num_tokens) const;
+
+  // The first `num_computed` tokens of `tokens` now have their KV written: the table's full
+  // blocks among them become computed (shareable) cache entries.
+  void MarkComputed(BlockTable& table, std::span<const int32_t> tokens, int64_t num_computed);
+
+  // A child sharing every block of `parent` (references taken). A partial last block cannot be
+  // shared (both would write into it): the child gets a fresh block and the returned
+  // (source, destination) pair says which KV to copy. Nullopt also when no block was needed;
+  // throws infer::Error when a needed block is not available.
+  std::optional<std::pair<int32_t, int32_t>> Fork(const BlockTable& parent, int64_t num_tokens,
+                                                  BlockTable& child);
+
+  // Drops the table's references and empties it. A block nobody references goes back to the
+  // free list, or, if it is a computed cache entry, stays cached and evictable (the table's
+  // last blocks first in eviction order).
+  void Free(BlockTable& table);
+
+  // Counters for logs and /health.
+  int64_t prefix_queries() const { return prefix_queries_; }  // blocks looked up at allocation
+  int64_t prefix_hits() const { return prefix_hits_; }        // of those, found cached
+
+  // Consistency check for tests: reference counts equal the references of `tables`, the free
+  // and evictable lists and the hash index agree. Throws infer::Error describing a mismatch.
+  void CheckInvariants(std::span<const BlockTable* const> tables) const;
+
+ private:
+  struct Meta {
+    int32_t ref_count = 0;
+    bool registered = false;  // under `hash` in by_hash_
+    bool computed = false;    // its KV is written
+    uint64_t hash = 0;
+    std::vector<int32_t> tokens;  // of a registered block (checked on lookup: no false hits)
+    std::list<int32_t>::iterator lru;  // in evictable_ when ref_count == 0 and computed
+    bool in_lru = false;
+  };
+
+  static uint64_t HashBlock(uint64_t parent, std::span<const int32_t> tokens);
+  // A registered block with these tokens under `hash`, or -1.
+  int32_t Lookup(uint64_t hash, std::span<const int32_t> tokens) const;
+  // A fresh block: from the free list, else the least recently used evictable block.
+  int32_t TakeFresh();
+  void Unregister(int32_t block);
+  void Release(int32_t block);
+
+  int64_t block_size_;
+  bool prefix_caching_;
+  std::vector<Meta> meta_;
+  std::vector<int32_t> free_;
+  std::list<int32_t> evictable_;  // front: evicted first
+  std::unordered_map<uint64_t, int32_t> by_hash_;
+  int64_t prefix_queries_ = 0;
+  int64_t prefix_hits_ = 0;
+};
+
+}  // namespace infer
