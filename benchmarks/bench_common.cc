@@ -4,6 +4,9 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <fstream>
+#include <set>
+#include <sstream>
 
 namespace infer::bench {
 
@@ -11,18 +14,13 @@ void ProgressModel::SetLabel(std::string label, int64_t total_steps) {
   label_ = std::move(label);
   total_steps_ = total_steps;
   steps_ = 0;
+  tokens_ = 0;
   label_start_ = std::chrono::steady_clock::now();
 }
 
-void ProgressModel::NextTokenLogits(int64_t seq_idx, std::span<const int32_t> tokens,
-                                    int64_t num_new, std::vector<float>& logits) {
-  inner_.NextTokenLogits(seq_idx, tokens, num_new, logits);
-  Tick();
-}
-
-void ProgressModel::BatchNextTokenLogits(std::span<const SequenceStep> steps,
-                                         std::vector<float>& logits) {
-  inner_.BatchNextTokenLogits(steps, logits);
+void ProgressModel::Forward(std::span<const SequenceStep> steps, std::vector<float>& logits) {
+  inner_.Forward(steps, logits);
+  for (const SequenceStep& step : steps) tokens_ += step.num_new;
   Tick();
 }
 
@@ -62,6 +60,28 @@ std::string CommandOutput(const char* command) {
   const size_t begin = out.find_first_not_of(" \n");
   if (begin == std::string::npos) return "";
   return out.substr(begin, out.find_last_not_of(" \n") - begin + 1);
+}
+
+std::string CpuDescription() {
+  std::string name =
+      CommandOutput("lscpu 2>/dev/null | sed -n 's/^Model name:[[:space:]]*//p' | head -n1");
+  if (name.empty()) name = CommandOutput("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2");
+  if (name.empty()) name = "unknown CPU";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::set<std::string> flags;
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') + 1));
+    for (std::string flag; words >> flag;) flags.insert(flag);
+    break;
+  }
+  std::string have, lack;
+  for (const char* flag : {"avx512f", "avx512_bf16", "amx_bf16"}) {
+    std::string& list = flags.count(flag) != 0 ? have : lack;
+    list += (list.empty() ? "" : " ") + std::string(flag);
+  }
+  return name + " (" + have + (have.empty() || lack.empty() ? "" : "; ") +
+         (lack.empty() ? "" : "no " + lack) + ")";
 }
 
 std::string UtcTime(const char* format) {

@@ -24,14 +24,20 @@ class ProgressModel final : public LanguageModel {
   void SetLabel(std::string label, int64_t total_steps = 0);
   int64_t vocab_size() const override { return inner_.vocab_size(); }
   int64_t context_length() const override { return inner_.context_length(); }
-  void StartSequences(int64_t num_seqs, int64_t max_seq_len, bool use_kv_cache) override {
-    inner_.StartSequences(num_seqs, max_seq_len, use_kv_cache);
+  int64_t kv_bytes_per_token(DType kv_dtype) const override {
+    return inner_.kv_bytes_per_token(kv_dtype);
   }
-  void NextTokenLogits(int64_t seq_idx, std::span<const int32_t> tokens, int64_t num_new,
-                       std::vector<float>& logits) override;
-  void BatchNextTokenLogits(std::span<const SequenceStep> steps,
-                            std::vector<float>& logits) override;
+  void AllocateKvCache(int64_t num_blocks, int64_t block_size, DType kv_dtype,
+                       bool use_kv_cache) override {
+    inner_.AllocateKvCache(num_blocks, block_size, kv_dtype, use_kv_cache);
+  }
+  void CopyKvBlock(int32_t source, int32_t destination) override {
+    inner_.CopyKvBlock(source, destination);
+  }
   int64_t kv_cache_bytes() const override { return inner_.kv_cache_bytes(); }
+  void Forward(std::span<const SequenceStep> steps, std::vector<float>& logits) override;
+  // Tokens run through Forward since SetLabel (prefill chunks and decode tokens).
+  int64_t tokens() const { return tokens_; }
 
  private:
   void Tick();
@@ -40,6 +46,7 @@ class ProgressModel final : public LanguageModel {
   std::string label_;
   int64_t total_steps_ = 0;
   int64_t steps_ = 0;
+  int64_t tokens_ = 0;
   std::chrono::steady_clock::time_point label_start_{};
   std::chrono::steady_clock::time_point last_print_{};
 };
@@ -52,6 +59,10 @@ double Percentile(const std::vector<double>& sorted, double q);
 
 // A shell command's stdout, trimmed of surrounding spaces and newlines ("" on failure).
 std::string CommandOutput(const char* command);
+
+// The CPU for reports: lscpu's model name (else /proc/cpuinfo's), then which of the flags
+// avx512f, avx512_bf16, amx_bf16 it has, e.g. "AMD EPYC (avx512f avx512_bf16; no amx_bf16)".
+std::string CpuDescription();
 
 // The current UTC time in strftime `format`.
 std::string UtcTime(const char* format);

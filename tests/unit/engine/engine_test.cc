@@ -1,11 +1,13 @@
-// The serving engine: the runner with scripted models (EOS, stop strings, length, partial batch
-// completion, errors, cancel), the engine thread, and on the fixture models batched output equal
-// to single-request output (greedy and seeded) with mixed prompt lengths in one batch.
+// The engine: the runner with scripted models (EOS, length, errors, cancel, token budget), the
+// engine thread, the seed-004 request API, and on the fixture models bit-identical outputs
+// whether a request runs alone, in a batch, split into prefill chunks, after a prefix-cache hit
+// or after being preempted and recomputed, in both matmul precisions and both KV dtypes.
 #include "infer/engine/engine.h"
 
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -13,16 +15,18 @@
 
 #include "infer/core/error.h"
 #include "infer/engine/decoder_model.h"
+#include "infer/engine/generate.h"
 #include "mock_model.h"
+#include <nlohmann/json.hpp>
 
 namespace infer {
 namespace {
 
 using std::chrono::milliseconds;
 
-EngineConfig TestConfig(int64_t max_batch_size = 8) {
+EngineConfig TestConfig(int64_t max_num_seqs = 8) {
   EngineConfig config;
-  config.max_batch_size = max_batch_size;
+  config.max_num_seqs = max_num_seqs;
   config.batch_wait_timeout_s = 0.0;
   return config;
 }
@@ -60,13 +64,12 @@ std::vector<int32_t> TokenIds(const std::vector<StepOutput>& outputs) {
 class FailingModel : public testing::ScriptedModel {
  public:
   FailingModel() : ScriptedModel(32, {5, 6, 7, 8}) {}
-  void BatchNextTokenLogits(std::span<const SequenceStep> steps,
-                            std::vector<float>& logits) override {
+  void Forward(std::span<const SequenceStep> steps, std::vector<float>& logits) override {
     if (fail_next) {
       fail_next = false;
       throw Error("out of memory allocating the KV cache");
     }
-    ScriptedModel::BatchNextTokenLogits(steps, logits);
+    ScriptedModel::Forward(steps, logits);
   }
   bool fail_next = false;
 };
@@ -78,8 +81,12 @@ TEST(EngineTest, StepsABatchToCompletionWithEosAndLength) {
   auto length = engine.AddRequest("length", {1, 2, 3, 4, 5}, Params(2));
   ASSERT_TRUE(eos && length);
   int steps = 0;
-  while (engine.HasWork() && steps < 100) steps += engine.Step() ? 1 : 0;
-  EXPECT_EQ(steps, 3);  // prefill + 2 decodes: the batch runs until its last request ends
+  std::vector<std::string> ended;
+  for (; engine.HasWork() && steps < 100; ++steps) {
+    for (const GenerationOutput& output : engine.Step()) ended.push_back(output.request_id);
+  }
+  EXPECT_EQ(steps, 3);  // prefill + 2 decodes
+  EXPECT_EQ(ended, (std::vector<std::string>{"length", "eos"}));
   const auto eos_out = Drain(*eos);
   EXPECT_EQ(TokenIds(eos_out), (std::vector<int32_t>{5, 6, 9}));
   EXPECT_EQ(eos_out.back().finish_reason, FinishReason::kEos);
@@ -88,14 +95,13 @@ TEST(EngineTest, StepsABatchToCompletionWithEosAndLength) {
   const auto length_out = Drain(*length);
   EXPECT_EQ(TokenIds(length_out), (std::vector<int32_t>{5, 6}));
   EXPECT_EQ(length_out.back().finish_reason, FinishReason::kLength);
-  EXPECT_EQ(model.kv_cache_bytes(), 0);
 }
 
 TEST(EngineTest, RejectsPastTheQueueBoundAndInvalidPrompts) {
   testing::ScriptedModel model(32, {5});
   EngineConfig config = TestConfig();
   config.max_waiting_requests = 1;
-  config.max_seq_len = 8;
+  config.max_model_len = 8;
   Engine engine(config, model, nullptr, {});
   EXPECT_NE(engine.AddRequest("a", {1}, Params(1)), nullptr);
   EXPECT_EQ(engine.AddRequest("b", {1}, Params(1)), nullptr);
@@ -127,7 +133,7 @@ TEST(EngineTest, CancelFreesTheSlotAtTheNextStep) {
   Engine engine(TestConfig(), model, nullptr, {});
   auto kept = engine.AddRequest("kept", {1}, Params(3));
   auto gone = engine.AddRequest("gone", {1}, Params(1000));
-  ASSERT_TRUE(engine.Step());  // prefill
+  engine.Step();  // prefill
   engine.Cancel("gone");
   while (engine.HasWork()) engine.Step();
   EXPECT_EQ(TokenIds(Drain(*kept)).size(), 3U);
@@ -137,8 +143,10 @@ TEST(EngineTest, CancelFreesTheSlotAtTheNextStep) {
 }
 
 TEST(EngineTest, EngineThreadServesAndStopFailsInFlightRequests) {
-  testing::ScriptedModel model(32, {5});
-  Engine engine(TestConfig(2), model, nullptr, {});
+  testing::ScriptedModel model(32, {5}, 1 << 22);
+  EngineConfig config = TestConfig(2);
+  config.max_model_len = 1 << 21;
+  Engine engine(config, model, nullptr, {});
   engine.Start();
   auto quick = engine.AddRequest("quick", {1}, Params(4));
   EXPECT_EQ(TokenIds(Drain(*quick)).size(), 4U);
@@ -151,7 +159,7 @@ TEST(EngineTest, EngineThreadServesAndStopFailsInFlightRequests) {
   EXPECT_EQ(engine.AddRequest("late", {1}, Params(1)), nullptr);
 }
 
-TEST(EngineTest, PrefillRunsInCallsOfAtMostMaxNumBatchedTokens) {
+TEST(EngineTest, StepsRunAtMostMaxNumBatchedTokensMixingDecodeAndPrefill) {
   testing::ScriptedModel model(32, {5});
   EngineConfig config = TestConfig();
   config.max_num_batched_tokens = 4;
@@ -164,42 +172,93 @@ TEST(EngineTest, PrefillRunsInCallsOfAtMostMaxNumBatchedTokens) {
   }
   while (engine.HasWork()) engine.Step();
   for (const auto& output : outputs) EXPECT_EQ(TokenIds(Drain(*output)).size(), 2U);
-  // Calls of 4 tokens: [3 + 1], [4], [4] (the 9-token prompt ends), [1 + 3], [2]; then one
-  // decode step of a token per request.
-  const std::vector<int64_t> expected = {3, 1, 4, 4, 1, 3, 2, 1, 1, 1, 1};
-  EXPECT_EQ(model.num_new_calls(), expected);
+  int64_t total = 0;
+  bool mixed = false;
+  for (const auto& call : model.calls()) {
+    int64_t tokens = 0;
+    bool decode = false, prefill = false;
+    for (const auto& [seq_id, num_new] : call) {
+      tokens += num_new;
+      (num_new == 1 ? decode : prefill) = true;
+    }
+    EXPECT_LE(tokens, 4);
+    total += tokens;
+    mixed = mixed || (decode && prefill);
+  }
+  EXPECT_EQ(total, 3 + 9 + 1 + 5 + 4);  // every prompt token once, then one decode each
+  EXPECT_TRUE(mixed);  // a decode token rode along a prefill chunk
+  // The first step: the 3-token prompt and the first token of the 9-token one.
+  EXPECT_EQ(model.calls().front(), (std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {1, 1}}));
+}
+
+TEST(EngineTest, BuilderRequestsAndGenerate) {
+  testing::ScriptedModel model(32, {5, 6, 7});
+  EngineConfig config = TestConfig();
+  config.scheduler_policy = "priority";
+  config.max_num_seqs = 1;
+  Engine engine(config, model, nullptr, {7});
+  const std::string low = engine.AddRequest(GenerationRequest(std::vector<int32_t>{1, 2})
+                                                .max_tokens(10)
+                                                .temperature(0.7)
+                                                .top_k(5)
+                                                .top_p(0.9)
+                                                .seed(3)
+                                                .priority(5));
+  const std::string high =
+      engine.AddRequest(GenerationRequest(std::vector<int32_t>{3}).max_tokens(2).priority(0));
+  const std::vector<GenerationOutput> outputs = engine.Generate();
+  ASSERT_EQ(outputs.size(), 2U);
+  EXPECT_EQ(outputs[0].request_id, high);  // priority 0 runs first, one sequence at a time
+  EXPECT_EQ(outputs[0].token_ids, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(outputs[0].finish_reason, FinishReason::kLength);
+  EXPECT_EQ(outputs[1].request_id, low);
+  EXPECT_EQ(outputs[1].token_ids, (std::vector<int32_t>{5, 6, 7}));
+  EXPECT_EQ(outputs[1].finish_reason, FinishReason::kEos);
+  EXPECT_EQ(outputs[1].prompt_token_ids, (std::vector<int32_t>{1, 2}));
+  EXPECT_EQ(outputs[1].total_tokens, 5);
+  EXPECT_THROW(engine.AddRequest(GenerationRequest(std::vector<int32_t>{}).max_tokens(1)), Error);
 }
 
 // The fixture models (bf16 weights) in both matmul precisions: in bf16 a last-bit difference
 // between batched and single rows would flip roundings, so equality there shows the kernels
 // are batch-invariant, not merely close.
-class EngineFixtureTest
-    : public ::testing::TestWithParam<std::tuple<std::string, kernels::MatMulPrecision>> {
+using FixtureParam = std::tuple<std::string, kernels::MatMulPrecision, DType>;
+
+class EngineFixtureTest : public ::testing::TestWithParam<FixtureParam> {
  protected:
   void SetUp() override {
-    const auto& [arch, precision] = GetParam();
+    const auto& [arch, precision, kv_dtype] = GetParam();
     const std::string dir = std::string(INFER_TEST_FIXTURES) + "/models/" + arch;
     loaded_ = std::make_unique<LoadedModel>(LoadModel(dir + "/model", LoadOptions{}));
     model_ = MakeDecoderModel(*loaded_, pool_, precision);
   }
 
-  // Runs the requests as one batch, or each alone, and returns every request's tokens.
-  // max_num_batched_tokens > 0 caps the tokens of each prefill call.
-  std::vector<std::vector<int32_t>> Run(const std::vector<std::vector<int32_t>>& prompts,
-                                        const std::vector<SamplingParams>& params, bool batched,
-                                        int64_t max_num_batched_tokens = 0) {
-    std::vector<std::vector<int32_t>> tokens;
-    EngineConfig config = TestConfig(batched ? 8 : 1);
-    if (max_num_batched_tokens > 0) config.max_num_batched_tokens = max_num_batched_tokens;
-    Engine engine(config, *model_, nullptr, {});
+  EngineConfig Config(int64_t max_num_seqs) const {
+    EngineConfig config = TestConfig(max_num_seqs);
+    config.kv_cache_dtype = std::get<2>(GetParam());
+    config.num_blocks = 64;
+    return config;
+  }
+
+  // Adds every request, steps the engine until all end, returns every request's tokens.
+  static std::vector<std::vector<int32_t>> RunAll(Engine& engine,
+                                                  const std::vector<std::vector<int32_t>>& prompts,
+                                                  const std::vector<SamplingParams>& params) {
     std::vector<std::shared_ptr<OutputChannel>> outputs;
     for (size_t i = 0; i < prompts.size(); ++i) {
       outputs.push_back(engine.AddRequest(std::to_string(i), prompts[i], params[i]));
     }
     while (engine.HasWork()) engine.Step();
-    tokens.reserve(outputs.size());
+    std::vector<std::vector<int32_t>> tokens;
     for (const auto& output : outputs) tokens.push_back(TokenIds(Drain(*output)));
     return tokens;
+  }
+
+  std::vector<std::vector<int32_t>> Run(const EngineConfig& config,
+                                        const std::vector<std::vector<int32_t>>& prompts,
+                                        const std::vector<SamplingParams>& params) {
+    Engine engine(config, *model_, nullptr, {});
+    return RunAll(engine, prompts, params);
   }
 
   ThreadPool pool_{2};
@@ -207,36 +266,86 @@ class EngineFixtureTest
   std::unique_ptr<LanguageModel> model_;
 };
 
-TEST_P(EngineFixtureTest, BatchedOutputEqualsSingleRequestOutput) {
-  const std::vector<std::vector<int32_t>> prompts = {
-      {1, 17, 42}, {3, 9, 100, 200, 7, 8, 11, 300, 12}, {5}, {250, 251, 252, 253, 254}};
-  std::vector<SamplingParams> params = {Params(6), Params(9, 0.8), Params(4), Params(7, 1.0)};
+std::vector<int32_t> Range(int32_t first, int32_t count) {
+  std::vector<int32_t> ids;
+  for (int32_t i = 0; i < count; ++i) ids.push_back(first + i * 7 % 200);
+  return ids;
+}
+
+TEST_P(EngineFixtureTest, OutputIsTheSameAloneBatchedChunkedCachedAndPreempted) {
+  std::vector<std::vector<int32_t>> prompts = {
+      {1, 17, 42}, {3, 9, 100, 200, 7, 8, 11, 300, 12}, {5}, Range(250, 37), Range(20, 33)};
+  prompts[4].insert(prompts[4].begin(), prompts[3].begin(), prompts[3].begin() + 32);
+  std::vector<SamplingParams> params = {Params(6), Params(9, 0.8), Params(4), Params(7, 1.0),
+                                        Params(12)};
   params[1].seed = 11;
   params[1].top_k = 20;
   params[3].seed = 12;
   params[3].top_p = 0.9;
-  const auto batched = Run(prompts, params, true);
-  const auto single = Run(prompts, params, false);
-  EXPECT_EQ(batched, single);
-  // Chunked prefill: 4 tokens per call packs short prompts together and splits the long ones.
-  EXPECT_EQ(Run(prompts, params, true, 4), single);
+  std::vector<std::vector<int32_t>> single;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    EXPECT_EQ(batched[i].size(), static_cast<size_t>(params[i].max_new_tokens));
-    // And equal to generate() on its own.
-    const GenerationResult alone = Generate(*model_, nullptr, prompts[i], params[i]);
-    EXPECT_EQ(batched[i], alone.token_ids) << "request " << i;
+    single.push_back(Run(Config(1), {prompts[i]}, {params[i]}).front());
+    EXPECT_EQ(single[i].size(), static_cast<size_t>(params[i].max_new_tokens));
+  }
+  EXPECT_EQ(Run(Config(8), prompts, params), single) << "batched";
+  EngineConfig chunked = Config(8);
+  chunked.max_num_batched_tokens = 4;  // short prompts share a step, long ones are split
+  EXPECT_EQ(Run(chunked, prompts, params), single) << "chunked";
+  {
+    // The same requests again on a warm engine: full blocks come from the prefix cache.
+    Engine engine(Config(8), *model_, nullptr, {});
+    EXPECT_EQ(RunAll(engine, prompts, params), single) << "cold";
+    const int64_t cached_before = engine.stats().cached_prompt_tokens;
+    EXPECT_GT(cached_before, 0);  // prompt 4 shares prompt 3's first two blocks
+    EXPECT_EQ(RunAll(engine, prompts, params), single) << "prefix-cache hits";
+    EXPECT_GE(engine.stats().cached_prompt_tokens - cached_before, 32 + 32);
+  }
+  {
+    // Few blocks and preemption on: requests are preempted and recomputed.
+    EngineConfig tight = Config(8);
+    tight.num_blocks = 6;
+    tight.enable_preemption = true;
+    Engine engine(tight, *model_, nullptr, {});
+    EXPECT_EQ(RunAll(engine, prompts, params), single) << "preempted";
+    EXPECT_GT(engine.stats().preemptions, 0);
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerateOptions options;
+    options.kv_cache_dtype = std::get<2>(GetParam());
+    EXPECT_EQ(Generate(*model_, nullptr, prompts[i], params[i], options).token_ids, single[i])
+        << "generate() " << i;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, EngineFixtureTest,
-                         ::testing::Combine(::testing::Values("llama", "qwen3", "gemma3"),
-                                            ::testing::Values(kernels::MatMulPrecision::kF32,
-                                                              kernels::MatMulPrecision::kBf16)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + "_" +
-                                  std::string(
-                                      kernels::MatMulPrecisionName(std::get<1>(info.param)));
-                         });
+TEST_P(EngineFixtureTest, KvPoolHoldsTheConfiguredBlocks) {
+  // Bytes of the pool from config.json's shapes: 2 (K, V) x layers x kv heads x head_dim x
+  // dtype size per token.
+  const std::string dir = std::string(INFER_TEST_FIXTURES) + "/models/" + std::get<0>(GetParam());
+  std::ifstream file(dir + "/model/config.json");
+  const auto json = nlohmann::json::parse(file);
+  const int64_t head_dim = json.contains("head_dim")
+                               ? json["head_dim"].get<int64_t>()
+                               : json["hidden_size"].get<int64_t>() /
+                                     json["num_attention_heads"].get<int64_t>();
+  const int64_t per_token = 2 * json["num_hidden_layers"].get<int64_t>() *
+                            json["num_key_value_heads"].get<int64_t>() * head_dim *
+                            (std::get<2>(GetParam()) == DType::kBF16 ? 2 : 4);
+  Engine engine(Config(8), *model_, nullptr, {});
+  EXPECT_EQ(model_->kv_cache_bytes(), 64 * 16 * per_token);
+  EXPECT_EQ(engine.kv_cache().bytes, 64 * 16 * per_token);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, EngineFixtureTest,
+    ::testing::Combine(::testing::Values("llama", "qwen3", "gemma3"),
+                       ::testing::Values(kernels::MatMulPrecision::kF32,
+                                         kernels::MatMulPrecision::kBf16),
+                       ::testing::Values(DType::kF32, DType::kBF16)),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_" +
+             std::string(kernels::MatMulPrecisionName(std::get<1>(info.param))) + "_kv" +
+             std::string(DTypeName(std::get<2>(info.param)));
+    });
 
 }  // namespace
 }  // namespace infer

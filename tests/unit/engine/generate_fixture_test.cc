@@ -34,6 +34,7 @@ class GenerateFixtureTest : public ::testing::TestWithParam<std::string> {
                        bool use_cache) {
     GenerateOptions options;
     options.use_kv_cache = use_cache;
+    options.kv_cache_dtype = DType::kF32;  // the float64 references hold at 1e-4 in f32
     return Generate(*model_, nullptr, prompt, params, options);
   }
 
@@ -90,6 +91,7 @@ TEST_P(GenerateFixtureTest, BatchEqualsSinglePrompts) {
   for (const bool use_cache : {true, false}) {
     GenerateOptions options;
     options.use_kv_cache = use_cache;
+    options.kv_cache_dtype = DType::kF32;  // the float64 references hold at 1e-4 in f32
     options.eos_token_ids = {2};
     const auto batch = GenerateBatch(*model_, nullptr, prompts, params, options);
     for (size_t i = 0; i < prompts.size(); ++i) {

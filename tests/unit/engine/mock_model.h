@@ -1,9 +1,11 @@
-// LanguageModel mocks for generation tests: a model that emits a chosen id sequence, one that
-// always emits the same id, and one with uniform logits.
+// LanguageModel mocks for engine and generation tests (no forward pass, as vLLM's scheduler tests
+// use): a model that emits a chosen id sequence and records every step it is given, and one with
+// uniform logits.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <span>
 #include <vector>
 
@@ -12,7 +14,8 @@
 namespace infer::testing {
 
 // Emits script[k] as the k-th generated token of every sequence (the last entry once the
-// script runs out). Records how many new tokens each call passed.
+// script runs out): k counts the tokens after the prompt, whose length is taken from the first
+// step that asks the sequence for logits. Records each step's (seq_id, num_new).
 class ScriptedModel : public LanguageModel {
  public:
   ScriptedModel(int64_t vocab_size, std::vector<int32_t> script, int64_t context_length = 4096)
@@ -20,30 +23,43 @@ class ScriptedModel : public LanguageModel {
 
   int64_t vocab_size() const override { return vocab_size_; }
   int64_t context_length() const override { return context_length_; }
-  void StartSequences(int64_t num_seqs, int64_t /*max_seq_len*/, bool use_kv_cache) override {
-    prompt_lens_.assign(static_cast<size_t>(num_seqs), 0);
+  void AllocateKvCache(int64_t num_blocks, int64_t, DType, bool use_kv_cache) override {
+    num_blocks_ = num_blocks;
     used_cache_ = use_kv_cache;
   }
-  void NextTokenLogits(int64_t seq_idx, std::span<const int32_t> tokens, int64_t num_new,
-                       std::vector<float>& logits) override {
-    auto& prompt_len = prompt_lens_.at(static_cast<size_t>(seq_idx));
-    if (num_new == static_cast<int64_t>(tokens.size())) prompt_len = num_new;
-    num_new_calls_.push_back(num_new);
-    const auto step = static_cast<size_t>(static_cast<int64_t>(tokens.size()) - prompt_len);
-    const int32_t next = script_.at(std::min(step, script_.size() - 1));
-    logits.assign(static_cast<size_t>(vocab_size_), 0.0F);
-    logits.at(static_cast<size_t>(next)) = 30.0F;  // certain even when sampling at T = 1
+  void Forward(std::span<const SequenceStep> steps, std::vector<float>& logits) override {
+    logits.clear();
+    std::vector<std::pair<int64_t, int64_t>> call;
+    for (const SequenceStep& step : steps) {
+      call.emplace_back(step.seq_id, step.num_new);
+      num_new_calls_.push_back(step.num_new);
+      if (!step.wants_logits) continue;
+      const auto length = static_cast<int64_t>(step.tokens.size());
+      const int64_t prompt_len = prompt_lens_.try_emplace(step.seq_id, length).first->second;
+      const auto k = static_cast<size_t>(length - prompt_len);
+      const int32_t next = script_.at(std::min(k, script_.size() - 1));
+      const size_t row = logits.size();
+      logits.resize(row + static_cast<size_t>(vocab_size_), 0.0F);
+      logits.at(row + static_cast<size_t>(next)) = 30.0F;  // certain even when sampling at T = 1
+    }
+    calls_.push_back(std::move(call));
   }
 
   bool used_cache() const { return used_cache_; }
+  int64_t num_blocks() const { return num_blocks_; }
+  // num_new of every sequence step, call after call.
   const std::vector<int64_t>& num_new_calls() const { return num_new_calls_; }
+  // Each Forward call's (seq_id, num_new) pairs.
+  const std::vector<std::vector<std::pair<int64_t, int64_t>>>& calls() const { return calls_; }
 
  private:
   int64_t vocab_size_;
   int64_t context_length_;
   std::vector<int32_t> script_;
-  std::vector<int64_t> prompt_lens_;
+  std::map<int64_t, int64_t> prompt_lens_;
   std::vector<int64_t> num_new_calls_;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> calls_;
+  int64_t num_blocks_ = 0;
   bool used_cache_ = false;
 };
 
@@ -53,10 +69,10 @@ class UniformModel : public LanguageModel {
   explicit UniformModel(int64_t vocab_size) : vocab_size_(vocab_size) {}
   int64_t vocab_size() const override { return vocab_size_; }
   int64_t context_length() const override { return 1 << 20; }
-  void StartSequences(int64_t, int64_t, bool) override {}
-  void NextTokenLogits(int64_t, std::span<const int32_t>, int64_t,
-                       std::vector<float>& logits) override {
-    logits.assign(static_cast<size_t>(vocab_size_), 0.0F);
+  void Forward(std::span<const SequenceStep> steps, std::vector<float>& logits) override {
+    const auto rows = std::count_if(steps.begin(), steps.end(),
+                                    [](const SequenceStep& s) { return s.wants_logits; });
+    logits.assign(static_cast<size_t>(rows * vocab_size_), 0.0F);
   }
 
  private:

@@ -1,5 +1,8 @@
-// StaticScheduler with scripted requests and a caller-supplied clock: batch formation, FCFS,
-// bounded wait, run-to-completion, queue bound and abort. No model, no sleeps.
+// The scheduler with scripted requests and a caller-supplied clock, no model (as vLLM tests its
+// scheduler): static batches (formation, FCFS, bounded wait, run to completion, prefill before
+// decode), continuous batching (admission every step, token budget and chunking, max_num_seqs,
+// priority order, preemption choice, prefix hits and in-flight prefixes, eviction, cancel,
+// requests that can never fit).
 #include "infer/engine/scheduler.h"
 
 #include <gtest/gtest.h>
@@ -13,185 +16,285 @@
 namespace infer {
 namespace {
 
-EngineConfig Config(int64_t max_batch_size, int64_t max_waiting = 64, double wait_s = 0.0) {
+EngineConfig Config(const std::string& mode, int64_t max_num_seqs = 8, int64_t budget = 512,
+                    int64_t num_waiting = 64) {
   EngineConfig config;
-  config.max_batch_size = max_batch_size;
-  config.max_waiting_requests = max_waiting;
-  config.batch_wait_timeout_s = wait_s;
+  config.batching_mode = mode;
+  config.max_num_seqs = max_num_seqs;
+  config.max_num_batched_tokens = budget;
+  config.max_waiting_requests = num_waiting;
+  config.batch_wait_timeout_s = 0.0;
   return config;
 }
 
-std::shared_ptr<Request> MakeRequest(const std::string& id) {
-  return std::make_shared<Request>(id, std::vector<int32_t>{1, 2, 3}, SamplingParams{}, 0.0);
+std::vector<int32_t> Tokens(int64_t n, int32_t first = 1) {
+  std::vector<int32_t> tokens;
+  for (int64_t i = 0; i < n; ++i) tokens.push_back(first + static_cast<int32_t>(i));
+  return tokens;
 }
 
-std::vector<std::string> Ids(const std::vector<std::shared_ptr<Request>>& batch) {
-  std::vector<std::string> ids;
-  ids.reserve(batch.size());
-  for (const auto& request : batch) ids.push_back(request->request_id);
-  return ids;
+int64_t next_seq_id = 0;
+
+std::shared_ptr<Request> MakeRequest(const std::string& id, std::vector<int32_t> prompt,
+                                     int64_t max_new_tokens = 4, int64_t priority = 0,
+                                     double arrival = 0.0) {
+  SamplingParams params;
+  params.max_new_tokens = max_new_tokens;
+  auto request = std::make_shared<Request>(id, std::move(prompt), params, arrival, nullptr,
+                                           priority);
+  request->seq_id = next_seq_id++;
+  return request;
 }
 
-void FinishAll(const std::vector<std::shared_ptr<Request>>& batch) {
-  for (const auto& request : batch) request->state = RequestState::kFinished;
+// What the step ran: "id:num_new" for each scheduled request, in order.
+std::vector<std::string> Describe(const SchedulerOutput& output) {
+  std::vector<std::string> parts;
+  for (const ScheduledRequest& s : output.scheduled) {
+    parts.push_back(s.request->request_id + ":" + std::to_string(s.num_new));
+  }
+  return parts;
 }
+
+// Plays the runner: each request that reached its last token gets token 7 and finishes at
+// max_new_tokens; then the scheduler is updated.
+SchedulerOutput Step(Scheduler& scheduler, double now = 0.0) {
+  SchedulerOutput output = scheduler.Schedule(now);
+  for (const ScheduledRequest& s : output.scheduled) {
+    if (!s.wants_logits || s.num_new == 0) continue;
+    Request& request = *s.request;
+    request.token_ids.push_back(7);
+    request.generated_token_ids.push_back(7);
+    request.state = request.num_generated_tokens() >= request.sampling_params.max_new_tokens
+                        ? RequestState::kFinished
+                        : RequestState::kDecode;
+  }
+  scheduler.Update(output, /*ran=*/true);
+  return output;
+}
+
+using Strings = std::vector<std::string>;
 
 TEST(RequestTest, StartsWaitingWithNothingGenerated) {
   const Request request("a", {5, 6}, SamplingParams{}, 1.5);
   EXPECT_EQ(request.state, RequestState::kWaiting);
   EXPECT_TRUE(request.generated_token_ids.empty());
-  EXPECT_FALSE(request.finish_reason.has_value());
-  EXPECT_FALSE(request.error.has_value());
-  EXPECT_EQ(request.num_prompt_tokens(), 2);
+  EXPECT_EQ(request.token_ids, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(request.num_uncomputed(), 2);
   EXPECT_FALSE(request.done());
   EXPECT_EQ(RequestStateName(RequestState::kDecode), "decode");
 }
 
-TEST(RequestTest, SeededRequestsDrawTheSameTokens) {
-  SamplingParams params;
-  params.seed = 7;
-  Request a("a", {1}, params, 0.0);
-  Request b("b", {1}, params, 0.0);
-  std::vector<float> logits_a(50, 0.0F);
-  std::vector<float> logits_b(50, 0.0F);
-  for (int i = 0; i < 5; ++i) {
-    EXPECT_EQ(a.sampler.Sample(logits_a, a.prompt_token_ids),
-              b.sampler.Sample(logits_b, b.prompt_token_ids));
-  }
-}
-
-TEST(EngineConfigTest, DefaultsMatchTheSeedAndValidate) {
+TEST(EngineConfigTest, DefaultsAndValidation) {
   const EngineConfig config;
-  EXPECT_EQ(config.max_seq_len, 4096);
-  EXPECT_EQ(config.max_batch_size, 8);
-  EXPECT_EQ(config.max_waiting_requests, 64);
-  EXPECT_DOUBLE_EQ(config.batch_wait_timeout_s, 0.05);
-  EXPECT_EQ(config.batching_mode, "static");
+  EXPECT_EQ(config.batching_mode, "continuous");
   EXPECT_EQ(config.scheduler_policy, "fcfs");
-  EXPECT_EQ(config.kv_cache_backend, "contiguous");
+  EXPECT_EQ(config.kv_cache_backend, "paged");
+  EXPECT_EQ(config.block_size, 16);  // seed 004
+  EXPECT_EQ(config.max_num_seqs, 256);
+  EXPECT_EQ(config.kv_cache_dtype, DType::kBF16);
+  EXPECT_TRUE(config.enable_prefix_caching);
+  EXPECT_FALSE(config.enable_preemption);  // seed 004
   EXPECT_NO_THROW(config.Validate());
-}
-
-TEST(EngineConfigTest, RejectsUnsupportedValues) {
   const auto rejects = [](auto mutate) {
-    EngineConfig config;
-    mutate(config);
-    EXPECT_THROW(config.Validate(), Error);
+    EngineConfig c;
+    mutate(c);
+    EXPECT_THROW(c.Validate(), Error);
   };
-  rejects([](EngineConfig& c) { c.batching_mode = "continuous"; });
-  rejects([](EngineConfig& c) { c.scheduler_policy = "priority"; });
-  rejects([](EngineConfig& c) { c.kv_cache_backend = "paged"; });
-  rejects([](EngineConfig& c) { c.max_batch_size = 0; });
-  rejects([](EngineConfig& c) { c.max_waiting_requests = 0; });
-  rejects([](EngineConfig& c) { c.max_seq_len = 1; });
-  rejects([](EngineConfig& c) { c.batch_wait_timeout_s = -1; });
+  rejects([](EngineConfig& c) { c.batching_mode = "dynamic"; });
+  rejects([](EngineConfig& c) { c.scheduler_policy = "lifo"; });
+  rejects([](EngineConfig& c) { c.kv_cache_backend = "contiguous"; });
+  rejects([](EngineConfig& c) { c.block_size = 24; });
+  rejects([](EngineConfig& c) { c.max_num_seqs = 0; });
+  rejects([](EngineConfig& c) { c.max_model_len = 1; });
+  rejects([](EngineConfig& c) { c.kv_cache_dtype = DType::kF16; });
 }
 
-TEST(SchedulerTest, FormsABatchAndKeepsItWhileRunning) {
-  StaticScheduler scheduler(Config(4));
-  for (const char* id : {"a", "b", "c"}) ASSERT_TRUE(scheduler.Add(MakeRequest(id)));
-  const auto batch = scheduler.Schedule(0.0);
-  EXPECT_EQ(Ids(batch), (std::vector<std::string>{"a", "b", "c"}));  // FCFS
-  EXPECT_EQ(scheduler.num_waiting(), 0U);
-  EXPECT_EQ(Ids(scheduler.Schedule(1.0)), Ids(batch));
+TEST(StaticSchedulerTest, BatchRunsToCompletionBeforeTheNextForms) {
+  Scheduler scheduler(Config("static", 2), 64);
+  for (const char* id : {"a", "b", "c"}) ASSERT_TRUE(scheduler.Add(MakeRequest(id, Tokens(3), 2)));
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"a:3", "b:3"}));  // FCFS, max_num_seqs 2
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"a:1", "b:1"}));
+  EXPECT_EQ(scheduler.num_running(), 0U);
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"c:3"}));
 }
 
-TEST(SchedulerTest, ClearsAFinishedBatch) {
-  StaticScheduler scheduler(Config(4));
-  scheduler.Add(MakeRequest("a"));
-  scheduler.Add(MakeRequest("b"));
-  FinishAll(scheduler.Schedule(0.0));
-  EXPECT_FALSE(scheduler.HasWork());
-  EXPECT_TRUE(scheduler.Schedule(0.0).empty());
-  EXPECT_TRUE(scheduler.active().empty());
+TEST(StaticSchedulerTest, PrefillsTheWholeBatchBeforeDecoding) {
+  Scheduler scheduler(Config("static", 4, 4), 64);
+  scheduler.Add(MakeRequest("a", Tokens(3), 3));
+  scheduler.Add(MakeRequest("b", Tokens(5), 3));
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"a:3", "b:1"}));
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"b:4"}));  // a waits for the batch's prefill
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"a:1", "b:1"}));
 }
 
-TEST(SchedulerTest, PartiallyFinishedBatchRunsToCompletion) {
-  StaticScheduler scheduler(Config(4));
-  for (const char* id : {"a", "b", "c"}) scheduler.Add(MakeRequest(id));
-  const auto batch = scheduler.Schedule(0.0);
-  batch[0]->state = RequestState::kFinished;
-  batch[1]->state = RequestState::kFailed;
-  batch[2]->state = RequestState::kDecode;
-  scheduler.Add(MakeRequest("d"));  // does not join the running batch
-  EXPECT_EQ(Ids(scheduler.Schedule(1.0)), (std::vector<std::string>{"a", "b", "c"}));
-  batch[2]->state = RequestState::kFinished;
-  EXPECT_EQ(Ids(scheduler.Schedule(2.0)), (std::vector<std::string>{"d"}));
-}
-
-TEST(SchedulerTest, RejectsPastMaxWaitingRequests) {
-  StaticScheduler scheduler(Config(4, 2));
-  EXPECT_TRUE(scheduler.Add(MakeRequest("a")));
-  EXPECT_TRUE(scheduler.Add(MakeRequest("b")));
-  EXPECT_FALSE(scheduler.Add(MakeRequest("c")));
-  EXPECT_EQ(scheduler.num_waiting(), 2U);
-}
-
-TEST(SchedulerTest, RespectsMaxBatchSize) {
-  StaticScheduler scheduler(Config(2));
-  for (const char* id : {"a", "b", "c", "d", "e"}) scheduler.Add(MakeRequest(id));
-  EXPECT_EQ(Ids(scheduler.Schedule(0.0)), (std::vector<std::string>{"a", "b"}));
-  FinishAll(scheduler.active());
-  EXPECT_EQ(Ids(scheduler.Schedule(0.0)), (std::vector<std::string>{"c", "d"}));
-  FinishAll(scheduler.active());
-  EXPECT_EQ(Ids(scheduler.Schedule(0.0)), (std::vector<std::string>{"e"}));
-  FinishAll(scheduler.active());
-  EXPECT_FALSE(scheduler.HasWork());
-}
-
-TEST(SchedulerTest, HasWork) {
-  StaticScheduler scheduler(Config(4));
-  EXPECT_FALSE(scheduler.HasWork());
-  scheduler.Add(MakeRequest("a"));
-  EXPECT_TRUE(scheduler.HasWork());
-  FinishAll(scheduler.Schedule(0.0));
-  EXPECT_FALSE(scheduler.HasWork());
-}
-
-TEST(SchedulerTest, FullBatchDispatchesWithoutWaiting) {
-  StaticScheduler scheduler(Config(4, 64, 1.0));
-  for (const char* id : {"a", "b", "c", "d"}) scheduler.Add(MakeRequest(id));
-  EXPECT_EQ(scheduler.Schedule(10.0).size(), 4U);
-}
-
-TEST(SchedulerTest, PartialBatchDispatchesWhenTheWaitExpires) {
-  StaticScheduler scheduler(Config(4, 64, 0.01));
-  scheduler.Add(MakeRequest("a"));
-  scheduler.Add(MakeRequest("b"));
-  EXPECT_TRUE(scheduler.Schedule(10.0).empty());
+TEST(StaticSchedulerTest, PartialBatchWaitsForTheDeadline) {
+  EngineConfig config = Config("static", 4);
+  config.batch_wait_timeout_s = 0.01;
+  Scheduler scheduler(config, 64);
+  scheduler.Add(MakeRequest("a", Tokens(2)));
+  EXPECT_TRUE(scheduler.Schedule(10.0).scheduled.empty());
   ASSERT_TRUE(scheduler.batch_wait_deadline_s().has_value());
   EXPECT_DOUBLE_EQ(*scheduler.batch_wait_deadline_s(), 10.01);
-  scheduler.Add(MakeRequest("c"));  // joins the forming batch; the deadline stays
-  EXPECT_TRUE(scheduler.Schedule(10.005).empty());
-  EXPECT_EQ(Ids(scheduler.Schedule(10.015)), (std::vector<std::string>{"a", "b", "c"}));
-  EXPECT_FALSE(scheduler.batch_wait_deadline_s().has_value());
+  scheduler.Add(MakeRequest("b", Tokens(2)));
+  EXPECT_TRUE(scheduler.Schedule(10.005).scheduled.empty());
+  EXPECT_EQ(Describe(Step(scheduler, 10.02)), (Strings{"a:2", "b:2"}));
 }
 
-TEST(SchedulerTest, WaitTimerStartsFreshForTheNextBatch) {
-  StaticScheduler scheduler(Config(4, 64, 0.01));
-  scheduler.Add(MakeRequest("a"));
-  EXPECT_TRUE(scheduler.Schedule(0.0).empty());
-  FinishAll(scheduler.Schedule(0.02));
-  scheduler.Add(MakeRequest("b"));
-  EXPECT_TRUE(scheduler.Schedule(5.0).empty());  // not dispatched on the old deadline
-  EXPECT_DOUBLE_EQ(*scheduler.batch_wait_deadline_s(), 5.01);
-  EXPECT_EQ(Ids(scheduler.Schedule(5.02)), (std::vector<std::string>{"b"}));
+TEST(SchedulerTest, RejectsPastMaxWaitingAndRequestsThatCanNeverFit) {
+  Scheduler scheduler(Config("continuous", 8, 512, 2), 4);  // 4 blocks = 64 tokens
+  EXPECT_TRUE(scheduler.Add(MakeRequest("a", Tokens(3))));
+  EXPECT_TRUE(scheduler.Add(MakeRequest("b", Tokens(3))));
+  EXPECT_FALSE(scheduler.Add(MakeRequest("c", Tokens(3))));
+  EXPECT_THROW(scheduler.Add(MakeRequest("huge", Tokens(60), 10)), Error);  // 70 > 64
 }
 
-TEST(SchedulerTest, AbortRemovesWaitingAndFailsActiveRequests) {
-  StaticScheduler scheduler(Config(1));
-  scheduler.Add(MakeRequest("a"));
-  scheduler.Add(MakeRequest("b"));
-  ASSERT_EQ(Ids(scheduler.Schedule(0.0)), (std::vector<std::string>{"a"}));
+TEST(SchedulerTest, ContinuousAdmitsEveryStepAndMixesDecodeWithPrefill) {
+  Scheduler scheduler(Config("continuous", 8, 8), 64);
+  scheduler.Add(MakeRequest("a", Tokens(3), 10));
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"a:3"}));
+  scheduler.Add(MakeRequest("b", Tokens(20), 2));
+  // Running first (a's decode token), then b's prompt in chunks under the budget of 8.
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"a:1", "b:7"}));
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"a:1", "b:7"}));
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"a:1", "b:6"}));
+  const SchedulerOutput last = Step(scheduler);
+  EXPECT_EQ(Describe(last), (Strings{"a:1", "b:1"}));
+  EXPECT_EQ(scheduler.num_running(), 1U);  // b finished (2 tokens), a goes on
+}
+
+TEST(SchedulerTest, MaxNumSeqsCapsTheRunningSet) {
+  Scheduler scheduler(Config("continuous", 2), 64);
+  for (const char* id : {"a", "b", "c"}) scheduler.Add(MakeRequest(id, Tokens(2), 2));
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"a:2", "b:2"}));
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"a:1", "b:1"}));  // both end here
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"c:2"}));
+}
+
+TEST(SchedulerTest, PriorityPolicyAdmitsLowerValuesFirstAndTiesInArrivalOrder) {
+  EngineConfig config = Config("continuous", 2);
+  config.scheduler_policy = "priority";
+  Scheduler scheduler(config, 64);
+  scheduler.Add(MakeRequest("late", Tokens(2), 1, 2, 0.0));
+  scheduler.Add(MakeRequest("first", Tokens(2), 1, 0, 1.0));
+  scheduler.Add(MakeRequest("second", Tokens(2), 1, 1, 2.0));
+  scheduler.Add(MakeRequest("second-tie", Tokens(2), 1, 1, 3.0));
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"first:2", "second:2"}));
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"second-tie:2", "late:2"}));
+}
+
+TEST(SchedulerTest, PreemptionTakesTheLowestPriorityLatestArrival) {
+  EngineConfig config = Config("continuous", 8, 64);
+  config.scheduler_policy = "priority";
+  config.enable_preemption = true;
+  Scheduler scheduler(config, 6);  // 6 blocks of 16
+  auto a = MakeRequest("a", Tokens(16), 40, 0, 0.0);
+  auto b = MakeRequest("b", Tokens(16), 40, 1, 1.0);
+  auto c = MakeRequest("c", Tokens(16), 40, 1, 2.0);
+  for (const auto& r : {a, b, c}) scheduler.Add(r);
+  Step(scheduler);  // each holds 1 block, then a second as its first token needs one
+  std::vector<std::string> preempted;
+  for (int i = 0; i < 40 && preempted.empty(); ++i) {
+    for (const auto& r : Step(scheduler).preempted) preempted.push_back(r->request_id);
+  }
+  EXPECT_EQ(preempted, (Strings{"c"}));
+  EXPECT_EQ(c->state, RequestState::kWaiting);
+  EXPECT_EQ(c->num_computed_tokens, 0);
+  EXPECT_TRUE(c->block_table.blocks.empty());
+  EXPECT_EQ(scheduler.waiting().front(), c);  // requeued at the front of its priority
+  EXPECT_EQ(c->num_preemptions, 1);
+  EXPECT_FALSE(c->generated_token_ids.empty());  // its tokens are kept and recomputed
+  // Everything still completes.
+  for (int i = 0; i < 400 && scheduler.HasWork(); ++i) Step(scheduler);
+  EXPECT_FALSE(scheduler.HasWork());
+  for (const auto& r : {a, b, c}) EXPECT_EQ(r->num_generated_tokens(), 40);
+  EXPECT_EQ(scheduler.block_manager().num_free_blocks(), 6);
+}
+
+TEST(SchedulerTest, WithoutPreemptionAdmissionReservesPromptPlusMaxTokens) {
+  Scheduler scheduler(Config("continuous"), 4);  // 64 tokens
+  scheduler.Add(MakeRequest("a", Tokens(10), 30));  // 40 tokens: 3 blocks
+  scheduler.Add(MakeRequest("b", Tokens(10), 30));  // would need 3 more
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"a:10"}));
+  EXPECT_EQ(scheduler.num_waiting(), 1U);
+  for (int i = 0; i < 29; ++i) Step(scheduler);
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"b:10"}));  // a's blocks came back
+}
+
+TEST(SchedulerTest, PrefixCacheHitSkipsTheCachedBlocks) {
+  Scheduler scheduler(Config("continuous"), 32);
+  scheduler.Add(MakeRequest("a", Tokens(40), 2));
+  while (scheduler.HasWork()) Step(scheduler);
+  std::vector<int32_t> shared = Tokens(32);
+  shared.push_back(999);
+  auto b = MakeRequest("b", shared, 2);
+  scheduler.Add(b);
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"b:1"}));  // 32 of 33 tokens cached
+  EXPECT_EQ(b->num_cached_prompt_tokens, 32);
+  EXPECT_EQ(scheduler.stats().cached_prompt_tokens, 32);
+  // A prompt that is entirely cached still computes its last block (its logits are needed).
+  auto c = MakeRequest("c", Tokens(32), 2);
+  scheduler.Add(c);
+  while (scheduler.HasWork()) Step(scheduler);
+  EXPECT_EQ(c->num_cached_prompt_tokens, 16);
+}
+
+TEST(SchedulerTest, RequestsArrivingTogetherComputeASharedPrefixOnce) {
+  Scheduler scheduler(Config("continuous", 8, 16), 64);
+  std::vector<std::shared_ptr<Request>> requests;
+  for (int i = 0; i < 3; ++i) {
+    std::vector<int32_t> prompt = Tokens(48);
+    prompt.push_back(100 + i);
+    requests.push_back(MakeRequest("r" + std::to_string(i), prompt, 1));
+    scheduler.Add(requests.back());
+  }
+  // r0 computes the 48-token prefix in 16-token steps; the others wait for its blocks.
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"r0:16"}));
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"r0:16"}));
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"r0:16"}));
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"r0:1", "r1:1", "r2:1"}));
+  EXPECT_EQ(requests[1]->num_cached_prompt_tokens, 48);
+  EXPECT_EQ(requests[2]->num_cached_prompt_tokens, 48);
+  EXPECT_EQ(scheduler.stats().computed_tokens, 48 + 3);
+}
+
+TEST(SchedulerTest, PrefixCachingOffComputesEverything) {
+  EngineConfig config = Config("continuous");
+  config.enable_prefix_caching = false;
+  Scheduler scheduler(config, 32);
+  scheduler.Add(MakeRequest("a", Tokens(40), 1));
+  while (scheduler.HasWork()) Step(scheduler);
+  auto b = MakeRequest("b", Tokens(40), 1);
+  scheduler.Add(b);
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"b:40"}));
+}
+
+TEST(SchedulerTest, CachedBlocksAreEvictedOnlyWhenNeededOldestFirst) {
+  Scheduler scheduler(Config("continuous"), 3);
+  const auto a_tokens = Tokens(33, 1);
+  scheduler.Add(MakeRequest("a", a_tokens, 1));  // 3 blocks (2 full, cached after)
+  while (scheduler.HasWork()) Step(scheduler);
+  EXPECT_EQ(scheduler.block_manager().Match(a_tokens).num_blocks, 2);
+  EXPECT_EQ(scheduler.block_manager().num_free_blocks(), 3);
+  scheduler.Add(MakeRequest("b", Tokens(17, 500), 15));  // 2 blocks: one free, one evicted
+  Step(scheduler);
+  // a's first block is the one kept: its tail was freed first, so it went first.
+  EXPECT_EQ(scheduler.block_manager().Match(a_tokens).num_blocks, 1);
+}
+
+TEST(SchedulerTest, AbortFreesBlocksOfWaitingAndRunningRequests) {
+  Scheduler scheduler(Config("continuous", 1), 16);
+  scheduler.Add(MakeRequest("a", Tokens(20), 100));
+  scheduler.Add(MakeRequest("b", Tokens(20), 100));
+  Step(scheduler);
+  EXPECT_LT(scheduler.block_manager().num_free_blocks(), 16);
   const auto waiting = scheduler.Abort("b");
   ASSERT_NE(waiting, nullptr);
   EXPECT_EQ(waiting->state, RequestState::kFailed);
-  EXPECT_EQ(scheduler.num_waiting(), 0U);
-  const auto active = scheduler.Abort("a");
-  ASSERT_NE(active, nullptr);
-  EXPECT_TRUE(active->done());
+  const auto running = scheduler.Abort("a");
+  ASSERT_NE(running, nullptr);
   EXPECT_FALSE(scheduler.HasWork());
-  EXPECT_EQ(scheduler.Abort("a"), nullptr);  // already done
+  EXPECT_EQ(scheduler.block_manager().num_free_blocks(), 16);
+  EXPECT_EQ(scheduler.Abort("a"), nullptr);
   EXPECT_EQ(scheduler.Abort("zzz"), nullptr);
 }
 

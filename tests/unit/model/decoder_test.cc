@@ -12,11 +12,14 @@
 #include <cstring>
 
 #include <gtest/gtest.h>
+
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 namespace infer {
 namespace {
 
+constexpr double kBf16RowTolerance = 0.2;  // bf16 roundings amplified by random weights
 constexpr double kRowTolerance = 1e-4;  // README: max_v |logit - ref| <= 1e-4 * max_v |ref|
 
 std::string FixtureDir(const std::string& arch) {
@@ -84,18 +87,37 @@ TEST_P(DecoderFixture, LogitsAtEveryPosition) {
   EXPECT_LE(WorstRowError(logits.data(), expected.data(), ids.size(), vocab), kRowTolerance);
 
   // Cached: a prefill of 20 tokens, then one token at a time.
-  KvCache cache = KvCache::FromModelConfig(model_.config, 1, 64);
+  PagedKvCache cache = decoder_->MakeSequenceCache(64);
   std::vector<float> step_logits;
-  decoder_->Forward(std::span(ids).first(20), cache, 0, LogitsMode::kAllPositions, step_logits);
+  decoder_->Forward(std::span(ids).first(20), 0, cache, LogitsMode::kAllPositions, step_logits);
   EXPECT_LE(WorstRowError(step_logits.data(), expected.data(), 20, vocab), kRowTolerance);
   for (size_t t = 20; t < ids.size(); ++t) {
-    decoder_->Forward(std::span(ids).subspan(t, 1), cache, 0, LogitsMode::kLastPosition,
-                      step_logits);
+    decoder_->Forward(std::span(ids).subspan(t, 1), static_cast<int64_t>(t), cache,
+                      LogitsMode::kLastPosition, step_logits);
     EXPECT_LE(WorstRowError(step_logits.data(), expected.data() + t * vocab, 1, vocab),
               kRowTolerance)
         << t;
   }
-  EXPECT_EQ(cache.seq_len(), static_cast<int64_t>(ids.size()));
+}
+
+// A bf16 KV cache (the serving default) with f32 matmuls: teacher-forced logits against the
+// float64 reference. The error is reported (worst_row_error) and bounded.
+TEST_P(DecoderFixture, Bf16KvCacheLogitsNearTheReference) {
+  const auto ids = reference_["logits_input_ids"].get<std::vector<int32_t>>();
+  const auto expected = ReadF32(FixtureDir(GetParam().arch) + "/logits.f32.bin");
+  const int64_t vocab = decoder_->vocab_size();
+  PagedKvCache cache = decoder_->MakeSequenceCache(64, DType::kBF16);
+  std::vector<float> logits;
+  decoder_->Forward(std::span(ids).first(20), 0, cache, LogitsMode::kAllPositions, logits);
+  double worst = WorstRowError(logits.data(), expected.data(), 20, vocab);
+  for (size_t t = 20; t < ids.size(); ++t) {
+    decoder_->Forward(std::span(ids).subspan(t, 1), static_cast<int64_t>(t), cache,
+                      LogitsMode::kLastPosition, logits);
+    worst = std::max(worst, WorstRowError(logits.data(), expected.data() + t * vocab, 1, vocab));
+  }
+  RecordProperty("worst_row_error", std::to_string(worst));
+  std::printf("[ %s bf16 KV: worst row error %.4g of the row max ]\n", GetParam().arch, worst);
+  EXPECT_LE(worst, kBf16RowTolerance);
 }
 
 void CheckGreedy(Decoder& decoder, const ModelConfig& config, const nlohmann::json& run,
@@ -104,14 +126,15 @@ void CheckGreedy(Decoder& decoder, const ModelConfig& config, const nlohmann::js
   const auto expected_ids = run["generated_ids"].get<std::vector<int32_t>>();
   const auto expected_logits = ReadF32(step_logits_path);
   const int64_t vocab = config.vocab_size;
-  KvCache cache = KvCache::FromModelConfig(config, 1, 128);
+  PagedKvCache cache = decoder.MakeSequenceCache(128);
   std::vector<float> logits;
   std::vector<int32_t> generated;
   for (size_t step = 0; step < expected_ids.size(); ++step) {
     if (use_cache) {
       const auto fresh =
           step == 0 ? std::span<const int32_t>(tokens) : std::span<const int32_t>(tokens).last(1);
-      decoder.Forward(fresh, cache, 0, LogitsMode::kLastPosition, logits);
+      decoder.Forward(fresh, static_cast<int64_t>(tokens.size() - fresh.size()), cache,
+                      LogitsMode::kLastPosition, logits);
     } else {
       decoder.ForwardUncached(tokens, LogitsMode::kLastPosition, logits);
     }
@@ -154,7 +177,6 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, DecoderFixture,
 // (qwen3) and 2.5% (gemma3) of its max |ref|, and free-running greedy runs part from the
 // float64 reference after 11 to 18 tokens (their top-2 gaps were chosen for f32 accuracy). So
 // bf16 is checked teacher-forced, with a bound that a wrong kernel (errors ~100%) cannot meet.
-constexpr double kBf16RowTolerance = 0.2;
 constexpr double kBf16MinArgmaxAgreement = 0.9;
 
 class DecoderBf16MatMul : public ::testing::TestWithParam<const char*> {};
@@ -182,12 +204,13 @@ TEST_P(DecoderBf16MatMul, TeacherForcedLogitsNearTheReference) {
   EXPECT_GE(agree, kBf16MinArgmaxAgreement * static_cast<double>(rows)) << agree << "/" << rows;
 
   // Cached (a 20-token prefill, then single tokens): the same tolerance.
-  KvCache cache = KvCache::FromModelConfig(model.config, 1, 64);
+  PagedKvCache cache = decoder.MakeSequenceCache(64);
   std::vector<float> step_logits;
-  decoder.Forward(std::span(ids).first(20), cache, 0, LogitsMode::kAllPositions, step_logits);
+  decoder.Forward(std::span(ids).first(20), 0, cache, LogitsMode::kAllPositions, step_logits);
   EXPECT_LE(WorstRowError(step_logits.data(), expected.data(), 20, vocab), kBf16RowTolerance);
   for (size_t t = 20; t < ids.size(); ++t) {
-    decoder.Forward(std::span(ids).subspan(t, 1), cache, 0, LogitsMode::kLastPosition, step_logits);
+    decoder.Forward(std::span(ids).subspan(t, 1), static_cast<int64_t>(t), cache,
+                    LogitsMode::kLastPosition, step_logits);
     EXPECT_LE(WorstRowError(step_logits.data(), expected.data() + t * vocab, 1, vocab),
               kBf16RowTolerance)
         << t;
@@ -201,13 +224,15 @@ TEST(Decoder, ContextOverflowIsAnError) {
   LoadedModel model = LoadModel(FixtureDir("llama") + "/model", {});
   ThreadPool pool(1);
   Decoder decoder(model, pool);
-  KvCache cache = KvCache::FromModelConfig(model.config, 1, 4);
+  PagedKvCache cache = decoder.MakeSequenceCache(16);  // one block of 16
   std::vector<float> logits;
-  const std::vector<int32_t> ids = {1, 2, 3, 4, 5};
-  EXPECT_THROW(decoder.Forward(ids, cache, 0, LogitsMode::kLastPosition, logits), Error);
+  const std::vector<int32_t> ids(17, 1);
+  EXPECT_THROW(decoder.Forward(ids, 0, cache, LogitsMode::kLastPosition, logits), Error);
+  EXPECT_THROW(decoder.Forward(std::span(ids).first(2), 15, cache, LogitsMode::kLastPosition,
+                               logits),
+               Error);
   const std::vector<int32_t> bad = {1, 100000};
-  KvCache big = KvCache::FromModelConfig(model.config, 1, 8);
-  EXPECT_THROW(decoder.Forward(bad, big, 0, LogitsMode::kLastPosition, logits), Error);
+  EXPECT_THROW(decoder.Forward(bad, 0, cache, LogitsMode::kLastPosition, logits), Error);
 }
 
 }  // namespace

@@ -1,0 +1,168 @@
+// The block manager without a model: allocation, reference counts, prefix hits through hash
+// chains, pending blocks, LRU eviction, fork, and a property test of thousands of random
+// operations after which every block is free again.
+#include "infer/cache/block_manager.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "infer/core/error.h"
+
+namespace infer {
+namespace {
+
+std::vector<int32_t> Tokens(int n, int32_t first = 0) {
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < n; ++i) tokens.push_back(first + i);
+  return tokens;
+}
+
+TEST(BlockManagerTest, AllocatesAndFreesWholeBlocks) {
+  BlockManager blocks(8, 16, true);
+  BlockTable table;
+  const auto tokens = Tokens(20);
+  ASSERT_TRUE(blocks.Allocate(table, tokens, 20));
+  EXPECT_EQ(table.blocks.size(), 2U);
+  EXPECT_EQ(blocks.num_free_blocks(), 6);
+  ASSERT_TRUE(blocks.Allocate(table, tokens, 33));  // room for tokens to come
+  EXPECT_EQ(table.blocks.size(), 3U);
+  EXPECT_FALSE(blocks.Allocate(table, tokens, 16 * 9));  // not enough: nothing changes
+  EXPECT_EQ(table.blocks.size(), 3U);
+  blocks.Free(table);
+  EXPECT_TRUE(table.blocks.empty());
+  EXPECT_EQ(blocks.num_free_blocks(), 8);
+}
+
+TEST(BlockManagerTest, ComputedFullBlocksAreSharedByTheirTokenPrefix) {
+  BlockManager blocks(8, 16, true);
+  BlockTable first;
+  const auto tokens = Tokens(40);
+  ASSERT_TRUE(blocks.Allocate(first, tokens, 40));
+  EXPECT_TRUE(blocks.Match(tokens).next_pending);  // registered, not yet computed
+  EXPECT_EQ(blocks.Match(tokens).num_blocks, 0);
+  blocks.MarkComputed(first, tokens, 40);
+  EXPECT_EQ(blocks.Match(tokens).num_blocks, 2);  // the partial third block is not shared
+
+  auto other = Tokens(40);
+  other[20] = 999;  // differs in the second block
+  EXPECT_EQ(blocks.Match(other).num_blocks, 1);
+  BlockTable second;
+  ASSERT_TRUE(blocks.Allocate(second, other, 40));
+  EXPECT_EQ(second.num_cached_tokens, 16);
+  EXPECT_EQ(second.blocks[0], first.blocks[0]);
+  EXPECT_NE(second.blocks[1], first.blocks[1]);
+  // The same block content after a different first block is another chain: no hit.
+  auto shifted = Tokens(40);
+  shifted[0] = 777;
+  EXPECT_EQ(blocks.Match(shifted).num_blocks, 0);
+  const BlockTable* tables[] = {&first, &second};
+  EXPECT_NO_THROW(blocks.CheckInvariants(tables));
+}
+
+TEST(BlockManagerTest, UnreferencedCachedBlocksAreEvictedLruOnlyWhenNeeded) {
+  BlockManager blocks(4, 16, true);
+  BlockTable a, b;
+  const auto ta = Tokens(48, 0), tb = Tokens(32, 1000);
+  ASSERT_TRUE(blocks.Allocate(a, ta, 48));
+  blocks.MarkComputed(a, ta, 48);
+  blocks.Free(a);  // three cached, unreferenced blocks
+  EXPECT_EQ(blocks.num_cached_blocks(), 3);
+  EXPECT_EQ(blocks.num_free_blocks(), 4);
+  ASSERT_TRUE(blocks.Allocate(b, tb, 32));  // one free block, then one eviction
+  EXPECT_EQ(blocks.Match(ta).num_blocks, 2);  // the tail block went first
+  blocks.Free(b);  // b's blocks were never computed: plain free blocks again
+  BlockTable c;
+  ASSERT_TRUE(blocks.Allocate(c, ta, 48));  // revives the two cached blocks
+  EXPECT_EQ(c.num_cached_tokens, 32);
+  EXPECT_EQ(c.blocks.size(), 3U);
+  const BlockTable* tables[] = {&c};
+  EXPECT_NO_THROW(blocks.CheckInvariants(tables));
+}
+
+TEST(BlockManagerTest, ForkSharesFullBlocksAndCopiesThePartialOne) {
+  BlockManager blocks(8, 16, true);
+  BlockTable parent, child;
+  const auto tokens = Tokens(20);
+  ASSERT_TRUE(blocks.Allocate(parent, tokens, 20));
+  const auto copy = blocks.Fork(parent, 20, child);
+  ASSERT_TRUE(copy.has_value());
+  EXPECT_EQ(copy->first, parent.blocks[1]);
+  EXPECT_EQ(copy->second, child.blocks[1]);
+  EXPECT_EQ(child.blocks[0], parent.blocks[0]);
+  const BlockTable* tables[] = {&parent, &child};
+  EXPECT_NO_THROW(blocks.CheckInvariants(tables));
+  blocks.Free(parent);
+  blocks.Free(child);
+  EXPECT_EQ(blocks.num_free_blocks(), 8);
+}
+
+TEST(BlockManagerTest, PropertyEveryBlockComesBackAfterRandomOperations) {
+  for (const bool prefix_caching : {true, false}) {
+    BlockManager blocks(64, 16, prefix_caching);
+    std::mt19937 rng(prefix_caching ? 1 : 2);
+    struct Seq {
+      std::vector<int32_t> tokens;
+      int64_t computed = 0;
+      BlockTable table;
+    };
+    std::vector<Seq> seqs;
+    // New sequences are prefixes of a few base sequences, so that prefixes repeat.
+    std::vector<std::vector<int32_t>> bases(3);
+    for (auto& base : bases) {
+      for (int i = 0; i < 80; ++i) base.push_back(static_cast<int32_t>(rng() % 50));
+    }
+    const auto pick = [&](size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); };
+    for (int op = 0; op < 5000; ++op) {
+      const int kind = static_cast<int>(pick(5));
+      if (kind == 0 || seqs.empty()) {  // a new sequence from a small alphabet: many hits
+        Seq seq;
+        const int length = 1 + static_cast<int>(pick(80));
+        const auto& base = bases[pick(bases.size())];
+        seq.tokens.assign(base.begin(), base.begin() + length);
+        if (blocks.Allocate(seq.table, seq.tokens, length)) {
+          seq.computed = seq.table.num_cached_tokens;
+          seqs.push_back(std::move(seq));
+        }
+      } else if (kind == 1) {  // compute some of a sequence
+        Seq& seq = seqs[pick(seqs.size())];
+        seq.computed = std::min<int64_t>(static_cast<int64_t>(seq.tokens.size()),
+                                         seq.computed + static_cast<int64_t>(pick(40)));
+        blocks.MarkComputed(seq.table, seq.tokens, seq.computed);
+      } else if (kind == 2) {  // grow by generated tokens
+        Seq& seq = seqs[pick(seqs.size())];
+        const int more = 1 + static_cast<int>(pick(20));
+        std::vector<int32_t> grown = seq.tokens;
+        for (int i = 0; i < more; ++i) grown.push_back(static_cast<int32_t>(pick(3)));
+        if (blocks.Allocate(seq.table, grown, static_cast<int64_t>(grown.size()))) {
+          seq.tokens = std::move(grown);
+        }
+      } else if (kind == 3) {  // fork
+        Seq& parent = seqs[pick(seqs.size())];
+        Seq child;
+        child.tokens = parent.tokens;
+        if (blocks.num_free_blocks() >= 1) {
+          blocks.Fork(parent.table, static_cast<int64_t>(parent.tokens.size()), child.table);
+          seqs.push_back(std::move(child));
+        }
+      } else {  // free
+        const size_t i = pick(seqs.size());
+        blocks.Free(seqs[i].table);
+        seqs.erase(seqs.begin() + static_cast<std::ptrdiff_t>(i));
+      }
+      std::vector<const BlockTable*> tables;
+      for (const Seq& seq : seqs) tables.push_back(&seq.table);
+      ASSERT_NO_THROW(blocks.CheckInvariants(tables)) << "operation " << op;
+    }
+    if (prefix_caching) {
+      EXPECT_GT(blocks.prefix_hits(), 0);
+    }
+    for (Seq& seq : seqs) blocks.Free(seq.table);
+    EXPECT_EQ(blocks.num_free_blocks(), blocks.num_blocks());
+    EXPECT_NO_THROW(blocks.CheckInvariants({}));
+  }
+}
+
+}  // namespace
+}  // namespace infer
