@@ -157,6 +157,11 @@ TEST(ServeApi, ErrorStatusesAndInfoRoutes) {
   const auto [health_status, health] = server::HttpGet("127.0.0.1", server.port(), "/health");
   EXPECT_EQ(health_status, 200);
   EXPECT_EQ(json::parse(health)["status"], "ok");
+  // The KV pool: blocks of 16 tokens; capacity = blocks x 16.
+  const json kv = json::parse(health)["kv_cache"];
+  EXPECT_EQ(kv["block_size"], 16);
+  EXPECT_EQ(kv["capacity_tokens"].get<int64_t>(), kv["num_blocks"].get<int64_t>() * 16);
+  EXPECT_EQ(kv["dtype"], "bf16");
   const auto [models_status, models] = server::HttpGet("127.0.0.1", server.port(), "/v1/models");
   EXPECT_EQ(models_status, 200);
   EXPECT_EQ(json::parse(models)["data"][0]["id"], "tiny");
@@ -166,12 +171,20 @@ TEST(ServeApi, ErrorStatusesAndInfoRoutes) {
 }
 
 TEST(ServeApi, BadCommandLineIsOneError) {
-  const auto result = testing::RunCommand({INFER_BINARY, "serve", "--model",
+  // vLLM's name and the phase-4 alias.
+  for (const char* flag : {"--max-num-seqs", "--max-batch-size"}) {
+    const auto result = testing::RunCommand({INFER_BINARY, "serve", "--model",
+                                             testing::FixturePath("models/llama/model").string(),
+                                             flag, "0", "--port", "0"});
+    EXPECT_EQ(result.exit_code, 1) << result.err;
+    EXPECT_NE(result.err.find("error: "), std::string::npos) << result.err;
+    EXPECT_NE(result.err.find("max_num_seqs"), std::string::npos) << result.err;
+  }
+  const auto memory = testing::RunCommand({INFER_BINARY, "serve", "--model",
                                            testing::FixturePath("models/llama/model").string(),
-                                           "--max-batch-size", "0", "--port", "0"});
-  EXPECT_EQ(result.exit_code, 1) << result.err;
-  EXPECT_NE(result.err.find("error: "), std::string::npos) << result.err;
-  EXPECT_NE(result.err.find("max_batch_size"), std::string::npos) << result.err;
+                                           "--kv-cache-memory", "lots", "--port", "0"});
+  EXPECT_EQ(memory.exit_code, 1) << memory.err;
+  EXPECT_NE(memory.err.find("--kv-cache-memory"), std::string::npos) << memory.err;
 }
 
 // A tiny model with the real Llama 3 vocabulary: text in, text out.

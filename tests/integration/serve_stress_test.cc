@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdio>
 #include <future>
 #include <random>
 #include <thread>
@@ -269,6 +270,60 @@ TEST_F(ServeStressTest, RandomBodiesForABoundedTime) {
   EXPECT_GT(requests, 20);
   EXPECT_TRUE(Responsive());
   EXPECT_EQ(server_->Stop(SIGTERM), 0) << server_->log();
+}
+
+// 200 requests at once against a KV pool that holds 20 of them: every request either completes
+// with all its tokens or is refused with a clear 503; none is lost or duplicated; afterwards
+// every block is free again. Once with admission-time reservation (preemption off), once with
+// preemption by recompute under the priority policy.
+TEST_F(ServeStressTest, OverloadWithAKvBudgetForTwentyLosesNothing) {
+  constexpr int kRequests = 200;
+  constexpr int kMaxTokens = 29;  // 3 prompt + 29 = 32 positions: 2 blocks of 16
+  for (const bool preemption : {false, true}) {
+    std::vector<std::string> flags = {"--num-kv-blocks", "40", "--max-waiting-requests", "150",
+                                      "--http-threads",  "260"};
+    if (preemption) {
+      flags.insert(flags.end(), {"--enable-preemption", "--scheduling-policy", "priority"});
+    }
+    Start(flags);
+    if (IsSkipped()) return;
+    std::vector<std::future<server::CompletionResult>> results;
+    for (int i = 0; i < kRequests; ++i) {
+      json body = Body(kMaxTokens);
+      body["priority"] = i % 2;
+      results.push_back(std::async(std::launch::async, [this, body] {
+        return server::PostCompletion("127.0.0.1", server_->port(), body.dump());
+      }));
+    }
+    int completed = 0, refused = 0;
+    for (auto& future : results) {
+      const auto result = future.get();
+      if (result.status == 503) {
+        ++refused;
+        EXPECT_NE(result.body.find("overloaded"), std::string::npos) << result.body;
+        continue;
+      }
+      ASSERT_EQ(result.status, 200) << result.body << result.transport_error << server_->log();
+      const auto summary = Summarize(result);
+      EXPECT_EQ(summary.done_events, 1) << result.body;
+      EXPECT_EQ(summary.error_events, 0) << result.body;
+      EXPECT_EQ(summary.token_ids.size(), static_cast<size_t>(kMaxTokens)) << result.body;
+      completed += summary.done_events;
+    }
+    EXPECT_EQ(completed + refused, kRequests);
+    EXPECT_GE(completed, 150) << "at most the queue's excess may be refused";
+    const auto [status, health] = server::HttpGet("127.0.0.1", server_->port(), "/health");
+    ASSERT_EQ(status, 200);
+    const json kv = json::parse(health)["kv_cache"];
+    EXPECT_EQ(kv["num_blocks"], 40);
+    EXPECT_EQ(kv["free_blocks"], 40) << health;  // every block came back
+    EXPECT_EQ(kv["running"], 0);
+    EXPECT_EQ(kv["waiting"], 0);
+    std::printf("[ preemption %s: %d completed, %d refused, %lld preemptions ]\n",
+                preemption ? "on" : "off", completed, refused,
+                static_cast<long long>(kv["preemptions"].get<int64_t>()));
+    server_.reset();
+  }
 }
 
 }  // namespace

@@ -46,8 +46,8 @@ PrefixMatch BlockManager::Match(std::span<const int32_t> tokens) const {
   const int64_t max_blocks = (size - 1) / block_size_;
   uint64_t parent = 0;
   for (int64_t i = 0; i < max_blocks; ++i) {
-    const auto block_tokens = tokens.subspan(static_cast<size_t>(i * block_size_),
-                                             static_cast<size_t>(block_size_));
+    const auto block_tokens =
+        tokens.subspan(static_cast<size_t>(i * block_size_), static_cast<size_t>(block_size_));
     const uint64_t hash = HashBlock(parent, block_tokens);
     const int32_t block = Lookup(hash, block_tokens);
     if (block < 0) break;
@@ -69,12 +69,13 @@ int64_t BlockManager::BlocksNeeded(const BlockTable& table, std::span<const int3
   }
   // A first allocation shares the cached prefix; reviving an unreferenced cached block takes it
   // out of the evictable pool, so it counts like a fresh one.
-  const PrefixMatch match = Match(tokens.first(std::min(tokens.size(), static_cast<size_t>(num_tokens))));
+  const PrefixMatch match =
+      Match(tokens.first(std::min(tokens.size(), static_cast<size_t>(num_tokens))));
   int64_t needed = std::max<int64_t>(0, total - match.num_blocks);
   uint64_t parent = 0;
   for (int64_t i = 0; i < match.num_blocks; ++i) {
-    const auto block_tokens = tokens.subspan(static_cast<size_t>(i * block_size_),
-                                             static_cast<size_t>(block_size_));
+    const auto block_tokens =
+        tokens.subspan(static_cast<size_t>(i * block_size_), static_cast<size_t>(block_size_));
     parent = HashBlock(parent, block_tokens);
     if (meta_[static_cast<size_t>(Lookup(parent, block_tokens))].ref_count == 0) ++needed;
   }
@@ -115,12 +116,13 @@ bool BlockManager::Allocate(BlockTable& table, std::span<const int32_t> tokens,
   const auto known = std::min(tokens.size(), static_cast<size_t>(num_tokens));
   if (table.blocks.empty() && prefix_caching_) {
     const PrefixMatch match = Match(tokens.first(known));
-    prefix_queries_ += std::max<int64_t>(0, (static_cast<int64_t>(tokens.size()) - 1) / block_size_);
+    prefix_queries_ +=
+        std::max<int64_t>(0, (static_cast<int64_t>(tokens.size()) - 1) / block_size_);
     prefix_hits_ += match.num_blocks;
     uint64_t parent = 0;
     for (int64_t i = 0; i < match.num_blocks; ++i) {
-      const auto block_tokens = tokens.subspan(static_cast<size_t>(i * block_size_),
-                                               static_cast<size_t>(block_size_));
+      const auto block_tokens =
+          tokens.subspan(static_cast<size_t>(i * block_size_), static_cast<size_t>(block_size_));
       parent = HashBlock(parent, block_tokens);
       const int32_t block = Lookup(parent, block_tokens);
       Meta& meta = meta_[static_cast<size_t>(block)];
@@ -142,8 +144,8 @@ bool BlockManager::Allocate(BlockTable& table, std::span<const int32_t> tokens,
     const size_t i = table.blocks.size() - 1;
     const size_t end = (i + 1) * static_cast<size_t>(block_size_);
     if (!prefix_caching_ || table.hashes.size() != i || end > known) continue;
-    const auto block_tokens = tokens.subspan(end - static_cast<size_t>(block_size_),
-                                             static_cast<size_t>(block_size_));
+    const auto block_tokens =
+        tokens.subspan(end - static_cast<size_t>(block_size_), static_cast<size_t>(block_size_));
     const uint64_t hash = HashBlock(table.hashes.empty() ? 0 : table.hashes.back(), block_tokens);
     table.hashes.push_back(hash);
     if (!by_hash_.contains(hash)) {
@@ -159,16 +161,16 @@ bool BlockManager::Allocate(BlockTable& table, std::span<const int32_t> tokens,
 
 void BlockManager::MarkComputed(BlockTable& table, std::span<const int32_t> tokens,
                                 int64_t num_computed) {
-  const int64_t full = std::min<int64_t>(
-      {num_computed / block_size_, static_cast<int64_t>(table.blocks.size()),
-       static_cast<int64_t>(tokens.size()) / block_size_});
+  const int64_t full =
+      std::min<int64_t>({num_computed / block_size_, static_cast<int64_t>(table.blocks.size()),
+                         static_cast<int64_t>(tokens.size()) / block_size_});
   for (int64_t i = 0; i < full; ++i) {
     meta_[static_cast<size_t>(table.blocks[static_cast<size_t>(i)])].computed = true;
   }
   if (!prefix_caching_) return;
   for (auto i = static_cast<int64_t>(table.hashes.size()); i < full; ++i) {
-    const auto block_tokens = tokens.subspan(static_cast<size_t>(i * block_size_),
-                                             static_cast<size_t>(block_size_));
+    const auto block_tokens =
+        tokens.subspan(static_cast<size_t>(i * block_size_), static_cast<size_t>(block_size_));
     const uint64_t hash = HashBlock(table.hashes.empty() ? 0 : table.hashes.back(), block_tokens);
     table.hashes.push_back(hash);
     if (by_hash_.contains(hash)) continue;  // another sequence's copy is the cache entry
@@ -185,9 +187,10 @@ std::optional<std::pair<int32_t, int32_t>> BlockManager::Fork(const BlockTable& 
                                                               int64_t num_tokens,
                                                               BlockTable& child) {
   INFER_CHECK(child.blocks.empty(), "block manager: fork into a table that has blocks");
-  INFER_CHECK(num_tokens >= 0 && BlocksFor(num_tokens) <= static_cast<int64_t>(parent.blocks.size()),
-              "block manager: fork of {} tokens from a table of {} blocks", num_tokens,
-              parent.blocks.size());
+  INFER_CHECK(
+      num_tokens >= 0 && BlocksFor(num_tokens) <= static_cast<int64_t>(parent.blocks.size()),
+      "block manager: fork of {} tokens from a table of {} blocks", num_tokens,
+      parent.blocks.size());
   const int64_t full = num_tokens / block_size_;
   const bool partial = num_tokens % block_size_ != 0;
   INFER_CHECK(!partial || num_free_blocks() >= 1, "block manager: no free block to fork into");
@@ -196,9 +199,9 @@ std::optional<std::pair<int32_t, int32_t>> BlockManager::Fork(const BlockTable& 
     ++meta_[static_cast<size_t>(block)].ref_count;
     child.blocks.push_back(block);
   }
-  child.hashes.assign(parent.hashes.begin(),
-                      parent.hashes.begin() + std::min<int64_t>(
-                                                  full, static_cast<int64_t>(parent.hashes.size())));
+  child.hashes.assign(
+      parent.hashes.begin(),
+      parent.hashes.begin() + std::min<int64_t>(full, static_cast<int64_t>(parent.hashes.size())));
   child.num_cached_tokens = 0;
   if (!partial) return std::nullopt;
   const int32_t fresh = TakeFresh();
@@ -250,8 +253,8 @@ void BlockManager::CheckInvariants(std::span<const BlockTable* const> tables) co
   }
   for (size_t b = 0; b < meta_.size(); ++b) {
     const Meta& meta = meta_[b];
-    INFER_CHECK(meta.ref_count == refs[b], "invariant: block {} has ref count {}, {} references",
-                b, meta.ref_count, refs[b]);
+    INFER_CHECK(meta.ref_count == refs[b], "invariant: block {} has ref count {}, {} references", b,
+                meta.ref_count, refs[b]);
     INFER_CHECK(listed[b] == (meta.ref_count == 0 ? 1 : 0),
                 "invariant: block {} (ref count {}) is listed {} times in free/evictable", b,
                 meta.ref_count, listed[b]);
@@ -264,8 +267,7 @@ void BlockManager::CheckInvariants(std::span<const BlockTable* const> tables) co
   for (const auto& [hash, block] : by_hash_) {
     INFER_CHECK(meta_[static_cast<size_t>(block)].registered &&
                     meta_[static_cast<size_t>(block)].hash == hash,
-                "invariant: hash index points at block {} which is not registered under it",
-                block);
+                "invariant: hash index points at block {} which is not registered under it", block);
   }
 }
 

@@ -40,11 +40,11 @@ class BlockManager {
   int64_t block_size() const { return block_size_; }
   bool prefix_caching() const { return prefix_caching_; }
   // Blocks a new allocation can take now: free ones plus cached ones nobody references.
-  int64_t num_free_blocks() const {
-    return static_cast<int64_t>(free_.size() + evictable_.size());
-  }
+  int64_t num_free_blocks() const { return static_cast<int64_t>(free_.size() + evictable_.size()); }
   int64_t num_cached_blocks() const { return static_cast<int64_t>(by_hash_.size()); }
-  int64_t BlocksFor(int64_t num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
+  int64_t BlocksFor(int64_t num_tokens) const {
+    return (num_tokens + block_size_ - 1) / block_size_;
+  }
 
   // The cached prefix of `tokens`: at most (tokens.size() - 1) / block_size blocks, so that at
   // least one token is left to compute (its logits are needed).
@@ -90,7 +90,7 @@ class BlockManager {
     bool registered = false;  // under `hash` in by_hash_
     bool computed = false;    // its KV is written
     uint64_t hash = 0;
-    std::vector<int32_t> tokens;  // of a registered block (checked on lookup: no false hits)
+    std::vector<int32_t> tokens;       // of a registered block (checked on lookup: no false hits)
     std::list<int32_t>::iterator lru;  // in evictable_ when ref_count == 0 and computed
     bool in_lru = false;
   };

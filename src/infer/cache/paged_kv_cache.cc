@@ -64,8 +64,8 @@ kernels::PagedKvLayer PagedKvCache::Layer(int64_t layer_idx) const {
   return layer;
 }
 
-void PagedKvCache::Write(int64_t layer_idx, std::span<const int32_t> block_table,
-                         int64_t first_pos, const float* k, const float* v, int64_t num_tokens) {
+void PagedKvCache::Write(int64_t layer_idx, std::span<const int32_t> block_table, int64_t first_pos,
+                         const float* k, const float* v, int64_t num_tokens) {
   INFER_CHECK(layer_idx >= 0 && layer_idx < num_layers_, "KV cache layer {} out of range",
               layer_idx);
   INFER_CHECK(first_pos >= 0 && num_tokens >= 0 &&
@@ -96,8 +96,7 @@ void PagedKvCache::Write(int64_t layer_idx, std::span<const int32_t> block_table
 }
 
 void PagedKvCache::CopyBlock(int32_t source, int32_t destination) {
-  INFER_CHECK(source >= 0 && source < num_blocks_ && destination >= 0 &&
-                  destination < num_blocks_,
+  INFER_CHECK(source >= 0 && source < num_blocks_ && destination >= 0 && destination < num_blocks_,
               "KV cache: copy of block {} to {} out of range [0, {})", source, destination,
               num_blocks_);
   const auto element = DTypeSize(dtype_);

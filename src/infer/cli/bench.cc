@@ -13,13 +13,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "infer/cache/paged_kv_cache.h"
 #include "infer/cli/common.h"
 #include "infer/core/error.h"
 #include "infer/core/mapped_file.h"
-#include "infer/kernels/cpu/isa.h"
-#include "infer/cache/paged_kv_cache.h"
 #include "infer/engine/decoder_model.h"
 #include "infer/engine/generate.h"
+#include "infer/kernels/cpu/isa.h"
 
 namespace infer::cli {
 
@@ -135,8 +135,7 @@ void RunBench(const BenchArgs& args) {
       std::vector<double> prefill_tok_s, decode_tok_s;
       for (int rep = 0; rep < args.repetitions; ++rep) {
         const GenerationResult result = Generate(*model, nullptr, prompt, greedy, options);
-        prefill_tok_s.push_back(static_cast<double>(prompt_tokens) /
-                                result.timing.prefill_time_s);
+        prefill_tok_s.push_back(static_cast<double>(prompt_tokens) / result.timing.prefill_time_s);
         decode_tok_s.push_back(static_cast<double>(result.timing.decode_times_s.size()) /
                                result.timing.decode_time_s());
         if (!args.as_json) {

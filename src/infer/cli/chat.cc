@@ -11,9 +11,9 @@
 #include <memory>
 #include <string>
 
+#include "infer/cache/paged_kv_cache.h"
 #include "infer/cli/generation_session.h"
 #include "infer/core/error.h"
-#include "infer/cache/paged_kv_cache.h"
 #include "infer/engine/engine.h"
 
 namespace infer::cli {
@@ -63,14 +63,13 @@ std::string Reply(GenerationSession& session, Engine& engine,
   INFER_CHECK(result.has_value(), "the reply produced no output");
   if (result->error) Fail("{}", *result->error);
   const double decode_s = result->timing.decode_time_s();
-  std::fprintf(stderr,
-               "[%lld prompt tokens, %lld from the prefix cache; %lld generated; prefill %.1f ms, "
-               "decode %.2f tok/s]\n",
-               static_cast<long long>(num_prompt), static_cast<long long>(result->cached_tokens),
-               static_cast<long long>(result->token_ids.size()),
-               result->timing.prefill_time_s * 1e3,
-               decode_s > 0 ? static_cast<double>(result->timing.decode_times_s.size()) / decode_s
-                            : 0.0);
+  std::fprintf(
+      stderr,
+      "[%lld prompt tokens, %lld from the prefix cache; %lld generated; prefill %.1f ms, "
+      "decode %.2f tok/s]\n",
+      static_cast<long long>(num_prompt), static_cast<long long>(result->cached_tokens),
+      static_cast<long long>(result->token_ids.size()), result->timing.prefill_time_s * 1e3,
+      decode_s > 0 ? static_cast<double>(result->timing.decode_times_s.size()) / decode_s : 0.0);
   if (result->finish_reason == FinishReason::kLength) {
     std::printf("[reply cut at max_new_tokens=%lld]\n",
                 static_cast<long long>(params.max_new_tokens));

@@ -59,10 +59,9 @@ int64_t ParseByteSize(const std::string& text, const std::string& option) {
   std::erase(unit, ' ');
   for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   static const std::pair<const char*, double> kUnits[] = {
-      {"", 1.0},          {"B", 1.0},         {"K", 0x1p10},      {"KIB", 0x1p10},
-      {"M", 0x1p20},      {"MIB", 0x1p20},    {"G", 0x1p30},      {"GIB", 0x1p30},
-      {"T", 0x1p40},      {"TIB", 0x1p40},    {"KB", 1e3},        {"MB", 1e6},
-      {"GB", 1e9},        {"TB", 1e12}};
+      {"", 1.0},       {"B", 1.0},    {"K", 0x1p10},   {"KIB", 0x1p10}, {"M", 0x1p20},
+      {"MIB", 0x1p20}, {"G", 0x1p30}, {"GIB", 0x1p30}, {"T", 0x1p40},   {"TIB", 0x1p40},
+      {"KB", 1e3},     {"MB", 1e6},   {"GB", 1e9},     {"TB", 1e12}};
   for (const auto& [name, scale] : kUnits) {
     if (unit != name) continue;
     const double bytes = value * scale;

@@ -4,9 +4,9 @@
 #include <memory>
 #include <string>
 
+#include "infer/cache/paged_kv_cache.h"
 #include "infer/cli/generation_session.h"
 #include "infer/core/error.h"
-#include "infer/cache/paged_kv_cache.h"
 #include "infer/engine/generate.h"
 
 namespace infer::cli {

@@ -3,9 +3,9 @@
 // a second signal exits at once.
 #include <pthread.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
-#include <algorithm>
 #include <memory>
 #include <thread>
 
@@ -87,9 +87,9 @@ void RunServe(ServeArgs& args) {
                "infer serve: KV cache %lld blocks x %lld tokens = %lld tokens (%.2f GiB, %s); "
                "maximum concurrency for %lld tokens per request: %.2fx\n",
                static_cast<long long>(kv.num_blocks), static_cast<long long>(kv.block_size),
-               static_cast<long long>(kv.capacity_tokens()),
-               static_cast<double>(kv.bytes) / 0x1p30, std::string(DTypeName(kv.dtype)).c_str(),
-               static_cast<long long>(max_len), engine.max_concurrency());
+               static_cast<long long>(kv.capacity_tokens()), static_cast<double>(kv.bytes) / 0x1p30,
+               std::string(DTypeName(kv.dtype)).c_str(), static_cast<long long>(max_len),
+               engine.max_concurrency());
   server::HttpServer http(engine, args.server);
   const int port = http.Bind();
   std::fprintf(stderr,

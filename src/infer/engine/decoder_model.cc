@@ -51,11 +51,9 @@ class DecoderModel final : public LanguageModel {
     seqs_.clear();
     for (const SequenceStep& step : steps) {
       const auto num_old = static_cast<int64_t>(step.tokens.size()) - step.num_new;
-      INFER_CHECK(step.num_new >= 1 && num_old >= 0,
-                  "sequence {}: {} new tokens of {}", step.seq_id, step.num_new,
-                  step.tokens.size());
-      seqs_.push_back({step.tokens.subspan(static_cast<size_t>(num_old)), num_old,
-                       step.block_table,
+      INFER_CHECK(step.num_new >= 1 && num_old >= 0, "sequence {}: {} new tokens of {}",
+                  step.seq_id, step.num_new, step.tokens.size());
+      seqs_.push_back({step.tokens.subspan(static_cast<size_t>(num_old)), num_old, step.block_table,
                        step.wants_logits ? LogitsMode::kLastPosition : LogitsMode::kNone});
     }
     decoder_.Forward(seqs_, *cache_, logits);

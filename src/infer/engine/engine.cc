@@ -6,8 +6,8 @@
 #include <limits>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "infer/core/error.h"
 
@@ -32,12 +32,13 @@ KvCacheInfo SizeKvCache(const EngineConfig& config, const LanguageModel& model) 
   info.block_size = config.block_size;
   info.dtype = config.kv_cache_dtype;
   const int64_t max_len = std::min(config.max_model_len, model.context_length());
-  const int64_t per_token = config.use_kv_cache ? model.kv_bytes_per_token(config.kv_cache_dtype) : 0;
+  const int64_t per_token =
+      config.use_kv_cache ? model.kv_bytes_per_token(config.kv_cache_dtype) : 0;
   const int64_t per_block = per_token * config.block_size;
   // Enough for max_num_seqs sequences of max_model_len: more is never used at once.
-  const int64_t useful_blocks =
-      std::min<int64_t>(config.max_num_seqs * ((max_len + config.block_size - 1) / config.block_size),
-                        int64_t{1} << 24);
+  const int64_t useful_blocks = std::min<int64_t>(
+      config.max_num_seqs * ((max_len + config.block_size - 1) / config.block_size),
+      int64_t{1} << 24);
   if (config.num_blocks > 0) {
     info.num_blocks = config.num_blocks;
   } else if (per_block == 0) {
@@ -111,10 +112,10 @@ std::string Engine::KvCacheSummaryJson() const {
   json["max_concurrency"] = max_concurrency();
   json["running"] = scheduler_->num_running();
   json["waiting"] = scheduler_->num_waiting();
-  json["prefix_cache_hit_rate"] =
-      stats.prompt_tokens > 0 ? static_cast<double>(stats.cached_prompt_tokens) /
-                                    static_cast<double>(stats.prompt_tokens)
-                              : 0.0;
+  json["prefix_cache_hit_rate"] = stats.prompt_tokens > 0
+                                      ? static_cast<double>(stats.cached_prompt_tokens) /
+                                            static_cast<double>(stats.prompt_tokens)
+                                      : 0.0;
   json["preemptions"] = stats.preemptions;
   return json.dump();
 }
@@ -171,11 +172,11 @@ std::shared_ptr<OutputChannel> Engine::AddRequest(const std::string& request_id,
 
 std::string Engine::AddRequest(const GenerationRequest& request) {
   std::vector<int32_t> ids = PreparePrompt(request.prompt(), request.params());
-  const std::string id = std::to_string(next_request_number_++);
+  std::string id = std::to_string(next_request_number_++);
   SamplingParams params = request.params();
   if (!params.seed && config_.seed) params.seed = config_.seed;
-  auto entry = std::make_shared<Request>(id, std::move(ids), std::move(params), NowS(),
-                                         tokenizer_, request.priority_value());
+  auto entry = std::make_shared<Request>(id, std::move(ids), std::move(params), NowS(), tokenizer_,
+                                         request.priority_value());
   if (const auto* text = std::get_if<std::string>(&request.prompt())) entry->prompt_text = *text;
   {
     std::lock_guard lock(mutex_);
@@ -326,7 +327,8 @@ std::vector<GenerationOutput> Engine::Generate() {
 
 std::string Engine::GenerateText(const std::string& prompt, int64_t max_tokens,
                                  double temperature) {
-  const std::string id = AddRequest(GenerationRequest(prompt).max_tokens(max_tokens).temperature(temperature));
+  const std::string id =
+      AddRequest(GenerationRequest(prompt).max_tokens(max_tokens).temperature(temperature));
   for (GenerationOutput& output : Generate()) {
     if (output.request_id != id) continue;
     if (output.error) Fail("generation failed: {}", *output.error);
@@ -354,9 +356,8 @@ void Engine::Loop() {
     const auto deadline = scheduler_->batch_wait_deadline_s();
     const double wait_s = deadline ? std::max(0.0, *deadline - NowS()) : 0.5;
     const int64_t added = num_added_;
-    work_.wait_for(lock, std::chrono::duration<double>(wait_s), [&] {
-      return stopping_ || !pending_cancels_.empty() || num_added_ != added;
-    });
+    work_.wait_for(lock, std::chrono::duration<double>(wait_s),
+                   [&] { return stopping_ || !pending_cancels_.empty() || num_added_ != added; });
     if (stopping_) return;
   }
 }

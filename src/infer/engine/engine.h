@@ -39,7 +39,9 @@ class GenerationRequest {
 
   GenerationRequest& max_tokens(int64_t n) { return params_.max_new_tokens = n, *this; }
   GenerationRequest& temperature(double t) { return params_.temperature = t, *this; }
-  GenerationRequest& top_k(int64_t k) { return params_.top_k = k > 0 ? std::optional(k) : std::nullopt, *this; }
+  GenerationRequest& top_k(int64_t k) {
+    return params_.top_k = k > 0 ? std::optional(k) : std::nullopt, *this;
+  }
   GenerationRequest& top_p(double p) { return params_.top_p = p, *this; }
   GenerationRequest& repetition_penalty(double r) { return params_.repetition_penalty = r, *this; }
   GenerationRequest& stop(std::string s) { return params_.stop.push_back(std::move(s)), *this; }
@@ -65,7 +67,7 @@ struct GenerationOutput {
   std::vector<int32_t> token_ids;
   std::optional<FinishReason> finish_reason;  // none when failed
   std::optional<std::string> error;
-  int64_t total_tokens = 0;  // prompt + generated
+  int64_t total_tokens = 0;   // prompt + generated
   int64_t cached_tokens = 0;  // prompt tokens served by the prefix cache
   int64_t num_preemptions = 0;
   GenerationTiming timing;
@@ -151,8 +153,8 @@ class Engine {
   KvCacheInfo kv_cache_;
   ModelRunner runner_;
   const std::chrono::steady_clock::time_point start_time_ = std::chrono::steady_clock::now();
-  int64_t next_seq_id_ = 0;   // guarded by mutex_
-  int64_t num_added_ = 0;     // guarded by mutex_: wakes the loop
+  int64_t next_seq_id_ = 0;  // guarded by mutex_
+  int64_t num_added_ = 0;    // guarded by mutex_: wakes the loop
   std::atomic<int64_t> next_request_number_{0};
 
   mutable std::mutex mutex_;  // guards scheduler_, pending_cancels_, stopping_, next_seq_id_

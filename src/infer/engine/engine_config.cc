@@ -16,8 +16,7 @@ void EngineConfig::Validate() const {
   INFER_CHECK(std::isfinite(batch_wait_timeout_s) && batch_wait_timeout_s >= 0,
               "batch_wait_timeout_s must be finite and >= 0, got {}", batch_wait_timeout_s);
   INFER_CHECK(batching_mode == "continuous" || batching_mode == "static",
-              "batching_mode '{}' is not supported (supported: continuous, static)",
-              batching_mode);
+              "batching_mode '{}' is not supported (supported: continuous, static)", batching_mode);
   INFER_CHECK(scheduler_policy == "fcfs" || scheduler_policy == "priority",
               "scheduler_policy '{}' is not supported (supported: fcfs, priority)",
               scheduler_policy);

@@ -18,7 +18,7 @@ struct SequenceStep {
   std::span<const int32_t> tokens;  // the sequence's tokens so far, through the last new one
   int64_t num_new = 0;              // the last num_new tokens run now; the cache holds the rest
   std::span<const int32_t> block_table;  // covers every token of `tokens`
-  bool wants_logits = true;  // false for a prompt chunk that does not end the prompt
+  bool wants_logits = true;              // false for a prompt chunk that does not end the prompt
 };
 
 class LanguageModel {

@@ -59,15 +59,13 @@ struct Request {
   // Tokens whose KV is still to compute: the prompt (rest) at prefill, the last sampled at decode.
   int64_t num_uncomputed() const { return num_tokens() - num_computed_tokens; }
   // Prompt + max_tokens: the most positions it can ever need.
-  int64_t max_total_tokens() const {
-    return num_prompt_tokens() + sampling_params.max_new_tokens;
-  }
+  int64_t max_total_tokens() const { return num_prompt_tokens() + sampling_params.max_new_tokens; }
 
   std::string request_id;
   std::vector<int32_t> prompt_token_ids;
   SamplingParams sampling_params;
   double arrival_time_s;
-  int64_t priority;  // lower runs first (priority policy)
+  int64_t priority;    // lower runs first (priority policy)
   int64_t seq_id = 0;  // the engine's number for it (stable across preemption)
 
   RequestState state = RequestState::kWaiting;
@@ -82,8 +80,8 @@ struct Request {
   int64_t num_cached_prompt_tokens = 0;  // of the first admission's prompt, from the cache
   int64_t num_preemptions = 0;
 
-  std::string prompt_text;          // the prompt as given, when it was text
-  double first_scheduled_s = -1.0;  // engine clock of its first step
+  std::string prompt_text;            // the prompt as given, when it was text
+  double first_scheduled_s = -1.0;    // engine clock of its first step
   std::vector<double> token_times_s;  // engine clock when each generated token came
 
   Sampler sampler;                        // seeded from sampling_params.seed: the request's own RNG

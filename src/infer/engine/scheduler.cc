@@ -24,9 +24,9 @@ bool Scheduler::RunsBefore(const Request& a, const Request& b) const {
 }
 
 void Scheduler::InsertRunning(std::shared_ptr<Request> request) {
-  const auto it = std::upper_bound(
-      running_.begin(), running_.end(), request,
-      [&](const auto& a, const auto& b) { return RunsBefore(*a, *b); });
+  const auto it =
+      std::upper_bound(running_.begin(), running_.end(), request,
+                       [&](const auto& a, const auto& b) { return RunsBefore(*a, *b); });
   running_.insert(it, std::move(request));
 }
 
@@ -108,15 +108,13 @@ bool Scheduler::Admit(const std::shared_ptr<Request>& request, int64_t budget,
   // With preemption off (and in static mode) a request holds blocks for everything it may
   // generate, so a running request never runs out.
   const bool reserve_all = !config_.enable_preemption || !config_.continuous();
-  const int64_t reserve = reserve_all
-                              ? std::max(request->max_total_tokens(), request->num_tokens())
-                              : cached + num_new;
+  const int64_t reserve =
+      reserve_all ? std::max(request->max_total_tokens(), request->num_tokens()) : cached + num_new;
   while (!blocks_.Allocate(request->block_table, request->token_ids, reserve)) {
     // Under the priority policy a more urgent request may take the blocks of a less urgent
     // running one.
     if (!config_.enable_preemption || !config_.priority_policy() || running_.empty() ||
-        !RunsBefore(*request, *running_.back()) ||
-        request->priority >= running_.back()->priority) {
+        !RunsBefore(*request, *running_.back()) || request->priority >= running_.back()->priority) {
       return false;
     }
     Preempt(running_.back(), output);
@@ -136,9 +134,8 @@ bool Scheduler::Admit(const std::shared_ptr<Request>& request, int64_t budget,
 }
 
 void Scheduler::AdmitWaiting(int64_t& budget, SchedulerOutput& output, bool wait_for_pending) {
-  for (auto it = waiting_.begin();
-       it != waiting_.end() && budget > 0 &&
-       static_cast<int64_t>(running_.size()) < config_.max_num_seqs;) {
+  for (auto it = waiting_.begin(); it != waiting_.end() && budget > 0 &&
+                                   static_cast<int64_t>(running_.size()) < config_.max_num_seqs;) {
     const std::shared_ptr<Request> request = *it;
     if (wait_for_pending && blocks_.Match(request->token_ids).next_pending) {
       ++it;  // its next prefix block is being computed: share it next step
@@ -181,9 +178,8 @@ SchedulerOutput Scheduler::ScheduleStatic(double now_s) {
     }
   }
   // The batch's prompts first (in chunks under the budget), then one token per member a step.
-  const bool prefilling = std::any_of(running_.begin(), running_.end(), [](const auto& r) {
-    return r->num_generated_tokens() == 0;
-  });
+  const bool prefilling = std::any_of(running_.begin(), running_.end(),
+                                      [](const auto& r) { return r->num_generated_tokens() == 0; });
   ScheduleRunning(budget, output, prefilling);
   return output;
 }

@@ -112,10 +112,10 @@ void Decoder::Forward(std::span<const int32_t> tokens, int64_t first_pos, PagedK
   INFER_CHECK(end <= cache.num_blocks() * cache.block_size(),
               "sequence of {} tokens exceeds the KV cache ({} blocks of {})", end,
               cache.num_blocks(), cache.block_size());
-  const SequenceTokens seq{tokens, first_pos,
-                           std::span<const int32_t>(sequence_table_)
-                               .first(static_cast<size_t>(cache.num_blocks())),
-                           mode};
+  const SequenceTokens seq{
+      tokens, first_pos,
+      std::span<const int32_t>(sequence_table_).first(static_cast<size_t>(cache.num_blocks())),
+      mode};
   Forward({&seq, 1}, cache, logits);
 }
 
@@ -135,11 +135,11 @@ void Decoder::RunLayers(std::span<const SequenceTokens> seqs, PagedKvCache& cach
   for (const SequenceTokens& seq : seqs) {
     const auto n = static_cast<int64_t>(seq.tokens.size());
     INFER_CHECK(n > 0, "forward: a sequence has no tokens");
-    INFER_CHECK(seq.first_pos >= 0 &&
-                    seq.first_pos + n <=
-                        static_cast<int64_t>(seq.block_table.size()) * cache.block_size(),
-                "forward: positions {}..{} do not fit the sequence's {} blocks of {}",
-                seq.first_pos, seq.first_pos + n, seq.block_table.size(), cache.block_size());
+    INFER_CHECK(
+        seq.first_pos >= 0 &&
+            seq.first_pos + n <= static_cast<int64_t>(seq.block_table.size()) * cache.block_size(),
+        "forward: positions {}..{} do not fit the sequence's {} blocks of {}", seq.first_pos,
+        seq.first_pos + n, seq.block_table.size(), cache.block_size());
     attention_seqs_.push_back({static_cast<int64_t>(batch_tokens_.size()), n, seq.first_pos,
                                seq.block_table.data(),
                                static_cast<int64_t>(seq.block_table.size())});
@@ -221,8 +221,8 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,
     cache.Write(layer_idx, seqs[i].block_table, a.first_pos, k_.data() + a.row * kv_dim,
                 v_.data() + a.row * kv_dim, a.num_tokens);
   }
-  kernels::PagedAttention(q_.data(), attention_seqs_, cache.Layer(layer_idx), params,
-                          attn_.data(), pool_);
+  kernels::PagedAttention(q_.data(), attention_seqs_, cache.Layer(layer_idx), params, attn_.data(),
+                          pool_);
   kernels::MatMul(attn_.data(), n, q_dim, q_dim, w.o_proj, OptionalTensor(w.o_bias), proj_.data(),
                   hidden, pool_, precision_);
   if (config_.sandwich_norms) {

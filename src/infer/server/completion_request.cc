@@ -93,9 +93,9 @@ CompletionRequest ParseCompletionRequest(std::string_view body, std::string_view
   if (root.is_discarded()) Reject(kBadRequest, "the request body is not valid JSON");
   if (!root.is_object()) Reject(kBadRequest, "the request body must be a JSON object");
 
-  static const char* const kFields[] = {"model", "prompt", "max_tokens",         "temperature",
-                                        "top_p", "top_k",  "repetition_penalty", "stream",
-                                        "stop",  "seed",   "priority"};
+  static const char* const kFields[] = {
+      "model",  "prompt", "max_tokens", "temperature", "top_p", "top_k", "repetition_penalty",
+      "stream", "stop",   "seed",       "priority"};
   for (const auto& [key, value] : root.items()) {
     if (std::find(std::begin(kFields), std::end(kFields), key) == std::end(kFields)) {
       Reject(kUnprocessable, fmt::format("unknown field '{}'", key));

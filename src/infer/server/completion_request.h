@@ -38,7 +38,8 @@ struct CompletionRequest {
 //   list of token ids, required), max_tokens (int, 128), temperature (number, 1.0), top_p
 //   (number, 1.0), top_k (int or null; 0 and -1 mean off, as in vLLM), repetition_penalty
 //   (number, 1.0), stream (bool), stop (string, list of strings or null), seed (int >= 0 or
-//   null), priority (int, 0; lower runs first under the priority policy). null for an optional field means its default.
+//   null), priority (int, 0; lower runs first under the priority policy). null for an optional
+//   field means its default.
 // Throws RequestError: 400 for a body that is not a JSON object, a missing required field, a
 // wrong type or an empty prompt; 422 for an unknown field, another model, or an out-of-range
 // value.

@@ -180,11 +180,10 @@ bool HttpServer::Impl::Pump(Stream& stream, httplib::DataSink& sink) {
 HttpServer::HttpServer(Engine& engine, ServerOptions options)
     : impl_(std::make_unique<Impl>(engine, std::move(options))) {
   const EngineConfig& config = engine.config();
-  const int threads =
-      impl_->options.http_threads > 0
-          ? impl_->options.http_threads
-          : static_cast<int>(
-                std::min<int64_t>(config.max_num_seqs + config.max_waiting_requests + 16, 1024));
+  const int threads = impl_->options.http_threads > 0
+                          ? impl_->options.http_threads
+                          : static_cast<int>(std::min<int64_t>(
+                                config.max_num_seqs + config.max_waiting_requests + 16, 1024));
   impl_->server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   impl_->server.set_payload_max_length(kMaxBodyBytes);
   impl_->server.set_socket_options([impl = impl_.get()](socket_t sock) {

@@ -70,7 +70,7 @@ TEST(BlockManagerTest, UnreferencedCachedBlocksAreEvictedLruOnlyWhenNeeded) {
   blocks.Free(a);  // three cached, unreferenced blocks
   EXPECT_EQ(blocks.num_cached_blocks(), 3);
   EXPECT_EQ(blocks.num_free_blocks(), 4);
-  ASSERT_TRUE(blocks.Allocate(b, tb, 32));  // one free block, then one eviction
+  ASSERT_TRUE(blocks.Allocate(b, tb, 32));    // one free block, then one eviction
   EXPECT_EQ(blocks.Match(ta).num_blocks, 2);  // the tail block went first
   blocks.Free(b);  // b's blocks were never computed: plain free blocks again
   BlockTable c;
@@ -113,7 +113,9 @@ TEST(BlockManagerTest, PropertyEveryBlockComesBackAfterRandomOperations) {
     for (auto& base : bases) {
       for (int i = 0; i < 80; ++i) base.push_back(static_cast<int32_t>(rng() % 50));
     }
-    const auto pick = [&](size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); };
+    const auto pick = [&](size_t n) {
+      return std::uniform_int_distribution<size_t>(0, n - 1)(rng);
+    };
     for (int op = 0; op < 5000; ++op) {
       const int kind = static_cast<int>(pick(5));
       if (kind == 0 || seqs.empty()) {  // a new sequence from a small alphabet: many hits

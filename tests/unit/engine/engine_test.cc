@@ -13,11 +13,11 @@
 #include <tuple>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include "infer/core/error.h"
 #include "infer/engine/decoder_model.h"
 #include "infer/engine/generate.h"
 #include "mock_model.h"
-#include <nlohmann/json.hpp>
 
 namespace infer {
 namespace {
@@ -186,7 +186,7 @@ TEST(EngineTest, StepsRunAtMostMaxNumBatchedTokensMixingDecodeAndPrefill) {
     mixed = mixed || (decode && prefill);
   }
   EXPECT_EQ(total, 3 + 9 + 1 + 5 + 4);  // every prompt token once, then one decode each
-  EXPECT_TRUE(mixed);  // a decode token rode along a prefill chunk
+  EXPECT_TRUE(mixed);                   // a decode token rode along a prefill chunk
   // The first step: the 3-token prompt and the first token of the 9-token one.
   EXPECT_EQ(model.calls().front(), (std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {1, 1}}));
 }
@@ -323,10 +323,10 @@ TEST_P(EngineFixtureTest, KvPoolHoldsTheConfiguredBlocks) {
   const std::string dir = std::string(INFER_TEST_FIXTURES) + "/models/" + std::get<0>(GetParam());
   std::ifstream file(dir + "/model/config.json");
   const auto json = nlohmann::json::parse(file);
-  const int64_t head_dim = json.contains("head_dim")
-                               ? json["head_dim"].get<int64_t>()
-                               : json["hidden_size"].get<int64_t>() /
-                                     json["num_attention_heads"].get<int64_t>();
+  const int64_t head_dim =
+      json.contains("head_dim")
+          ? json["head_dim"].get<int64_t>()
+          : json["hidden_size"].get<int64_t>() / json["num_attention_heads"].get<int64_t>();
   const int64_t per_token = 2 * json["num_hidden_layers"].get<int64_t>() *
                             json["num_key_value_heads"].get<int64_t>() * head_dim *
                             (std::get<2>(GetParam()) == DType::kBF16 ? 2 : 4);
@@ -335,17 +335,17 @@ TEST_P(EngineFixtureTest, KvPoolHoldsTheConfiguredBlocks) {
   EXPECT_EQ(engine.kv_cache().bytes, 64 * 16 * per_token);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Models, EngineFixtureTest,
-    ::testing::Combine(::testing::Values("llama", "qwen3", "gemma3"),
-                       ::testing::Values(kernels::MatMulPrecision::kF32,
-                                         kernels::MatMulPrecision::kBf16),
-                       ::testing::Values(DType::kF32, DType::kBF16)),
-    [](const auto& info) {
-      return std::get<0>(info.param) + "_" +
-             std::string(kernels::MatMulPrecisionName(std::get<1>(info.param))) + "_kv" +
-             std::string(DTypeName(std::get<2>(info.param)));
-    });
+INSTANTIATE_TEST_SUITE_P(Models, EngineFixtureTest,
+                         ::testing::Combine(::testing::Values("llama", "qwen3", "gemma3"),
+                                            ::testing::Values(kernels::MatMulPrecision::kF32,
+                                                              kernels::MatMulPrecision::kBf16),
+                                            ::testing::Values(DType::kF32, DType::kBF16)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  std::string(
+                                      kernels::MatMulPrecisionName(std::get<1>(info.param))) +
+                                  "_kv" + std::string(DTypeName(std::get<2>(info.param)));
+                         });
 
 }  // namespace
 }  // namespace infer

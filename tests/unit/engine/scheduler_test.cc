@@ -40,8 +40,8 @@ std::shared_ptr<Request> MakeRequest(const std::string& id, std::vector<int32_t>
                                      double arrival = 0.0) {
   SamplingParams params;
   params.max_new_tokens = max_new_tokens;
-  auto request = std::make_shared<Request>(id, std::move(prompt), params, arrival, nullptr,
-                                           priority);
+  auto request =
+      std::make_shared<Request>(id, std::move(prompt), params, arrival, nullptr, priority);
   request->seq_id = next_seq_id++;
   return request;
 }
@@ -211,7 +211,7 @@ TEST(SchedulerTest, PreemptionTakesTheLowestPriorityLatestArrival) {
 }
 
 TEST(SchedulerTest, WithoutPreemptionAdmissionReservesPromptPlusMaxTokens) {
-  Scheduler scheduler(Config("continuous"), 4);  // 64 tokens
+  Scheduler scheduler(Config("continuous"), 4);     // 64 tokens
   scheduler.Add(MakeRequest("a", Tokens(10), 30));  // 40 tokens: 3 blocks
   scheduler.Add(MakeRequest("b", Tokens(10), 30));  // would need 3 more
   EXPECT_EQ(Describe(Step(scheduler)), (Strings{"a:10"}));

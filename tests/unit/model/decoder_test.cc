@@ -20,7 +20,7 @@ namespace infer {
 namespace {
 
 constexpr double kBf16RowTolerance = 0.2;  // bf16 roundings amplified by random weights
-constexpr double kRowTolerance = 1e-4;  // README: max_v |logit - ref| <= 1e-4 * max_v |ref|
+constexpr double kRowTolerance = 1e-4;     // README: max_v |logit - ref| <= 1e-4 * max_v |ref|
 
 std::string FixtureDir(const std::string& arch) {
   return std::string(INFER_TEST_FIXTURES) + "/models/" + arch;
@@ -228,9 +228,9 @@ TEST(Decoder, ContextOverflowIsAnError) {
   std::vector<float> logits;
   const std::vector<int32_t> ids(17, 1);
   EXPECT_THROW(decoder.Forward(ids, 0, cache, LogitsMode::kLastPosition, logits), Error);
-  EXPECT_THROW(decoder.Forward(std::span(ids).first(2), 15, cache, LogitsMode::kLastPosition,
-                               logits),
-               Error);
+  EXPECT_THROW(
+      decoder.Forward(std::span(ids).first(2), 15, cache, LogitsMode::kLastPosition, logits),
+      Error);
   const std::vector<int32_t> bad = {1, 100000};
   EXPECT_THROW(decoder.Forward(bad, 0, cache, LogitsMode::kLastPosition, logits), Error);
 }

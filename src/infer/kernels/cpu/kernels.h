@@ -24,7 +24,7 @@ namespace infer::kernels::cpu {
                float weight_offset, float* y);                                                     \
   void Rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,                     \
             int64_t token_stride, const float* cos, const float* sin);                             \
-  void PagedAttention(const float* q, std::span<const AttentionSequence> seqs,                   \
+  void PagedAttention(const float* q, std::span<const AttentionSequence> seqs,                     \
                       const PagedKvLayer& kv, const AttentionParams& params, float* out,           \
                       ThreadPool& pool);                                                           \
   void SiluMul(const float* gate, const float* up, float* out, int64_t n);                         \

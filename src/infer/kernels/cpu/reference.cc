@@ -92,9 +92,8 @@ void Rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim, int
   }
 }
 
-void PagedAttention(const float* q, std::span<const AttentionSequence> seqs,
-                    const PagedKvLayer& kv, const AttentionParams& params, float* out,
-                    ThreadPool& pool) {
+void PagedAttention(const float* q, std::span<const AttentionSequence> seqs, const PagedKvLayer& kv,
+                    const AttentionParams& params, float* out, ThreadPool& pool) {
   const int64_t num_heads = params.num_heads;
   const int64_t head_dim = params.head_dim;
   const int64_t group = num_heads / params.num_kv_heads;
