@@ -245,7 +245,6 @@ GenerationOutput Engine::MakeOutput(const Request& request) const {
 }
 
 bool Engine::RunStep(std::vector<GenerationOutput>* ended) {
-  SchedulerOutput step;
   std::vector<std::shared_ptr<Request>> cancelled;
   {
     std::lock_guard lock(mutex_);
@@ -253,53 +252,86 @@ bool Engine::RunStep(std::vector<GenerationOutput>* ended) {
       if (auto request = scheduler_->Abort(id)) cancelled.push_back(std::move(request));
     }
     pending_cancels_.clear();
-    step = scheduler_->Schedule(NowS());
   }
   for (const auto& request : cancelled) {
     Deliver(*request, ErrorOutput(*request, "cancelled"));
     if (ended) ended->push_back(MakeOutput(*request));
   }
-  for (const auto& request : step.preempted) {
-    spdlog::debug("{}: preempted (KV blocks ran out), will be recomputed", request->request_id);
-  }
-  if (step.scheduled.empty()) return false;
-  const double start = NowS();
-  for (const ScheduledRequest& s : step.scheduled) {
-    if (s.request->first_scheduled_s < 0) s.request->first_scheduled_s = start;
-  }
-  bool ran = true;
-  try {
-    std::vector<StepOutput> outputs = runner_.Run(step);
-    const double now = NowS();
-    size_t k = 0;
+  // Static batching keeps phase 4's prefill: the batch's prompts run as one unit (in calls of
+  // at most max_num_batched_tokens), and their first tokens are delivered together at its end.
+  std::vector<std::pair<std::shared_ptr<Request>, StepOutput>> held;
+  bool ran_any = false;
+  while (true) {
+    SchedulerOutput step;
+    try {
+      std::lock_guard lock(mutex_);
+      step = scheduler_->Schedule(NowS());
+    } catch (const std::exception& e) {
+      // A scheduler invariant broke: fail everything rather than take the process down.
+      spdlog::error("engine: scheduling failed, failing every request: {}", e.what());
+      std::vector<std::shared_ptr<Request>> all;
+      {
+        std::lock_guard lock(mutex_);
+        all = scheduler_->TakeAll();
+      }
+      for (const auto& request : all) {
+        request->state = RequestState::kFailed;
+        request->error = e.what();
+        Deliver(*request, ErrorOutput(*request, e.what()));
+        if (ended) ended->push_back(MakeOutput(*request));
+      }
+      break;
+    }
+    for (const auto& request : step.preempted) {
+      spdlog::debug("{}: preempted (KV blocks ran out), will be recomputed", request->request_id);
+    }
+    if (step.scheduled.empty()) break;
+    ran_any = true;
+    const double start = NowS();
     for (const ScheduledRequest& s : step.scheduled) {
-      if (s.num_new == 0 || !s.wants_logits) continue;
-      StepOutput& output = outputs.at(k++);
+      if (s.request->first_scheduled_s < 0) s.request->first_scheduled_s = start;
+    }
+    bool ran = true;
+    try {
+      std::vector<StepOutput> outputs = runner_.Run(step);
+      size_t k = 0;
+      for (const ScheduledRequest& s : step.scheduled) {
+        if (s.num_new == 0 || !s.wants_logits) continue;
+        held.emplace_back(s.request, std::move(outputs.at(k++)));
+      }
+    } catch (const std::exception& e) {
+      ran = false;
+      spdlog::warn("engine step failed: {}", e.what());
+      for (const ScheduledRequest& s : step.scheduled) {
+        Request& request = *s.request;
+        if (request.done()) continue;
+        request.state = RequestState::kFailed;
+        request.error = e.what();
+        held.emplace_back(s.request, ErrorOutput(request, e.what()));
+      }
+    }
+    bool static_prefill = false;
+    {
+      std::lock_guard lock(mutex_);
+      scheduler_->Update(step, ran);
+      static_prefill = !config_.continuous() && ran && scheduler_->prefilling();
+    }
+    if (ended) {
+      for (const ScheduledRequest& s : step.scheduled) {
+        if (s.request->done()) ended->push_back(MakeOutput(*s.request));
+      }
+    }
+    if (!static_prefill) break;
+  }
+  const double now = NowS();
+  for (auto& [request, output] : held) {
+    if (output.token_id) {
       output.time_s = now;
-      s.request->token_times_s.push_back(now);
-      Deliver(*s.request, std::move(output));
+      request->token_times_s.push_back(now);
     }
-  } catch (const std::exception& e) {
-    ran = false;
-    spdlog::warn("engine step failed: {}", e.what());
-    for (const ScheduledRequest& s : step.scheduled) {
-      Request& request = *s.request;
-      if (request.done()) continue;
-      request.state = RequestState::kFailed;
-      request.error = e.what();
-      Deliver(request, ErrorOutput(request, e.what()));
-    }
+    Deliver(*request, std::move(output));
   }
-  {
-    std::lock_guard lock(mutex_);
-    scheduler_->Update(step, ran);
-  }
-  if (ended) {
-    for (const ScheduledRequest& s : step.scheduled) {
-      if (s.request->done()) ended->push_back(MakeOutput(*s.request));
-    }
-  }
-  return true;
+  return ran_any;
 }
 
 std::vector<GenerationOutput> Engine::Step() {

@@ -178,10 +178,13 @@ SchedulerOutput Scheduler::ScheduleStatic(double now_s) {
     }
   }
   // The batch's prompts first (in chunks under the budget), then one token per member a step.
-  const bool prefilling = std::any_of(running_.begin(), running_.end(),
-                                      [](const auto& r) { return r->num_generated_tokens() == 0; });
-  ScheduleRunning(budget, output, prefilling);
+  ScheduleRunning(budget, output, prefilling());
   return output;
+}
+
+bool Scheduler::prefilling() const {
+  return std::any_of(running_.begin(), running_.end(),
+                     [](const auto& r) { return !r->done() && r->num_generated_tokens() == 0; });
 }
 
 SchedulerOutput Scheduler::Schedule(double now_s) {

@@ -67,6 +67,8 @@ class Scheduler {
   std::vector<std::shared_ptr<Request>> TakeAll();
 
   bool HasWork() const { return !waiting_.empty() || !running_.empty(); }
+  // Some running request has not produced its first token yet.
+  bool prefilling() const;
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   const std::vector<std::shared_ptr<Request>>& running() const { return running_; }

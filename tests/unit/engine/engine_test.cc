@@ -191,6 +191,24 @@ TEST(EngineTest, StepsRunAtMostMaxNumBatchedTokensMixingDecodeAndPrefill) {
   EXPECT_EQ(model.calls().front(), (std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {1, 1}}));
 }
 
+TEST(EngineTest, StaticBatchPrefillsAsOneUnitAndDeliversFirstTokensTogether) {
+  testing::ScriptedModel model(32, {5, 6});
+  EngineConfig config = TestConfig();
+  config.batching_mode = "static";
+  config.max_num_batched_tokens = 4;
+  Engine engine(config, model, nullptr, {});
+  auto short_one = engine.AddRequest("short", {1, 2, 3}, Params(2));
+  auto long_one = engine.AddRequest("long", {1, 2, 3, 4, 5, 6, 7, 8, 9}, Params(2));
+  engine.Step();
+  // Three calls of at most 4 tokens ran the 12 prompt tokens; both first tokens came at once.
+  EXPECT_EQ(model.calls().size(), 3U);
+  EXPECT_TRUE(short_one->Pop(milliseconds(0)).has_value());
+  EXPECT_TRUE(long_one->Pop(milliseconds(0)).has_value());
+  engine.Step();  // one decode step for the batch
+  EXPECT_EQ(model.calls().back(), (std::vector<std::pair<int64_t, int64_t>>{{0, 1}, {1, 1}}));
+  EXPECT_FALSE(engine.HasWork());
+}
+
 TEST(EngineTest, BuilderRequestsAndGenerate) {
   testing::ScriptedModel model(32, {5, 6, 7});
   EngineConfig config = TestConfig();
@@ -288,6 +306,9 @@ TEST_P(EngineFixtureTest, OutputIsTheSameAloneBatchedChunkedCachedAndPreempted) 
     EXPECT_EQ(single[i].size(), static_cast<size_t>(params[i].max_new_tokens));
   }
   EXPECT_EQ(Run(Config(8), prompts, params), single) << "batched";
+  EngineConfig static_batch = Config(8);
+  static_batch.batching_mode = "static";
+  EXPECT_EQ(Run(static_batch, prompts, params), single) << "static batch";
   EngineConfig chunked = Config(8);
   chunked.max_num_batched_tokens = 4;  // short prompts share a step, long ones are split
   EXPECT_EQ(Run(chunked, prompts, params), single) << "chunked";
