@@ -11,7 +11,10 @@
 #include <fstream>
 
 #include <gtest/gtest.h>
+
+#include <cstdio>
 #include <nlohmann/json.hpp>
+#include <utility>
 
 #include "../unit/loader/test_util.h"
 #include "../unit/tokenizer/tokenizer_test_util.h"
@@ -206,6 +209,24 @@ TEST(CliChat, TwoTurnsResetAndExitUnderAPty) {
   chat.Type("And 3+3?\n");
   const std::string second = chat.ReadUntil("\n> ");
   EXPECT_NE(second.find("[reply cut"), std::string::npos) << second;
+  // The conversation stays in the engine's prefix cache: turn 2 reuses at least every full
+  // 16-token block of turn 1's prompt (a prefix of turn 2's) instead of computing it again.
+  const auto prompt_stats = [](const std::string& text) {
+    long long prompt = -1, cached = -1;
+    const size_t at = text.find("prompt tokens, ");
+    if (at != std::string::npos) {
+      const size_t open = text.rfind('[', at);
+      std::sscanf(text.c_str() + open, "[%lld prompt tokens, %lld from the prefix cache", &prompt,
+                  &cached);
+    }
+    return std::make_pair(prompt, cached);
+  };
+  const auto [prompt1, cached1] = prompt_stats(first);
+  const auto [prompt2, cached2] = prompt_stats(second);
+  ASSERT_GT(prompt1, 0) << first;
+  EXPECT_EQ(cached1, 0) << first;
+  EXPECT_GT(prompt2, prompt1) << second;
+  EXPECT_GE(cached2, prompt1 / 16 * 16) << second;
   chat.Type("/params\n");
   EXPECT_NE(chat.ReadUntil("\n> ").find("max_new_tokens=6"), std::string::npos);
   chat.Type("/reset\n");

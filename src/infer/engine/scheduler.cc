@@ -53,7 +53,7 @@ bool Scheduler::Add(std::shared_ptr<Request> request) {
   return true;
 }
 
-void Scheduler::Preempt(const std::shared_ptr<Request>& request, SchedulerOutput& output) {
+void Scheduler::Preempt(std::shared_ptr<Request> request, SchedulerOutput& output) {
   INFER_CHECK(config_.enable_preemption, "scheduler: out of KV blocks with preemption off");
   blocks_.Free(request->block_table);
   request->num_computed_tokens = 0;

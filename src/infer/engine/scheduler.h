@@ -84,7 +84,8 @@ class Scheduler {
   void InsertRunning(std::shared_ptr<Request> request);
   // Waiting order: by policy; a preempted request goes to the front of its priority.
   void InsertWaiting(std::shared_ptr<Request> request, bool at_front_of_priority);
-  void Preempt(const std::shared_ptr<Request>& request, SchedulerOutput& output);
+  void Preempt(std::shared_ptr<Request> request,
+               SchedulerOutput& output);  // by value: it leaves running_
   // Takes blocks for a waiting request and moves it to running; false if they are not free.
   bool Admit(const std::shared_ptr<Request>& request, int64_t budget, SchedulerOutput& output);
   void ScheduleRunning(int64_t& budget, SchedulerOutput& output, bool prefill_only);

@@ -210,6 +210,26 @@ TEST(SchedulerTest, PreemptionTakesTheLowestPriorityLatestArrival) {
   EXPECT_EQ(scheduler.block_manager().num_free_blocks(), 6);
 }
 
+TEST(SchedulerTest, AMoreUrgentRequestTakesTheBlocksOfALessUrgentOne) {
+  EngineConfig config = Config("continuous");
+  config.scheduler_policy = "priority";
+  config.enable_preemption = true;
+  Scheduler scheduler(config, 4);
+  auto low = MakeRequest("low", Tokens(40), 20, 5, 0.0);
+  scheduler.Add(low);
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"low:40"}));    // 3 of the 4 blocks
+  auto high = MakeRequest("high", Tokens(30, 100), 5, 0, 1.0);  // needs 2
+  scheduler.Add(high);
+  const SchedulerOutput output = Step(scheduler);
+  ASSERT_EQ(output.preempted.size(), 1U);
+  EXPECT_EQ(output.preempted.front(), low);
+  EXPECT_EQ(Describe(output), (Strings{"high:30"}));  // low's decode token was given back
+  EXPECT_EQ(low->state, RequestState::kWaiting);
+  for (int i = 0; i < 100 && scheduler.HasWork(); ++i) Step(scheduler);
+  EXPECT_EQ(low->num_generated_tokens(), 20);
+  EXPECT_EQ(high->num_generated_tokens(), 5);
+}
+
 TEST(SchedulerTest, WithoutPreemptionAdmissionReservesPromptPlusMaxTokens) {
   Scheduler scheduler(Config("continuous"), 4);     // 64 tokens
   scheduler.Add(MakeRequest("a", Tokens(10), 30));  // 40 tokens: 3 blocks
