@@ -294,10 +294,14 @@ bool Engine::RunStep(std::vector<GenerationOutput>* ended) {
     bool ran = true;
     try {
       std::vector<StepOutput> outputs = runner_.Run(step);
+      const double now = NowS();
       size_t k = 0;
       for (const ScheduledRequest& s : step.scheduled) {
         if (s.num_new == 0 || !s.wants_logits) continue;
-        held.emplace_back(s.request, std::move(outputs.at(k++)));
+        StepOutput& output = outputs.at(k++);
+        output.time_s = now;
+        s.request->token_times_s.push_back(now);
+        held.emplace_back(s.request, std::move(output));
       }
     } catch (const std::exception& e) {
       ran = false;
@@ -323,14 +327,7 @@ bool Engine::RunStep(std::vector<GenerationOutput>* ended) {
     }
     if (!static_prefill) break;
   }
-  const double now = NowS();
-  for (auto& [request, output] : held) {
-    if (output.token_id) {
-      output.time_s = now;
-      request->token_times_s.push_back(now);
-    }
-    Deliver(*request, std::move(output));
-  }
+  for (auto& [request, output] : held) Deliver(*request, std::move(output));
   return ran_any;
 }
 
