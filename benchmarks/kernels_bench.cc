@@ -1,6 +1,8 @@
 // Kernel micro-benchmark: MatMul at Llama-3.2-1B shapes, m = 1 (GB/s of weights streamed,
-// the decode bound) and m = 512 (GFLOP/s, the prefill bound), per ISA and thread count.
-// Prints a markdown table; --json writes one JSON object per line instead.
+// the decode bound) and m = 512 (GFLOP/s, the prefill bound), per ISA and thread count; then
+// one layer of PagedAttention (decode at Llama-3.2-1B and Gemma-3-1B shapes over 0 .. 4096
+// keys, f32 and bf16 KV, and a 512-token prefill), to be read next to the matmul rows.
+// Prints a markdown table; --json writes one JSON object per line instead (matmul only).
 //
 //   kernels_bench [--json] [--isa=avx512bf16,avx512,avx2] [--threads=1,2] [--m=1,512] [--reps=N]
 //                 [--dtype=bf16|f16|f32] [--precision=f32,bf16]
@@ -215,6 +217,111 @@ struct Shape {
   int64_t n, k;
 };
 
+// ---- Attention ---------------------------------------------------------------------------
+
+struct AttentionCase {
+  const char* model;
+  int64_t num_heads, num_kv_heads, head_dim;
+  DType dtype;
+  int64_t tokens, first_pos;
+};
+
+// One layer of PagedAttention per call, block size 16 (the engine's default) with shuffled
+// block ids. A decode call must stream its K/V from memory as the model's does (every layer's
+// cache is read once per token): the calls cycle through copies of the layer worth >= 256 MiB.
+void RunAttentionCase(const Options& options, const AttentionCase& c) {
+  constexpr int64_t kBlockSize = 16;
+  const int64_t positions = c.first_pos + c.tokens;
+  const int64_t blocks_per_layer = (positions + kBlockSize - 1) / kBlockSize;
+  const int64_t head_stride = kBlockSize * c.head_dim;
+  const int64_t block_stride = c.num_kv_heads * head_stride;
+  const int64_t layer_bytes =
+      blocks_per_layer * block_stride * 2 * static_cast<int64_t>(infer::DTypeSize(c.dtype));
+  const int64_t copies =
+      c.tokens == 1 ? std::max<int64_t>(1, (int64_t{256} << 20) / layer_bytes) : 1;
+  const int64_t num_blocks = copies * blocks_per_layer;
+  const Tensor k = Tensor::Empty(c.dtype, {num_blocks * block_stride});
+  const Tensor v = Tensor::Empty(c.dtype, {num_blocks * block_stride});
+  Fill(k);
+  Fill(v);
+  std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
+  for (int64_t i = 0; i < num_blocks; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+  uint32_t state = 777;
+  for (int64_t i = num_blocks - 1; i > 0; --i) {  // Fisher-Yates with an LCG
+    state = state * 1664525u + 1013904223u;
+    std::swap(ids[static_cast<size_t>(i)], ids[state % static_cast<uint32_t>(i + 1)]);
+  }
+  kernels::PagedKvLayer layer{.k = k.raw(),
+                              .v = v.raw(),
+                              .dtype = c.dtype,
+                              .block_size = kBlockSize,
+                              .block_stride = block_stride,
+                              .head_stride = head_stride};
+  std::vector<kernels::AttentionSequence> seqs(static_cast<size_t>(copies));
+  for (int64_t i = 0; i < copies; ++i) {
+    seqs[static_cast<size_t>(i)] = {.row = 0,
+                                    .num_tokens = c.tokens,
+                                    .first_pos = c.first_pos,
+                                    .block_table = ids.data() + i * blocks_per_layer,
+                                    .num_blocks = blocks_per_layer};
+  }
+  const kernels::AttentionParams params{.num_heads = c.num_heads,
+                                        .num_kv_heads = c.num_kv_heads,
+                                        .head_dim = c.head_dim,
+                                        .scale = 1.0F / std::sqrt(static_cast<float>(c.head_dim))};
+  std::vector<float> q(static_cast<size_t>(c.tokens * c.num_heads * c.head_dim), 0.03F);
+  std::vector<float> out(q.size());
+  // (query head, visible key) pairs; q.k and p.v are 2 x 2 x head_dim flops per pair.
+  double pairs = 0;
+  for (int64_t t = 0; t < c.tokens; ++t) pairs += static_cast<double>(c.first_pos + t + 1);
+  pairs *= static_cast<double>(c.num_heads);
+  const double kv_bytes = static_cast<double>(positions * c.num_kv_heads * c.head_dim * 2) *
+                          static_cast<double>(infer::DTypeSize(c.dtype));
+  for (kernels::Isa isa : options.isas) {
+    kernels::SetActiveIsa(isa);
+    for (int threads : options.threads) {
+      ThreadPool pool(threads);
+      const int64_t calls = c.tokens == 1 ? std::max<int64_t>(copies, 64) : 2;
+      std::vector<double> times;
+      for (int rep = -1; rep < options.reps; ++rep) {  // rep -1 warms up
+        const double start = NowSeconds();
+        for (int64_t call = 0; call < calls; ++call) {
+          kernels::PagedAttention(q.data(), {&seqs[static_cast<size_t>(call % copies)], 1}, layer,
+                                  params, out.data(), pool);
+        }
+        if (rep >= 0) times.push_back((NowSeconds() - start) / static_cast<double>(calls));
+      }
+      const auto [mean, sd, best] = Summarize(times);
+      std::printf(
+          "| %s %lldx%lldx%lld | %s | %lld | %lld | %s | %d | %.4f | %.4f | %.4f | %.1f | %.1f |\n",
+          c.model, static_cast<long long>(c.num_heads), static_cast<long long>(c.num_kv_heads),
+          static_cast<long long>(c.head_dim), std::string(infer::DTypeName(c.dtype)).c_str(),
+          static_cast<long long>(c.tokens), static_cast<long long>(c.first_pos),
+          std::string(kernels::IsaName(isa)).c_str(), threads, best * 1e3, mean * 1e3, sd * 1e3,
+          kv_bytes / best / 1e9, pairs * 4 * static_cast<double>(c.head_dim) / best / 1e9);
+      std::fflush(stdout);
+    }
+  }
+}
+
+void RunAttention(const Options& options) {
+  std::printf(
+      "\n| attention (one layer) | kv | tokens | first_pos | isa | threads | best ms | mean ms | "
+      "sd ms | KV GB/s | GFLOP/s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::vector<AttentionCase> cases;
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    for (int64_t context : {0, 512, 4096}) {
+      cases.push_back({"llama", 32, 8, 64, dtype, 1, context});
+    }
+  }
+  for (DType dtype : {DType::kBF16, DType::kF32}) {
+    cases.push_back({"gemma", 4, 1, 256, dtype, 1, 4096});
+  }
+  cases.push_back({"llama", 32, 8, 64, DType::kBF16, 512, 0});
+  for (const AttentionCase& c : cases) RunAttentionCase(options, c);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -322,46 +429,6 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (!options.json && options.attention) {
-    // Attention at Llama-3.2-1B shape (32 q heads, 8 kv heads, head_dim 64), one layer.
-    std::printf(
-        "\n| attention | tokens | first_pos | isa | threads | best ms | mean ms | sd ms | GFLOP/s "
-        "|\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|\n");
-    kernels::AttentionParams params{
-        .num_heads = 32, .num_kv_heads = 8, .head_dim = 64, .scale = 0.125F};
-    const int64_t max_seq = 1024;
-    std::vector<float> k_cache(static_cast<size_t>(8 * max_seq * 64), 0.01F);
-    std::vector<float> v_cache(k_cache.size(), 0.02F);
-    std::vector<float> q(static_cast<size_t>(512 * 32 * 64), 0.03F);
-    std::vector<float> out(q.size());
-    for (auto [tokens, first] : {std::pair<int64_t, int64_t>{512, 0}, {1, 511}}) {
-      for (kernels::Isa isa : options.isas) {
-        kernels::SetActiveIsa(isa);
-        for (int threads : options.threads) {
-          ThreadPool pool(threads);
-          std::vector<double> times;
-          const int calls = tokens == 1 ? 200 : 1;
-          for (int rep = -1; rep < options.reps; ++rep) {
-            const double start = NowSeconds();
-            for (int c = 0; c < calls; ++c) {
-              kernels::Attention(q.data(), tokens, first, k_cache.data(), v_cache.data(),
-                                 max_seq * 64, params, out.data(), pool);
-            }
-            if (rep >= 0) times.push_back((NowSeconds() - start) / calls);
-          }
-          const auto [mean, sd, best] = Summarize(times);
-          // q.k and p.v: 2 x 2 x head_dim flops per (query head, visible key).
-          double pairs = 0;
-          for (int64_t t = 0; t < tokens; ++t) pairs += static_cast<double>(first + t + 1);
-          const double gflop_s = pairs * 32 * 4 * 64 / best / 1e9;
-          std::printf("| llama | %lld | %lld | %s | %d | %.3f | %.3f | %.3f | %.1f |\n",
-                      static_cast<long long>(tokens), static_cast<long long>(first),
-                      std::string(kernels::IsaName(isa)).c_str(), threads, best * 1e3, mean * 1e3,
-                      sd * 1e3, gflop_s);
-        }
-      }
-    }
-  }
+  if (!options.json && options.attention) RunAttention(options);
   return 0;
 }

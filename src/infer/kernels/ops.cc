@@ -182,9 +182,8 @@ void Rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim, int
   INFER_DISPATCH(Rope, x, num_tokens, num_heads, head_dim, token_stride, cos, sin);
 }
 
-void PagedAttention(const float* q, std::span<const AttentionSequence> seqs,
-                    const PagedKvLayer& kv, const AttentionParams& params, float* out,
-                    ThreadPool& pool) {
+void PagedAttention(const float* q, std::span<const AttentionSequence> seqs, const PagedKvLayer& kv,
+                    const AttentionParams& params, float* out, ThreadPool& pool) {
   INFER_CHECK(params.num_heads > 0 && params.num_kv_heads > 0 &&
                   params.num_heads % params.num_kv_heads == 0,
               "PagedAttention: num_heads {} is not a positive multiple of num_kv_heads {}",
@@ -201,8 +200,7 @@ void PagedAttention(const float* q, std::span<const AttentionSequence> seqs,
                   kv.block_stride >= kv.head_stride * params.num_kv_heads,
               "PagedAttention: strides (block {}, head {}) cannot hold {} kv heads x {} positions "
               "x head_dim {}",
-              kv.block_stride, kv.head_stride, params.num_kv_heads, kv.block_size,
-              params.head_dim);
+              kv.block_stride, kv.head_stride, params.num_kv_heads, kv.block_size, params.head_dim);
   int64_t rows = 0;
   for (const AttentionSequence& seq : seqs) {
     INFER_CHECK(seq.num_tokens >= 0 && seq.first_pos >= 0 && seq.row >= 0,

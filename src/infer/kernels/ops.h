@@ -141,9 +141,8 @@ constexpr int64_t kAttentionPartition = 256;
 // call are, and however its sequence was split into calls: keys are folded in blocks at fixed
 // positions and in partitions of kAttentionPartition keys at fixed positions, each partition
 // from an empty state, merged in ascending order; long contexts split partitions across threads.
-void PagedAttention(const float* q, std::span<const AttentionSequence> seqs,
-                    const PagedKvLayer& kv, const AttentionParams& params, float* out,
-                    ThreadPool& pool);
+void PagedAttention(const float* q, std::span<const AttentionSequence> seqs, const PagedKvLayer& kv,
+                    const AttentionParams& params, float* out, ThreadPool& pool);
 
 // out[i] = act(gate[i]) * up[i] for i < n (out may alias gate or up).
 void SiluMul(const float* gate, const float* up, float* out, int64_t n);
