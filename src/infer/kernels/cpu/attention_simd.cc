@@ -184,10 +184,9 @@ inline int64_t LayoutIndex(int64_t d) {
   }
 }
 
-template <int kHint>
 inline void Prefetch(const void* p, int64_t bytes) {
   const char* b = static_cast<const char*>(p);
-  for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(b + i, static_cast<_mm_hint>(kHint));
+  for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(b + i, _MM_HINT_T0);
 }
 
 // ---- The call's fixed facts ----------------------------------------------------------------
@@ -403,7 +402,7 @@ void PositionPartition(const Context<Kv>& c, const int32_t* table, int64_t h0, i
     const int64_t ahead = g + kPrefetchGroups * kLanes;
     for (int64_t h = h0; h < h1; ++h) {
       if (ahead < prefetch_end) {
-        Prefetch<_MM_HINT_T0>(c.k + c.RowOffset(table, h, ahead), group_bytes);
+        Prefetch(c.k + c.RowOffset(table, h, ahead), group_bytes);
       }
       const typename Kv::T* keys = c.k + c.RowOffset(table, h, g);
       for (int64_t g0 = 0; g0 < c.group; g0 += kMaxRows) {
@@ -422,7 +421,7 @@ void PositionPartition(const Context<Kv>& c, const int32_t* table, int64_t h0, i
     const int64_t v_ahead = g + kPrefetchGroups * kLanes - (end - base);
     if (v_ahead >= base && v_ahead < end) {
       for (int64_t h = h0; h < h1; ++h) {
-        Prefetch<_MM_HINT_T0>(c.v + c.RowOffset(table, h, v_ahead), group_bytes);
+        Prefetch(c.v + c.RowOffset(table, h, v_ahead), group_bytes);
       }
     }
   }
@@ -436,7 +435,7 @@ void PositionPartition(const Context<Kv>& c, const int32_t* table, int64_t h0, i
     const int64_t j0 = std::max(g, lo);
     const int64_t j1 = std::min(g + kLanes, hi);
     for (int64_t h = h0; h < h1; ++h) {
-      if (ahead < end) Prefetch<_MM_HINT_T0>(c.v + c.RowOffset(table, h, ahead), group_bytes);
+      if (ahead < end) Prefetch(c.v + c.RowOffset(table, h, ahead), group_bytes);
       const typename Kv::T* values = c.v + c.RowOffset(table, h, j0);
       for (int64_t g0 = 0; g0 < c.group; g0 += kMaxRows) {
         const int64_t row0 = (h - h0) * c.group + g0;
