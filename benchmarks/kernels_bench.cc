@@ -224,11 +224,13 @@ struct AttentionCase {
   int64_t num_heads, num_kv_heads, head_dim;
   DType dtype;
   int64_t tokens, first_pos;
+  bool shuffled;  // block ids shuffled (a long-running cache) or ascending (a fresh one)
 };
 
-// One layer of PagedAttention per call, block size 16 (the engine's default) with shuffled
-// block ids. A decode call must stream its K/V from memory as the model's does (every layer's
-// cache is read once per token): the calls cycle through copies of the layer worth >= 256 MiB.
+// One layer of PagedAttention per call, block size 16 (the engine's default), the cache in
+// 2 MiB pages as the engine allocates it (unless --no-huge-pages). A decode call must stream its
+// K/V from memory as the model's does (every layer's cache is read once per token, the weights in
+// between): the calls cycle through copies of the layer worth >= 256 MiB.
 void RunAttentionCase(const Options& options, const AttentionCase& c) {
   constexpr int64_t kBlockSize = 16;
   const int64_t positions = c.first_pos + c.tokens;
@@ -240,14 +242,14 @@ void RunAttentionCase(const Options& options, const AttentionCase& c) {
   const int64_t copies =
       c.tokens == 1 ? std::max<int64_t>(1, (int64_t{256} << 20) / layer_bytes) : 1;
   const int64_t num_blocks = copies * blocks_per_layer;
-  const Tensor k = Tensor::Empty(c.dtype, {num_blocks * block_stride});
-  const Tensor v = Tensor::Empty(c.dtype, {num_blocks * block_stride});
+  const Tensor k = Tensor::Empty(c.dtype, {num_blocks * block_stride}, options.huge_pages);
+  const Tensor v = Tensor::Empty(c.dtype, {num_blocks * block_stride}, options.huge_pages);
   Fill(k);
   Fill(v);
   std::vector<int32_t> ids(static_cast<size_t>(num_blocks));
   for (int64_t i = 0; i < num_blocks; ++i) ids[static_cast<size_t>(i)] = static_cast<int32_t>(i);
   uint32_t state = 777;
-  for (int64_t i = num_blocks - 1; i > 0; --i) {  // Fisher-Yates with an LCG
+  for (int64_t i = num_blocks - 1; c.shuffled && i > 0; --i) {  // Fisher-Yates with an LCG
     state = state * 1664525u + 1013904223u;
     std::swap(ids[static_cast<size_t>(i)], ids[state % static_cast<uint32_t>(i + 1)]);
   }
@@ -293,12 +295,14 @@ void RunAttentionCase(const Options& options, const AttentionCase& c) {
       }
       const auto [mean, sd, best] = Summarize(times);
       std::printf(
-          "| %s %lldx%lldx%lld | %s | %lld | %lld | %s | %d | %.4f | %.4f | %.4f | %.1f | %.1f |\n",
+          "| %s %lldx%lldx%lld | %s | %s | %lld | %lld | %s | %d | %.4f | %.4f | %.4f | %.1f | "
+          "%.1f |\n",
           c.model, static_cast<long long>(c.num_heads), static_cast<long long>(c.num_kv_heads),
           static_cast<long long>(c.head_dim), std::string(infer::DTypeName(c.dtype)).c_str(),
-          static_cast<long long>(c.tokens), static_cast<long long>(c.first_pos),
-          std::string(kernels::IsaName(isa)).c_str(), threads, best * 1e3, mean * 1e3, sd * 1e3,
-          kv_bytes / best / 1e9, pairs * 4 * static_cast<double>(c.head_dim) / best / 1e9);
+          c.shuffled ? "shuffled" : "ascending", static_cast<long long>(c.tokens),
+          static_cast<long long>(c.first_pos), std::string(kernels::IsaName(isa)).c_str(), threads,
+          best * 1e3, mean * 1e3, sd * 1e3, kv_bytes / best / 1e9,
+          pairs * 4 * static_cast<double>(c.head_dim) / best / 1e9);
       std::fflush(stdout);
     }
   }
@@ -306,19 +310,22 @@ void RunAttentionCase(const Options& options, const AttentionCase& c) {
 
 void RunAttention(const Options& options) {
   std::printf(
-      "\n| attention (one layer) | kv | tokens | first_pos | isa | threads | best ms | mean ms | "
-      "sd ms | KV GB/s | GFLOP/s |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "\n| attention (one layer) | kv | blocks | tokens | first_pos | isa | threads | best ms | "
+      "mean ms | sd ms | KV GB/s | GFLOP/s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   std::vector<AttentionCase> cases;
+  // Decode at Llama-3.2-1B shape: its per-layer cost next to context 0.
   for (DType dtype : {DType::kBF16, DType::kF32}) {
     for (int64_t context : {0, 512, 4096}) {
-      cases.push_back({"llama", 32, 8, 64, dtype, 1, context});
+      cases.push_back({"llama", 32, 8, 64, dtype, 1, context, false});
     }
   }
+  cases.push_back({"llama", 32, 8, 64, DType::kBF16, 1, 4096, true});
+  // Gemma-3-1B shape: one kv head, so a lone decode splits its partitions across threads.
   for (DType dtype : {DType::kBF16, DType::kF32}) {
-    cases.push_back({"gemma", 4, 1, 256, dtype, 1, 4096});
+    cases.push_back({"gemma", 4, 1, 256, dtype, 1, 4096, false});
   }
-  cases.push_back({"llama", 32, 8, 64, DType::kBF16, 512, 0});
+  cases.push_back({"llama", 32, 8, 64, DType::kBF16, 512, 0, false});  // a prefill chunk
   for (const AttentionCase& c : cases) RunAttentionCase(options, c);
 }
 

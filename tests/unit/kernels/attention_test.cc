@@ -193,7 +193,9 @@ TEST(PagedAttentionTest, MatchesReferenceWithGqaWindowsAndManySequences) {
   uint32_t seed = 100;
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (int64_t block_size : {16, 32, 64}) {
-      for (auto [heads, kv_heads] : {std::pair<int64_t, int64_t>{4, 2}, {2, 2}, {8, 1}, {6, 3}}) {
+      // Groups of 2, 1, 8 (two runs of 4), 2, 3 (2 + 1) and 5 (4 + 1) query heads.
+      for (auto [heads, kv_heads] :
+           {std::pair<int64_t, int64_t>{4, 2}, {2, 2}, {8, 1}, {6, 3}, {6, 2}, {5, 1}}) {
         for (int64_t head_dim : {8, 24, 64}) {
           for (int64_t window : {0, 1, 4, 33}) {
             CheckAgainstReference(pool, dtype, block_size, {heads, kv_heads, head_dim}, window,

@@ -6,25 +6,25 @@
 //   nothing but the row and the partition: scores of the visible keys, m = their max,
 //   p = exp(score - m), s = sum of p, acc = sum of p * v (keys ascending, one FMA chain per
 //   element from zero). Scores come in groups of kLanes keys at absolute positions (a group
-//   never straddles a cache block), each score a fixed FMA chain over head_dim followed by a
-//   fixed tree over the lanes.
+//   never straddles a cache block or a partition), each score a fixed FMA chain over head_dim
+//   followed by a fixed tree over the lanes.
 // - Partition states are folded left, in ascending order, by one function (Merge). A task that
 //   owns all of a row's partitions folds them as it goes; when a long context is split across
-//   tasks, each partition's state goes to scratch and the item's last task folds them in the
-//   same order with the same function.
-// So the work split (threads, batch, prefill chunks, decode) never changes a row's arithmetic.
+//   tasks (flash-decoding), each partition's state goes to scratch and the item's last task
+//   folds them in the same order with the same function.
+// - How a row is computed depends only on the model's shape (head_dim, group size) and the
+//   ISA: the heads of a kv head run in fixed runs of 4, 2, 1 (RowsAt) whatever the call holds.
+// So the work split (threads, batch, prefill chunks, decode) never changes a row's bits.
 //
 // Speed. Decode is the case that matters: one query position, thousands of keys, K/V streamed
-// from memory. All query heads that share a kv head (the GQA group, up to kMaxRows at once) are
-// processed together, so each K/V row is loaded and widened once for all of them. q . k runs
-// without a key transpose: per (row, key) an FMA chain over head_dim in kLanes-wide vectors,
-// then kLanes such vectors are reduced together (a transpose-and-add tree: about two shuffles
-// and one add per score). bf16 K/V are widened on the fly with the even/odd trick (one shift or
-// one and per kLanes elements); q and acc use the matching deinterleaved order inside each
-// chunk of 2 * kLanes. A decode task walks a partition group by group over all kv heads at
-// once: the cache stores a block's heads next to each other, so K (then V) is read in long
-// contiguous runs, with software prefetch a few groups ahead, instead of short runs at
-// scattered places.
+// from memory. The query heads of a kv head (the GQA group) run together, so each K/V row is
+// loaded and widened once for all of them. q . k needs no key transpose: per (row, key) an FMA
+// chain over head_dim in kLanes-wide vectors, then kLanes such vectors are reduced together (a
+// transpose-and-add tree, about two shuffles and one add per score). bf16 K/V are widened on
+// the fly with the even/odd trick (one shift or one and per kLanes elements); q and acc use
+// the matching deinterleaved order inside each chunk of 2 * kLanes. Software prefetch brings K
+// two groups ahead and V (read after the partition's q . k) in slices spread through the
+// q . k work: bursts small enough not to stall the core on a full miss queue.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -43,9 +43,13 @@ namespace {
 
 constexpr int64_t kChunk = 2 * kLanes;  // head_dim elements per K/V load step
 constexpr int64_t kPartition = kAttentionPartition;
-constexpr int kMaxRows = 4;  // query heads (of one position and kv head) processed together
+constexpr int kMaxRows = 4;  // query heads of one position processed together
+// A position's heads of one kv head go in runs of 4, then 2, then 1 (fixed by the group size,
+// so a row always runs in the same kind of run).
+inline int RowsAt(int64_t left) { return left >= kMaxRows ? kMaxRows : left >= 2 ? 2 : 1; }
+static_assert(kMaxRows == 4, "PartitionStateR instantiates runs of 1, 2 and 4 rows");
 #if defined(__AVX512F__)
-constexpr int kKeysAtOnce = 4;                  // q . k: kMaxRows x 4 accumulators, 32 registers
+constexpr int kKeysAtOnce = 4;                  // q . k: kMaxRows x 4 accumulators of 32 registers
 constexpr int kAccRegs = 16;                    // p . v accumulators per pass
 constexpr int64_t kFixedChunks[3] = {2, 4, 8};  // head_dim 64, 128, 256
 #else
@@ -53,19 +57,14 @@ constexpr int kKeysAtOnce = 2;  // 16 registers
 constexpr int kAccRegs = 8;
 constexpr int64_t kFixedChunks[3] = {4, 8, 16};  // head_dim 64, 128, 256
 #endif
-// Query positions per item of a prefill.
+// Query positions per item (task) of a prefill.
 constexpr int64_t kQueryBlock = 16;
-// Items of at most this many positions keep all kv heads in one task (decode: long contiguous
-// K/V runs); larger ones get a task per kv head (prefill: a head's partition stays in cache
-// across the positions).
+// Blocks of at most this many positions (decodes) keep all kv heads in one item.
 constexpr int64_t kStreamMaxPositions = 4;
 // Tasks per thread that the split aims at, so that dynamic claiming balances the load.
 constexpr int kTasksPerThread = 4;
-// Groups of kLanes keys that K and V are prefetched ahead.
-#ifndef INFER_PF_GROUPS
-#define INFER_PF_GROUPS 2
-#endif
-constexpr int64_t kPrefetchGroups = INFER_PF_GROUPS;
+// Calls of fewer (query head, key) pairs run on the calling thread.
+constexpr double kInlineCost = 2048;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 static_assert(kPartition % kPagedBlockMultiple == 0 && kPagedBlockMultiple % kLanes == 0,
@@ -142,7 +141,6 @@ inline V MaskKeys(V v, int64_t base, int64_t lo, int64_t hi) {
 
 // Loads one chunk (kChunk elements, of which the first n are valid; n > 0) of a K/V row as two
 // f32 vectors. f32: elements [0, kLanes) and [kLanes, kChunk). bf16: even and odd elements.
-// kFull: the chunk is whole (n = kChunk), no mask needed.
 struct F32Kv {
   using T = float;
   static constexpr bool kDeinterleaved = false;
@@ -184,11 +182,6 @@ inline int64_t LayoutIndex(int64_t d) {
   }
 }
 
-inline void Prefetch(const void* p, int64_t bytes) {
-  const char* b = static_cast<const char*>(p);
-  for (int64_t i = 0; i < bytes; i += 64) _mm_prefetch(b + i, _MM_HINT_T0);
-}
-
 // ---- The call's fixed facts ----------------------------------------------------------------
 
 template <class Kv>
@@ -219,22 +212,40 @@ struct Context {
   }
 };
 
-// ---- Kernels on one group of kLanes keys ------------------------------------------------------
+// ---- One partition of R rows (heads of one position) ----------------------------------------
+
+// Software prefetch. A decode streams its K/V from memory in runs of block_size positions at
+// scattered places, which the hardware prefetchers follow poorly. While q . k runs on a group,
+// K kPrefetchGroups groups ahead and V of the group itself (wanted after the partition's
+// q . k) are prefetched, a slice per kKeysAtOnce keys: short bursts, so that the core does not
+// stall on a full miss queue.
+constexpr int64_t kPrefetchGroups = 2;
+
 // kNch > 0: head_dim is kNch whole chunks, known at compile time (the models' 64, 128, 256):
-// no load needs a mask and the chunk loops unroll. kNch = 0: any head_dim, from the context.
+// no load needs a mask and the trip counts are constants. kNch = 0: any head_dim, from the
+// context.
 
 // Scores of R prepared query rows (stride padded_dim) against the kLanes keys starting at
 // `keys`, into out[r * kPartition + 0 .. kLanes).
 template <int R, class Kv, int kNch>
 inline void GroupScores(const Context<Kv>& c, const float* qp, const typename Kv::T* keys,
-                        float* out) {
+                        float* out, const char* pf_k, const char* pf_v) {
   constexpr bool kFull = kNch > 0;
   const int64_t num_chunks = kFull ? kNch : c.num_chunks;
   const int64_t head_dim = kFull ? kNch * kChunk : c.head_dim;
   const int64_t padded_dim = kFull ? kNch * kChunk : c.padded_dim;
+  const int64_t batch_bytes = kKeysAtOnce * head_dim * static_cast<int64_t>(sizeof(typename Kv::T));
   V pairs[R][kLanes / 2];
 #pragma GCC unroll 4
   for (int j = 0; j < kLanes; j += kKeysAtOnce) {
+    if (pf_k != nullptr) {
+      for (int64_t i = 0; i < batch_bytes; i += 64)
+        _mm_prefetch(pf_k + j * batch_bytes / kKeysAtOnce + i, _MM_HINT_T0);
+    }
+    if (pf_v != nullptr) {
+      for (int64_t i = 0; i < batch_bytes; i += 64)
+        _mm_prefetch(pf_v + j * batch_bytes / kKeysAtOnce + i, _MM_HINT_T0);
+    }
     V acc[R][kKeysAtOnce];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) {
@@ -243,7 +254,6 @@ inline void GroupScores(const Context<Kv>& c, const float* qp, const typename Kv
     }
     const typename Kv::T* k = keys + j * head_dim;
     const float* q = qp;
-#pragma GCC unroll 16
     for (int64_t ch = 0; ch < num_chunks; ++ch, k += kChunk, q += kChunk) {
       const int64_t n = kFull || ch + 1 < num_chunks ? kChunk : c.last_chunk;
       V ka[kKeysAtOnce], kb[kKeysAtOnce];
@@ -274,97 +284,6 @@ inline void GroupScores(const Context<Kv>& c, const float* qp, const typename Kv
   for (int r = 0; r < R; ++r) Store(out + r * kPartition, FinishGroup(pairs[r]));
 }
 
-template <class Kv, int kNch>
-inline void GroupScoresN(int rows, const Context<Kv>& c, const float* qp,
-                         const typename Kv::T* keys, float* out) {
-  switch (rows) {
-    case 1:
-      return GroupScores<1, Kv, kNch>(c, qp, keys, out);
-    case 2:
-      return GroupScores<2, Kv, kNch>(c, qp, keys, out);
-    case 3:
-      return GroupScores<3, Kv, kNch>(c, qp, keys, out);
-    default:
-      return GroupScores<4, Kv, kNch>(c, qp, keys, out);
-  }
-}
-
-// acc[r][chunks first .. first + NC) += sum over the `count` consecutive value rows at `values`
-// (already offset to chunk `first`) of p[r * kPartition + j] * v[j]: one FMA chain per element,
-// keys ascending (the running sums go through memory between groups, exactly).
-template <int R, int NC, class Kv, int kNch>
-inline void AccumulateSlice(const Context<Kv>& c, const typename Kv::T* values, int64_t first,
-                            const float* p, int64_t count, float* acc) {
-  constexpr bool kFull = kNch > 0;
-  const int64_t head_dim = kFull ? kNch * kChunk : c.head_dim;
-  const int64_t padded_dim = kFull ? kNch * kChunk : c.padded_dim;
-  float* a_base = acc + first * kChunk;
-  V a[R][2 * NC];
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-    for (int s = 0; s < 2 * NC; ++s) a[r][s] = Load(a_base + r * padded_dim + s * kLanes);
-  }
-  int64_t valid[NC];
-  for (int ch = 0; ch < NC; ++ch) {
-    valid[ch] = kFull || first + ch + 1 < c.num_chunks ? kChunk : c.last_chunk;
-  }
-  const typename Kv::T* row = values;
-  for (int64_t j = 0; j < count; ++j, row += head_dim) {
-    V x[2 * NC];
-#pragma GCC unroll 4
-    for (int ch = 0; ch < NC; ++ch) {
-      Kv::template LoadChunk<kFull>(row + ch * kChunk, valid[ch], x[2 * ch], x[2 * ch + 1]);
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < R; ++r) {
-      const V pr = Set1(p[r * kPartition + j]);
-#pragma GCC unroll 8
-      for (int s = 0; s < 2 * NC; ++s) a[r][s] = Fma(pr, x[s], a[r][s]);
-    }
-  }
-#pragma GCC unroll 4
-  for (int r = 0; r < R; ++r) {
-#pragma GCC unroll 8
-    for (int s = 0; s < 2 * NC; ++s) Store(a_base + r * padded_dim + s * kLanes, a[r][s]);
-  }
-}
-
-template <int R, int NC, class Kv, int kNch>
-inline void AccumulateSliceN(int nc, const Context<Kv>& c, const typename Kv::T* values,
-                             int64_t first, const float* p, int64_t count, float* acc) {
-  if (nc == NC) return AccumulateSlice<R, NC, Kv, kNch>(c, values, first, p, count, acc);
-  if constexpr (NC > 1) {
-    AccumulateSliceN<R, NC - 1, Kv, kNch>(nc, c, values, first, p, count, acc);
-  }
-}
-
-template <int R, class Kv, int kNch>
-inline void AccumulateGroup(const Context<Kv>& c, const typename Kv::T* values, const float* p,
-                            int64_t count, float* acc) {
-  constexpr int kMaxChunks = std::clamp(kAccRegs / (2 * R), 1, 4);
-  const int64_t num_chunks = kNch > 0 ? kNch : c.num_chunks;
-  for (int64_t first = 0; first < num_chunks; first += kMaxChunks) {
-    const int nc = static_cast<int>(std::min<int64_t>(kMaxChunks, num_chunks - first));
-    AccumulateSliceN<R, kMaxChunks, Kv, kNch>(nc, c, values + first * kChunk, first, p, count, acc);
-  }
-}
-
-template <class Kv, int kNch>
-inline void AccumulateGroupN(int rows, const Context<Kv>& c, const typename Kv::T* values,
-                             const float* p, int64_t count, float* acc) {
-  switch (rows) {
-    case 1:
-      return AccumulateGroup<1, Kv, kNch>(c, values, p, count, acc);
-    case 2:
-      return AccumulateGroup<2, Kv, kNch>(c, values, p, count, acc);
-    case 3:
-      return AccumulateGroup<3, Kv, kNch>(c, values, p, count, acc);
-    default:
-      return AccumulateGroup<4, Kv, kNch>(c, values, p, count, acc);
-  }
-}
-
 // In place over scores [0, n) (a multiple of kLanes; masked keys are -inf): p = exp(s - max).
 // m = the max, s = the sum of p (lane-wise in order, then ReduceSum).
 [[gnu::noinline]] void Softmax(float* scores, int64_t n, float& m, float& s) {
@@ -381,95 +300,97 @@ inline void AccumulateGroupN(int rows, const Context<Kv>& c, const typename Kv::
   s = ReduceSum(sum);
 }
 
-// ---- One query position over one partition --------------------------------------------------
+// acc[r][chunks first .. first + NC) = sum over keys [lo, hi) of p[r][key - base] * v[key],
+// one FMA chain per element, keys ascending.
+template <int R, int NC, class Kv, int kNch>
+inline void AccumulateValues(const Context<Kv>& c, const int32_t* table, int64_t kv_head,
+                             int64_t first, const float* p, int64_t base, int64_t lo, int64_t hi,
+                             float* acc) {
+  constexpr bool kFull = kNch > 0;
+  const int64_t head_dim = kFull ? kNch * kChunk : c.head_dim;
+  const int64_t padded_dim = kFull ? kNch * kChunk : c.padded_dim;
+  V a[R][2 * NC];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int s = 0; s < 2 * NC; ++s) a[r][s] = Zero();
+  }
+  int64_t valid[NC];
+  for (int ch = 0; ch < NC; ++ch) {
+    valid[ch] = kFull || first + ch + 1 < c.num_chunks ? kChunk : c.last_chunk;
+  }
+  const float* pj = p + (lo - base);
+  for (int64_t j = lo; j < hi;) {
+    const int64_t run_end = std::min(hi, (j / c.block_size + 1) * c.block_size);
+    const typename Kv::T* row = c.v + c.RowOffset(table, kv_head, j) + first * kChunk;
+    for (; j < run_end; ++j, ++pj, row += head_dim) {
+      V x[2 * NC];
+#pragma GCC unroll 4
+      for (int ch = 0; ch < NC; ++ch) {
+        Kv::template LoadChunk<kFull>(row + ch * kChunk, valid[ch], x[2 * ch], x[2 * ch + 1]);
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) {
+        const V pr = Set1(pj[r * kPartition]);
+#pragma GCC unroll 8
+        for (int s = 0; s < 2 * NC; ++s) a[r][s] = Fma(pr, x[s], a[r][s]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 8
+    for (int s = 0; s < 2 * NC; ++s) {
+      Store(acc + r * padded_dim + first * kChunk + s * kLanes, a[r][s]);
+    }
+  }
+}
 
-// The partition states of the rows of one position for kv heads [h0, h1) (row
-// (h - h0) * group + g is query head h * group + g) over their visible keys [lo, hi) (lo < hi,
-// inside one partition): m[row], s[row], acc[row * padded_dim ...]. qp: the rows' prepared
-// queries. scores: rows x kPartition scratch. K is prefetched up to prefetch_end (the
-// position's last key + 1, past this partition).
-template <class Kv, int kNch>
-void PositionPartition(const Context<Kv>& c, const int32_t* table, int64_t h0, int64_t h1,
-                       const float* qp, int64_t lo, int64_t hi, int64_t prefetch_end, float* scores,
-                       float* m, float* s, float* acc) {
-  const int64_t dp = c.padded_dim;
-  const int64_t rows = (h1 - h0) * c.group;
+// All of head_dim: slices of as many chunks as the accumulators allow (fixed when kNch > 0).
+template <int R, class Kv, int kNch>
+inline void AccumulateAllValues(const Context<Kv>& c, const int32_t* table, int64_t kv_head,
+                                const float* p, int64_t base, int64_t lo, int64_t hi, float* acc) {
+  constexpr int kMaxChunks = std::clamp(kAccRegs / (2 * R), 1, 4);
+  if constexpr (kNch > 0) {
+    for (int first = 0; first + kMaxChunks <= kNch; first += kMaxChunks) {
+      AccumulateValues<R, kMaxChunks, Kv, kNch>(c, table, kv_head, first, p, base, lo, hi, acc);
+    }
+    constexpr int kRest = kNch % kMaxChunks;
+    if constexpr (kRest > 0) {
+      AccumulateValues<R, kRest, Kv, kNch>(c, table, kv_head, kNch - kRest, p, base, lo, hi, acc);
+    }
+  } else {
+    for (int64_t first = 0; first < c.num_chunks; ++first) {
+      AccumulateValues<R, 1, Kv, 0>(c, table, kv_head, first, p, base, lo, hi, acc);
+    }
+  }
+}
+
+// The partition state of R rows over their visible keys [lo, hi) (lo < hi, inside one
+// partition): m[r], s[r], acc[r * padded_dim ...]. scores: R x kPartition scratch.
+template <int R, class Kv, int kNch>
+void PartitionState(const Context<Kv>& c, const int32_t* table, int64_t kv_head, const float* qp,
+                    int64_t lo, int64_t hi, int64_t prefetch_end, float* scores, float* m, float* s,
+                    float* acc) {
   const int64_t base = lo / kLanes * kLanes;
   const int64_t end = (hi + kLanes - 1) / kLanes * kLanes;
-  const int64_t group_bytes = kLanes * c.head_dim * static_cast<int64_t>(sizeof(typename Kv::T));
-  // q . k, group by group over the heads: a cache block keeps its heads side by side.
   for (int64_t g = base; g < end; g += kLanes) {
+    float* out = scores + (g - base);
     const int64_t ahead = g + kPrefetchGroups * kLanes;
-    for (int64_t h = h0; h < h1; ++h) {
-      if (ahead < prefetch_end) {
-        Prefetch(c.k + c.RowOffset(table, h, ahead), group_bytes);
-      }
-      const typename Kv::T* keys = c.k + c.RowOffset(table, h, g);
-      for (int64_t g0 = 0; g0 < c.group; g0 += kMaxRows) {
-        const int64_t row0 = (h - h0) * c.group + g0;
-        GroupScoresN<Kv, kNch>(static_cast<int>(std::min<int64_t>(kMaxRows, c.group - g0)), c,
-                               qp + row0 * dp, keys, scores + row0 * kPartition + (g - base));
-      }
-    }
+    const char* pf_k = ahead < prefetch_end
+                           ? reinterpret_cast<const char*>(c.k + c.RowOffset(table, kv_head, ahead))
+                           : nullptr;
+    const char* pf_v = reinterpret_cast<const char*>(c.v + c.RowOffset(table, kv_head, g));
+    GroupScores<R, Kv, kNch>(c, qp, c.k + c.RowOffset(table, kv_head, g), out, pf_k, pf_v);
     if (g < lo || g + kLanes > hi) {
-      for (int64_t row = 0; row < rows; ++row) {
-        float* out = scores + row * kPartition + (g - base);
-        Store(out, MaskKeys(Load(out), g, lo, hi));
-      }
-    }
-    // The first values, wanted right after this loop.
-    const int64_t v_ahead = g + kPrefetchGroups * kLanes - (end - base);
-    if (v_ahead >= base && v_ahead < end) {
-      for (int64_t h = h0; h < h1; ++h) {
-        Prefetch(c.v + c.RowOffset(table, h, v_ahead), group_bytes);
+      for (int r = 0; r < R; ++r) {
+        Store(out + r * kPartition, MaskKeys(Load(out + r * kPartition), g, lo, hi));
       }
     }
   }
-  for (int64_t row = 0; row < rows; ++row) {
-    Softmax(scores + row * kPartition, end - base, m[row], s[row]);
-  }
-  // p . v in the same order.
-  std::fill(acc, acc + rows * dp, 0.0F);
-  for (int64_t g = base; g < end; g += kLanes) {
-    const int64_t ahead = g + kPrefetchGroups * kLanes;
-    const int64_t j0 = std::max(g, lo);
-    const int64_t j1 = std::min(g + kLanes, hi);
-    for (int64_t h = h0; h < h1; ++h) {
-      if (ahead < end) Prefetch(c.v + c.RowOffset(table, h, ahead), group_bytes);
-      const typename Kv::T* values = c.v + c.RowOffset(table, h, j0);
-      for (int64_t g0 = 0; g0 < c.group; g0 += kMaxRows) {
-        const int64_t row0 = (h - h0) * c.group + g0;
-        AccumulateGroupN<Kv, kNch>(static_cast<int>(std::min<int64_t>(kMaxRows, c.group - g0)), c,
-                                   values, scores + row0 * kPartition + (j0 - base), j1 - j0,
-                                   acc + row0 * dp);
-      }
-    }
-  }
+  for (int r = 0; r < R; ++r) Softmax(scores + r * kPartition, end - base, m[r], s[r]);
+  AccumulateAllValues<R, Kv, kNch>(c, table, kv_head, scores, base, lo, hi, acc);
 }
-
-template <class Kv>
-void PositionPartitionN(const Context<Kv>& c, const int32_t* table, int64_t h0, int64_t h1,
-                        const float* qp, int64_t lo, int64_t hi, int64_t prefetch_end,
-                        float* scores, float* m, float* s, float* acc) {
-  // The models' head dims get unrolled kernels; any other runs the generic one.
-  const int64_t fixed = c.last_chunk == kChunk ? c.num_chunks : 0;
-  switch (fixed) {
-    case kFixedChunks[0]:
-      return PositionPartition<Kv, kFixedChunks[0]>(c, table, h0, h1, qp, lo, hi, prefetch_end,
-                                                    scores, m, s, acc);
-    case kFixedChunks[1]:
-      return PositionPartition<Kv, kFixedChunks[1]>(c, table, h0, h1, qp, lo, hi, prefetch_end,
-                                                    scores, m, s, acc);
-    case kFixedChunks[2]:
-      return PositionPartition<Kv, kFixedChunks[2]>(c, table, h0, h1, qp, lo, hi, prefetch_end,
-                                                    scores, m, s, acc);
-    default:
-      return PositionPartition<Kv, 0>(c, table, h0, h1, qp, lo, hi, prefetch_end, scores, m, s,
-                                      acc);
-  }
-}
-
-// ---- Partition states -------------------------------------------------------------------------
 
 // Folds the partition state (pm, ps, pacc) into the running state (tm, ts, tacc): the one merge
 // of the kernel. An empty partition (pm = -inf) is skipped; into an empty total it copies.
@@ -494,38 +415,117 @@ void PositionPartitionN(const Context<Kv>& c, const int32_t* table, int64_t h0, 
   tm = m;
 }
 
+#if defined(__AVX512F__)
+// Elements 0, 2, .., 30 and 1, 3, .., 31 of the 32 at p (the bf16 K/V layout of a chunk).
+inline void Deinterleave(const float* p, V& even, V& odd) {
+  const V a = Load(p);
+  const V b = Load(p + kLanes);
+  even = _mm512_permutex2var_ps(
+      a, _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30), b);
+  odd = _mm512_permutex2var_ps(
+      a, _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31), b);
+}
+// The inverse: stores the 32 elements in order.
+inline void Interleave(V even, V odd, float* p) {
+  Store(p,
+        _mm512_permutex2var_ps(
+            even, _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23), odd));
+  Store(p + kLanes,
+        _mm512_permutex2var_ps(
+            even, _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31),
+            odd));
+}
+#else
+inline void Deinterleave(const float* p, V& even, V& odd) {
+  const V a = Load(p);
+  const V b = Load(p + kLanes);
+  // Per 128-bit half: a0 a2 b0 b2 | a4 a6 b4 b6, then the 64-bit pieces in order.
+  even = _mm256_castpd_ps(_mm256_permute4x64_pd(
+      _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0)));
+  odd = _mm256_castpd_ps(_mm256_permute4x64_pd(
+      _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0)));
+}
+inline void Interleave(V even, V odd, float* p) {
+  const V lo = _mm256_unpacklo_ps(even, odd);  // e0 o0 e1 o1 | e4 o4 e5 o5
+  const V hi = _mm256_unpackhi_ps(even, odd);  // e2 o2 e3 o3 | e6 o6 e7 o7
+  Store(p, _mm256_permute2f128_ps(lo, hi, 0x20));
+  Store(p + kLanes, _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+#endif
+
 // q row (head_dim) -> prepared row (padded_dim): scaled, in the K/V layout, zero padded.
+// (Each element is q[d] * scale whichever way it is computed.)
 template <class Kv>
 void PrepareQuery(const Context<Kv>& c, const float* q, float* qp) {
-  std::fill(qp, qp + c.padded_dim, 0.0F);
-  for (int64_t d = 0; d < c.head_dim; ++d) qp[LayoutIndex<Kv>(d)] = q[d] * c.scale;
+  const V scale = Set1(c.scale);
+  const int64_t whole = c.head_dim / kChunk * kChunk;
+  for (int64_t d = 0; d < whole; d += kChunk) {
+    V a, b;
+    if constexpr (Kv::kDeinterleaved) {
+      Deinterleave(q + d, a, b);
+    } else {
+      a = Load(q + d);
+      b = Load(q + d + kLanes);
+    }
+    Store(qp + d, Mul(a, scale));
+    Store(qp + d + kLanes, Mul(b, scale));
+  }
+  std::fill(qp + whole, qp + c.padded_dim, 0.0F);
+  for (int64_t d = whole; d < c.head_dim; ++d) qp[LayoutIndex<Kv>(d)] = q[d] * c.scale;
 }
 
 template <class Kv>
 void WriteOutput(const Context<Kv>& c, const float* acc, float s, float* o) {
   const float inv = 1.0F / s;
-  for (int64_t d = 0; d < c.head_dim; ++d) o[d] = acc[LayoutIndex<Kv>(d)] * inv;
+  const V inv_v = Set1(inv);
+  const int64_t whole = c.head_dim / kChunk * kChunk;
+  for (int64_t d = 0; d < whole; d += kChunk) {
+    const V a = Mul(Load(acc + d), inv_v);
+    const V b = Mul(Load(acc + d + kLanes), inv_v);
+    if constexpr (Kv::kDeinterleaved) {
+      Interleave(a, b, o + d);
+    } else {
+      Store(o + d, a);
+      Store(o + d + kLanes, b);
+    }
+  }
+  for (int64_t d = whole; d < c.head_dim; ++d) o[d] = acc[LayoutIndex<Kv>(d)] * inv;
 }
 
 // ---- Work items and tasks ------------------------------------------------------------------
 
-// A block of query positions of one sequence, all heads: rows (t - t_begin) * num_heads + head.
+// The rows of one sequence, kv heads [h_begin, h_end) and a block of query positions: row
+// t_local * RowsPerPosition() + (h - h_begin) * group + g is query head h * group + g.
 struct Item {
   const AttentionSequence* seq;
+  int64_t h_begin, h_end;
   int64_t t_begin, t_end;   // query tokens of the sequence
   int64_t p_first, p_last;  // partitions its rows see, inclusive
-  double cost;              // (query head, visible key) pairs
-  int64_t slots = -1;       // split items: offset of their partition states in the call's buffer
+  double cost;
+  int64_t slots = -1;  // split items: offset of their partition states in the call's buffer
   int split_index = -1;
+
+  int64_t RowsPerPosition(int64_t group) const { return (h_end - h_begin) * group; }
+  int64_t Rows(int64_t group) const { return (t_end - t_begin) * RowsPerPosition(group); }
 };
 
-// Kv heads [h_begin, h_end) of an item over partitions [p_begin, p_end).
 struct Task {
   int item;
-  int64_t h_begin, h_end;
-  int64_t p_begin, p_end;
+  int64_t p_begin, p_end;  // partitions [p_begin, p_end)
   double cost;
 };
+
+template <class Kv>
+struct Call;
+
+// Where row `row` of an item goes in `out`.
+template <class Kv>
+float* OutputRow(const Context<Kv>& c, const Item& item, int64_t row) {
+  const int64_t per_position = item.RowsPerPosition(c.group);
+  const int64_t t = item.t_begin + row / per_position;
+  const int64_t head = item.h_begin * c.group + row % per_position;
+  return c.out + (item.seq->row + t) * c.row_stride + head * c.head_dim;
+}
 
 template <class Kv>
 struct Call {
@@ -537,17 +537,50 @@ struct Call {
   int64_t slot_stride;        // floats per (partition, row) state: acc, then m, s
 };
 
+template <int kNch, class Kv>
+void PartitionStateR(int rows, const Context<Kv>& c, const int32_t* table, int64_t kv_head,
+                     const float* qp, int64_t lo, int64_t hi, int64_t prefetch_end, float* scores,
+                     float* m, float* s, float* acc) {
+  switch (rows) {
+    case 1:
+      return PartitionState<1, Kv, kNch>(c, table, kv_head, qp, lo, hi, prefetch_end, scores, m, s,
+                                         acc);
+    case 2:
+      return PartitionState<2, Kv, kNch>(c, table, kv_head, qp, lo, hi, prefetch_end, scores, m, s,
+                                         acc);
+    default:
+      return PartitionState<4, Kv, kNch>(c, table, kv_head, qp, lo, hi, prefetch_end, scores, m, s,
+                                         acc);
+  }
+}
+
 template <class Kv>
-float* OutputRow(const Context<Kv>& c, const Item& item, int64_t row) {
-  const int64_t t = item.t_begin + row / c.num_heads;
-  return c.out + (item.seq->row + t) * c.row_stride + (row % c.num_heads) * c.head_dim;
+void PartitionStateN(int rows, const Context<Kv>& c, const int32_t* table, int64_t kv_head,
+                     const float* qp, int64_t lo, int64_t hi, int64_t prefetch_end, float* scores,
+                     float* m, float* s, float* acc) {
+  // The models' head dims get unrolled kernels; any other runs the generic one.
+  const int64_t fixed = c.last_chunk == kChunk ? c.num_chunks : 0;
+  switch (fixed) {
+    case kFixedChunks[0]:
+      return PartitionStateR<kFixedChunks[0], Kv>(rows, c, table, kv_head, qp, lo, hi, prefetch_end,
+                                                  scores, m, s, acc);
+    case kFixedChunks[1]:
+      return PartitionStateR<kFixedChunks[1], Kv>(rows, c, table, kv_head, qp, lo, hi, prefetch_end,
+                                                  scores, m, s, acc);
+    case kFixedChunks[2]:
+      return PartitionStateR<kFixedChunks[2], Kv>(rows, c, table, kv_head, qp, lo, hi, prefetch_end,
+                                                  scores, m, s, acc);
+    default:
+      return PartitionStateR<0, Kv>(rows, c, table, kv_head, qp, lo, hi, prefetch_end, scores, m, s,
+                                    acc);
+  }
 }
 
 // Folds a split item's partition states in ascending order and writes its output rows.
 template <class Kv>
 void FoldSplitItem(const Call<Kv>& call, const Item& item) {
   const Context<Kv>& c = call.c;
-  const int64_t rows = (item.t_end - item.t_begin) * c.num_heads;
+  const int64_t rows = item.Rows(c.group);
   float* acc = tls_task_scratch.Floats(static_cast<size_t>(c.padded_dim));
   for (int64_t row = 0; row < rows; ++row) {
     float m = kNegInf;
@@ -567,62 +600,69 @@ void RunTask(const Call<Kv>& call, const Task& task) {
   const Item& item = call.items[task.item];
   const AttentionSequence& seq = *item.seq;
   const bool split = item.slots >= 0;
+  const int64_t rows = item.Rows(c.group);
+  const int64_t per_position = item.RowsPerPosition(c.group);
   const int64_t dp = c.padded_dim;
-  const int64_t positions = item.t_end - item.t_begin;
-  const int64_t item_rows = positions * c.num_heads;
-  const int64_t rows = (task.h_end - task.h_begin) * c.group;  // per position, in this task
-  const int64_t head0 = task.h_begin * c.group;
-  // Scratch: prepared queries, scores, one partition state, then (unsplit) the running states,
-  // all [position][rows].
+  // Scratch: prepared queries, scores, one partition state, then (unsplit) the running states.
   float* qp = tls_task_scratch.Floats(static_cast<size_t>(
-      positions * rows * dp + rows * kPartition + rows * (dp + 2) + positions * rows * (dp + 2)));
-  float* scores = qp + positions * rows * dp;
-  float* part_acc = scores + rows * kPartition;
-  float* part_m = part_acc + rows * dp;
-  float* part_s = part_m + rows;
-  float* total_acc = part_s + rows;
-  float* total_m = total_acc + positions * rows * dp;
-  float* total_s = total_m + positions * rows;
-  for (int64_t t = 0; t < positions; ++t) {
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* q = c.q + (seq.row + item.t_begin + t) * c.row_stride + (head0 + r) * c.head_dim;
-      PrepareQuery(c, q, qp + (t * rows + r) * dp);
-      total_m[t * rows + r] = kNegInf;
-      total_s[t * rows + r] = 0.0F;
-    }
+      rows * dp + kMaxRows * kPartition + kMaxRows * dp + 2 * kMaxRows + rows * (dp + 2)));
+  float* scores = qp + rows * dp;
+  float* part_acc = scores + kMaxRows * kPartition;
+  float* part_m = part_acc + kMaxRows * dp;
+  float* part_s = part_m + kMaxRows;
+  float* total_acc = part_s + kMaxRows;
+  float* total_m = total_acc + rows * dp;
+  float* total_s = total_m + rows;
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t t = item.t_begin + row / per_position;
+    const int64_t head = item.h_begin * c.group + row % per_position;
+    PrepareQuery(c, c.q + (seq.row + t) * c.row_stride + head * c.head_dim, qp + row * dp);
+    total_m[row] = kNegInf;
+    total_s[row] = 0.0F;
   }
   for (int64_t p = task.p_begin; p < task.p_end; ++p) {
-    for (int64_t t = 0; t < positions; ++t) {
-      const int64_t pos = seq.first_pos + item.t_begin + t;
+    for (int64_t t = item.t_begin; t < item.t_end; ++t) {
+      const int64_t pos = seq.first_pos + t;
       const int64_t lo = std::max(c.FirstKey(pos), p * kPartition);
       const int64_t hi = std::min(pos + 1, (p + 1) * kPartition);
-      if (lo < hi) {
-        PositionPartitionN(c, seq.block_table, task.h_begin, task.h_end, qp + t * rows * dp, lo, hi,
-                           pos + 1, scores, part_m, part_s, part_acc);
-      }
-      for (int64_t r = 0; r < rows; ++r) {
-        const float pm = lo < hi ? part_m[r] : kNegInf;
-        if (split) {
-          const int64_t item_row = t * c.num_heads + head0 + r;
-          float* state = call.slots + item.slots +
-                         ((p - item.p_first) * item_rows + item_row) * call.slot_stride;
-          if (lo < hi)
-            std::memcpy(state, part_acc + r * dp, static_cast<size_t>(dp) * sizeof(float));
-          state[dp] = pm;
-          state[dp + 1] = lo < hi ? part_s[r] : 0.0F;
-        } else {
-          Merge(total_m[t * rows + r], total_s[t * rows + r], total_acc + (t * rows + r) * dp, pm,
-                lo < hi ? part_s[r] : 0.0F, part_acc + r * dp, dp);
+      for (int64_t h = item.h_begin; h < item.h_end; ++h) {
+        for (int64_t g0 = 0, n = 0; g0 < c.group; g0 += n) {
+          n = RowsAt(c.group - g0);
+          const int64_t row0 =
+              (t - item.t_begin) * per_position + (h - item.h_begin) * c.group + g0;
+          if (split) {
+            float* state =
+                call.slots + item.slots + ((p - item.p_first) * rows + row0) * call.slot_stride;
+            if (lo < hi) {
+              PartitionStateN<Kv>(n, c, seq.block_table, h, qp + row0 * dp, lo, hi, pos + 1, scores,
+                                  part_m, part_s, part_acc);
+            }
+            for (int r = 0; r < n; ++r) {
+              float* dst = state + r * call.slot_stride;
+              if (lo < hi) {
+                std::memcpy(dst, part_acc + r * dp, static_cast<size_t>(dp) * sizeof(float));
+                dst[dp] = part_m[r];
+                dst[dp + 1] = part_s[r];
+              } else {
+                dst[dp] = kNegInf;
+                dst[dp + 1] = 0.0F;
+              }
+            }
+          } else if (lo < hi) {
+            PartitionStateN<Kv>(n, c, seq.block_table, h, qp + row0 * dp, lo, hi, pos + 1, scores,
+                                part_m, part_s, part_acc);
+            for (int r = 0; r < n; ++r) {
+              Merge(total_m[row0 + r], total_s[row0 + r], total_acc + (row0 + r) * dp, part_m[r],
+                    part_s[r], part_acc + r * dp, dp);
+            }
+          }
         }
       }
     }
   }
   if (!split) {
-    for (int64_t t = 0; t < positions; ++t) {
-      for (int64_t r = 0; r < rows; ++r) {
-        WriteOutput(c, total_acc + (t * rows + r) * dp, total_s[t * rows + r],
-                    OutputRow(c, item, t * c.num_heads + head0 + r));
-      }
+    for (int64_t row = 0; row < rows; ++row) {
+      WriteOutput(c, total_acc + row * dp, total_s[row], OutputRow(c, item, row));
     }
     return;
   }
@@ -632,6 +672,15 @@ void RunTask(const Call<Kv>& call, const Task& task) {
   }
 }
 
+// A block of query positions of one sequence, with its cost in (query head, key) pairs per kv
+// head.
+struct PositionBlock {
+  const AttentionSequence* seq;
+  int64_t t_begin, t_end;
+  double cost_per_kv_head;
+};
+
+thread_local std::vector<PositionBlock> tls_blocks;
 thread_local std::vector<Item> tls_items;
 thread_local std::vector<Task> tls_tasks;
 
@@ -659,9 +708,8 @@ void Run(const float* q, std::span<const AttentionSequence> seqs, const PagedKvL
   c.scale = params.scale;
   call.slot_stride = c.padded_dim + kLanes;
 
-  // Items: (sequence, block of query positions), with their cost in (row, key) pairs.
-  std::vector<Item>& items = tls_items;
-  items.clear();
+  std::vector<PositionBlock>& blocks = tls_blocks;
+  blocks.clear();
   double total_cost = 0;
   for (const AttentionSequence& seq : seqs) {
     for (int64_t t0 = 0; t0 < seq.num_tokens; t0 += kQueryBlock) {
@@ -671,56 +719,72 @@ void Run(const float* q, std::span<const AttentionSequence> seqs, const PagedKvL
         const int64_t pos = seq.first_pos + t;
         keys += static_cast<double>(pos + 1 - c.FirstKey(pos));
       }
-      const double cost = keys * static_cast<double>(c.num_heads);
-      items.push_back(Item{.seq = &seq,
-                           .t_begin = t0,
-                           .t_end = t1,
-                           .p_first = c.FirstKey(seq.first_pos + t0) / kPartition,
-                           .p_last = (seq.first_pos + t1 - 1) / kPartition,
-                           .cost = cost});
-      total_cost += cost;
+      blocks.push_back({&seq, t0, t1, keys * static_cast<double>(c.group)});
+      total_cost += keys * static_cast<double>(c.num_heads);
     }
   }
-  if (items.empty()) return;
+  if (blocks.empty()) return;
 
-  // Tasks. An item whose cost is well above its share of the call is cut into pieces: ranges
-  // of partitions first (each partition's state to scratch, folded by the item's last task),
-  // then ranges of kv heads.
+  // Items and tasks. A block of few positions (a decode) keeps all kv heads in one item: its
+  // task reads a partition's blocks for every head in turn, and the cache keeps a block's heads
+  // side by side. A larger one gets an item per kv head (a head's partition then stays in cache
+  // across the positions). An item whose cost is well above its share of the call is cut:
+  // ranges of partitions first (each partition's state to scratch, folded by the item's last
+  // task), then ranges of kv heads (separate items).
+  std::vector<Item>& items = tls_items;
   std::vector<Task>& tasks = tls_tasks;
+  items.clear();
   tasks.clear();
-  const int threads = pool.num_threads();
+  // A call this small costs less than waking the pool: one thread, no split.
+  const int threads = total_cost < kInlineCost ? 1 : pool.num_threads();
   const double target = total_cost / (kTasksPerThread * threads);
   int64_t slot_floats = 0;
   int num_split = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
-    Item& item = items[i];
-    const int64_t num_partitions = item.p_last - item.p_first + 1;
-    const bool stream = item.t_end - item.t_begin <= kStreamMaxPositions;
-    const int64_t pieces =
-        threads > 1 ? std::max<int64_t>(1, static_cast<int64_t>(std::ceil(item.cost / target))) : 1;
-    const int64_t p_ranges = std::min(num_partitions, pieces);
-    const int64_t h_ranges =
-        stream ? std::min(c.num_kv_heads, (pieces + p_ranges - 1) / p_ranges) : c.num_kv_heads;
-    if (p_ranges > 1) {
-      item.slots = slot_floats;
-      item.split_index = num_split++;
-      slot_floats += num_partitions * (item.t_end - item.t_begin) * c.num_heads * call.slot_stride;
-    }
-    for (int64_t hr = 0; hr < h_ranges; ++hr) {
-      const int64_t h0 = c.num_kv_heads * hr / h_ranges;
-      const int64_t h1 = c.num_kv_heads * (hr + 1) / h_ranges;
-      for (int64_t pr = 0; pr < p_ranges; ++pr) {
-        const int64_t p0 = item.p_first + num_partitions * pr / p_ranges;
-        const int64_t p1 = item.p_first + num_partitions * (pr + 1) / p_ranges;
-        tasks.push_back(Task{static_cast<int>(i), h0, h1, p0, p1,
-                             item.cost * static_cast<double>((h1 - h0) * (p1 - p0)) /
-                                 static_cast<double>(c.num_kv_heads * num_partitions)});
+  for (const PositionBlock& block : blocks) {
+    const int64_t pos0 = block.seq->first_pos + block.t_begin;
+    const int64_t p_first = c.FirstKey(pos0) / kPartition;
+    const int64_t p_last = (block.seq->first_pos + block.t_end - 1) / kPartition;
+    const int64_t num_partitions = p_last - p_first + 1;
+    const int64_t heads_per_item =
+        block.t_end - block.t_begin <= kStreamMaxPositions ? c.num_kv_heads : 1;
+    for (int64_t h0 = 0; h0 < c.num_kv_heads; h0 += heads_per_item) {
+      const double cost = block.cost_per_kv_head * static_cast<double>(heads_per_item);
+      const int64_t pieces =
+          threads > 1 ? std::max<int64_t>(1, static_cast<int64_t>(std::ceil(cost / target))) : 1;
+      const int64_t p_ranges = std::min(num_partitions, pieces);
+      const int64_t h_ranges = std::min(heads_per_item, (pieces + p_ranges - 1) / p_ranges);
+      for (int64_t hr = 0; hr < h_ranges; ++hr) {
+        Item item{.seq = block.seq,
+                  .h_begin = h0 + heads_per_item * hr / h_ranges,
+                  .h_end = h0 + heads_per_item * (hr + 1) / h_ranges,
+                  .t_begin = block.t_begin,
+                  .t_end = block.t_end,
+                  .p_first = p_first,
+                  .p_last = p_last,
+                  .cost = block.cost_per_kv_head};
+        item.cost *= static_cast<double>(item.h_end - item.h_begin);
+        if (p_ranges > 1) {
+          item.slots = slot_floats;
+          item.split_index = num_split++;
+          slot_floats += num_partitions * item.Rows(c.group) * call.slot_stride;
+        }
+        const int index = static_cast<int>(items.size());
+        for (int64_t pr = 0; pr < p_ranges; ++pr) {
+          const int64_t p0 = p_first + num_partitions * pr / p_ranges;
+          const int64_t p1 = p_first + num_partitions * (pr + 1) / p_ranges;
+          tasks.push_back(
+              Task{index, p0, p1,
+                   item.cost * static_cast<double>(p1 - p0) / static_cast<double>(num_partitions)});
+        }
+        items.push_back(item);
       }
     }
   }
   // Biggest first: tasks are claimed in order, so the tail of the call is short ones.
-  std::stable_sort(tasks.begin(), tasks.end(),
-                   [](const Task& a, const Task& b) { return a.cost > b.cost; });
+  std::sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& b) {
+    if (a.cost != b.cost) return a.cost > b.cost;
+    return a.item != b.item ? a.item < b.item : a.p_begin < b.p_begin;
+  });
   std::unique_ptr<std::atomic<int>[]> pending;
   if (num_split > 0) {
     pending = std::make_unique<std::atomic<int>[]>(static_cast<size_t>(num_split));
@@ -734,6 +798,10 @@ void Run(const float* q, std::span<const AttentionSequence> seqs, const PagedKvL
   call.items = items.data();
   call.tasks = tasks.data();
   call.pending = pending.get();
+  if (threads == 1) {
+    for (const Task& task : tasks) RunTask(call, task);
+    return;
+  }
   pool.RunTasks(static_cast<int>(tasks.size()),
                 [&call](int task) { RunTask(call, call.tasks[task]); });
 }
