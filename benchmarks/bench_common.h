@@ -15,13 +15,11 @@
 
 namespace infer::bench {
 
-// Passes calls through to `inner` and prints "label: step N[/total], T s" to stderr about once
-// a second (T: seconds since SetLabel).
-class ProgressModel final : public LanguageModel {
+// A LanguageModel that passes every call through to `inner`: the base of wrappers that watch
+// Forward.
+class ForwardingModel : public LanguageModel {
  public:
-  explicit ProgressModel(LanguageModel& inner) : inner_(inner) {}
-  // total_steps 0: unknown (not printed).
-  void SetLabel(std::string label, int64_t total_steps = 0);
+  explicit ForwardingModel(LanguageModel& inner) : inner_(inner) {}
   int64_t vocab_size() const override { return inner_.vocab_size(); }
   int64_t context_length() const override { return inner_.context_length(); }
   int64_t kv_bytes_per_token(DType kv_dtype) const override {
@@ -35,6 +33,21 @@ class ProgressModel final : public LanguageModel {
     inner_.CopyKvBlock(source, destination);
   }
   int64_t kv_cache_bytes() const override { return inner_.kv_cache_bytes(); }
+  void Forward(std::span<const SequenceStep> steps, std::vector<float>& logits) override {
+    inner_.Forward(steps, logits);
+  }
+
+ protected:
+  LanguageModel& inner_;
+};
+
+// Passes calls through to `inner` and prints "label: step N[/total], T s" to stderr about once
+// a second (T: seconds since SetLabel).
+class ProgressModel final : public ForwardingModel {
+ public:
+  using ForwardingModel::ForwardingModel;
+  // total_steps 0: unknown (not printed).
+  void SetLabel(std::string label, int64_t total_steps = 0);
   void Forward(std::span<const SequenceStep> steps, std::vector<float>& logits) override;
   // Tokens run through Forward since SetLabel (prefill chunks and decode tokens).
   int64_t tokens() const { return tokens_; }
@@ -42,7 +55,6 @@ class ProgressModel final : public LanguageModel {
  private:
   void Tick();
 
-  LanguageModel& inner_;
   std::string label_;
   int64_t total_steps_ = 0;
   int64_t steps_ = 0;

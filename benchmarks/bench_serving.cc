@@ -204,22 +204,9 @@ struct TraceSummary {
 // Passes calls through to `inner` and records, per sequence, the token ranges every forward
 // computed and the longest token list seen, to tell prefill from decode and recompute and to
 // count preemptions per request (a sequence restarting below what it had computed).
-class TraceModel final : public LanguageModel {
+class TraceModel final : public bench::ForwardingModel {
  public:
-  explicit TraceModel(LanguageModel& inner) : inner_(inner) {}
-  int64_t vocab_size() const override { return inner_.vocab_size(); }
-  int64_t context_length() const override { return inner_.context_length(); }
-  int64_t kv_bytes_per_token(DType kv_dtype) const override {
-    return inner_.kv_bytes_per_token(kv_dtype);
-  }
-  void AllocateKvCache(int64_t num_blocks, int64_t block_size, DType kv_dtype,
-                       bool use_kv_cache) override {
-    inner_.AllocateKvCache(num_blocks, block_size, kv_dtype, use_kv_cache);
-  }
-  void CopyKvBlock(int32_t source, int32_t destination) override {
-    inner_.CopyKvBlock(source, destination);
-  }
-  int64_t kv_cache_bytes() const override { return inner_.kv_cache_bytes(); }
+  using bench::ForwardingModel::ForwardingModel;
 
   void Forward(std::span<const SequenceStep> steps, std::vector<float>& logits) override {
     inner_.Forward(steps, logits);
@@ -291,7 +278,6 @@ class TraceModel final : public LanguageModel {
     std::vector<std::pair<int64_t, int64_t>> spans;  // [begin, end) positions per forward
     std::vector<int32_t> tokens;                     // the longest token list seen
   };
-  LanguageModel& inner_;
   mutable std::mutex mutex_;
   std::map<int64_t, Sequence> sequences_;
 };

@@ -39,9 +39,9 @@ int32_t BlockManager::Lookup(uint64_t hash, std::span<const int32_t> tokens) con
   return it->second;
 }
 
-PrefixMatch BlockManager::Match(std::span<const int32_t> tokens) const {
-  PrefixMatch match;
-  if (!prefix_caching_ || tokens.empty()) return match;
+BlockManager::CachedPrefix BlockManager::FindCachedPrefix(std::span<const int32_t> tokens) const {
+  CachedPrefix prefix;
+  if (!prefix_caching_ || tokens.empty()) return prefix;
   const auto size = static_cast<int64_t>(tokens.size());
   const int64_t max_blocks = (size - 1) / block_size_;
   uint64_t parent = 0;
@@ -52,13 +52,19 @@ PrefixMatch BlockManager::Match(std::span<const int32_t> tokens) const {
     const int32_t block = Lookup(hash, block_tokens);
     if (block < 0) break;
     if (!meta_[static_cast<size_t>(block)].computed) {
-      match.next_pending = true;
+      prefix.next_pending = true;
       break;
     }
-    ++match.num_blocks;
+    prefix.blocks.push_back(block);
+    prefix.hashes.push_back(hash);
     parent = hash;
   }
-  return match;
+  return prefix;
+}
+
+PrefixMatch BlockManager::Match(std::span<const int32_t> tokens) const {
+  const CachedPrefix prefix = FindCachedPrefix(tokens);
+  return {static_cast<int64_t>(prefix.blocks.size()), prefix.next_pending};
 }
 
 int64_t BlockManager::BlocksNeeded(const BlockTable& table, std::span<const int32_t> tokens,
@@ -69,15 +75,11 @@ int64_t BlockManager::BlocksNeeded(const BlockTable& table, std::span<const int3
   }
   // A first allocation shares the cached prefix; reviving an unreferenced cached block takes it
   // out of the evictable pool, so it counts like a fresh one.
-  const PrefixMatch match =
-      Match(tokens.first(std::min(tokens.size(), static_cast<size_t>(num_tokens))));
-  int64_t needed = std::max<int64_t>(0, total - match.num_blocks);
-  uint64_t parent = 0;
-  for (int64_t i = 0; i < match.num_blocks; ++i) {
-    const auto block_tokens =
-        tokens.subspan(static_cast<size_t>(i * block_size_), static_cast<size_t>(block_size_));
-    parent = HashBlock(parent, block_tokens);
-    if (meta_[static_cast<size_t>(Lookup(parent, block_tokens))].ref_count == 0) ++needed;
+  const CachedPrefix prefix =
+      FindCachedPrefix(tokens.first(std::min(tokens.size(), static_cast<size_t>(num_tokens))));
+  int64_t needed = std::max<int64_t>(0, total - static_cast<int64_t>(prefix.blocks.size()));
+  for (const int32_t block : prefix.blocks) {
+    if (meta_[static_cast<size_t>(block)].ref_count == 0) ++needed;
   }
   return needed;
 }
@@ -100,6 +102,15 @@ int32_t BlockManager::TakeFresh() {
   return block;
 }
 
+void BlockManager::Register(int32_t block, uint64_t hash, std::span<const int32_t> tokens) {
+  if (by_hash_.contains(hash)) return;  // another sequence's copy is the cache entry
+  Meta& meta = meta_[static_cast<size_t>(block)];
+  meta.registered = true;
+  meta.hash = hash;
+  meta.tokens.assign(tokens.begin(), tokens.end());
+  by_hash_.emplace(hash, block);
+}
+
 void BlockManager::Unregister(int32_t block) {
   Meta& meta = meta_[static_cast<size_t>(block)];
   if (!meta.registered) return;
@@ -115,26 +126,21 @@ bool BlockManager::Allocate(BlockTable& table, std::span<const int32_t> tokens,
   if (needed > num_free_blocks()) return false;
   const auto known = std::min(tokens.size(), static_cast<size_t>(num_tokens));
   if (table.blocks.empty() && prefix_caching_) {
-    const PrefixMatch match = Match(tokens.first(known));
+    const CachedPrefix prefix = FindCachedPrefix(tokens.first(known));
     prefix_queries_ +=
         std::max<int64_t>(0, (static_cast<int64_t>(tokens.size()) - 1) / block_size_);
-    prefix_hits_ += match.num_blocks;
-    uint64_t parent = 0;
-    for (int64_t i = 0; i < match.num_blocks; ++i) {
-      const auto block_tokens =
-          tokens.subspan(static_cast<size_t>(i * block_size_), static_cast<size_t>(block_size_));
-      parent = HashBlock(parent, block_tokens);
-      const int32_t block = Lookup(parent, block_tokens);
+    prefix_hits_ += static_cast<int64_t>(prefix.blocks.size());
+    for (const int32_t block : prefix.blocks) {
       Meta& meta = meta_[static_cast<size_t>(block)];
       if (meta.in_lru) {
         evictable_.erase(meta.lru);
         meta.in_lru = false;
       }
       ++meta.ref_count;
-      table.blocks.push_back(block);
-      table.hashes.push_back(parent);
     }
-    table.num_cached_tokens = match.num_blocks * block_size_;
+    table.blocks = prefix.blocks;
+    table.hashes = prefix.hashes;
+    table.num_cached_tokens = static_cast<int64_t>(prefix.blocks.size()) * block_size_;
   }
   while (static_cast<int64_t>(table.blocks.size()) < BlocksFor(num_tokens)) {
     const int32_t block = TakeFresh();
@@ -148,13 +154,7 @@ bool BlockManager::Allocate(BlockTable& table, std::span<const int32_t> tokens,
         tokens.subspan(end - static_cast<size_t>(block_size_), static_cast<size_t>(block_size_));
     const uint64_t hash = HashBlock(table.hashes.empty() ? 0 : table.hashes.back(), block_tokens);
     table.hashes.push_back(hash);
-    if (!by_hash_.contains(hash)) {
-      Meta& meta = meta_[static_cast<size_t>(block)];
-      meta.registered = true;
-      meta.hash = hash;
-      meta.tokens.assign(block_tokens.begin(), block_tokens.end());
-      by_hash_.emplace(hash, block);
-    }
+    Register(block, hash, block_tokens);
   }
   return true;
 }
@@ -173,13 +173,7 @@ void BlockManager::MarkComputed(BlockTable& table, std::span<const int32_t> toke
         tokens.subspan(static_cast<size_t>(i * block_size_), static_cast<size_t>(block_size_));
     const uint64_t hash = HashBlock(table.hashes.empty() ? 0 : table.hashes.back(), block_tokens);
     table.hashes.push_back(hash);
-    if (by_hash_.contains(hash)) continue;  // another sequence's copy is the cache entry
-    const int32_t block = table.blocks[static_cast<size_t>(i)];
-    Meta& meta = meta_[static_cast<size_t>(block)];
-    meta.registered = true;
-    meta.hash = hash;
-    meta.tokens.assign(block_tokens.begin(), block_tokens.end());
-    by_hash_.emplace(hash, block);
+    Register(table.blocks[static_cast<size_t>(i)], hash, block_tokens);
   }
 }
 

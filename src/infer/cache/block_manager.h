@@ -95,11 +95,22 @@ class BlockManager {
     bool in_lru = false;
   };
 
+  // The cached, computed full blocks `tokens` starts with (as Match counts them) and their chain
+  // hashes; `next_pending` as in PrefixMatch.
+  struct CachedPrefix {
+    std::vector<int32_t> blocks;
+    std::vector<uint64_t> hashes;
+    bool next_pending = false;
+  };
+  CachedPrefix FindCachedPrefix(std::span<const int32_t> tokens) const;
+
   static uint64_t HashBlock(uint64_t parent, std::span<const int32_t> tokens);
   // A registered block with these tokens under `hash`, or -1.
   int32_t Lookup(uint64_t hash, std::span<const int32_t> tokens) const;
   // A fresh block: from the free list, else the least recently used evictable block.
   int32_t TakeFresh();
+  // Indexes `block` under `hash` unless another block already is.
+  void Register(int32_t block, uint64_t hash, std::span<const int32_t> tokens);
   void Unregister(int32_t block);
   void Release(int32_t block);
 
