@@ -27,7 +27,7 @@ PagedKvCache::PagedKvCache(int64_t num_layers, int64_t num_kv_heads, int64_t hea
               num_layers, num_kv_heads, head_dim, num_blocks);
   INFER_CHECK(block_size > 0 && block_size % kernels::kPagedBlockMultiple == 0,
               "KV cache block_size must be a positive multiple of {} (the attention kernel "
-              "transposes 16 positions of one block at a time), got {}",
+              "reads 16 consecutive positions of one block at a time), got {}",
               kernels::kPagedBlockMultiple, block_size);
   INFER_CHECK(dtype == DType::kF32 || dtype == DType::kBF16,
               "KV cache dtype must be f32 or bf16, got {}", DTypeName(dtype));

@@ -38,8 +38,8 @@ struct EngineConfig {
   double batch_wait_timeout_s = 0.05;
   // "paged" only: one pool of fixed-size blocks for every sequence and layer.
   std::string kv_cache_backend = "paged";
-  // Positions per KV block; a multiple of 16 (the attention kernel transposes 16 positions of
-  // one block at a time in a register tile).
+  // Positions per KV block; a multiple of 16 (the attention kernel reads 16 consecutive positions
+  // of one block at a time).
   int64_t block_size = 16;
   // Blocks in the pool; 0: from kv_cache_memory_bytes.
   int64_t num_blocks = 0;

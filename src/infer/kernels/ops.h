@@ -115,8 +115,8 @@ struct PagedKvLayer {
   int64_t head_stride = 0;    // elements from one kv head to the next inside a block
 };
 
-// Block sizes must be multiples of this: the kernels transpose keys in 16 x 16 register tiles
-// and need 16 consecutive positions in one block.
+// Block sizes must be multiples of this: the kernels read keys in groups of up to 16
+// consecutive positions, which must lie in one block.
 constexpr int64_t kPagedBlockMultiple = 16;
 
 // One sequence's share of a PagedAttention call.
