@@ -39,6 +39,8 @@ struct Options {
   int reps = 5;
   DType dtype = DType::kBF16;
   std::vector<kernels::MatMulPrecision> precisions = {kernels::MatMulPrecision::kF32};
+  // Weight types of the MatMul runs: none (the --dtype values) and/or int8, int4.
+  std::vector<kernels::Quantization> quantizations = {kernels::Quantization::kNone};
   bool huge_pages = true;
   std::vector<std::string> shapes;  // empty: all
   bool probe = true;
@@ -89,6 +91,11 @@ Options ParseArgs(int argc, char** argv) {
       for (const auto& name : Split(v)) {
         options.precisions.push_back(kernels::ParseMatMulPrecision(name));
       }
+    } else if (const char* v = value("--quantization=")) {
+      options.quantizations.clear();
+      for (const std::string& name : Split(v)) {
+        options.quantizations.push_back(kernels::ParseQuantization(name));
+      }
     } else if (const char* v = value("--dtype=")) {
       const std::string d = v;
       options.dtype = d == "f32" ? DType::kF32 : d == "f16" ? DType::kF16 : DType::kBF16;
@@ -96,6 +103,7 @@ Options ParseArgs(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--json] [--isa=avx512bf16,avx512,avx2] [--threads=1,2] "
                    "[--m=1,512] [--reps=N] [--dtype=bf16|f16|f32] [--precision=f32,bf16] "
+                   "[--quantization=none,int8,int4] "
                    "[--shape=a,b] [--no-huge-pages] [--no-probe] [--no-attention]\n",
                    argv[0]);
       std::exit(2);
@@ -378,59 +386,73 @@ int main(int argc, char** argv) {
                                              shape.name) == options.shapes.end()) {
       continue;
     }
-    const size_t weight_bytes =
-        static_cast<size_t>(shape.n * shape.k) * infer::DTypeSize(options.dtype);
-    // m = 1 must stream from memory: cycle through copies worth >= 512 MiB so none is cached.
-    const bool streams = std::find(options.ms.begin(), options.ms.end(), 1) != options.ms.end();
-    const int copies =
-        streams ? static_cast<int>(std::max<size_t>(1, (512u << 20) / weight_bytes)) : 1;
-    // Packed once, as the model packs its weights at load.
-    std::vector<kernels::PackedMatrix> weights;
-    for (int c = 0; c < copies; ++c) {
-      Tensor values = Tensor::Empty(options.dtype, {shape.n, shape.k});
-      Fill(values);
-      weights.push_back(kernels::PackedMatrix::Pack(values, nullptr, options.huge_pages));
-    }
-    for (int64_t m : options.ms) {
-      std::vector<float> x(static_cast<size_t>(m * shape.k), 0.01F);
-      std::vector<float> y(static_cast<size_t>(m * shape.n));
-      for (kernels::Isa isa : options.isas) {
-        kernels::SetActiveIsa(isa);
-        for (int threads : options.threads) {
-          for (kernels::MatMulPrecision precision : options.precisions) {
-            ThreadPool pool(threads);
-            const std::string precision_name(kernels::MatMulPrecisionName(precision));
-            const int calls_per_rep = m == 1 ? copies * 4 : 1;
-            std::vector<double> times;
-            for (int rep = -1; rep < options.reps; ++rep) {  // rep -1 warms up
-              const double start = NowSeconds();
-              for (int call = 0; call < calls_per_rep; ++call) {
-                kernels::MatMul(x.data(), m, shape.k, shape.k, weights[call % copies], nullptr,
-                                y.data(), shape.n, pool, precision);
+    for (kernels::Quantization quantization : options.quantizations) {
+      const bool quantized = quantization != kernels::Quantization::kNone;
+      const size_t weight_bytes =
+          quantized ? kernels::PackedMatrix::Quantize(Tensor::Empty(options.dtype, {32, shape.k}),
+                                                      quantization)
+                              .size_bytes() *
+                          static_cast<size_t>((shape.n + 31) / 32)
+                    : static_cast<size_t>(shape.n * shape.k) * infer::DTypeSize(options.dtype);
+      // m = 1 must stream from memory: cycle through copies worth >= 512 MiB so none is cached.
+      const bool streams = std::find(options.ms.begin(), options.ms.end(), 1) != options.ms.end();
+      const int copies =
+          streams ? static_cast<int>(std::max<size_t>(1, (512u << 20) / weight_bytes)) : 1;
+      // Packed once, as the model packs its weights at load.
+      std::vector<kernels::PackedMatrix> weights;
+      for (int c = 0; c < copies; ++c) {
+        Tensor values = Tensor::Empty(options.dtype, {shape.n, shape.k});
+        Fill(values);
+        weights.push_back(
+            kernels::PackedMatrix::Quantize(values, quantization, 0, nullptr, options.huge_pages));
+      }
+      for (int64_t m : options.ms) {
+        std::vector<float> x(static_cast<size_t>(m * shape.k), 0.01F);
+        std::vector<float> y(static_cast<size_t>(m * shape.n));
+        for (kernels::Isa isa : options.isas) {
+          kernels::SetActiveIsa(isa);
+          for (int threads : options.threads) {
+            for (kernels::MatMulPrecision precision : options.precisions) {
+              // Quantized weights have one arithmetic: one run, named by the type.
+              if (quantized && precision != options.precisions.front()) continue;
+              ThreadPool pool(threads);
+              const std::string precision_name(quantized ? kernels::QuantizationName(quantization)
+                                                         : kernels::MatMulPrecisionName(precision));
+              const int calls_per_rep = m == 1 ? copies * 4 : 1;
+              std::vector<double> times;
+              for (int rep = -1; rep < options.reps; ++rep) {  // rep -1 warms up
+                const double start = NowSeconds();
+                for (int call = 0; call < calls_per_rep; ++call) {
+                  kernels::MatMul(x.data(), m, shape.k, shape.k, weights[call % copies], nullptr,
+                                  y.data(), shape.n, pool, precision);
+                }
+                if (rep >= 0) times.push_back((NowSeconds() - start) / calls_per_rep);
               }
-              if (rep >= 0) times.push_back((NowSeconds() - start) / calls_per_rep);
+              const auto [mean, sd, best] = Summarize(times);
+              const double gb_s = static_cast<double>(weight_bytes) / best / 1e9;
+              const double gflop_s = 2.0 * static_cast<double>(m * shape.n * shape.k) / best / 1e9;
+              if (options.json) {
+                std::printf(
+                    "{\"shape\":\"%s\",\"n\":%lld,\"k\":%lld,\"m\":%lld,\"isa\":\"%s\",\"dtype\":"
+                    "\"%"
+                    "s\",\"precision\":\"%s\","
+                    "\"threads\":%d,\"reps\":%d,\"best_ns\":%.0f,\"avg_ns\":%.0f,\"stddev_ns\":%."
+                    "0f,"
+                    "\"best_gb_s\":%.2f,\"best_gflop_s\":%.2f}\n",
+                    shape.name, static_cast<long long>(shape.n), static_cast<long long>(shape.k),
+                    static_cast<long long>(m), std::string(kernels::IsaName(isa)).c_str(),
+                    std::string(infer::DTypeName(options.dtype)).c_str(), precision_name.c_str(),
+                    threads, options.reps, best * 1e9, mean * 1e9, sd * 1e9, gb_s, gflop_s);
+              } else {
+                std::printf(
+                    "| %s | %lldx%lld | %lld | %s | %s | %d | %.3f | %.3f | %.3f | %.1f | %.1f |\n",
+                    shape.name, static_cast<long long>(shape.n), static_cast<long long>(shape.k),
+                    static_cast<long long>(m), std::string(kernels::IsaName(isa)).c_str(),
+                    precision_name.c_str(), threads, best * 1e3, mean * 1e3, sd * 1e3, gb_s,
+                    gflop_s);
+              }
+              std::fflush(stdout);
             }
-            const auto [mean, sd, best] = Summarize(times);
-            const double gb_s = static_cast<double>(weight_bytes) / best / 1e9;
-            const double gflop_s = 2.0 * static_cast<double>(m * shape.n * shape.k) / best / 1e9;
-            if (options.json) {
-              std::printf(
-                  "{\"shape\":\"%s\",\"n\":%lld,\"k\":%lld,\"m\":%lld,\"isa\":\"%s\",\"dtype\":\"%"
-                  "s\",\"precision\":\"%s\","
-                  "\"threads\":%d,\"reps\":%d,\"best_ns\":%.0f,\"avg_ns\":%.0f,\"stddev_ns\":%.0f,"
-                  "\"best_gb_s\":%.2f,\"best_gflop_s\":%.2f}\n",
-                  shape.name, static_cast<long long>(shape.n), static_cast<long long>(shape.k),
-                  static_cast<long long>(m), std::string(kernels::IsaName(isa)).c_str(),
-                  std::string(infer::DTypeName(options.dtype)).c_str(), precision_name.c_str(),
-                  threads, options.reps, best * 1e9, mean * 1e9, sd * 1e9, gb_s, gflop_s);
-            } else {
-              std::printf(
-                  "| %s | %lldx%lld | %lld | %s | %s | %d | %.3f | %.3f | %.3f | %.1f | %.1f |\n",
-                  shape.name, static_cast<long long>(shape.n), static_cast<long long>(shape.k),
-                  static_cast<long long>(m), std::string(kernels::IsaName(isa)).c_str(),
-                  precision_name.c_str(), threads, best * 1e3, mean * 1e3, sd * 1e3, gb_s, gflop_s);
-            }
-            std::fflush(stdout);
           }
         }
       }

@@ -108,6 +108,11 @@ void RunBench(const BenchArgs& args) {
   const std::string isa(kernels::IsaName(kernels::ActiveIsa()));
   const double huge_page_fraction = static_cast<double>(HugePageResidentBytes()) /
                                     static_cast<double>(std::max<int64_t>(1, loaded.weight_bytes));
+  const auto rss_after_load = static_cast<int64_t>(CurrentRssBytes());
+  // The weights' type as the table shows it: the checkpoint dtype or the quantization.
+  const std::string weight_type = loaded.quantization == kernels::Quantization::kNone
+                                      ? std::string(DTypeName(loaded.weight_dtype))
+                                      : std::string(kernels::QuantizationName(loaded.quantization));
 
   nlohmann::json results = nlohmann::json::array();
   std::string table = fmt::format("| {:<24} | {:>7} | {:>5} | {:>7} | {:>7} | {:>18} |\n", "model",
@@ -149,24 +154,26 @@ void RunBench(const BenchArgs& args) {
       const Stats prefill = Summarize(prefill_tok_s);
       const Stats decode = Summarize(decode_tok_s);
       table += fmt::format("| {:<24} | {:>7} | {:>5} | {:>7} | {:>7} | {:>18} |\n",
-                           ModelName(loaded.path), params, DTypeName(loaded.weight_dtype),
-                           pool.num_threads(), fmt::format("pp{}", prompt_tokens),
+                           ModelName(loaded.path), params, weight_type, pool.num_threads(),
+                           fmt::format("pp{}", prompt_tokens),
                            fmt::format("{:.2f} ± {:.2f}", prefill.mean, prefill.sd));
       table += fmt::format("| {:<24} | {:>7} | {:>5} | {:>7} | {:>7} | {:>18} |\n",
-                           ModelName(loaded.path), params, DTypeName(loaded.weight_dtype),
-                           pool.num_threads(), fmt::format("tg{}", args.gen_tokens),
+                           ModelName(loaded.path), params, weight_type, pool.num_threads(),
+                           fmt::format("tg{}", args.gen_tokens),
                            fmt::format("{:.2f} ± {:.2f}", decode.mean, decode.sd));
-      results.push_back({{"threads", pool.num_threads()},
-                         {"prompt_tokens", prompt_tokens},
-                         {"gen_tokens", args.gen_tokens},
-                         {"repetitions", args.repetitions},
-                         {"prefill_tok_s", prefill.mean},
-                         {"prefill_tok_s_sd", prefill.sd},
-                         {"decode_tok_s", decode.mean},
-                         {"decode_tok_s_sd", decode.sd},
-                         {"prefill_tok_s_samples", prefill_tok_s},
-                         {"decode_tok_s_samples", decode_tok_s},
-                         {"decode_gb_s", decode.mean * weight_gb_per_token}});
+      results.push_back(
+          {{"threads", pool.num_threads()},
+           {"prompt_tokens", prompt_tokens},
+           {"gen_tokens", args.gen_tokens},
+           {"repetitions", args.repetitions},
+           {"prefill_tok_s", prefill.mean},
+           {"prefill_tok_s_sd", prefill.sd},
+           {"decode_tok_s", decode.mean},
+           {"decode_tok_s_sd", decode.sd},
+           {"prefill_tok_s_samples", prefill_tok_s},
+           {"decode_tok_s_samples", decode_tok_s},
+           {"decode_gb_s", decode.mean * weight_gb_per_token},
+           {"decode_fraction_of_ceiling", decode.mean * weight_gb_per_token / bandwidth_gb_s}});
     }
   }
   const std::time_t now = std::time(nullptr);
@@ -180,6 +187,8 @@ void RunBench(const BenchArgs& args) {
                  {"parameters", ParameterCount(config)},
                  {"weight_dtype", DTypeName(loaded.weight_dtype)},
                  {"weight_bytes", loaded.weight_bytes},
+                 {"quantization", kernels::QuantizationName(loaded.quantization)},
+                 {"rss_after_load_bytes", rss_after_load},
                  {"isa", isa},
                  {"matmul_precision", kernels::MatMulPrecisionName(args.model.matmul_precision)},
                  {"kv_cache_dtype", args.kv_cache_dtype},
@@ -199,10 +208,11 @@ void RunBench(const BenchArgs& args) {
   }
   std::printf("%s", table.c_str());
   std::printf(
-      "\nisa %s, matmul precision %s, weights %s (%.0f%% in huge pages), read bandwidth %.1f GB/s "
-      "-> decode ceiling %.1f tok/s\n",
+      "\nisa %s, matmul precision %s, weights %s %.3f GB (%.0f%% in huge pages), RSS after load "
+      "%.3f GB, read bandwidth %.1f GB/s -> decode ceiling %.1f tok/s\n",
       isa.c_str(), std::string(kernels::MatMulPrecisionName(args.model.matmul_precision)).c_str(),
-      args.model.weights_placement.c_str(), 100.0 * huge_page_fraction, bandwidth_gb_s,
+      weight_type.c_str(), weight_gb_per_token, 100.0 * huge_page_fraction,
+      static_cast<double>(rss_after_load) / 1e9, bandwidth_gb_s,
       bandwidth_gb_s / weight_gb_per_token);
 }
 

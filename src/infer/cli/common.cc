@@ -27,6 +27,18 @@ void AddModelOptions(CLI::App& command, ModelArgs& args, bool add_threads, bool 
       ->capture_default_str();
   command.add_option("--dummy-seed", args.dummy_seed, "Seed of --load-format dummy weights")
       ->capture_default_str();
+  command
+      .add_option_function<std::string>(
+          "--quantization,-q",
+          [&args](const std::string& name) {
+            args.quantization = kernels::ParseQuantization(name);
+          },
+          "Weight matrices quantized at load: none (the checkpoint's dtype); int8: 8.5 bits per "
+          "weight, scale per 32 input channels (llama.cpp Q8_0); int4: 5 bits per weight, scale "
+          "and minimum per 32 (llama.cpp Q4_1). Activations are rounded to int8 per 32 and "
+          "multiplied on the integer units (VNNI)")
+      ->check(CLI::IsMember({"none", "int8", "int4"}))
+      ->default_str("none");
   if (add_threads) {
     command.add_option("--threads", args.threads, "Compute threads (0: all CPUs)")
         ->check(CLI::Range(0, 1024))
@@ -101,6 +113,7 @@ LoadedModel LoadModelFromArgs(const ModelArgs& args, ThreadPool* pool) {
   options.placement = args.weights_placement == "hugepage" ? WeightPlacement::kHugePageCopy
                                                            : WeightPlacement::kMmap;
   options.pool = pool;
+  options.quantization = args.quantization;
   LoadedModel loaded = LoadModel(args.model, options);
   spdlog::debug("loaded {} in {:.3f} s", loaded.path, loaded.load_time_s);
   return loaded;

@@ -20,6 +20,7 @@ struct ModelArgs {
   uint64_t dummy_seed = 0;
   int threads = 0;  // 0: all available CPUs
   kernels::MatMulPrecision matmul_precision = kernels::MatMulPrecision::kF32;
+  kernels::Quantization quantization = kernels::Quantization::kNone;
 };
 
 // add_threads=false leaves --threads to the command (bench takes a list); add_compute=false

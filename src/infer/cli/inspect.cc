@@ -43,6 +43,11 @@ void RunInspect(const ModelArgs& args, bool as_json) {
                                         ? config.eos_token_ids
                                         : loaded.generation.eos_token_ids;
 
+  // Bits per weight of the packed matrices (padding included), and the process's resident
+  // memory once loaded.
+  const double bits_per_weight = static_cast<double>(loaded.matrix_weight_bytes) * 8.0 /
+                                 static_cast<double>(std::max<int64_t>(1, loaded.matrix_weights));
+  const auto rss_bytes = static_cast<int64_t>(CurrentRssBytes());
   if (as_json) {
     nlohmann::json layers = nlohmann::json::array();
     for (const auto& layer : config.layers) {
@@ -56,7 +61,10 @@ void RunInspect(const ModelArgs& args, bool as_json) {
                           {"model_type", config.model_type},
                           {"parameters", params},
                           {"weight_dtype", DTypeName(loaded.weight_dtype)},
+                          {"quantization", kernels::QuantizationName(loaded.quantization)},
                           {"weight_bytes", loaded.weight_bytes},
+                          {"matrix_bits_per_weight", bits_per_weight},
+                          {"rss_after_load_bytes", rss_bytes},
                           {"load_format", args.load_format},
                           {"load_time_s", loaded.load_time_s},
                           {"num_layers", config.num_layers},
@@ -83,9 +91,16 @@ void RunInspect(const ModelArgs& args, bool as_json) {
   line("parameters",
        fmt::format("{} ({}{})", HumanCount(params), params,
                    config.tie_word_embeddings ? ", tied embeddings counted once" : ""));
-  line("weights", fmt::format("{}, {:.3f} GB{}", DTypeName(loaded.weight_dtype),
-                              static_cast<double>(loaded.weight_bytes) / 1e9,
+  line("weights", fmt::format("{}{}, {:.3f} GB in memory, matrices {:.2f} bits per weight{}",
+                              DTypeName(loaded.weight_dtype),
+                              loaded.quantization == kernels::Quantization::kNone
+                                  ? ""
+                                  : fmt::format(" quantized to {}",
+                                                kernels::QuantizationName(loaded.quantization)),
+                              static_cast<double>(loaded.weight_bytes) / 1e9, bits_per_weight,
                               args.load_format == "dummy" ? " (dummy random)" : ""));
+  line("resident memory",
+       fmt::format("{:.3f} GB after load", static_cast<double>(rss_bytes) / 1e9));
   line("load time", fmt::format("{:.3f} s", loaded.load_time_s));
   line("shape",
        fmt::format("{} layers, hidden {}, heads {}/{} kv, head_dim {}, intermediate {}, "

@@ -2,6 +2,7 @@
 #include "infer/kernels/ops.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "infer/core/error.h"
@@ -47,7 +48,15 @@ void WidenToF32(const Tensor& t, std::vector<float>& out) {
 }  // namespace
 
 std::string_view MatMulPrecisionName(MatMulPrecision precision) {
-  return precision == MatMulPrecision::kBf16 ? "bf16" : "f32";
+  switch (precision) {
+    case MatMulPrecision::kBf16:
+      return "bf16";
+    case MatMulPrecision::kInt8:
+      return "int8";
+    case MatMulPrecision::kF32:
+      break;
+  }
+  return "f32";
 }
 
 MatMulPrecision ParseMatMulPrecision(std::string_view name) {
@@ -57,6 +66,18 @@ MatMulPrecision ParseMatMulPrecision(std::string_view name) {
 }
 
 float PackedMatrix::At(int64_t row, int64_t col) const {
+  if (quantized()) {
+    const auto* bytes = static_cast<const uint8_t*>(data());
+    bool high = false;
+    const uint8_t byte = bytes[QuantIndex(row, col, &high)];
+    uint16_t d16 = 0;
+    std::memcpy(&d16, bytes + ScaleIndex(row, col / group_size_), 2);
+    const float d = F16ToF32(d16);
+    if (quantization_ == Quantization::kInt8) return d * static_cast<float>(byte - 128);
+    uint16_t m16 = 0;
+    std::memcpy(&m16, bytes + ScaleIndex(row, col / group_size_) + 2 * kPanelRows, 2);
+    return d * static_cast<float>(high ? byte >> 4 : byte & 0x0f) + F16ToF32(m16);
+  }
   const int64_t index = Index(row, col);
   switch (dtype()) {
     case DType::kBF16:
@@ -147,6 +168,28 @@ void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Packed
       bias_f32 = bias_buffer.data();
     }
   }
+  if (w.quantized()) {
+    INFER_DISPATCH(QuantizedMatMul, x, m, k, x_stride, w, bias_f32, y, y_stride, pool);
+  }
+  if (precision == MatMulPrecision::kInt8) {
+    // x rounded as a quantized MatMul rounds it (d * q per block of 32), then f32 products.
+    const int64_t padded_k = (k + kQuantBlock - 1) / kQuantBlock * kQuantBlock;
+    const int64_t blocks = padded_k / kQuantBlock;
+    thread_local std::vector<int8_t> q;
+    thread_local std::vector<float> d, rounded;
+    thread_local std::vector<int32_t> sum;
+    q.resize(static_cast<size_t>(m * padded_k));
+    d.resize(static_cast<size_t>(m * blocks));
+    sum.resize(static_cast<size_t>(m * blocks));
+    rounded.resize(static_cast<size_t>(m * k));
+    QuantizeActivations(x, m, k, x_stride, padded_k, q.data(), d.data(), sum.data());
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t c = 0; c < k; ++c) {
+        rounded[i * k + c] = d[i * blocks + c / kQuantBlock] * q[i * padded_k + c];
+      }
+    }
+    INFER_DISPATCH(MatMul, rounded.data(), m, k, k, w, bias_f32, y, y_stride, pool, false);
+  }
   const bool bf16_activations = precision == MatMulPrecision::kBf16 && w.dtype() == DType::kBF16;
   INFER_DISPATCH(MatMul, x, m, k, x_stride, w, bias_f32, y, y_stride, pool, bf16_activations);
 }
@@ -157,6 +200,17 @@ void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Tensor
   INFER_CHECK(w.rank() == 2 && w.dim(1) == k, "MatMul: weight has shape {} but x has k = {}",
               ShapeString(w.shape()), k);
   MatMul(x, m, k, x_stride, PackedMatrix::Pack(w), bias, y, y_stride, pool, precision);
+}
+
+void QuantizeActivations(const float* x, int64_t m, int64_t k, int64_t x_stride, int64_t padded_k,
+                         int8_t* q, float* d, int32_t* sum) {
+  INFER_CHECK(m >= 0 && k >= 0 && x_stride >= k,
+              "QuantizeActivations: m = {}, k = {}, x_stride = {}", m, k, x_stride);
+  INFER_CHECK(padded_k >= k && padded_k % kQuantBlock == 0,
+              "QuantizeActivations: padded_k {} is not a multiple of {} at least k = {}", padded_k,
+              kQuantBlock, k);
+  if (m == 0) return;
+  INFER_DISPATCH(QuantizeActivations, x, m, k, x_stride, padded_k, q, d, sum);
 }
 
 void RmsNorm(const float* x, int64_t rows, int64_t dim, const Tensor& w, float eps,

@@ -20,11 +20,37 @@ namespace infer::kernels {
 //   bf16 values are exact in f32 and accumulate in f32. This is how Hugging Face's bf16
 //   inference and llama.cpp multiply by bf16 weights, and on AVX512_BF16 CPUs it runs on
 //   vdpbf16ps at about twice the f32 FMA rate. Elsewhere the same rounding is emulated.
-enum class MatMulPrecision { kF32, kBf16 };
+// - kInt8: the activations are rounded to int8 per row and block of 32 channels exactly as a
+//   quantized MatMul rounds them (QuantizeActivations), then multiplied in f32 with the float
+//   weights. A simulation for accuracy studies (llama.cpp's scheme on float-rounded weights);
+//   not a serving mode, and not offered on the command line.
+enum class MatMulPrecision { kF32, kBf16, kInt8 };
 
-std::string_view MatMulPrecisionName(MatMulPrecision precision);  // "f32", "bf16"
+std::string_view MatMulPrecisionName(MatMulPrecision precision);  // "f32", "bf16", "int8"
 // "f32" or "bf16"; anything else throws infer::Error naming the choices.
 MatMulPrecision ParseMatMulPrecision(std::string_view name);
+
+// Weight quantization (--quantization, vLLM's flag name): how PackedMatrix stores a matrix.
+// - kNone: the checkpoint's bf16 / f16 / f32 values.
+// - kInt8: symmetric, one f16 scale d per group of 32 input channels (llama.cpp's Q8_0):
+//   d = f16(max|w| / 127), w = d * q, q in [-127, 127] chosen against the rounded d; 8.5 bits
+//   per weight.
+// - kInt4: asymmetric, an f16 scale d and an f16 minimum m per group (32, 64 or 128 input
+//   channels; kDefaultInt4Group): w = d * q + m, q in [0, 15]; 4 + 32 / group bits per weight.
+// A quantized MatMul rounds its activations to int8 per row and block of 32 input channels
+// (scale max|x| / 127, to nearest even, as llama.cpp's vec_dot does) and multiplies on the
+// integer units (AVX-512 VNNI vpdpbusd where the CPU has it); MatMulPrecision is not used.
+enum class Quantization { kNone, kInt8, kInt4 };
+
+std::string_view QuantizationName(Quantization quantization);  // "none", "int8", "int4"
+// "none", "int8" or "int4"; anything else throws infer::Error naming the choices.
+Quantization ParseQuantization(std::string_view name);
+
+// Input channels per activation block of a quantized MatMul (and the unit of weight groups).
+constexpr int64_t kQuantBlock = 32;
+// int4 group: 32 measured the lowest error (tests/unit/kernels/quantized_test.cc and the
+// accuracy report) at 5 bits per weight; see README "Quantized weights".
+constexpr int64_t kDefaultInt4Group = 32;
 
 // A weight matrix w [n, k] copied once (at load) into the layout MatMul's kernels read, so that
 // no call re-packs it and every m runs the same microkernel.
@@ -34,6 +60,15 @@ MatMulPrecision ParseMatMulPrecision(std::string_view name);
 // - f16, f32: [2][kPanelRows].
 // A range of panels is therefore one sequential stream (what decode reads), and a panel's
 // steps are what the GEMM's register tile consumes in order.
+// Quantized (kInt8, kInt4): panels of kPanelRows rows, each num_groups() groups of
+// group_size() input channels (k padded with zeros to whole groups), each group_bytes()
+// bytes: the quantized values q (unsigned: int8 stores q + 128) of its sub-blocks of
+// kQuantBlock channels, then d[kPanelRows] (f16), then for kInt4 m[kPanelRows] (f16).
+// A sub-block is laid out for vpdpbusd, four consecutive channels of a row per 32-bit lane:
+// - kInt8: [8 quads][kPanelRows][4] bytes (1024);
+// - kInt4: [4][kPanelRows][4] bytes (512); a byte holds quad j (low nibble) and quad j + 4
+//   (high nibble).
+// QuantIndex() below is the one definition of that layout.
 class PackedMatrix {
  public:
   static constexpr int64_t kPanelRows = 32;
@@ -42,9 +77,43 @@ class PackedMatrix {
   // w: contiguous [n, k], bf16, f16 or f32. Throws infer::Error otherwise. The copy runs on
   // `pool` when given, into 2 MiB pages when `huge_pages`.
   static PackedMatrix Pack(const Tensor& w, ThreadPool* pool = nullptr, bool huge_pages = false);
+  // w quantized as `quantization` says (kNone: Pack). group_size 0 takes the type's default
+  // (32 for kInt8, kDefaultInt4Group for kInt4); otherwise 32, 64 or 128 (kInt4 only).
+  // Throws infer::Error for a weight that is not finite or whose scale an f16 cannot hold.
+  static PackedMatrix Quantize(const Tensor& w, Quantization quantization, int64_t group_size = 0,
+                               ThreadPool* pool = nullptr, bool huge_pages = false);
 
   bool defined() const { return storage_.raw() != nullptr; }
+  // The element type of the stored values (kNone only; a quantized matrix stores bytes).
   DType dtype() const { return storage_.dtype(); }
+  Quantization quantization() const { return quantization_; }
+  bool quantized() const { return quantization_ != Quantization::kNone; }
+  int64_t group_size() const { return group_size_; }  // quantized only
+  int64_t num_groups() const { return (cols_ + group_size_ - 1) / group_size_; }
+  // Bytes of one sub-block's values, of one group (values and scales), of one panel.
+  int64_t sub_block_bytes() const { return quantization_ == Quantization::kInt8 ? 1024 : 512; }
+  int64_t group_bytes() const {
+    return group_size_ / kQuantBlock * sub_block_bytes() +
+           (quantization_ == Quantization::kInt4 ? 4 : 2) * kPanelRows;
+  }
+  int64_t panel_bytes() const { return num_groups() * group_bytes(); }
+  // Byte of q(row, col) in data() and whether it is the high nibble (kInt4).
+  int64_t QuantIndex(int64_t row, int64_t col, bool* high_nibble) const {
+    const int64_t lane = row % kPanelRows;
+    const int64_t in_group = col % group_size_;
+    const int64_t quad = in_group % kQuantBlock / 4;
+    const int64_t quad_slot = quantization_ == Quantization::kInt8 ? quad : quad % 4;
+    *high_nibble = quantization_ == Quantization::kInt4 && quad >= 4;
+    return (row / kPanelRows) * panel_bytes() + (col / group_size_) * group_bytes() +
+           in_group / kQuantBlock * sub_block_bytes() + (quad_slot * kPanelRows + lane) * 4 +
+           col % 4;
+  }
+  // Byte of the f16 scale d (and for kInt4, 2 * kPanelRows bytes on, the minimum m) of row's
+  // group g.
+  int64_t ScaleIndex(int64_t row, int64_t group) const {
+    return (row / kPanelRows) * panel_bytes() + group * group_bytes() +
+           group_size_ / kQuantBlock * sub_block_bytes() + (row % kPanelRows) * 2;
+  }
   int64_t rows() const { return rows_; }  // n
   int64_t cols() const { return cols_; }  // k
   int64_t steps() const { return (cols_ + 1) / 2; }
@@ -59,14 +128,23 @@ class PackedMatrix {
     return step_begin +
            (dtype() == DType::kBF16 ? lane * 2 + col % 2 : (col % 2) * kPanelRows + lane);
   }
-  // w[row, col] widened to f32.
+  // w[row, col] widened to f32 (dequantized: d * q (+ m), in f32).
   float At(int64_t row, int64_t col) const;
 
  private:
   Tensor storage_;  // rank 1, zero-initialised
   int64_t rows_ = 0;
   int64_t cols_ = 0;
+  Quantization quantization_ = Quantization::kNone;
+  int64_t group_size_ = 0;
 };
+
+// x [m, k] rounded as a quantized MatMul rounds its activations: per row and block of
+// kQuantBlock channels, d = max|x| / 127 (f32), q = x * (1 / d) rounded to nearest even (0 when
+// d is 0). q: [m, padded_k] (zeros past k), d and sum (of the block's q): [m, padded_k / 32].
+// padded_k: k rounded up to a multiple of kQuantBlock. Exposed for tests and references.
+void QuantizeActivations(const float* x, int64_t m, int64_t k, int64_t x_stride, int64_t padded_k,
+                         int8_t* q, float* d, int32_t* sum);
 
 // y[m, n] = x[m, k] . w[n, k]^T (+ bias[n]).
 // x and y are f32, row-major, with row strides x_stride / y_stride (elements). bias (may be

@@ -152,6 +152,27 @@ std::shared_ptr<AlignedBuffer> AllocateSlots(std::vector<WeightSlot>& slots,
   return buffer;
 }
 
+// A weight matrix in the layout MatMul reads, quantized when asked (an untied embedding table
+// is only gathered from, so it stays as loaded).
+kernels::PackedMatrix PackMatrix(const WeightSlot& slot, const Tensor& values,
+                                 const ModelConfig& config, const LoadOptions& options) {
+  const bool embedding = slot.hf_name == "model.embed_tokens.weight";
+  const bool head = slot.hf_name == "lm_head.weight" || (embedding && config.tie_word_embeddings);
+  kernels::Quantization quantization = options.quantization;
+  if (embedding && !head) {
+    quantization = kernels::Quantization::kNone;  // an untied table is only gathered from
+  } else if (head && quantization != kernels::Quantization::kNone) {
+    quantization = options.head == LoadOptions::Head::kUnquantized ? kernels::Quantization::kNone
+                                                                   : kernels::Quantization::kInt8;
+  }
+  try {
+    return kernels::PackedMatrix::Quantize(values, quantization, 0, options.pool,
+                                           /*huge_pages=*/true);
+  } catch (const Error& error) {
+    Fail("tensor '{}': {}", slot.hf_name, error.what());
+  }
+}
+
 void InitDummy(const ModelConfig& config, std::vector<WeightSlot>& slots,
                const LoadOptions& options) {
   std::vector<DType> dtypes(slots.size(), config.dtype);
@@ -176,7 +197,7 @@ void InitDummy(const ModelConfig& config, std::vector<WeightSlot>& slots,
       Tensor values = Tensor::Borrow(config.dtype, slot.shape, staging.data());
       FillUniform(values, slot.hf_name, options.dummy_seed,
                   1.0 / std::sqrt(static_cast<double>(slot.shape.back())), options.pool);
-      *slot.matrix = kernels::PackedMatrix::Pack(values, options.pool, /*huge_pages=*/true);
+      *slot.matrix = PackMatrix(slot, values, config, options);
       continue;
     }
     const bool is_norm = slot.hf_name.find("norm.weight") != std::string::npos;
@@ -230,7 +251,7 @@ void LoadFromCheckpoint(const std::string& folder, std::vector<WeightSlot>& slot
                     views[i].dtype() == DType::kF16,
                 "{}: tensor '{}' has dtype {}, which infer cannot compute with (f32, bf16 or f16)",
                 folder, prefix + slots[i].hf_name, DTypeName(views[i].dtype()));
-    *slots[i].matrix = kernels::PackedMatrix::Pack(views[i], options.pool, /*huge_pages=*/true);
+    *slots[i].matrix = PackMatrix(slots[i], views[i], config, options);
   }
   if (options.placement == WeightPlacement::kMmap) {
     for (size_t i = 0; i < slots.size(); ++i) {
@@ -269,11 +290,19 @@ LoadedModel LoadModel(const std::string& model, const LoadOptions& options) {
   }
   if (loaded.config.tie_word_embeddings) loaded.weights.lm_head = loaded.weights.embed_tokens;
   for (const auto& slot : slots) {
-    const DType dtype = slot.matrix != nullptr ? slot.matrix->dtype() : slot.tensor->dtype();
-    loaded.weight_bytes += NumElements(slot.shape) * static_cast<int64_t>(DTypeSize(dtype));
+    if (slot.matrix != nullptr) {
+      loaded.matrix_weights += NumElements(slot.shape);
+      loaded.matrix_weight_bytes += static_cast<int64_t>(slot.matrix->size_bytes());
+      loaded.weight_bytes += static_cast<int64_t>(slot.matrix->size_bytes());
+    } else {
+      loaded.weight_bytes += static_cast<int64_t>(slot.tensor->size_bytes());
+    }
   }
-  loaded.weight_dtype = loaded.weights.layers.empty() ? loaded.weights.embed_tokens.dtype()
-                                                      : loaded.weights.layers[0].q_proj.dtype();
+  loaded.quantization = options.quantization;
+  const bool packed_as_loaded =
+      !loaded.weights.layers.empty() && !loaded.weights.layers[0].q_proj.quantized();
+  loaded.weight_dtype =
+      packed_as_loaded ? loaded.weights.layers[0].q_proj.dtype() : loaded.config.dtype;
   constexpr size_t kMaxWarningsShown = 10;
   for (size_t i = 0; i < loaded.warnings.size() && i < kMaxWarningsShown; ++i) {
     spdlog::warn("{}", loaded.warnings[i]);

@@ -61,6 +61,13 @@ struct LoadOptions {
   uint64_t dummy_seed = 0;
   WeightPlacement placement = WeightPlacement::kMmap;
   ThreadPool* pool = nullptr;  // used for copies and dummy init; null = single thread
+  // Weight matrices (and a tied embedding, which is the output head) quantized at load; an
+  // untied embedding table stays as loaded (it is only gathered from).
+  kernels::Quantization quantization = kernels::Quantization::kNone;
+  // The output head (the tied embedding table, or lm_head): kDefaultHead takes int8 whenever
+  // `quantization` is not none (int4 keeps a wider head, as llama.cpp's Q4_0 keeps Q6_K).
+  enum class Head { kDefault, kUnquantized };
+  Head head = Head::kDefault;
 };
 
 // A model folder loaded: the config, generation defaults and weights.
@@ -69,8 +76,11 @@ struct LoadedModel {
   ModelConfig config;
   GenerationConfig generation;
   ModelWeights weights;
-  DType weight_dtype = DType::kBF16;  // dtype of the projection weights
-  int64_t weight_bytes = 0;
+  DType weight_dtype = DType::kBF16;  // dtype of the checkpoint's projection weights
+  kernels::Quantization quantization = kernels::Quantization::kNone;
+  int64_t weight_bytes = 0;         // as stored in memory (quantized matrices at their packed size)
+  int64_t matrix_weights = 0;       // elements of the packed weight matrices
+  int64_t matrix_weight_bytes = 0;  // their bytes in memory
   double load_time_s = 0.0;
   std::vector<std::string> warnings;  // unexpected tensors and the like, already logged
 };

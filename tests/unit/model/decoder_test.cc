@@ -237,3 +237,141 @@ TEST(Decoder, ContextOverflowIsAnError) {
 
 }  // namespace
 }  // namespace infer
+
+namespace infer {
+namespace {
+
+// ---- Quantized weights against the float64 reference, beside llama.cpp's scheme ----
+
+struct Accuracy {
+  double worst_row_error = 0;  // max over positions of max_v |l - ref| / max_v |ref|
+  double top1 = 0;             // fraction of positions whose argmax is the reference's
+  double kl = 0;               // mean KL(softmax(ref) || softmax(l)), nats
+};
+
+Accuracy Measure(const std::vector<float>& logits, const std::vector<float>& ref, int64_t rows,
+                 int64_t vocab) {
+  Accuracy a;
+  a.worst_row_error = WorstRowError(logits.data(), ref.data(), rows, vocab);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* l = logits.data() + r * vocab;
+    const float* e = ref.data() + r * vocab;
+    a.top1 += Argmax(l, vocab) == Argmax(e, vocab) ? 1.0 : 0.0;
+    const double l_max = *std::max_element(l, l + vocab);
+    const double e_max = *std::max_element(e, e + vocab);
+    double l_sum = 0, e_sum = 0;
+    for (int64_t v = 0; v < vocab; ++v) {
+      l_sum += std::exp(l[v] - l_max);
+      e_sum += std::exp(e[v] - e_max);
+    }
+    for (int64_t v = 0; v < vocab; ++v) {
+      const double log_p = e[v] - e_max - std::log(e_sum);
+      const double log_q = l[v] - l_max - std::log(l_sum);
+      a.kl += std::exp(log_p) * (log_p - log_q);
+    }
+  }
+  a.top1 /= static_cast<double>(rows);
+  a.kl /= static_cast<double>(rows);
+  return a;
+}
+
+// llama.cpp's scheme on the decoder layers' matrices, in float64: per row and block of 32
+// input channels d = max|w| / qmax, w' = d * round(w / d) clamped to [-qmax, qmax] (Q8_0:
+// qmax 127; a symmetric Q4_0: 7). Stored as f32 (the float64 values rounded once).
+kernels::PackedMatrix LlamaCppRounded(const kernels::PackedMatrix& w, double qmax) {
+  Tensor values = Tensor::Empty(DType::kF32, {w.rows(), w.cols()});
+  float* out = values.data<float>();
+  for (int64_t row = 0; row < w.rows(); ++row) {
+    for (int64_t b = 0; b < w.cols(); b += 32) {
+      const int64_t e = std::min(w.cols(), b + 32);
+      double amax = 0;
+      for (int64_t c = b; c < e; ++c) amax = std::max(amax, std::fabs(double(w.At(row, c))));
+      const double d = amax / qmax;
+      for (int64_t c = b; c < e; ++c) {
+        const double q = d > 0 ? std::clamp(std::round(w.At(row, c) / d), -qmax, qmax) : 0.0;
+        out[row * w.cols() + c] = static_cast<float>(d * q);
+      }
+    }
+  }
+  return kernels::PackedMatrix::Pack(values);
+}
+
+LoadedModel WithLlamaCppWeights(LoadedModel model, double qmax) {
+  for (LayerWeights& layer : model.weights.layers) {
+    for (kernels::PackedMatrix* m : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj,
+                                     &layer.gate_proj, &layer.up_proj, &layer.down_proj}) {
+      *m = LlamaCppRounded(*m, qmax);
+    }
+  }
+  return model;
+}
+
+// Teacher-forced logits of every position of logits_input_ids for int8 and int4 weights, next
+// to --matmul-precision bf16 and to llama.cpp's Q8_0 / symmetric Q4_0 rounding of the same
+// weights with int8 activations per 32 (MatMulPrecision::kInt8). These tiny random models
+// amplify rounding enormously: this compares schemes, it does not certify quality on real
+// checkpoints (README "Quantized weights").
+TEST(QuantizedAccuracyTest, NoWorseThanLlamaCppSchemeOnTheFixtures) {
+  ThreadPool pool(2);
+  // Measured on the public fixtures (worst row error, top-1, KL) with the AVX-512 kernels (the
+  // integer sums are exact, so VNNI or not gives the same bits); held with a margin: errors
+  // 1.2x, KL 1.5x, top-1 two positions of 48.
+  struct Bound {
+    const char* arch;
+    Accuracy int8, int4;
+  };
+  const Bound bounds[] = {
+      {"llama", {0.3004, 0.812, 0.2795}, {1.2738, 0.271, 6.352}},
+      {"qwen3", {0.0816, 0.917, 0.02233}, {0.7064, 0.542, 1.954}},
+      {"gemma3", {0.0684, 0.938, 0.00561}, {0.8088, 0.542, 0.4150}},
+  };
+  auto check = [](const Accuracy& got, const Accuracy& measured, const std::string& what) {
+    EXPECT_LE(got.worst_row_error, 1.2 * measured.worst_row_error) << what;
+    EXPECT_GE(got.top1, measured.top1 - 2.0 / 48) << what;
+    EXPECT_LE(got.kl, 1.5 * measured.kl) << what;
+  };
+  for (const Bound& bound : bounds) {
+    const std::string dir = FixtureDir(bound.arch) + "/model";
+    const auto ids = Reference(bound.arch)["logits_input_ids"].get<std::vector<int32_t>>();
+    const auto ref = ReadF32(FixtureDir(bound.arch) + "/logits.f32.bin");
+    const LoadedModel plain = LoadModel(dir, {});
+    const int64_t vocab = plain.config.vocab_size;
+    const auto rows = static_cast<int64_t>(ids.size());
+    auto run = [&](const LoadedModel& model, kernels::MatMulPrecision precision) {
+      Decoder decoder(model, pool, precision);
+      std::vector<float> logits;
+      decoder.ForwardUncached(ids, LogitsMode::kAllPositions, logits);
+      return Measure(logits, ref, rows, vocab);
+    };
+    LoadOptions int8_options, int4_options;
+    int8_options.quantization = kernels::Quantization::kInt8;
+    int4_options.quantization = kernels::Quantization::kInt4;
+    const Accuracy bf16 = run(plain, kernels::MatMulPrecision::kBf16);
+    const Accuracy int8 = run(LoadModel(dir, int8_options), kernels::MatMulPrecision::kF32);
+    const Accuracy int4 = run(LoadModel(dir, int4_options), kernels::MatMulPrecision::kF32);
+    int8_options.head = int4_options.head = LoadOptions::Head::kUnquantized;
+    const Accuracy int8_body = run(LoadModel(dir, int8_options), kernels::MatMulPrecision::kF32);
+    const Accuracy int4_body = run(LoadModel(dir, int4_options), kernels::MatMulPrecision::kF32);
+    const Accuracy q8 = run(WithLlamaCppWeights(plain, 127), kernels::MatMulPrecision::kInt8);
+    const Accuracy q4 = run(WithLlamaCppWeights(plain, 7), kernels::MatMulPrecision::kInt8);
+    for (const auto& [name, a] :
+         {std::pair{"bf16 matmul", bf16}, std::pair{"int8", int8}, std::pair{"llama.cpp Q8_0", q8},
+          std::pair{"int4", int4}, std::pair{"int8 layers only", int8_body},
+          std::pair{"int4 layers only", int4_body}, std::pair{"llama.cpp Q4_0 (symmetric)", q4}}) {
+      std::printf("[ %-6s %-26s worst row error %.4f  top-1 %.3f  KL %.5f ]\n", bound.arch, name,
+                  a.worst_row_error, a.top1, a.kl);
+    }
+    check(int8, bound.int8, std::string(bound.arch) + " int8");
+    check(int4, bound.int4, std::string(bound.arch) + " int4");
+    // The schemes: int8's worst error is no worse than Q8_0's, int4's error and top-1 no
+    // worse than the symmetric Q4_0's. int8's top-1 is NOT held against Q8_0's: on qwen3
+    // (44/48 vs 48/48) and gemma3 (45/48 vs 47/48) it is lower, the cost of the int8 output
+    // head that Q8_0's definition here leaves exact (with the head exact: 47/48 and 44/48).
+    EXPECT_LE(int8.worst_row_error, q8.worst_row_error) << bound.arch;
+    EXPECT_LE(int4.worst_row_error, q4.worst_row_error) << bound.arch;
+    EXPECT_GE(int4.top1, q4.top1) << bound.arch;
+  }
+}
+
+}  // namespace
+}  // namespace infer

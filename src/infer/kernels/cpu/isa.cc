@@ -36,8 +36,9 @@ Isa DetectOnce() {
   const bool avx512 =
       (ebx & bit_AVX512F) && (ebx & bit_AVX512BW) && (ebx & bit_AVX512VL) && (ebx & bit_AVX512DQ);
   if (avx512 && ymm_state && zmm_state && fma && f16c) {
+    const bool vnni = (ecx & bit_AVX512VNNI) != 0;  // leaf 7.0 ecx
     const bool bf16 = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5));
-    return bf16 ? Isa::kAvx512Bf16 : Isa::kAvx512;
+    return bf16 && vnni ? Isa::kAvx512Bf16 : Isa::kAvx512;
   }
   if (avx2 && ymm_state && fma && f16c) return Isa::kAvx2;
   return Isa::kScalar;

@@ -6,7 +6,8 @@
 namespace infer::kernels {
 
 // Ordered: a level implies the ones before it. kScalar is the plain reference code.
-// kAvx512Bf16 adds AVX512_BF16 (vdpbf16ps), used by MatMulPrecision::kBf16.
+// kAvx512Bf16 adds AVX512_BF16 (vdpbf16ps, MatMulPrecision::kBf16) and AVX512_VNNI (vpdpbusd,
+// quantized MatMul); kAvx512 and kAvx2 compute the same integer sums with vpmaddwd.
 enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16 };
 
 // The best level this CPU supports (cpuid + xgetbv), ignoring any override.

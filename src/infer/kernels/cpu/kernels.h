@@ -20,6 +20,12 @@ namespace infer::kernels::cpu {
   void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,       \
               const float* bias, float* y, int64_t y_stride, ThreadPool& pool,                     \
               bool bf16_activations);                                                              \
+  /* w quantized (kInt8 / kInt4): activations rounded to int8 per block of 32 (ops.h). */      \
+  void QuantizedMatMul(const float* x, int64_t m, int64_t k, int64_t x_stride,                     \
+                       const PackedMatrix& w, const float* bias, float* y, int64_t y_stride,       \
+                       ThreadPool& pool);                                                          \
+  void QuantizeActivations(const float* x, int64_t m, int64_t k, int64_t x_stride,                 \
+                           int64_t padded_k, int8_t* q, float* d, int32_t* sum);                   \
   void RmsNorm(const float* x, int64_t rows, int64_t dim, DType w_dtype, const void* w, float eps, \
                float weight_offset, float* y);                                                     \
   void Rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,                     \

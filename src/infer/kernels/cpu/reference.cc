@@ -32,7 +32,70 @@ float Widen(DType dtype, const void* data, int64_t index) {
   }
 }
 
+// The exact dequantized weight of a quantized matrix, in double: d * q (+ m).
+double DequantizedWeight(const PackedMatrix& w, int64_t row, int64_t col) {
+  const auto* bytes = static_cast<const uint8_t*>(w.data());
+  bool high = false;
+  const uint8_t byte = bytes[w.QuantIndex(row, col, &high)];
+  const int64_t scale = w.ScaleIndex(row, col / w.group_size());
+  const double d = F16ToF32(static_cast<uint16_t>(bytes[scale] | (bytes[scale + 1] << 8)));
+  if (w.quantization() == Quantization::kInt8) return d * (byte - 128);
+  const int64_t min = scale + 2 * PackedMatrix::kPanelRows;
+  const double m = F16ToF32(static_cast<uint16_t>(bytes[min] | (bytes[min + 1] << 8)));
+  return d * (high ? byte >> 4 : byte & 0x0f) + m;
+}
+
 }  // namespace
+
+void QuantizeActivations(const float* x, int64_t m, int64_t k, int64_t x_stride, int64_t padded_k,
+                         int8_t* q, float* d, int32_t* sum) {
+  const int64_t blocks = padded_k / kQuantBlock;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t begin = b * kQuantBlock;
+      const int64_t count = std::clamp<int64_t>(k - begin, 0, kQuantBlock);
+      float amax = 0.0F;
+      for (int64_t c = 0; c < count; ++c)
+        amax = std::max(amax, std::fabs(x[i * x_stride + begin + c]));
+      const float scale = amax / 127.0F;
+      const float inverse = scale > 0.0F ? 1.0F / scale : 0.0F;
+      int32_t total = 0;
+      for (int64_t c = 0; c < kQuantBlock; ++c) {
+        const int value =
+            c < count ? static_cast<int>(std::nearbyint(x[i * x_stride + begin + c] * inverse)) : 0;
+        q[i * padded_k + begin + c] = static_cast<int8_t>(value);
+        total += value;
+      }
+      d[i * blocks + b] = scale;
+      sum[i * blocks + b] = total;
+    }
+  }
+}
+
+// The product of the dequantized weights with the rounded activations, in double.
+void QuantizedMatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,
+                     const float* bias, float* y, int64_t y_stride, ThreadPool& pool) {
+  const int64_t padded_k = w.num_groups() * w.group_size();
+  const int64_t blocks = padded_k / kQuantBlock;
+  std::vector<int8_t> q(static_cast<size_t>(m * padded_k));
+  std::vector<float> d(static_cast<size_t>(m * blocks));
+  std::vector<int32_t> sum(static_cast<size_t>(m * blocks));
+  QuantizeActivations(x, m, k, x_stride, padded_k, q.data(), d.data(), sum.data());
+  pool.ParallelFor(w.rows(), 16, [&](int64_t n_begin, int64_t n_end) {
+    std::vector<double> w_row(static_cast<size_t>(k));
+    for (int64_t j = n_begin; j < n_end; ++j) {
+      for (int64_t c = 0; c < k; ++c) w_row[static_cast<size_t>(c)] = DequantizedWeight(w, j, c);
+      for (int64_t i = 0; i < m; ++i) {
+        double total = bias != nullptr ? bias[j] : 0.0;
+        for (int64_t c = 0; c < k; ++c) {
+          total +=
+              w_row[static_cast<size_t>(c)] * d[i * blocks + c / kQuantBlock] * q[i * padded_k + c];
+        }
+        y[i * y_stride + j] = static_cast<float>(total);
+      }
+    }
+  });
+}
 
 void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,
             const float* bias, float* y, int64_t y_stride, ThreadPool& pool,

@@ -1,0 +1,312 @@
+// Quantized weights (int8, int4): the stored values against the quantization rule written out
+// here, the activation rounding against the rule, and every MatMul path (the scalar reference
+// and each SIMD level the CPU has) against a float64 product of the dequantized weights and
+// the rounded activations, over odd shapes, strides, groups and bias; and batch invariance.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <vector>
+
+#include "infer/core/error.h"
+#include "infer/kernels/ops.h"
+#include "kernel_test_util.h"
+
+namespace infer::kernels {
+namespace {
+
+// Every path: the reference (kScalar) and the SIMD levels.
+std::vector<Isa> AllIsas() {
+  std::vector<Isa> isas{Isa::kScalar};
+  for (Isa isa : SimdIsas()) isas.push_back(isa);
+  return isas;
+}
+
+// The quantization rule, written independently of quantized.cc: per row and group of
+// `group` input channels,
+//   int8: d = f16(max|w| / 127), q = clamp(round(w / d), -127, 127), w' = d q;
+//   int4: m = f16(min w); of the scales d_i = f16((max w - m) / 15 * (1 - 0.02 i)), i < 8,
+//         the first with the least sum of (w' - w)^2, where q = clamp(round((w - m) / d), 0, 15)
+//         and w' = d q + m.
+// Returns w' in double and the step d per element.
+struct Dequantized {
+  std::vector<double> values;
+  std::vector<double> step;
+};
+
+Dequantized QuantizeByRule(const std::vector<float>& w, int64_t n, int64_t k, Quantization type,
+                           int64_t group) {
+  Dequantized out{std::vector<double>(w.size()), std::vector<double>(w.size())};
+  for (int64_t row = 0; row < n; ++row) {
+    for (int64_t g0 = 0; g0 < k; g0 += group) {
+      const int64_t g1 = std::min(k, g0 + group);
+      float lo = w[row * k + g0], hi = lo, amax = 0.0F;
+      for (int64_t c = g0; c < g1; ++c) {
+        lo = std::min(lo, w[row * k + c]);
+        hi = std::max(hi, w[row * k + c]);
+        amax = std::max(amax, std::fabs(w[row * k + c]));
+      }
+      const bool int4 = type == Quantization::kInt4;
+      const float m = int4 ? F16ToF32(F32ToF16(lo)) : 0.0F;
+      auto q_of = [&](float v, float d) {
+        const float inverse = d > 0 ? 1.0F / d : 0.0F;
+        return int4 ? std::clamp(std::nearbyint((v - m) * inverse), 0.0F, 15.0F)
+                    : std::clamp(std::nearbyint(v * inverse), -127.0F, 127.0F);
+      };
+      float d = F16ToF32(F32ToF16(amax / 127.0F));
+      if (int4) {
+        double best = -1;
+        for (int i = 0; i < 8; ++i) {
+          const float candidate = F16ToF32(F32ToF16((hi - m) / 15.0F * (1.0F - 0.02F * i)));
+          double sse = 0;
+          for (int64_t c = g0; c < g1; ++c) {
+            const double e = static_cast<double>(candidate) * q_of(w[row * k + c], candidate) + m -
+                             w[row * k + c];
+            sse += e * e;
+          }
+          if (best < 0 || sse < best) {
+            best = sse;
+            d = candidate;
+          }
+        }
+      }
+      for (int64_t c = g0; c < g1; ++c) {
+        const double q = q_of(w[row * k + c], d);
+        out.values[row * k + c] = static_cast<double>(d) * q + m;
+        out.step[row * k + c] = d;
+      }
+    }
+  }
+  return out;
+}
+
+// The activation rule: per row and block of 32, d = max|x| / 127 (f32), q = round-to-even of
+// x * (1 / d) (f32 product), x' = d q.
+std::vector<double> RoundActivationsByRule(const float* x, int64_t m, int64_t k, int64_t stride) {
+  std::vector<double> out(static_cast<size_t>(m * k));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t b = 0; b < k; b += 32) {
+      const int64_t e = std::min(k, b + 32);
+      float amax = 0.0F;
+      for (int64_t c = b; c < e; ++c) amax = std::max(amax, std::fabs(x[i * stride + c]));
+      const float d = amax / 127.0F;
+      const float inverse = d > 0 ? 1.0F / d : 0.0F;
+      for (int64_t c = b; c < e; ++c) {
+        out[i * k + c] = static_cast<double>(d) * std::nearbyint(x[i * stride + c] * inverse);
+      }
+    }
+  }
+  return out;
+}
+
+struct QuantCase {
+  Quantization type;
+  int64_t group;
+};
+
+std::vector<QuantCase> QuantCases() {
+  return {{Quantization::kInt8, 32},
+          {Quantization::kInt4, 32},
+          {Quantization::kInt4, 64},
+          {Quantization::kInt4, 128}};
+}
+
+std::string Name(const QuantCase& c) {
+  return std::string(QuantizationName(c.type)) + "/g" + std::to_string(c.group);
+}
+
+TEST(QuantizedTest, StoredWeightsFollowTheRule) {
+  for (const QuantCase& qc : QuantCases()) {
+    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+      const int64_t n = 37;
+      const int64_t k = 203;  // a partial last group
+      StoredTensor w = Store(dtype, {n, k}, RandomFloats(static_cast<size_t>(n * k), -2, 1, 31));
+      const PackedMatrix packed = PackedMatrix::Quantize(w.tensor, qc.type, qc.group);
+      EXPECT_TRUE(packed.quantized());
+      EXPECT_EQ(packed.rows(), n);
+      EXPECT_EQ(packed.cols(), k);
+      const Dequantized rule = QuantizeByRule(w.widened, n, k, qc.type, qc.group);
+      for (int64_t row = 0; row < n; ++row) {
+        for (int64_t col = 0; col < k; ++col) {
+          const double want = rule.values[row * k + col];
+          ASSERT_EQ(packed.At(row, col), static_cast<float>(want))
+              << Name(qc) << " " << DTypeName(dtype) << " [" << row << ", " << col << "]";
+          // int8 rounds to nearest: within half a step, plus the f16 rounding of the scale
+          // times |q| <= 127. int4's smaller scales clip the top of the range by up to 14% of
+          // 15 steps.
+          const double steps = qc.type == Quantization::kInt8 ? 0.5 + 127 * 1e-3 : 0.5 + 15 * 0.14;
+          ASSERT_LE(std::fabs(want - w.widened[row * k + col]),
+                    rule.step[row * k + col] * steps + 1e-30);
+        }
+      }
+      // Bytes: 8 + 16 / 32 (int8) or 4 + 32 / group (int4) bits per weight, padding included.
+      const int64_t padded = packed.num_panels() * 32 * packed.num_groups() * qc.group;
+      const double bits = qc.type == Quantization::kInt8 ? 8.5 : 4.0 + 32.0 / qc.group;
+      EXPECT_EQ(static_cast<double>(packed.size_bytes()) * 8, bits * padded) << Name(qc);
+    }
+  }
+}
+
+TEST(QuantizedTest, LayoutGivesEveryValueItsOwnSlot) {
+  for (const QuantCase& qc : QuantCases()) {
+    const int64_t n = 64;
+    const int64_t k = 256;
+    StoredTensor w = Store(DType::kF32, {n, k}, RandomFloats(n * k, -1, 1, 32));
+    const PackedMatrix packed = PackedMatrix::Quantize(w.tensor, qc.type, qc.group);
+    std::set<std::pair<int64_t, bool>> seen;
+    std::set<int64_t> scale_bytes;
+    for (int64_t row = 0; row < n; ++row) {
+      for (int64_t col = 0; col < k; ++col) {
+        bool high = false;
+        const int64_t index = packed.QuantIndex(row, col, &high);
+        ASSERT_LT(index, static_cast<int64_t>(packed.size_bytes()));
+        ASSERT_TRUE(seen.insert({index, high}).second) << Name(qc) << " " << row << "," << col;
+      }
+      for (int64_t g = 0; g < packed.num_groups(); ++g) {
+        const int64_t s = packed.ScaleIndex(row, g);
+        ASSERT_FALSE(seen.contains({s, false}));
+        ASSERT_TRUE(scale_bytes.insert(s).second);
+      }
+    }
+  }
+}
+
+TEST(QuantizedTest, ActivationsAreRoundedPer32ToNearestEven) {
+  const int64_t m = 5;
+  const int64_t k = 77;
+  const int64_t stride = 80;
+  const int64_t padded = 96;
+  std::vector<float> x = RandomFloats(static_cast<size_t>(m * stride), -3, 3, 33);
+  // Exact ties: a block whose max is 127 makes d = 1 and x * (1 / d) = x.
+  for (int64_t c = 0; c < 32; ++c) x[c] = c == 0 ? 127.0F : static_cast<float>(c % 8) - 3.5F;
+  for (int64_t c = 32; c < 64; ++c) x[c] = 0.0F;  // an all-zero block
+  const std::vector<double> rule = RoundActivationsByRule(x.data(), m, k, stride);
+  for (Isa isa : AllIsas()) {
+    ScopedIsa scoped(isa);
+    std::vector<int8_t> q(static_cast<size_t>(m * padded), 99);
+    std::vector<float> d(static_cast<size_t>(m * 3));
+    std::vector<int32_t> sum(static_cast<size_t>(m * 3));
+    QuantizeActivations(x.data(), m, k, stride, padded, q.data(), d.data(), sum.data());
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t b = 0; b < 3; ++b) {
+        int32_t total = 0;
+        for (int64_t c = b * 32; c < b * 32 + 32; ++c) {
+          const int8_t value = q[i * padded + c];
+          total += value;
+          if (c >= k) {
+            ASSERT_EQ(value, 0) << IsaName(isa);
+            continue;
+          }
+          ASSERT_EQ(static_cast<double>(d[i * 3 + b]) * value, rule[i * k + c])
+              << IsaName(isa) << " row " << i << " col " << c;
+        }
+        ASSERT_EQ(total, sum[i * 3 + b]) << IsaName(isa);
+      }
+    }
+    // Ties go to even: -3.5 -> -4, -2.5 -> -2, -1.5 -> -2, -0.5 -> 0, 0.5 -> 0, 1.5 -> 2,
+    // 2.5 -> 2, 3.5 -> 4.
+    const int8_t even[] = {-4, -2, -2, 0, 0, 2, 2, 4};
+    for (int c = 1; c < 16; ++c) EXPECT_EQ(q[c], even[c % 8]) << IsaName(isa) << " col " << c;
+  }
+}
+
+// Every path equals the float64 product of the dequantized weights (the rule above) and the
+// rounded activations, within f32 accumulation error.
+TEST(QuantizedTest, MatMulEqualsFloat64ProductOfTheDequantizedValues) {
+  ThreadPool& pool = TestPool();
+  struct Dims {
+    int64_t m, k, n;
+  };
+  const Dims dims[] = {{1, 1, 1},     {1, 31, 33},   {3, 33, 31},   {5, 100, 75},
+                       {17, 257, 64}, {70, 130, 97}, {2, 2048, 96}, {9, 64, 300}};
+  uint32_t seed = 40;
+  for (const QuantCase& qc : QuantCases()) {
+    for (const Dims& s : dims) {
+      for (bool with_bias : {false, true}) {
+        ++seed;
+        const int64_t x_stride = s.k + 3;
+        const int64_t y_stride = s.n + 2;
+        std::vector<float> x = RandomFloats(static_cast<size_t>(s.m * x_stride), -1, 1, seed);
+        StoredTensor w =
+            Store(DType::kBF16, {s.n, s.k}, RandomFloats(s.n * s.k, -0.5F, 0.25F, seed + 1));
+        StoredTensor bias = Store(DType::kF32, {s.n}, RandomFloats(s.n, -1, 1, seed + 2));
+        const PackedMatrix packed = PackedMatrix::Quantize(w.tensor, qc.type, qc.group, &pool);
+        const Dequantized wq = QuantizeByRule(w.widened, s.n, s.k, qc.type, qc.group);
+        const std::vector<double> xq = RoundActivationsByRule(x.data(), s.m, s.k, x_stride);
+        for (Isa isa : AllIsas()) {
+          ScopedIsa scoped(isa);
+          std::vector<float> y(static_cast<size_t>(s.m * y_stride), -7.0F);
+          MatMul(x.data(), s.m, s.k, x_stride, packed, with_bias ? &bias.tensor : nullptr, y.data(),
+                 y_stride, pool);
+          for (int64_t i = 0; i < s.m; ++i) {
+            for (int64_t j = 0; j < y_stride; ++j) {
+              const float got = y[i * y_stride + j];
+              if (j >= s.n) {
+                ASSERT_EQ(got, -7.0F) << "padding column written";
+                continue;
+              }
+              double want = with_bias ? bias.widened[j] : 0.0;
+              double abs_sum = std::fabs(want);
+              for (int64_t c = 0; c < s.k; ++c) {
+                want += wq.values[j * s.k + c] * xq[i * s.k + c];
+                abs_sum += std::fabs(wq.values[j * s.k + c] * xq[i * s.k + c]);
+              }
+              ASSERT_NEAR(got, want, 4e-6 * abs_sum + 1e-30)
+                  << Name(qc) << " " << IsaName(isa) << " m=" << s.m << " k=" << s.k << " n=" << s.n
+                  << " bias=" << with_bias << " at [" << i << ", " << j << "]";
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The same bits for a row alone, in a small batch (the streaming order) and in a large one
+// (the blocked order), on every path, for k over several weight k-blocks.
+TEST(QuantizedTest, RowsAreBatchInvariant) {
+  ThreadPool& pool = TestPool();
+  const int64_t m = 70;
+  const int64_t n = 75;
+  for (int64_t k : {129, 2101}) {
+    const std::vector<float> x = RandomFloats(static_cast<size_t>(m * k), -1, 1, 51);
+    StoredTensor w = Store(DType::kBF16, {n, k}, RandomFloats(n * k, -1, 1, 52));
+    for (const QuantCase& qc : QuantCases()) {
+      const PackedMatrix packed = PackedMatrix::Quantize(w.tensor, qc.type, qc.group);
+      for (Isa isa : AllIsas()) {
+        ScopedIsa scoped(isa);
+        std::vector<float> all(static_cast<size_t>(m * n));
+        MatMul(x.data(), m, k, k, packed, nullptr, all.data(), n, pool);
+        std::vector<float> part(static_cast<size_t>(m * n));
+        MatMul(x.data() + 5 * k, 18, k, k, packed, nullptr, part.data(), n, pool);
+        for (int64_t i = 0; i < 18 * n; ++i) {
+          ASSERT_EQ(part[i], all[5 * n + i]) << Name(qc) << " " << IsaName(isa) << " k=" << k;
+        }
+        for (int64_t row : {0, 13, 14, 69}) {
+          MatMul(x.data() + row * k, 1, k, k, packed, nullptr, part.data(), n, pool);
+          for (int64_t j = 0; j < n; ++j) {
+            ASSERT_EQ(part[j], all[row * n + j])
+                << Name(qc) << " " << IsaName(isa) << " k=" << k << " row " << row;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantizedTest, BadInputsAreClearErrors) {
+  StoredTensor w = Store(DType::kF32, {4, 64}, RandomFloats(256, -1, 1, 61));
+  EXPECT_THROW(PackedMatrix::Quantize(w.tensor, Quantization::kInt4, 48), Error);
+  EXPECT_THROW(PackedMatrix::Quantize(w.tensor, Quantization::kInt8, 64), Error);
+  w.tensor.data<float>()[3] = std::nanf("");
+  EXPECT_THROW(PackedMatrix::Quantize(w.tensor, Quantization::kInt8), Error);
+  w.tensor.data<float>()[3] = 1e9F;  // scale beyond f16
+  EXPECT_THROW(PackedMatrix::Quantize(w.tensor, Quantization::kInt8), Error);
+  EXPECT_THROW(PackedMatrix::Quantize(w.tensor, Quantization::kInt4), Error);
+  EXPECT_EQ(ParseQuantization("int4"), Quantization::kInt4);
+  EXPECT_THROW(ParseQuantization("q4_0"), Error);
+}
+
+}  // namespace
+}  // namespace infer::kernels
