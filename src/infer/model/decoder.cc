@@ -96,10 +96,10 @@ void Decoder::Forward(std::span<const SequenceTokens> seqs, PagedKvCache& cache,
   if (num_rows == 0) return;
   // The int8 simulation rounds the decoder layers' activations only (as llama.cpp keeps its
   // output head in a wider type).
-  kernels::MatMul(normed_.data(), num_rows, hidden, hidden, weights_.lm_head, nullptr,
-                  logits.data(), config_.vocab_size, pool_,
-                  precision_ == kernels::MatMulPrecision::kInt8 ? kernels::MatMulPrecision::kF32
-                                                                : precision_);
+  kernels::MatMul(
+      normed_.data(), num_rows, hidden, hidden, weights_.lm_head, nullptr, logits.data(),
+      config_.vocab_size, pool_,
+      precision_ == kernels::MatMulPrecision::kInt8 ? kernels::MatMulPrecision::kF32 : precision_);
   if (config_.final_logit_softcap > 0) {
     kernels::SoftCap(logits.data(), static_cast<int64_t>(logits.size()),
                      static_cast<float>(config_.final_logit_softcap));

@@ -20,7 +20,7 @@ namespace infer::kernels::cpu {
   void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,       \
               const float* bias, float* y, int64_t y_stride, ThreadPool& pool,                     \
               bool bf16_activations);                                                              \
-  /* w quantized (kInt8 / kInt4): activations rounded to int8 per block of 32 (ops.h). */      \
+  /* w quantized (kInt8 / kInt4): activations rounded to int8 per block of 32 (ops.h). */          \
   void QuantizedMatMul(const float* x, int64_t m, int64_t k, int64_t x_stride,                     \
                        const PackedMatrix& w, const float* bias, float* y, int64_t y_stride,       \
                        ThreadPool& pool);                                                          \
