@@ -47,79 +47,127 @@ constexpr float kMaxF16 = 65504.0F;
 constexpr int kScaleCandidates = 8;
 constexpr float kScaleStep = 0.02F;
 
+// x rounded to the nearest integer, ties to even, for |x| < 2^22 (adding 1.5 * 2^23 leaves no
+// fraction bits; the default rounding mode rounds to nearest even). Inline and vectorizable,
+// unlike a call to nearbyintf.
+inline float RoundToEven(float x) {
+  constexpr float kMagic = 12582912.0F;
+  return (x + kMagic) - kMagic;
+}
+
+// Squared error of an int4 group quantized with scale d and minimum m, in f32, accumulated in
+// 8 interleaved partial sums that are then added in order (a fixed order the compiler can
+// vectorize; compiled for AVX2 too, picked at load, the same arithmetic). values holds `padded`
+// entries, zeros past count, and the padding is masked out.
+__attribute__((target_clones("avx2", "default"))) float Int4GroupError(const float* values,
+                                                                       int64_t count,
+                                                                       int64_t padded, float d,
+                                                                       float m) {
+  const float inverse = d > 0.0F ? 1.0F / d : 0.0F;
+  float partial[8] = {};
+  const int64_t full = count == padded ? padded : 0;  // a partial group takes the masked loop
+  for (int64_t i = 0; i < full; i += 8) {
+    for (int64_t j = 0; j < 8; ++j) {
+      const float v = values[i + j];
+      const float q = std::min(std::max(RoundToEven((v - m) * inverse), 0.0F), 15.0F);
+      const float diff = d * q + m - v;
+      partial[j] += diff * diff;
+    }
+  }
+  for (int64_t i = full; i < count; ++i) {
+    const float v = values[i];
+    const float q = std::min(std::max(RoundToEven((v - m) * inverse), 0.0F), 15.0F);
+    const float diff = d * q + m - v;
+    partial[i % 8] += diff * diff;
+  }
+  float total = 0.0F;
+  for (float p : partial) total += p;
+  return total;
+}
+
 // Quantizes rows [row_begin, row_end) of w into packed's bytes.
+template <bool kInt4>
 void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, int64_t row_begin,
                   int64_t row_end) {
   const int64_t k = w.dim(1);
   const int64_t group = packed.group_size();
-  const bool int4 = packed.quantization() == Quantization::kInt4;
-  std::vector<float> values(static_cast<size_t>(group));
+  const int64_t padded_k = packed.num_groups() * group;
+  const int64_t sub_bytes = packed.sub_block_bytes();
+  std::vector<float> row_values(static_cast<size_t>(padded_k));
   for (int64_t row = row_begin; row < row_end; ++row) {
+    float* values_row = row_values.data();
+    for (int64_t c = 0; c < k; ++c) {
+      const float v = WidenAt(w, row * k + c);
+      INFER_CHECK(std::isfinite(v), "quantize: weight [{}, {}] is {}", row, c, v);
+      values_row[c] = v;
+    }
+    std::fill(values_row + k, values_row + padded_k, 0.0F);
     for (int64_t g = 0; g < packed.num_groups(); ++g) {
       const int64_t begin = g * group;
       const int64_t count = std::min(group, k - begin);
-      float lo = 0.0F;
-      float hi = 0.0F;
+      const float* values = values_row + begin;
+      float lo = values[0];
+      float hi = values[0];
       float amax = 0.0F;
       for (int64_t i = 0; i < count; ++i) {
-        const float v = WidenAt(w, row * k + begin + i);
-        INFER_CHECK(std::isfinite(v), "quantize: weight [{}, {}] is {}", row, begin + i, v);
-        values[static_cast<size_t>(i)] = v;
-        lo = i == 0 ? v : std::min(lo, v);
-        hi = i == 0 ? v : std::max(hi, v);
-        amax = std::max(amax, std::fabs(v));
+        lo = std::min(lo, values[i]);
+        hi = std::max(hi, values[i]);
+        amax = std::max(amax, std::fabs(values[i]));
       }
       // The scale (and minimum) are rounded to f16 first; q is chosen against the rounded
       // values. int4: among a few scales at and below the range's (clipping the extremes a
       // little), the one with the least squared error wins (int8's 255 levels gain nothing).
-      const float m = int4 ? F16ToF32(F32ToF16(lo)) : 0.0F;
-      const float base = int4 ? (hi - m) / 15.0F : amax / 127.0F;
+      const float m = kInt4 ? F16ToF32(F32ToF16(lo)) : 0.0F;
+      const float base = kInt4 ? (hi - m) / 15.0F : amax / 127.0F;
       INFER_CHECK(base <= kMaxF16 && std::fabs(m) <= kMaxF16,
                   "quantize: weights of row {} near column {} (max |w| {}) are too large for an "
                   "f16 scale",
                   row, begin, amax);
-      auto quantize = [&](float v, float inverse) {
-        return int4 ? std::clamp(static_cast<int>(std::nearbyint((v - m) * inverse)), 0, 15)
-                    : std::clamp(static_cast<int>(std::nearbyint(v * inverse)), -127, 127);
-      };
       auto round_scale = [](float scale) { return F16ToF32(F32ToF16(scale)); };
       float d = round_scale(base);
-      double best_error = -1.0;
-      for (int step = 0; step < (int4 ? kScaleCandidates : 1); ++step) {
-        const float candidate = round_scale(base * (1.0F - kScaleStep * step));
-        const float inverse = candidate > 0.0F ? 1.0F / candidate : 0.0F;
-        double error = 0.0;
-        for (int64_t i = 0; i < count; ++i) {
-          const float v = values[static_cast<size_t>(i)];
-          const double diff = static_cast<double>(candidate) * quantize(v, inverse) + m - v;
-          error += diff * diff;
-        }
-        if (best_error < 0.0 || error < best_error) {
-          best_error = error;
-          d = candidate;
+      if constexpr (kInt4) {
+        float best_error = Int4GroupError(values, count, group, d, m);
+        for (int step = 1; step < kScaleCandidates; ++step) {
+          const float candidate = round_scale(base * (1.0F - kScaleStep * step));
+          const float error = Int4GroupError(values, count, group, candidate, m);
+          if (error < best_error) {
+            best_error = error;
+            d = candidate;
+          }
         }
       }
       const float inverse = d > 0.0F ? 1.0F / d : 0.0F;
-      for (int64_t i = 0; i < group; ++i) {
-        int q = 0;
-        if (i < count) {
-          q = quantize(values[static_cast<size_t>(i)], inverse) + (int4 ? 0 : 128);
-        } else if (!int4) {
-          q = 128;  // zero
-        }
-        bool high = false;
-        uint8_t& byte = bytes[packed.QuantIndex(row, begin + i, &high)];
-        if (int4) {
-          byte = static_cast<uint8_t>(high ? (byte & 0x0f) | (q << 4) : (byte & 0xf0) | q);
+      bool high = false;
+      // The group's first byte: element i sits at first + sub-block offset + quad slot * 128
+      // + i % 4 (ops.h).
+      const int64_t first = packed.QuantIndex(row, begin, &high);
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t quad = i % kQuantBlock / 4;
+        const int64_t at = first + i / kQuantBlock * sub_bytes +
+                           (kInt4 ? quad % 4 : quad) * PackedMatrix::kPanelRows * 4 + i % 4;
+        if constexpr (kInt4) {
+          const int q =
+              static_cast<int>(std::clamp(RoundToEven((values[i] - m) * inverse), 0.0F, 15.0F));
+          bytes[at] = static_cast<uint8_t>(quad >= 4 ? (bytes[at] & 0x0f) | (q << 4)
+                                                     : (bytes[at] & 0xf0) | q);
         } else {
-          byte = static_cast<uint8_t>(q);
+          const int q =
+              static_cast<int>(std::clamp(RoundToEven(values[i] * inverse), -127.0F, 127.0F));
+          bytes[at] = static_cast<uint8_t>(q + 128);
+        }
+      }
+      if constexpr (!kInt4) {
+        for (int64_t i = count; i < group; ++i) {  // zero: q = 0 stored as 128
+          const int64_t quad = i % kQuantBlock / 4;
+          bytes[first + i / kQuantBlock * sub_bytes + quad * PackedMatrix::kPanelRows * 4 + i % 4] =
+              128;
         }
       }
       const int64_t scale = packed.ScaleIndex(row, g);
       const uint16_t d16 = F32ToF16(d);
       const uint16_t m16 = F32ToF16(m);
       std::copy_n(reinterpret_cast<const uint8_t*>(&d16), 2, bytes + scale);
-      if (int4) {
+      if constexpr (kInt4) {
         std::copy_n(reinterpret_cast<const uint8_t*>(&m16), 2,
                     bytes + scale + 2 * PackedMatrix::kPanelRows);
       }
@@ -155,7 +203,13 @@ PackedMatrix PackedMatrix::Quantize(const Tensor& w, Quantization quantization, 
   if (w.numel() == 0) return packed;
   auto* data = static_cast<uint8_t*>(packed.storage_.raw());
   auto run = [&](int64_t begin, int64_t end) {
-    QuantizeRows(w, packed, data, begin * kPanelRows, std::min(packed.rows_, end * kPanelRows));
+    const int64_t row_begin = begin * kPanelRows;
+    const int64_t row_end = std::min(packed.rows_, end * kPanelRows);
+    if (quantization == Quantization::kInt4) {
+      QuantizeRows<true>(w, packed, data, row_begin, row_end);
+    } else {
+      QuantizeRows<false>(w, packed, data, row_begin, row_end);
+    }
   };
   if (pool != nullptr) {
     pool->ParallelFor(packed.num_panels(), 1, run);

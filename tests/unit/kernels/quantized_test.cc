@@ -56,17 +56,22 @@ Dequantized QuantizeByRule(const std::vector<float>& w, int64_t n, int64_t k, Qu
       };
       float d = F16ToF32(F32ToF16(amax / 127.0F));
       if (int4) {
-        double best = -1;
-        for (int i = 0; i < 8; ++i) {
-          const float candidate = F16ToF32(F32ToF16((hi - m) / 15.0F * (1.0F - 0.02F * i)));
-          double sse = 0;
+        // The error of a candidate: f32 squares in 8 interleaved partial sums, added in order.
+        auto sse = [&](float candidate) {
+          float partial[8] = {};
           for (int64_t c = g0; c < g1; ++c) {
-            const double e = static_cast<double>(candidate) * q_of(w[row * k + c], candidate) + m -
-                             w[row * k + c];
-            sse += e * e;
+            const float e = candidate * q_of(w[row * k + c], candidate) + m - w[row * k + c];
+            partial[(c - g0) % 8] += e * e;
           }
-          if (best < 0 || sse < best) {
-            best = sse;
+          float total = 0;
+          for (float p : partial) total += p;
+          return total;
+        };
+        float best = sse(d = F16ToF32(F32ToF16((hi - m) / 15.0F)));
+        for (int i = 1; i < 8; ++i) {
+          const float candidate = F16ToF32(F32ToF16((hi - m) / 15.0F * (1.0F - 0.02F * i)));
+          if (sse(candidate) < best) {
+            best = sse(candidate);
             d = candidate;
           }
         }
