@@ -40,6 +40,11 @@ inline VI LowNibbles(VI v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
 inline VI HighNibbles(VI v) {
   return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
 }
+inline VI HighNibblesTimes16(VI v) {
+  return _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(0xf0)));
+}
+inline VI AddI(VI a, VI b) { return _mm512_add_epi32(a, b); }
+inline VI Shr4I32(VI v) { return _mm512_srai_epi32(v, 4); }  // exact on multiples of 16
 inline VI SubI(VI a, VI b) { return _mm512_sub_epi32(a, b); }
 inline V ToFloat(VI v) { return _mm512_cvtepi32_ps(v); }
 #if defined(__AVX512VNNI__)
@@ -64,6 +69,11 @@ inline VI LowNibbles(VI v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
 inline VI HighNibbles(VI v) {
   return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
 }
+inline VI HighNibblesTimes16(VI v) {
+  return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(0xf0)));
+}
+inline VI AddI(VI a, VI b) { return _mm256_add_epi32(a, b); }
+inline VI Shr4I32(VI v) { return _mm256_srai_epi32(v, 4); }  // exact on multiples of 16
 inline VI SubI(VI a, VI b) { return _mm256_sub_epi32(a, b); }
 inline V ToFloat(VI v) { return _mm256_cvtepi32_ps(v); }
 inline VI DotU8S8(VI acc, VI u, VI s) {
@@ -150,7 +160,47 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
         for (int r = 0; r < kRows; ++r) dot[t][r][0] = dot[t][r][1] = ZeroI();
       }
       const int8_t* xq = x.q + row0 * x.padded_k + block * kQuantBlock;
-      if constexpr (kInt4) {
+      if constexpr (kInt4 && kRows <= 2) {
+        // Few rows (decode): the high nibbles stay in place (16 q) in their own accumulators,
+        // shifted down once per block (the sums are exact multiples of 16): one AND and no
+        // shift per load, and two independent chains.
+        VI dot_hi[kTiles][kRows][2];
+#pragma GCC unroll 8
+        for (int t = 0; t < kTiles; ++t) {
+#pragma GCC unroll 8
+          for (int r = 0; r < kRows; ++r) dot_hi[t][r][0] = dot_hi[t][r][1] = ZeroI();
+        }
+#pragma GCC unroll 4
+        for (int64_t j = 0; j < 4; ++j) {
+#pragma GCC unroll 8
+          for (int t = 0; t < kTiles; ++t) {
+            const uint8_t* p = base[t] + b * sub_bytes + j * kPanel * 4;
+            PrefetchLine(p + kPrefetchBytes);
+            PrefetchLine(p + kPrefetchBytes + 64);
+            const VI raw0 = LoadI(p);
+            const VI raw1 = LoadI(p + kLanes * 4);
+            const VI lo0 = LowNibbles(raw0), hi0 = HighNibblesTimes16(raw0);
+            const VI lo1 = LowNibbles(raw1), hi1 = HighNibblesTimes16(raw1);
+#pragma GCC unroll 8
+            for (int r = 0; r < kRows; ++r) {
+              const VI xlo = Set1I(Quad(xq + r * x.padded_k + 4 * j));
+              const VI xhi = Set1I(Quad(xq + r * x.padded_k + 4 * (j + 4)));
+              dot[t][r][0] = DotU8S8(dot[t][r][0], lo0, xlo);
+              dot[t][r][1] = DotU8S8(dot[t][r][1], lo1, xlo);
+              dot_hi[t][r][0] = DotU8S8(dot_hi[t][r][0], hi0, xhi);
+              dot_hi[t][r][1] = DotU8S8(dot_hi[t][r][1], hi1, xhi);
+            }
+          }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < kTiles; ++t) {
+#pragma GCC unroll 8
+          for (int r = 0; r < kRows; ++r) {
+            dot[t][r][0] = AddI(dot[t][r][0], Shr4I32(dot_hi[t][r][0]));
+            dot[t][r][1] = AddI(dot[t][r][1], Shr4I32(dot_hi[t][r][1]));
+          }
+        }
+      } else if constexpr (kInt4) {
 #pragma GCC unroll 4
         for (int64_t j = 0; j < 4; ++j) {
 #pragma GCC unroll 8
