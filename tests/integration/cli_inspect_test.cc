@@ -53,5 +53,33 @@ TEST(CliInspect, RealConfigsWithDummyWeights) {
   }
 }
 
+// --quantization: every matrix of the fixtures (all sizes multiples of 32) is int8 at exactly
+// 8.5 bits per weight; int4 layers (5 bits) with an int8 head fall in between; the weight bytes
+// shrink accordingly; an unknown type is a one-line error.
+TEST(CliInspect, QuantizationShowsBitsPerWeightAndBytes) {
+  for (const char* arch : {"llama", "qwen3", "gemma3"}) {
+    const auto path = testing::FixturePath(std::string("models/") + arch + "/model").string();
+    const auto none = Inspect({"--model", path});
+    const auto int8 = Inspect({"--model", path, "--quantization", "int8"});
+    const auto int4 = Inspect({"--model", path, "-q", "int4"});
+    EXPECT_EQ(none["quantization"], "none");
+    EXPECT_EQ(none["matrix_bits_per_weight"].get<double>(), 16.0) << arch;
+    EXPECT_EQ(int8["quantization"], "int8");
+    EXPECT_EQ(int8["matrix_bits_per_weight"].get<double>(), 8.5) << arch;
+    EXPECT_EQ(int4["quantization"], "int4");
+    EXPECT_GT(int4["matrix_bits_per_weight"].get<double>(), 5.0) << arch;
+    EXPECT_LT(int4["matrix_bits_per_weight"].get<double>(), 8.5) << arch;
+    EXPECT_LT(int8["weight_bytes"].get<int64_t>(), none["weight_bytes"].get<int64_t>());
+    EXPECT_LT(int4["weight_bytes"].get<int64_t>(), int8["weight_bytes"].get<int64_t>());
+    EXPECT_GT(int4["rss_after_load_bytes"].get<int64_t>(), 0);
+  }
+  const auto result = testing::RunCommand({INFER_BINARY, "inspect", "--model",
+                                           testing::FixturePath("models/llama/model").string(),
+                                           "--quantization", "q4_0"});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.err.find("q4_0"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("int4"), std::string::npos) << result.err;
+}
+
 }  // namespace
 }  // namespace infer

@@ -66,7 +66,8 @@ inline VI LoadI(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<c
 inline VI Set1I(int32_t v) { return _mm256_set1_epi32(v); }
 inline VI ZeroI() { return _mm256_setzero_si256(); }
 inline VI LowNibbles(VI v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0f)); }
-inline VI HighNibbles(VI v) {
+// Used by the int4 tile of 3 or more rows, which AVX2's 2-row tiles never instantiate.
+[[maybe_unused]] inline VI HighNibbles(VI v) {
   return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
 }
 inline VI HighNibblesTimes16(VI v) {
