@@ -2,6 +2,7 @@
 // valid streams on the three fixture models (the reference greedy tokens), concurrent requests
 // equal to one at a time, every error status, string prompts, stop strings, and shutdown.
 #include <csignal>
+#include <cstdlib>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -168,6 +169,47 @@ TEST(ServeApi, ErrorStatusesAndInfoRoutes) {
   EXPECT_EQ(json::parse(models)["data"][0]["max_model_len"], 64);
   EXPECT_EQ(server::HttpGet("127.0.0.1", server.port(), "/v2/nothing").first, 404);
   EXPECT_EQ(server.Stop(SIGINT), 0) << server.log();
+}
+
+// --api-key (or $INFER_API_KEY): /v1/* needs "Authorization: Bearer KEY", compared exactly;
+// anything else is 401 in OpenAI's error shape; /health stays open.
+TEST(ServeApi, ApiKeyGuardsTheApiRoutes) {
+  for (bool from_environment : {false, true}) {
+    std::vector<std::string> args = {"--model",
+                                     testing::FixturePath("models/llama/model").string(),
+                                     "--served-model-name",
+                                     "tiny",
+                                     "--threads",
+                                     "1"};
+    if (from_environment) {
+      ::setenv("INFER_API_KEY", "s3cret-key", 1);
+    } else {
+      args.insert(args.end(), {"--api-key", "s3cret-key"});
+    }
+    ServerProcess server(args);
+    ::unsetenv("INFER_API_KEY");
+    ASSERT_TRUE(server.started()) << server.log();
+    const int port = server.port();
+    EXPECT_EQ(server::HttpGet("127.0.0.1", port, "/health").first, 200);
+    EXPECT_EQ(server::HttpGet("127.0.0.1", port, "/v1/models", "s3cret-key").first, 200);
+    // (Trailing blanks of a header value are not part of it in HTTP, so "KEY " is KEY.)
+    for (const char* key : {"", "s3cret-kez", "s3cret-key0", "s3cret", "S3CRET-KEY"}) {
+      const auto [status, body] = server::HttpGet("127.0.0.1", port, "/v1/models", key);
+      EXPECT_EQ(status, 401) << "key '" << key << "'";
+      const json error = json::parse(body, nullptr, false);
+      ASSERT_TRUE(error.is_object()) << body;
+      EXPECT_EQ(error["error"]["code"], 401) << body;
+      EXPECT_EQ(error["error"]["type"], "authentication_error") << body;
+    }
+    const std::string request = R"({"model":"tiny","prompt":[1,2,3],"max_tokens":2})";
+    EXPECT_EQ(server::PostCompletion("127.0.0.1", port, request).status, 401);
+    EXPECT_EQ(server::PostCompletion("127.0.0.1", port, request, {}, 60, "wrong").status, 401);
+    const auto ok = server::PostCompletion("127.0.0.1", port, request, {}, 60, "s3cret-key");
+    EXPECT_EQ(ok.status, 200) << ok.body;
+    EXPECT_FALSE(ok.events.empty());
+    EXPECT_EQ(server.log().find("s3cret"), std::string::npos) << "the key is logged";
+    EXPECT_EQ(server.Stop(SIGINT), 0) << server.log();
+  }
 }
 
 TEST(ServeApi, BadCommandLineIsOneError) {

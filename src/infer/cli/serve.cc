@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <thread>
 
@@ -176,7 +177,16 @@ void AddServeCommand(CLI::App& app) {
                    "HTTP worker threads (0: max batch + max waiting + 16)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
-  command->callback([args] { RunServe(*args); });
+  command->add_option("--api-key", args->server.api_key,
+                      "Require \"Authorization: Bearer KEY\" on /v1/* and /metrics (401 "
+                      "otherwise; /health stays open). Default: $INFER_API_KEY, else none");
+  command->callback([args] {
+    if (args->server.api_key.empty()) {
+      const char* key = std::getenv("INFER_API_KEY");
+      if (key != nullptr) args->server.api_key = key;
+    }
+    RunServe(*args);
+  });
 }
 
 }  // namespace infer::cli

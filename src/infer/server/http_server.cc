@@ -31,6 +31,8 @@ std::string_view ErrorType(int status) {
   switch (status) {
     case 400:
       return "invalid_request_error";
+    case 401:
+      return "authentication_error";
     case 404:
       return "not_found_error";
     case 422:
@@ -49,6 +51,20 @@ void SendError(httplib::Response& res, int status, const std::string& message) {
       {"error", {{"message", message}, {"type", ErrorType(status)}, {"code", status}}}};
   res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
 }
+
+// a == b in time that depends only on the lengths (the key is not leaked through timing of
+// its first wrong byte).
+bool ConstantTimeEquals(std::string_view a, std::string_view b) {
+  unsigned diff = a.size() == b.size() ? 0u : 1u;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff |= static_cast<unsigned char>(a[i]) ^
+            static_cast<unsigned char>(i < b.size() ? b[i] : static_cast<char>(~a[i]));
+  }
+  return diff == 0;
+}
+
+// Routes that need the API key: the OpenAI-style API and the metrics.
+bool NeedsKey(const std::string& path) { return path.starts_with("/v1/") || path == "/metrics"; }
 
 // One streaming response: the request's channel and what the HTTP side knows of it.
 struct Stream {
@@ -78,6 +94,20 @@ struct HttpServer::Impl {
 };
 
 void HttpServer::Impl::Routes() {
+  server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (options.api_key.empty() || !NeedsKey(req.path)) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    if (ConstantTimeEquals(req.get_header_value("Authorization"), "Bearer " + options.api_key)) {
+      return httplib::Server::HandlerResponse::Unhandled;
+    }
+    res.set_header("WWW-Authenticate", "Bearer");
+    SendError(res, 401,
+              req.has_header("Authorization")
+                  ? "invalid API key"
+                  : "missing API key: send the header \"Authorization: Bearer <key>\"");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     Completions(req, res);
   });

@@ -20,6 +20,9 @@ struct ServerOptions {
   // A streaming request with nothing to send for this long gets an SSE comment, which is how a
   // client that went away is noticed while its request is still queued.
   double heartbeat_s = 1.0;
+  // Non-empty: every /v1/* route (and /metrics) requires "Authorization: Bearer <api_key>",
+  // compared in constant time; others get 401 in OpenAI's error shape. /health stays open.
+  std::string api_key;
 };
 
 class HttpServer {

@@ -8,7 +8,7 @@ namespace infer::server {
 
 CompletionResult PostCompletion(const std::string& host, int port, const std::string& body,
                                 const std::function<bool(const SseEvent&)>& on_event,
-                                double timeout_s) {
+                                double timeout_s, const std::string& api_key) {
   httplib::Client client(host, port);
   const auto timeout = std::chrono::duration<double>(timeout_s);
   client.set_read_timeout(std::chrono::duration_cast<std::chrono::microseconds>(timeout));
@@ -23,6 +23,7 @@ CompletionResult PostCompletion(const std::string& host, int port, const std::st
   request.body = body;
   request.set_header("Content-Type", "application/json");
   request.set_header("Accept", "text/event-stream");
+  if (!api_key.empty()) request.set_header("Authorization", "Bearer " + api_key);
   request.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
     result.body.append(data, size);
     for (SseEvent& event : parser.Feed(std::string_view(data, size))) {
@@ -45,10 +46,13 @@ CompletionResult PostCompletion(const std::string& host, int port, const std::st
   return result;
 }
 
-std::pair<int, std::string> HttpGet(const std::string& host, int port, const std::string& path) {
+std::pair<int, std::string> HttpGet(const std::string& host, int port, const std::string& path,
+                                    const std::string& api_key) {
   httplib::Client client(host, port);
   client.set_connection_timeout(std::chrono::seconds(5));
-  const httplib::Result answer = client.Get(path);
+  httplib::Headers headers;
+  if (!api_key.empty()) headers.emplace("Authorization", "Bearer " + api_key);
+  const httplib::Result answer = client.Get(path, headers);
   if (!answer) return {0, httplib::to_string(answer.error())};
   return {answer->status, answer->body};
 }

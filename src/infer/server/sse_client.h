@@ -20,11 +20,13 @@ struct CompletionResult {
 
 // `on_event` (optional) sees each event as it arrives; returning false hangs up (the way a
 // client disconnects mid-stream).
+// A non-empty `api_key` is sent as "Authorization: Bearer <api_key>".
 CompletionResult PostCompletion(const std::string& host, int port, const std::string& body,
                                 const std::function<bool(const SseEvent&)>& on_event = {},
-                                double timeout_s = 600);
+                                double timeout_s = 600, const std::string& api_key = "");
 
 // GET a path; {status, body} (status 0 when the server cannot be reached).
-std::pair<int, std::string> HttpGet(const std::string& host, int port, const std::string& path);
+std::pair<int, std::string> HttpGet(const std::string& host, int port, const std::string& path,
+                                    const std::string& api_key = "");
 
 }  // namespace infer::server
