@@ -1,6 +1,13 @@
 // The completions API against the real `infer serve` over loopback (seed phase 4 API tests):
 // valid streams on the three fixture models (the reference greedy tokens), concurrent requests
 // equal to one at a time, every error status, string prompts, stop strings, and shutdown.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
@@ -210,6 +217,62 @@ TEST(ServeApi, ApiKeyGuardsTheApiRoutes) {
     EXPECT_EQ(server.log().find("s3cret"), std::string::npos) << "the key is logged";
     EXPECT_EQ(server.Stop(SIGINT), 0) << server.log();
   }
+}
+
+// Sends `head` on a new loopback connection and returns the server's first response (headers
+// and a Content-Length body) as soon as it is complete, or what came within `timeout_s`.
+std::string RawExchange(int port, const std::string& head, int timeout_s) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return "";
+  }
+  timeval timeout{timeout_s, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  (void)::send(fd, head.data(), head.size(), MSG_NOSIGNAL);
+  std::string answer;
+  char buffer[4096];
+  ssize_t n = 0;
+  while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0) {
+    answer.append(buffer, static_cast<size_t>(n));
+    const size_t end = answer.find("\r\n\r\n");
+    const size_t length = answer.find("Content-Length: ");
+    if (end == std::string::npos || length == std::string::npos || length > end) continue;
+    if (answer.size() >= end + 4 + std::stoul(answer.substr(length + 16))) break;
+  }
+  ::close(fd);
+  return answer;
+}
+
+// A body larger than --max-body-size is refused from its Content-Length alone: 413 at once,
+// in OpenAI's error shape, without the server waiting for (or holding) the body.
+TEST(ServeApi, OversizedBodyIsRefusedUnread) {
+  ServerProcess server({"--model", testing::FixturePath("models/llama/model").string(),
+                        "--served-model-name", "tiny", "--threads", "1", "--max-body-size",
+                        "1MiB"});
+  ASSERT_TRUE(server.started()) << server.log();
+  const long rss_before = server.RssKib();
+  const auto start = std::chrono::steady_clock::now();
+  const std::string answer =
+      RawExchange(server.port(),
+                  "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  "Content-Length: 104857600\r\n\r\n{\"model\":",
+                  10);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(answer.find("HTTP/1.1 413"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("\"request_too_large\""), std::string::npos) << answer;
+  EXPECT_LT(seconds, 3.0) << "the server waited for the body";
+  EXPECT_LT(server.RssKib() - rss_before, 16 * 1024) << "the body was buffered";
+  // Just under the limit is read and judged as usual (here: not JSON, 400).
+  const std::string fits(1 << 20, ' ');
+  EXPECT_EQ(server::PostCompletion("127.0.0.1", server.port(), fits).status, 400);
+  EXPECT_EQ(server::HttpGet("127.0.0.1", server.port(), "/health").first, 200);
+  EXPECT_EQ(server.Stop(SIGINT), 0) << server.log();
 }
 
 TEST(ServeApi, BadCommandLineIsOneError) {

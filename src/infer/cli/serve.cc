@@ -25,6 +25,7 @@ struct ServeArgs {
   ModelArgs model;
   EngineConfig engine;
   server::ServerOptions server;
+  std::string max_body_size = "4MiB";
   std::string served_model_name;
   std::string kv_cache_dtype = "bf16";
   std::string kv_cache_memory;
@@ -79,6 +80,9 @@ void RunServe(ServeArgs& args) {
     args.engine.kv_cache_memory_bytes = ParseByteSize(args.kv_cache_memory, "--kv-cache-memory");
     INFER_CHECK(args.engine.kv_cache_memory_bytes > 0, "--kv-cache-memory must be positive");
   }
+  const int64_t max_body = ParseByteSize(args.max_body_size, "--max-body-size");
+  INFER_CHECK(max_body > 0, "--max-body-size must be positive");
+  args.server.max_body_bytes = static_cast<size_t>(max_body);
   args.engine.Validate();
   GenerationSession session(args.model);
   Engine engine(args.engine, session.model(), session.tokenizer(), session.eos_token_ids());
@@ -176,6 +180,10 @@ void AddServeCommand(CLI::App& app) {
       ->add_option("--http-threads", args->server.http_threads,
                    "HTTP worker threads (0: max batch + max waiting + 16)")
       ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  command
+      ->add_option("--max-body-size", args->max_body_size,
+                   "Largest request body (e.g. 4MiB); larger ones get 413 unread")
       ->capture_default_str();
   command->add_option("--api-key", args->server.api_key,
                       "Require \"Authorization: Bearer KEY\" on /v1/* and /metrics (401 "

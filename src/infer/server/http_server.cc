@@ -25,7 +25,6 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kServiceUnavailable = 503;
-constexpr size_t kMaxBodyBytes = 32 << 20;
 
 std::string_view ErrorType(int status) {
   switch (status) {
@@ -35,6 +34,8 @@ std::string_view ErrorType(int status) {
       return "authentication_error";
     case 404:
       return "not_found_error";
+    case 413:
+      return "request_too_large";
     case 422:
       return "validation_error";
     case 503:
@@ -94,7 +95,24 @@ struct HttpServer::Impl {
 };
 
 void HttpServer::Impl::Routes() {
+  // Runs once the headers are read and before the body is: an oversized body is refused from
+  // its Content-Length without reading it (the connection is then closed, its bytes unread).
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (req.has_header("Content-Length")) {
+      const std::string length = req.get_header_value("Content-Length");
+      unsigned long long bytes = 0;
+      const bool parsed = !length.empty() && length.size() <= 19 &&
+                          length.find_first_not_of("0123456789") == std::string::npos;
+      if (parsed) bytes = std::stoull(length);
+      if (!parsed || bytes > options.max_body_bytes) {
+        res.set_header("Connection", "close");
+        SendError(res, 413,
+                  fmt::format("request body of {} bytes is larger than this server's limit of {} "
+                              "bytes (--max-body-size)",
+                              length, options.max_body_bytes));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
     if (options.api_key.empty() || !NeedsKey(req.path)) {
       return httplib::Server::HandlerResponse::Unhandled;
     }
@@ -215,7 +233,7 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options)
                           : static_cast<int>(std::min<int64_t>(
                                 config.max_num_seqs + config.max_waiting_requests + 16, 1024));
   impl_->server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  impl_->server.set_payload_max_length(kMaxBodyBytes);
+  impl_->server.set_payload_max_length(impl_->options.max_body_bytes);  // chunked bodies
   impl_->server.set_socket_options([impl = impl_.get()](socket_t sock) {
     httplib::default_socket_options(sock);
     impl->listen_fd = sock;

@@ -23,6 +23,8 @@ struct ServerOptions {
   // Non-empty: every /v1/* route (and /metrics) requires "Authorization: Bearer <api_key>",
   // compared in constant time; others get 401 in OpenAI's error shape. /health stays open.
   std::string api_key;
+  // Largest request body: a longer Content-Length is answered 413 from the headers alone.
+  size_t max_body_bytes = 4 << 20;
 };
 
 class HttpServer {
