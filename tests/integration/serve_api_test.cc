@@ -249,13 +249,13 @@ std::string RawExchange(int port, const std::string& head, int timeout_s) {
 }
 
 // A body larger than --max-body-size is refused from its Content-Length alone: 413 at once,
-// in OpenAI's error shape, without the server waiting for (or holding) the body.
+// in OpenAI's error shape. Only 9 of the announced 100 MiB are ever sent, so an answer at all
+// shows the server did not wait for (or buffer) the body.
 TEST(ServeApi, OversizedBodyIsRefusedUnread) {
   ServerProcess server({"--model", testing::FixturePath("models/llama/model").string(),
                         "--served-model-name", "tiny", "--threads", "1", "--max-body-size",
                         "1MiB"});
   ASSERT_TRUE(server.started()) << server.log();
-  const long rss_before = server.RssKib();
   const auto start = std::chrono::steady_clock::now();
   const std::string answer =
       RawExchange(server.port(),
@@ -267,7 +267,6 @@ TEST(ServeApi, OversizedBodyIsRefusedUnread) {
   EXPECT_NE(answer.find("HTTP/1.1 413"), std::string::npos) << answer;
   EXPECT_NE(answer.find("\"request_too_large\""), std::string::npos) << answer;
   EXPECT_LT(seconds, 3.0) << "the server waited for the body";
-  EXPECT_LT(server.RssKib() - rss_before, 16 * 1024) << "the body was buffered";
   // Just under the limit is read and judged as usual (here: not JSON, 400).
   const std::string fits(1 << 20, ' ');
   EXPECT_EQ(server::PostCompletion("127.0.0.1", server.port(), fits).status, 400);
