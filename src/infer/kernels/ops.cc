@@ -65,18 +65,37 @@ MatMulPrecision ParseMatMulPrecision(std::string_view name) {
   Fail("matmul precision '{}' is not one of f32, bf16", name);
 }
 
+int PackedMatrix::QuantAt(int64_t row, int64_t col) const {
+  bool high = false;
+  const uint8_t byte = static_cast<const uint8_t*>(data())[QuantIndex(row, col, &high)];
+  if (quantization_ == Quantization::kInt8) return byte;
+  return high ? byte >> 4 : byte & 0x0f;
+}
+
+namespace {
+float F16At(const void* bytes, int64_t index) {
+  uint16_t value = 0;
+  std::memcpy(&value, static_cast<const uint8_t*>(bytes) + index, 2);
+  return F16ToF32(value);
+}
+}  // namespace
+
+float PackedMatrix::ScaleAt(int64_t row, int64_t group) const {
+  return F16At(data(), ScaleIndex(row, group));
+}
+
+float PackedMatrix::MinimumAt(int64_t row, int64_t group) const {
+  if (quantization_ != Quantization::kInt4) return 0.0F;
+  return F16At(data(), ScaleIndex(row, group) + 2 * kPanelRows);
+}
+
 float PackedMatrix::At(int64_t row, int64_t col) const {
   if (quantized()) {
-    const auto* bytes = static_cast<const uint8_t*>(data());
-    bool high = false;
-    const uint8_t byte = bytes[QuantIndex(row, col, &high)];
-    uint16_t d16 = 0;
-    std::memcpy(&d16, bytes + ScaleIndex(row, col / group_size_), 2);
-    const float d = F16ToF32(d16);
-    if (quantization_ == Quantization::kInt8) return d * static_cast<float>(byte - 128);
-    uint16_t m16 = 0;
-    std::memcpy(&m16, bytes + ScaleIndex(row, col / group_size_) + 2 * kPanelRows, 2);
-    return d * static_cast<float>(high ? byte >> 4 : byte & 0x0f) + F16ToF32(m16);
+    const int64_t group = col / group_size_;
+    const float d = ScaleAt(row, group);
+    if (quantization_ == Quantization::kInt8)
+      return d * static_cast<float>(QuantAt(row, col) - 128);
+    return d * static_cast<float>(QuantAt(row, col)) + MinimumAt(row, group);
   }
   const int64_t index = Index(row, col);
   switch (dtype()) {

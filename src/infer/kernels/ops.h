@@ -129,6 +129,11 @@ class PackedMatrix {
     return step_begin +
            (dtype() == DType::kBF16 ? lane * 2 + col % 2 : (col % 2) * kPanelRows + lane);
   }
+  // A quantized matrix's stored values: q of w[row, col] as stored (int8: q + 128, int4: the
+  // nibble), and its group's scale d and minimum m (int4; 0 for int8), widened from f16.
+  int QuantAt(int64_t row, int64_t col) const;
+  float ScaleAt(int64_t row, int64_t group) const;
+  float MinimumAt(int64_t row, int64_t group) const;
   // w[row, col] widened to f32 (dequantized: d * q (+ m), in f32).
   float At(int64_t row, int64_t col) const;
 

@@ -30,17 +30,6 @@ Quantization ParseQuantization(std::string_view name) {
 
 namespace {
 
-float WidenAt(const Tensor& w, int64_t index) {
-  switch (w.dtype()) {
-    case DType::kBF16:
-      return Bf16ToF32(w.data<const uint16_t>()[index]);
-    case DType::kF16:
-      return F16ToF32(w.data<const uint16_t>()[index]);
-    default:
-      return w.data<const float>()[index];
-  }
-}
-
 // The largest scale an f16 holds exactly enough: finite and not rounded to infinity.
 constexpr float kMaxF16 = 65504.0F;
 // The scales tried per group: the range's, then kScaleStep smaller each.
@@ -97,7 +86,7 @@ void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, i
   for (int64_t row = row_begin; row < row_end; ++row) {
     float* values_row = row_values.data();
     for (int64_t c = 0; c < k; ++c) {
-      const float v = WidenAt(w, row * k + c);
+      const float v = ElementAsF32(w, row * k + c);
       INFER_CHECK(std::isfinite(v), "quantize: weight [{}, {}] is {}", row, c, v);
       values_row[c] = v;
     }

@@ -102,6 +102,15 @@ constexpr int64_t kPrefetchBytes = 4096;
 
 inline void PrefetchLine(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
+// One step of a tile: the two vectors at `p` (features [0, kLanes) and [kLanes, kNr) of the
+// tile, four bytes each), with the same two lines kPrefetchBytes ahead asked for.
+inline void LoadStep(const uint8_t* p, VI& v0, VI& v1) {
+  PrefetchLine(p + kPrefetchBytes);
+  PrefetchLine(p + kPrefetchBytes + 64);
+  v0 = LoadI(p);
+  v1 = LoadI(p + kLanes * 4);
+}
+
 // The activations rounded to int8: row i's values at q + i * padded_k, its block scales and
 // sums at d / sum + i * blocks.
 struct QuantizedRows {
@@ -175,11 +184,8 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
         for (int64_t j = 0; j < 4; ++j) {
 #pragma GCC unroll 8
           for (int t = 0; t < kTiles; ++t) {
-            const uint8_t* p = base[t] + b * sub_bytes + j * kPanel * 4;
-            PrefetchLine(p + kPrefetchBytes);
-            PrefetchLine(p + kPrefetchBytes + 64);
-            const VI raw0 = LoadI(p);
-            const VI raw1 = LoadI(p + kLanes * 4);
+            VI raw0, raw1;
+            LoadStep(base[t] + b * sub_bytes + j * kPanel * 4, raw0, raw1);
             const VI lo0 = LowNibbles(raw0), hi0 = HighNibblesTimes16(raw0);
             const VI lo1 = LowNibbles(raw1), hi1 = HighNibblesTimes16(raw1);
 #pragma GCC unroll 8
@@ -206,11 +212,8 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
         for (int64_t j = 0; j < 4; ++j) {
 #pragma GCC unroll 8
           for (int t = 0; t < kTiles; ++t) {
-            const uint8_t* p = base[t] + b * sub_bytes + j * kPanel * 4;
-            PrefetchLine(p + kPrefetchBytes);
-            PrefetchLine(p + kPrefetchBytes + 64);
-            const VI raw0 = LoadI(p);
-            const VI raw1 = LoadI(p + kLanes * 4);
+            VI raw0, raw1;
+            LoadStep(base[t] + b * sub_bytes + j * kPanel * 4, raw0, raw1);
             const VI lo0 = LowNibbles(raw0), hi0 = HighNibbles(raw0);
             const VI lo1 = LowNibbles(raw1), hi1 = HighNibbles(raw1);
 #pragma GCC unroll 8
@@ -227,11 +230,8 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
         for (int64_t j = 0; j < 8; ++j) {
 #pragma GCC unroll 8
           for (int t = 0; t < kTiles; ++t) {
-            const uint8_t* p = base[t] + b * sub_bytes + j * kPanel * 4;
-            PrefetchLine(p + kPrefetchBytes);
-            PrefetchLine(p + kPrefetchBytes + 64);
-            const VI w0 = LoadI(p);
-            const VI w1 = LoadI(p + kLanes * 4);
+            VI w0, w1;
+            LoadStep(base[t] + b * sub_bytes + j * kPanel * 4, w0, w1);
 #pragma GCC unroll 8
             for (int r = 0; r < kRows; ++r) {
               const VI xb = Set1I(Quad(xq + r * x.padded_k + 4 * j));

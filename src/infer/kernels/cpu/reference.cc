@@ -34,15 +34,10 @@ float Widen(DType dtype, const void* data, int64_t index) {
 
 // The exact dequantized weight of a quantized matrix, in double: d * q (+ m).
 double DequantizedWeight(const PackedMatrix& w, int64_t row, int64_t col) {
-  const auto* bytes = static_cast<const uint8_t*>(w.data());
-  bool high = false;
-  const uint8_t byte = bytes[w.QuantIndex(row, col, &high)];
-  const int64_t scale = w.ScaleIndex(row, col / w.group_size());
-  const double d = F16ToF32(static_cast<uint16_t>(bytes[scale] | (bytes[scale + 1] << 8)));
-  if (w.quantization() == Quantization::kInt8) return d * (byte - 128);
-  const int64_t min = scale + 2 * PackedMatrix::kPanelRows;
-  const double m = F16ToF32(static_cast<uint16_t>(bytes[min] | (bytes[min + 1] << 8)));
-  return d * (high ? byte >> 4 : byte & 0x0f) + m;
+  const int64_t group = col / w.group_size();
+  const double d = w.ScaleAt(row, group);
+  if (w.quantization() == Quantization::kInt8) return d * (w.QuantAt(row, col) - 128);
+  return d * w.QuantAt(row, col) + w.MinimumAt(row, group);
 }
 
 }  // namespace
