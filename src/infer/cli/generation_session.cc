@@ -72,11 +72,15 @@ std::vector<int32_t> GenerationSession::EncodeText(const std::string& text) cons
 
 std::vector<int32_t> GenerationSession::EncodeChat(const nlohmann::ordered_json& messages) {
   INFER_CHECK(tokenizer_ != nullptr, "{} has no tokenizer.json: chat needs one", loaded_.path);
-  if (!chat_template_) chat_template_ = ChatTemplate::FromModelDir(loaded_.path);
   const std::string prompt =
-      chat_template_->Render(messages, nlohmann::ordered_json{{"add_generation_prompt", true}});
+      chat_template().Render(messages, nlohmann::ordered_json{{"add_generation_prompt", true}});
   // The template writes BOS itself.
   return tokenizer_->Encode(prompt, /*add_special_tokens=*/false);
+}
+
+const ChatTemplate& GenerationSession::chat_template() {
+  if (!chat_template_) chat_template_ = ChatTemplate::FromModelDir(loaded_.path);
+  return *chat_template_;
 }
 
 }  // namespace infer::cli

@@ -53,6 +53,8 @@ class GenerationSession {
   std::vector<int32_t> EncodeText(const std::string& text) const;
   // Renders `messages` with the chat template (generation prompt added) and encodes it.
   std::vector<int32_t> EncodeChat(const nlohmann::ordered_json& messages);
+  // The model's chat template (loaded on first use); throws infer::Error when it has none.
+  const ChatTemplate& chat_template();
 
  private:
   ThreadPool pool_;

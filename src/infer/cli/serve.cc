@@ -29,6 +29,7 @@ struct ServeArgs {
   std::string served_model_name;
   std::string kv_cache_dtype = "bf16";
   std::string kv_cache_memory;
+  std::string reasoning_parser = "auto";
 };
 
 // Signals are taken by one thread with sigwait (no async-signal-safety traps). It must be set up
@@ -85,6 +86,22 @@ void RunServe(ServeArgs& args) {
   args.server.max_body_bytes = static_cast<size_t>(max_body);
   args.engine.Validate();
   GenerationSession session(args.model);
+  args.server.default_sampling = SamplingParamsFromGenerationConfig(session.loaded().generation);
+  if (session.tokenizer() != nullptr) {
+    try {
+      args.server.chat_template = &session.chat_template();
+    } catch (const Error& e) {
+      spdlog::warn("no chat template, /v1/chat/completions will answer 400: {}", e.what());
+    }
+  }
+  if (args.reasoning_parser == "auto") {
+    // Models that think in <think>...</think> (Qwen3) have both tags in their vocabulary.
+    const Tokenizer* tokenizer = session.tokenizer();
+    const bool thinks =
+        tokenizer != nullptr && tokenizer->TokenToId("<think>") && tokenizer->TokenToId("</think>");
+    args.reasoning_parser = thinks ? "qwen3" : "none";
+  }
+  args.server.reasoning_parser = args.reasoning_parser;
   Engine engine(args.engine, session.model(), session.tokenizer(), session.eos_token_ids());
   const KvCacheInfo& kv = engine.kv_cache();
   const int64_t max_len = std::min(args.engine.max_model_len, session.model().context_length());
@@ -99,13 +116,15 @@ void RunServe(ServeArgs& args) {
   const int port = http.Bind();
   std::fprintf(stderr,
                "infer serve: listening on http://%s:%d (model \"%s\", %s batching, %s policy, "
-               "max num seqs %lld, max waiting %lld, prefix caching %s, preemption %s)\n",
+               "max num seqs %lld, max waiting %lld, prefix caching %s, preemption %s; "
+               "/v1/completions format %s, reasoning parser %s)\n",
                args.server.host.c_str(), port, args.engine.model.c_str(),
                args.engine.batching_mode.c_str(), args.engine.scheduler_policy.c_str(),
                static_cast<long long>(args.engine.max_num_seqs),
                static_cast<long long>(args.engine.max_waiting_requests),
                args.engine.enable_prefix_caching ? "on" : "off",
-               args.engine.enable_preemption ? "on" : "off");
+               args.engine.enable_preemption ? "on" : "off", args.server.completions_format.c_str(),
+               args.server.reasoning_parser.c_str());
   std::fflush(stderr);
   signals.Serve(&http);
   http.Run();
@@ -117,7 +136,8 @@ void RunServe(ServeArgs& args) {
 void AddServeCommand(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   CLI::App* command = app.add_subcommand(
-      "serve", "Serve POST /v1/completions (server-sent events), GET /health, GET /v1/models");
+      "serve",
+      "Serve POST /v1/chat/completions, POST /v1/completions, GET /health, GET /v1/models");
   AddModelOptions(*command, args->model);
   command->add_option("--host", args->server.host, "Address to listen on")->capture_default_str();
   command->add_option("--port", args->server.port, "Port (0: any free port)")
@@ -188,6 +208,19 @@ void AddServeCommand(CLI::App& app) {
   command->add_option("--api-key", args->server.api_key,
                       "Require \"Authorization: Bearer KEY\" on /v1/* and /metrics (401 "
                       "otherwise; /health stays open). Default: $INFER_API_KEY, else none");
+  command
+      ->add_option("--completions-format", args->server.completions_format,
+                   "What POST /v1/completions speaks: seed (the phase-4 event stream: event: "
+                   "token / done / error) or openai (OpenAI's text_completion, JSON or "
+                   "stream); /v1/chat/completions is always OpenAI's")
+      ->check(CLI::IsMember({"seed", "openai"}))
+      ->capture_default_str();
+  command
+      ->add_option("--reasoning-parser", args->reasoning_parser,
+                   "qwen3: chat replies' <think>...</think> text goes to reasoning_content; "
+                   "none: it stays in content; auto: qwen3 when the vocabulary has both tags")
+      ->check(CLI::IsMember({"auto", "qwen3", "none"}))
+      ->capture_default_str();
   command->callback([args] {
     if (args->server.api_key.empty()) {
       const char* key = std::getenv("INFER_API_KEY");

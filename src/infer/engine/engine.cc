@@ -154,12 +154,13 @@ std::vector<int32_t> Engine::PreparePrompt(
 
 std::shared_ptr<OutputChannel> Engine::AddRequest(const std::string& request_id,
                                                   std::vector<int32_t> prompt_ids,
-                                                  SamplingParams params, int64_t priority) {
+                                                  SamplingParams params, int64_t priority,
+                                                  std::shared_ptr<OutputChannel> output) {
   if (!params.seed && config_.seed) params.seed = config_.seed;
   auto request = std::make_shared<Request>(request_id, std::move(prompt_ids), std::move(params),
                                            NowS(), tokenizer_, priority);
-  request->output = std::make_shared<OutputChannel>();
-  std::shared_ptr<OutputChannel> output = request->output;
+  if (!output) output = std::make_shared<OutputChannel>();
+  request->output = output;
   {
     std::lock_guard lock(mutex_);
     request->seq_id = next_seq_id_++;

@@ -110,10 +110,13 @@ class Engine {
   std::vector<int32_t> PreparePrompt(const std::variant<std::string, std::vector<int32_t>>& prompt,
                                      const SamplingParams& params) const;
 
-  // Queues a prepared request; null when the waiting queue is full (HTTP 503).
+  // Queues a prepared request; null when the waiting queue is full (HTTP 503). Its outputs go
+  // to `output` when given (several requests may share one channel: their StepOutputs carry
+  // their ids), else to a new channel.
   std::shared_ptr<OutputChannel> AddRequest(const std::string& request_id,
                                             std::vector<int32_t> prompt_ids, SamplingParams params,
-                                            int64_t priority = 0);
+                                            int64_t priority = 0,
+                                            std::shared_ptr<OutputChannel> output = nullptr);
   // Seed 004: prepares and queues a request; returns its id. Throws infer::Error when it is
   // invalid or the queue is full.
   std::string AddRequest(const GenerationRequest& request);

@@ -35,6 +35,8 @@ struct StepOutput {
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
   double time_s = 0.0;        // engine clock when the step ended
+  // The sampled token's logprobs, when the request asked for them.
+  std::optional<TokenLogprobs> logprobs;
 };
 
 class OutputChannel;

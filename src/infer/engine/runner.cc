@@ -5,7 +5,9 @@
 namespace infer {
 
 ModelRunner::ModelRunner(LanguageModel& model, std::vector<int32_t> eos_token_ids)
-    : model_(model), eos_token_ids_(eos_token_ids.begin(), eos_token_ids.end()) {}
+    : model_(model),
+      eos_token_ids_(eos_token_ids.begin(), eos_token_ids.end()),
+      eos_ids_(std::move(eos_token_ids)) {}
 
 std::vector<StepOutput> ModelRunner::Run(const SchedulerOutput& step) {
   steps_.clear();
@@ -36,12 +38,20 @@ std::vector<StepOutput> ModelRunner::Run(const SchedulerOutput& step) {
 }
 
 StepOutput ModelRunner::TakeToken(Request& request, std::span<float> logits) {
-  const int32_t token = request.sampler.Sample(logits, request.token_ids);
+  const SamplingParams& params = request.sampling_params;
+  // EOS cannot come before min_tokens.
+  const bool suppress_eos = request.num_generated_tokens() < params.min_tokens;
+  std::optional<TokenLogprobs> logprobs;
+  if (params.logprobs) logprobs.emplace();
+  const int32_t token = request.sampler.Sample(
+      logits, request.token_ids, request.num_prompt_tokens(),
+      suppress_eos ? std::span<const int32_t>(eos_ids_) : std::span<const int32_t>(),
+      logprobs ? &*logprobs : nullptr);
   request.token_ids.push_back(token);
   request.generated_token_ids.push_back(token);
   request.state = RequestState::kDecode;
   std::optional<FinishReason> reason;
-  if (eos_token_ids_.contains(token)) {
+  if (eos_token_ids_.contains(token) && !params.ignore_eos) {
     reason = FinishReason::kEos;
   } else if (request.text.Add(token)) {
     reason = FinishReason::kStop;
@@ -58,6 +68,7 @@ StepOutput ModelRunner::TakeToken(Request& request, std::span<float> logits) {
   output.prompt_tokens = request.num_prompt_tokens();
   output.completion_tokens = request.num_generated_tokens();
   output.cached_tokens = request.num_cached_prompt_tokens;
+  output.logprobs = std::move(logprobs);
   if (reason) {
     request.state = RequestState::kFinished;
     request.finish_reason = reason;

@@ -15,7 +15,8 @@ namespace infer {
 
 class ModelRunner {
  public:
-  // `model` must outlive the runner. `eos_token_ids` end a request (finish_reason eos).
+  // `model` must outlive the runner. `eos_token_ids` end a request (finish_reason eos) unless
+  // it asked ignore_eos, and cannot be sampled before its min_tokens.
   ModelRunner(LanguageModel& model, std::vector<int32_t> eos_token_ids);
 
   // Runs the step; returns one StepOutput per request that sampled a token (time_s unset).
@@ -27,6 +28,7 @@ class ModelRunner {
 
   LanguageModel& model_;
   std::unordered_set<int32_t> eos_token_ids_;
+  std::vector<int32_t> eos_ids_;  // the same ids, as a list to suppress (min_tokens)
   std::vector<SequenceStep> steps_;
   std::vector<float> logits_;
 };

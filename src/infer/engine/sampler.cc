@@ -89,6 +89,58 @@ void ApplyTopP(std::span<float> logits, double p) {
   for (size_t i = keep; i < order.size(); ++i) logits[static_cast<size_t>(order[i])] = kMasked;
 }
 
+void ApplyLogitBias(std::span<float> logits, const std::map<int32_t, double>& bias) {
+  for (const auto& [id, value] : bias) {
+    if (id < 0 || static_cast<size_t>(id) >= logits.size()) continue;
+    logits[static_cast<size_t>(id)] += static_cast<float>(value);
+  }
+}
+
+void ApplyPresenceFrequencyPenalty(std::span<float> logits, std::span<const int32_t> generated_ids,
+                                   double presence, double frequency) {
+  if ((presence == 0.0 && frequency == 0.0) || generated_ids.empty()) return;
+  std::vector<int32_t> ids(generated_ids.begin(), generated_ids.end());
+  std::sort(ids.begin(), ids.end());
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j < ids.size() && ids[j] == ids[i]) ++j;
+    const int32_t id = ids[i];
+    if (id >= 0 && static_cast<size_t>(id) < logits.size()) {
+      logits[static_cast<size_t>(id)] -=
+          static_cast<float>(presence + static_cast<double>(j - i) * frequency);
+    }
+    i = j;
+  }
+}
+
+TokenLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, int64_t k) {
+  INFER_CHECK(token >= 0 && static_cast<size_t>(token) < logits.size(),
+              "ComputeLogprobs: token {} outside the {} logits", token, logits.size());
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  double total = 0.0;
+  for (const float logit : logits) total += std::exp(static_cast<double>(logit - max_logit));
+  const double log_total = static_cast<double>(max_logit) + std::log(total);
+  const auto logprob = [&](int32_t id) {
+    return static_cast<float>(static_cast<double>(logits[static_cast<size_t>(id)]) - log_total);
+  };
+  TokenLogprobs result;
+  result.token_id = token;
+  result.logprob = logprob(token);
+  const auto count = static_cast<size_t>(std::clamp<int64_t>(k, 0, std::ssize(logits)));
+  if (count > 0) {
+    std::vector<int32_t> order(logits.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(
+        order.begin(), order.begin() + static_cast<std::ptrdiff_t>(count), order.end(),
+        [&](int32_t a, int32_t b) {
+          return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)] ||
+                 (logits[static_cast<size_t>(a)] == logits[static_cast<size_t>(b)] && a < b);
+        });
+    for (size_t i = 0; i < count; ++i) result.top.emplace_back(order[i], logprob(order[i]));
+  }
+  return result;
+}
+
 int32_t Argmax(std::span<const float> logits) {
   INFER_CHECK(!logits.empty(), "Argmax: empty logits");
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
@@ -118,17 +170,40 @@ Sampler::Sampler(const SamplingParams& params)
       top_p_(params.top_p),
       top_k_(params.top_k),
       repetition_penalty_(params.repetition_penalty),
+      presence_penalty_(params.presence_penalty),
+      frequency_penalty_(params.frequency_penalty),
+      logit_bias_(params.logit_bias),
+      logprobs_(params.logprobs),
       rng_(params.seed ? *params.seed : std::random_device{}()) {
   params.Validate();
 }
 
-int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> context_ids) {
+int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> context_ids,
+                        int64_t num_prompt_tokens, std::span<const int32_t> suppressed_ids,
+                        TokenLogprobs* logprobs) {
+  const bool want_logprobs = logprobs != nullptr && logprobs_.has_value();
+  if (want_logprobs) raw_.assign(logits.begin(), logits.end());
+  for (const int32_t id : suppressed_ids) {
+    if (id >= 0 && static_cast<size_t>(id) < logits.size())
+      logits[static_cast<size_t>(id)] = kMasked;
+  }
+  ApplyLogitBias(logits, logit_bias_);
   ApplyRepetitionPenalty(logits, context_ids, repetition_penalty_);
-  if (temperature_ == 0.0) return Argmax(logits);
-  ApplyTemperature(logits, temperature_);
-  if (top_k_) ApplyTopK(logits, *top_k_);
-  ApplyTopP(logits, top_p_);
-  return SampleFromLogits(logits, rng_);
+  const auto prompt = static_cast<size_t>(
+      std::clamp<int64_t>(num_prompt_tokens, 0, static_cast<int64_t>(context_ids.size())));
+  ApplyPresenceFrequencyPenalty(logits, context_ids.subspan(prompt), presence_penalty_,
+                                frequency_penalty_);
+  int32_t token = 0;
+  if (temperature_ == 0.0) {
+    token = Argmax(logits);
+  } else {
+    ApplyTemperature(logits, temperature_);
+    if (top_k_) ApplyTopK(logits, *top_k_);
+    ApplyTopP(logits, top_p_);
+    token = SampleFromLogits(logits, rng_);
+  }
+  if (want_logprobs) *logprobs = ComputeLogprobs(raw_, token, *logprobs_);
+  return token;
 }
 
 }  // namespace infer

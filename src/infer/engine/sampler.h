@@ -1,11 +1,14 @@
-// The sampling pipeline: repetition penalty -> temperature -> top-k -> top-p -> multinomial
-// draw (argmax when temperature is 0), on one row of f32 logits, with a per-request RNG.
+// The sampling pipeline on one row of f32 logits, with a per-request RNG: (logprobs of the raw
+// row) -> suppressed ids (min_tokens) -> logit bias -> repetition penalty -> presence/frequency
+// penalties -> temperature -> top-k -> top-p -> multinomial draw (argmax when temperature is 0).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "infer/engine/sampling_params.h"
@@ -25,6 +28,23 @@ void ApplyTopK(std::span<float> logits, int64_t k);
 // Keeps the most likely tokens, in descending order, up to and including the one at which
 // their cumulative probability reaches `p`. No-op at 1.
 void ApplyTopP(std::span<float> logits, double p);
+// Adds bias[id] to logits[id] (ids outside the vocab are ignored).
+void ApplyLogitBias(std::span<float> logits, const std::map<int32_t, double>& bias);
+// OpenAI's penalties over `generated_ids`: a token that occurs c > 0 times loses
+// presence + c * frequency. No-op when both are 0.
+void ApplyPresenceFrequencyPenalty(std::span<float> logits, std::span<const int32_t> generated_ids,
+                                   double presence, double frequency);
+
+// A sampled token's log-probability and the `k` most likely tokens of the same distribution
+// (descending; the lowest id first among equals).
+struct TokenLogprobs {
+  int32_t token_id = 0;
+  float logprob = 0.0F;
+  std::vector<std::pair<int32_t, float>> top;
+};
+// log_softmax(logits)[token] and the top `k`, in double precision.
+TokenLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, int64_t k);
+
 // Index of the largest logit; the lowest index wins ties.
 int32_t Argmax(std::span<const float> logits);
 // Draws from softmax(logits) by inverse CDF with one 53-bit uniform from `rng`.
@@ -36,15 +56,24 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
 
-  // Runs the pipeline on `logits` (modified) given every id of the context so far.
-  int32_t Sample(std::span<float> logits, std::span<const int32_t> context_ids);
+  // Runs the pipeline on `logits` (modified) given every id of the context so far, of which the
+  // first `num_prompt_tokens` are the prompt. `suppressed_ids` cannot be drawn (EOS before
+  // min_tokens). With logprobs requested and `logprobs` non-null, fills it from the raw row.
+  int32_t Sample(std::span<float> logits, std::span<const int32_t> context_ids,
+                 int64_t num_prompt_tokens = 0, std::span<const int32_t> suppressed_ids = {},
+                 TokenLogprobs* logprobs = nullptr);
 
  private:
   double temperature_;
   double top_p_;
   std::optional<int64_t> top_k_;
   double repetition_penalty_;
+  double presence_penalty_;
+  double frequency_penalty_;
+  std::map<int32_t, double> logit_bias_;
+  std::optional<int64_t> logprobs_;
   std::mt19937_64 rng_;
+  std::vector<float> raw_;  // the raw row, kept when logprobs are requested
 };
 
 }  // namespace infer

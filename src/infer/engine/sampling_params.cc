@@ -18,6 +18,19 @@ void SamplingParams::Validate() const {
   for (const std::string& text : stop) {
     INFER_CHECK(!text.empty(), "stop strings must be non-empty");
   }
+  INFER_CHECK(std::isfinite(presence_penalty) && std::abs(presence_penalty) <= 2.0,
+              "presence_penalty must be in [-2, 2], got {}", presence_penalty);
+  INFER_CHECK(std::isfinite(frequency_penalty) && std::abs(frequency_penalty) <= 2.0,
+              "frequency_penalty must be in [-2, 2], got {}", frequency_penalty);
+  for (const auto& [id, bias] : logit_bias) {
+    INFER_CHECK(id >= 0, "logit_bias: token id {} is negative", id);
+    INFER_CHECK(std::isfinite(bias) && std::abs(bias) <= 100.0,
+                "logit_bias of token {} must be in [-100, 100], got {}", id, bias);
+  }
+  INFER_CHECK(min_tokens >= 0 && min_tokens <= max_new_tokens,
+              "min_tokens must be in [0, max_tokens={}], got {}", max_new_tokens, min_tokens);
+  INFER_CHECK(!logprobs.has_value() || (*logprobs >= 0 && *logprobs <= kMaxLogprobs),
+              "logprobs must be in [0, {}], got {}", kMaxLogprobs, logprobs.value_or(0));
 }
 
 SamplingParams SamplingParamsFromGenerationConfig(const GenerationConfig& config) {

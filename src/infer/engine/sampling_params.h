@@ -1,8 +1,9 @@
-// Per-request sampling settings (temperature, top-k, top-p, repetition penalty, length, stop
-// strings, seed) and their validation.
+// Per-request sampling settings (temperature, top-k, top-p, repetition / presence / frequency
+// penalties, logit bias, length, stop strings, seed, logprobs) and their validation.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,6 +11,9 @@
 #include "infer/loader/generation_config.h"
 
 namespace infer {
+
+// The most alternatives a token's logprobs can list (OpenAI's top_logprobs limit).
+inline constexpr int64_t kMaxLogprobs = 20;
 
 struct SamplingParams {
   // 0 means greedy (argmax); below 1 sharpens the distribution, above 1 flattens it.
@@ -25,6 +29,20 @@ struct SamplingParams {
   std::vector<std::string> stop;
   // Same seed, same tokens. nullopt: seeded from the OS (not reproducible).
   std::optional<uint64_t> seed;
+  // OpenAI's penalties, on the generated tokens only (as vLLM): each token already generated
+  // loses presence_penalty once and frequency_penalty per occurrence. In [-2, 2]; 0 disables.
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
+  // Added to a token's logit before the penalties (OpenAI's logit_bias), each in [-100, 100].
+  std::map<int32_t, double> logit_bias;
+  // The EOS ids cannot be sampled before this many tokens are generated (vLLM's min_tokens).
+  int64_t min_tokens = 0;
+  // EOS ids do not end generation (vLLM's ignore_eos): only max tokens and stop strings do.
+  bool ignore_eos = false;
+  // Report the sampled token's log-probability and this many most likely alternatives (0-20),
+  // from the model's raw distribution (before penalties and temperature, as vLLM reports).
+  // nullopt: no logprobs.
+  std::optional<int64_t> logprobs;
 
   // Throws infer::Error naming the first invalid field and its allowed range.
   void Validate() const;

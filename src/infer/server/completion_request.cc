@@ -22,8 +22,9 @@ constexpr int kUnprocessable = 422;
   throw RequestError(status, message);
 }
 
-// An integer, or a float with an integral value (as pydantic's lax mode takes 16.0 for 16).
-std::optional<int64_t> AsInteger(const json& value) {
+}  // namespace
+
+std::optional<int64_t> JsonInteger(const json& value) {
   if (value.is_number_integer()) {
     if (value.is_number_unsigned() &&
         value.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
@@ -40,8 +41,10 @@ std::optional<int64_t> AsInteger(const json& value) {
   return std::nullopt;
 }
 
+namespace {
+
 int64_t IntegerField(const json& value, const char* name) {
-  const auto integer = AsInteger(value);
+  const auto integer = JsonInteger(value);
   if (!integer) Reject(kBadRequest, fmt::format("'{}' must be an integer", name));
   return *integer;
 }
@@ -64,7 +67,7 @@ std::variant<std::string, std::vector<int32_t>> ParsePrompt(const json& value) {
   std::vector<int32_t> ids;
   ids.reserve(value.size());
   for (const json& item : value) {
-    const auto id = AsInteger(item);
+    const auto id = JsonInteger(item);
     if (!id) Reject(kBadRequest, "'prompt' must be a string or a list of token ids");
     if (*id < 0 || *id > std::numeric_limits<int32_t>::max()) {
       Reject(kUnprocessable, fmt::format("prompt token id {} is outside the vocab", *id));
@@ -74,7 +77,9 @@ std::variant<std::string, std::vector<int32_t>> ParsePrompt(const json& value) {
   return ids;
 }
 
-std::vector<std::string> ParseStop(const json& value) {
+}  // namespace
+
+std::vector<std::string> ParseStopField(const json& value) {
   if (value.is_string()) return {value.get<std::string>()};
   const char* const wrong_type = "'stop' must be a string, a list of strings or null";
   if (!value.is_array()) Reject(kBadRequest, wrong_type);
@@ -85,8 +90,6 @@ std::vector<std::string> ParseStop(const json& value) {
   }
   return stop;
 }
-
-}  // namespace
 
 CompletionRequest ParseCompletionRequest(std::string_view body, std::string_view served_model) {
   const json root = json::parse(body, nullptr, /*allow_exceptions=*/false);
@@ -145,7 +148,7 @@ CompletionRequest ParseCompletionRequest(std::string_view body, std::string_view
     if (!value->is_boolean()) Reject(kBadRequest, "'stream' must be a boolean");
     request.stream = value->get<bool>();
   }
-  if (const json* value = field("stop")) params.stop = ParseStop(*value);
+  if (const json* value = field("stop")) params.stop = ParseStopField(*value);
   if (const json* value = field("seed")) {
     const int64_t seed = IntegerField(*value, "seed");
     if (seed < 0) Reject(kUnprocessable, fmt::format("seed must be >= 0, got {}", seed));

@@ -1,13 +1,16 @@
-// The HTTP front of the engine (seed phase 4): POST /v1/completions streams server-sent events,
-// GET /health and GET /v1/models describe the server. Each streaming response holds one HTTP
-// worker thread while it waits on its request's OutputChannel; a client that goes away has its
-// request cancelled in the engine.
+// The HTTP front of the engine: POST /v1/chat/completions (OpenAI's format), POST
+// /v1/completions (the seed's phase-4 event stream, or OpenAI's format with
+// completions_format "openai"), GET /health and GET /v1/models. Each response holds one HTTP
+// worker thread while it waits on its requests' OutputChannel; a streaming client that goes away
+// has its requests cancelled in the engine.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "infer/engine/engine.h"
+#include "infer/engine/sampling_params.h"
+#include "infer/tokenizer/chat_template.h"
 
 namespace infer::server {
 
@@ -25,6 +28,15 @@ struct ServerOptions {
   std::string api_key;
   // Largest request body: a longer Content-Length is answered 413 from the headers alone.
   size_t max_body_bytes = 4 << 20;
+  // What POST /v1/completions speaks: "seed" (the phase-4 event stream) or "openai".
+  std::string completions_format = "seed";
+  // The model's sampling defaults (generation_config.json) for OpenAI requests' unset fields.
+  SamplingParams default_sampling;
+  // Renders chat requests; null: /v1/chat/completions answers 400 (the model has no template).
+  const ChatTemplate* chat_template = nullptr;
+  // "qwen3": <think>...</think> text of chat replies is returned as reasoning_content (vLLM's
+  // reasoning parser); "none": left in the content.
+  std::string reasoning_parser = "none";
 };
 
 class HttpServer {

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -95,6 +96,31 @@ TEST(EngineTest, StepsABatchToCompletionWithEosAndLength) {
   const auto length_out = Drain(*length);
   EXPECT_EQ(TokenIds(length_out), (std::vector<int32_t>{5, 6}));
   EXPECT_EQ(length_out.back().finish_reason, FinishReason::kLength);
+}
+
+// vLLM's min_tokens (EOS cannot be sampled before it) and ignore_eos (EOS does not end the
+// request), and requests sharing one output channel (the n choices of an OpenAI request).
+TEST(EngineTest, MinTokensIgnoreEosAndASharedChannel) {
+  testing::ScriptedModel model(32, {9, 9, 5, 9});
+  Engine engine(TestConfig(), model, nullptr, {9});
+  auto channel = std::make_shared<OutputChannel>();
+  SamplingParams min_tokens = Params(10);
+  min_tokens.min_tokens = 2;
+  SamplingParams ignore_eos = Params(4);
+  ignore_eos.ignore_eos = true;
+  ASSERT_EQ(engine.AddRequest("min", {1, 2}, min_tokens, 0, channel), channel);
+  ASSERT_EQ(engine.AddRequest("ignore", {1, 2, 3}, ignore_eos, 0, channel), channel);
+  for (int steps = 0; engine.HasWork() && steps < 100; ++steps) engine.Step();
+  std::map<std::string, std::vector<StepOutput>> by_request;
+  while (auto output = channel->Pop(milliseconds(0))) {
+    by_request[output->request_id].push_back(std::move(*output));
+  }
+  // EOS (certain in the script) is masked for the first two tokens: the argmax of the rest is
+  // token 0; then the script's 5, then its EOS ends the request.
+  EXPECT_EQ(TokenIds(by_request["min"]), (std::vector<int32_t>{0, 0, 5, 9}));
+  EXPECT_EQ(by_request["min"].back().finish_reason, FinishReason::kEos);
+  EXPECT_EQ(TokenIds(by_request["ignore"]), (std::vector<int32_t>{9, 9, 5, 9}));
+  EXPECT_EQ(by_request["ignore"].back().finish_reason, FinishReason::kLength);
 }
 
 TEST(EngineTest, RejectsPastTheQueueBoundAndInvalidPrompts) {

@@ -220,5 +220,73 @@ TEST(SamplerTest, SamplesOnlyUnmaskedTokens) {
   }
 }
 
+// OpenAI's penalties: a token seen c times loses presence + c * frequency; prompt tokens are
+// not counted (the sampler is told where the prompt ends).
+TEST(SamplerTest, PresenceAndFrequencyPenaltiesCountGeneratedTokens) {
+  std::vector<float> logits{1.0F, 1.0F, 1.0F, 1.0F};
+  ApplyPresenceFrequencyPenalty(logits, std::vector<int32_t>{2, 2, 2, 0, 9, -1}, 0.5, 0.25);
+  EXPECT_FLOAT_EQ(logits[0], 1.0F - 0.5F - 0.25F);
+  EXPECT_FLOAT_EQ(logits[1], 1.0F);
+  EXPECT_FLOAT_EQ(logits[2], 1.0F - 0.5F - 0.75F);
+  EXPECT_FLOAT_EQ(logits[3], 1.0F);
+  // Through the sampler: token 0 is the prompt's, token 1 was generated twice.
+  SamplingParams params;
+  params.temperature = 0.0;
+  params.presence_penalty = 1.0;
+  params.frequency_penalty = 0.5;
+  Sampler sampler(params);
+  std::vector<float> row{3.0F, 3.5F, 2.2F};
+  // Token 1: 3.5 - 1 - 2 * 0.5 = 1.5 < 2.2; token 0 is untouched (in the prompt).
+  EXPECT_EQ(sampler.Sample(row, std::vector<int32_t>{0, 1, 1}, /*num_prompt_tokens=*/1), 0);
+}
+
+TEST(SamplerTest, LogitBiasAndSuppressedIds) {
+  std::vector<float> logits{0.0F, 1.0F, 2.0F};
+  ApplyLogitBias(logits, {{0, 5.0}, {7, 100.0}});
+  EXPECT_EQ(logits, (std::vector<float>{5.0F, 1.0F, 2.0F}));
+  SamplingParams params;
+  params.temperature = 0.0;
+  Sampler sampler(params);
+  std::vector<float> row{0.0F, 1.0F, 2.0F};
+  const std::vector<int32_t> suppressed{2};
+  EXPECT_EQ(sampler.Sample(row, {}, 0, suppressed), 1);
+}
+
+// Logprobs come from the raw row (before temperature, bias and penalties) and are a log-softmax:
+// checked against the definition in long double.
+TEST(SamplerTest, LogprobsAreTheRawLogSoftmax) {
+  const std::vector<float> raw{0.5F, -1.0F, 2.0F, 2.0F, 0.25F};
+  long double total = 0;
+  for (const float x : raw) total += std::exp(static_cast<long double>(x));
+  const auto expected = [&](int id) {
+    return static_cast<double>(static_cast<long double>(raw[static_cast<size_t>(id)]) -
+                               std::log(total));
+  };
+  SamplingParams params;
+  params.temperature = 0.3;
+  params.seed = 5;
+  params.logprobs = 3;
+  params.logit_bias = {{1, 50.0}};  // forces token 1, which the raw logprobs do not see
+  Sampler sampler(params);
+  std::vector<float> row = raw;
+  TokenLogprobs logprobs;
+  const int32_t token = sampler.Sample(row, {}, 0, {}, &logprobs);
+  EXPECT_EQ(token, 1);
+  EXPECT_EQ(logprobs.token_id, 1);
+  EXPECT_NEAR(logprobs.logprob, expected(1), 1e-6);
+  ASSERT_EQ(logprobs.top.size(), 3U);
+  EXPECT_EQ(logprobs.top[0].first, 2);  // ties: the lower id first
+  EXPECT_EQ(logprobs.top[1].first, 3);
+  EXPECT_EQ(logprobs.top[2].first, 0);
+  for (const auto& [id, logprob] : logprobs.top) EXPECT_NEAR(logprob, expected(id), 1e-6);
+  // Not requested: untouched.
+  Sampler plain(SamplingParams{});
+  TokenLogprobs untouched;
+  row = raw;
+  plain.Sample(row, {}, 0, {}, &untouched);
+  EXPECT_TRUE(untouched.top.empty());
+  EXPECT_EQ(untouched.logprob, 0.0F);
+}
+
 }  // namespace
 }  // namespace infer

@@ -1,0 +1,151 @@
+// OpenAI's API on the engine: POST /v1/chat/completions and the OpenAI format of
+// POST /v1/completions. Parsing of the request bodies (OpenAI's fields, vLLM's extensions,
+// unknown fields ignored, output-changing features we lack refused with 400), and the assembly
+// of responses from the engine's StepOutputs: `chat.completion` / `text_completion` objects,
+// or their streamed chunks (`data: {...}` lines closed by `data: [DONE]`). Pure: no sockets.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "infer/engine/request.h"
+#include "infer/engine/sampling_params.h"
+#include "infer/server/completion_request.h"
+#include "infer/tokenizer/tokenizer.h"
+
+namespace infer::server {
+
+enum class OpenAiEndpoint { kChatCompletions, kCompletions };
+
+struct OpenAiRequest {
+  OpenAiEndpoint endpoint = OpenAiEndpoint::kChatCompletions;
+  std::string model;
+  // Chat: the messages as the chat template reads them ({role, content} with string content),
+  // and the extra template variables (chat_template_kwargs, e.g. enable_thinking).
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  bool add_generation_prompt = true;
+  // Completions: one or more prompts (text or token ids); each gets `n` choices.
+  std::vector<std::variant<std::string, std::vector<int32_t>>> prompts;
+  // Sampling: the model's defaults (generation_config.json) overridden by the request's fields.
+  // max_tokens unset: the rest of the context (max_model_len - prompt tokens), as vLLM.
+  SamplingParams params;
+  std::optional<int64_t> max_tokens;
+  int64_t n = 1;
+  bool stream = false;
+  bool include_usage = false;     // stream_options.include_usage
+  bool echo = false;              // completions: the prompt text starts each choice's text
+  bool return_token_ids = false;  // vLLM: prompt_token_ids and each choice's token_ids
+  int64_t priority = 0;
+  // Fields this server does not know and ignored (logged at debug level).
+  std::vector<std::string> ignored_fields;
+};
+
+// `defaults`: the model's sampling defaults. Throws RequestError: 400 for malformed or invalid
+// bodies and for features that would change the output but are not supported (tools,
+// response_format with a schema, ...), 404 for another model.
+OpenAiRequest ParseChatCompletionRequest(std::string_view body, std::string_view served_model,
+                                         const SamplingParams& defaults);
+OpenAiRequest ParseOpenAiCompletionRequest(std::string_view body, std::string_view served_model,
+                                           const SamplingParams& defaults);
+
+// {"error": {"message", "type", "param", "code"}}: OpenAI's error shape.
+nlohmann::ordered_json OpenAiErrorJson(int status, std::string_view message,
+                                       std::string_view param = {});
+
+// Splits generated text into reasoning and content as vLLM's Qwen3 reasoning parser does: text
+// between <think> and </think> is reasoning, the tags themselves are dropped, the rest is
+// content. Fed incrementally (the tags may be split across pieces).
+class ReasoningSplitter {
+ public:
+  struct Parts {
+    std::string reasoning;
+    std::string content;
+  };
+  Parts Feed(std::string_view text);
+  // Whatever was held back as a possible start of a tag.
+  Parts Finish();
+
+ private:
+  enum class State { kBefore, kThinking, kAfter };
+  Parts Drain(bool final);
+  State state_ = State::kBefore;
+  std::string pending_;
+};
+
+// One response under assembly: the choices' text, ids, logprobs and finish reasons, fed with
+// every StepOutput of the request's engine requests (choice i's engine request id is
+// ChoiceRequestId(base, i)).
+class OpenAiResponse {
+ public:
+  struct PromptInfo {
+    std::vector<int32_t> ids;
+    std::string text;  // for echo
+  };
+  // `prompts`: each prompt's ids (choices [p*n, (p+1)*n) belong to prompt p). `tokenizer` may be
+  // null (token strings of logprobs are then empty). `reasoning`: split <think> text (chat).
+  OpenAiResponse(const OpenAiRequest& request, std::string id, std::string model, int64_t created,
+                 std::vector<PromptInfo> prompts, const Tokenizer* tokenizer, bool reasoning);
+
+  static std::string ChoiceRequestId(std::string_view base, int64_t choice);
+  int64_t num_choices() const { return static_cast<int64_t>(choices_.size()); }
+  const std::string& id() const { return id_; }
+  bool finished() const { return num_finished_ == choices_.size(); }
+  // The first error of a failed choice, if any.
+  const std::optional<std::string>& error() const { return error_; }
+
+  // Streaming: the chunks that open the stream (chat: each choice's role delta; completions
+  // with echo: the prompt texts).
+  std::string StreamStart();
+  // Records `output`; when streaming, returns the SSE lines it becomes (possibly none).
+  std::string Add(const StepOutput& output);
+  // Streaming: the usage chunk (when asked) and `data: [DONE]`; call once all choices ended.
+  std::string StreamEnd();
+  // Non-streaming: the whole response object.
+  nlohmann::ordered_json Final() const;
+
+ private:
+  struct Choice {
+    std::string text;
+    std::string reasoning;
+    std::vector<int32_t> token_ids;
+    std::vector<TokenLogprobs> logprobs;
+    std::optional<FinishReason> finish_reason;
+    ReasoningSplitter splitter;
+    bool finished = false;
+    int64_t completion_tokens = 0;
+  };
+  nlohmann::ordered_json ChunkBase() const;
+  nlohmann::ordered_json LogprobsJson(std::span<const TokenLogprobs> logprobs,
+                                      size_t text_offset) const;
+  nlohmann::ordered_json Usage() const;
+  std::string TokenText(int32_t id) const;
+  static std::string DataLine(const nlohmann::ordered_json& chunk);
+
+  const OpenAiEndpoint endpoint_;
+  const std::string id_;
+  const std::string model_;
+  const int64_t created_;
+  const int64_t n_;
+  const bool stream_;
+  const bool include_usage_;
+  const bool echo_;
+  const bool return_token_ids_;
+  const bool want_logprobs_;
+  const bool reasoning_;
+  std::vector<PromptInfo> prompts_;
+  const Tokenizer* tokenizer_;
+  std::vector<Choice> choices_;
+  std::map<std::string, size_t, std::less<>> choice_of_request_;
+  size_t num_finished_ = 0;
+  std::optional<std::string> error_;
+};
+
+}  // namespace infer::server
