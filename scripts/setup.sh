@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libcpp-httplib-dev
   libpcre2-dev libutf8proc-dev
+  prometheus  # promtool checks the /metrics exposition in the tests
 )
 
 if [[ "${INFER_SKIP_APT:-0}" != "1" ]]; then

@@ -92,6 +92,54 @@ double Engine::max_concurrency() const {
   return static_cast<double>(kv_cache_.num_blocks) / static_cast<double>(blocks_per_seq);
 }
 
+void Engine::ObserveToken(const Request& request) {
+  const auto& times = request.token_times_s;
+  std::lock_guard lock(metrics_mutex_);
+  ++metrics_.generation_tokens;
+  if (times.size() == 1) {
+    metrics_.time_to_first_token_s.Observe(times.front() - request.arrival_time_s);
+  } else if (times.size() >= 2) {
+    metrics_.inter_token_latency_s.Observe(times.back() - times[times.size() - 2]);
+  }
+}
+
+void Engine::ObserveEnd(const Request& request, double now) {
+  std::string reason = "abort";
+  if (request.state == RequestState::kFinished && request.finish_reason) {
+    reason = *request.finish_reason == FinishReason::kLength ? "length" : "stop";
+  }
+  std::lock_guard lock(metrics_mutex_);
+  ++metrics_.request_success[reason];
+  metrics_.e2e_request_latency_s.Observe(now - request.arrival_time_s);
+  if (request.first_scheduled_s >= 0) {
+    metrics_.request_queue_time_s.Observe(request.first_scheduled_s - request.arrival_time_s);
+  }
+  metrics_.request_prompt_tokens.Observe(static_cast<double>(request.num_prompt_tokens()));
+  metrics_.request_generation_tokens.Observe(static_cast<double>(request.num_generated_tokens()));
+}
+
+EngineMetrics Engine::metrics() const {
+  EngineMetrics snapshot;
+  {
+    std::lock_guard lock(metrics_mutex_);
+    snapshot = metrics_;
+  }
+  std::lock_guard lock(mutex_);
+  const SchedulerStats& stats = scheduler_->stats();
+  snapshot.num_requests_running = scheduler_->num_running();
+  snapshot.num_requests_waiting = scheduler_->num_waiting();
+  const BlockManager& blocks = scheduler_->block_manager();
+  snapshot.kv_cache_usage = blocks.num_blocks() > 0
+                                ? 1.0 - static_cast<double>(blocks.num_free_blocks()) /
+                                            static_cast<double>(blocks.num_blocks())
+                                : 0.0;
+  snapshot.prompt_tokens = stats.prompt_tokens;
+  snapshot.prefix_cache_queries = stats.prompt_tokens;
+  snapshot.prefix_cache_hits = stats.cached_prompt_tokens;
+  snapshot.num_preemptions = stats.preemptions;
+  return snapshot;
+}
+
 SchedulerStats Engine::stats() const {
   std::lock_guard lock(mutex_);
   return scheduler_->stats();
@@ -255,6 +303,7 @@ bool Engine::RunStep(std::vector<GenerationOutput>* ended) {
     pending_cancels_.clear();
   }
   for (const auto& request : cancelled) {
+    ObserveEnd(*request, NowS());
     Deliver(*request, ErrorOutput(*request, "cancelled"));
     if (ended) ended->push_back(MakeOutput(*request));
   }
@@ -302,6 +351,7 @@ bool Engine::RunStep(std::vector<GenerationOutput>* ended) {
         StepOutput& output = outputs.at(k++);
         output.time_s = now;
         s.request->token_times_s.push_back(now);
+        ObserveToken(*s.request);
         held.emplace_back(s.request, std::move(output));
       }
     } catch (const std::exception& e) {
@@ -321,10 +371,11 @@ bool Engine::RunStep(std::vector<GenerationOutput>* ended) {
       scheduler_->Update(step, ran);
       static_prefill = !config_.continuous() && ran && scheduler_->prefilling();
     }
-    if (ended) {
-      for (const ScheduledRequest& s : step.scheduled) {
-        if (s.request->done()) ended->push_back(MakeOutput(*s.request));
-      }
+    const double end = NowS();
+    for (const ScheduledRequest& s : step.scheduled) {
+      if (!s.request->done()) continue;
+      ObserveEnd(*s.request, end);
+      if (ended) ended->push_back(MakeOutput(*s.request));
     }
     if (!static_prefill) break;
   }

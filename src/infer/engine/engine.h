@@ -19,6 +19,7 @@
 
 #include "infer/engine/engine_config.h"
 #include "infer/engine/language_model.h"
+#include "infer/engine/metrics.h"
 #include "infer/engine/output_channel.h"
 #include "infer/engine/request.h"
 #include "infer/engine/runner.h"
@@ -140,6 +141,9 @@ class Engine {
   void Stop(const std::string& reason = "server shutting down");
 
   SchedulerStats stats() const;
+  // A snapshot of the counters and histograms, with the gauges (running, waiting, KV usage)
+  // read now: what GET /metrics shows.
+  EngineMetrics metrics() const;
 
  private:
   double NowS() const;
@@ -148,6 +152,9 @@ class Engine {
   bool RunStep(std::vector<GenerationOutput>* ended);
   GenerationOutput MakeOutput(const Request& request) const;
   static void Deliver(const Request& request, StepOutput output);
+  // Metrics: a token just sampled for `request` at engine time `now`, and a request that ended.
+  void ObserveToken(const Request& request);
+  void ObserveEnd(const Request& request, double now);
   static StepOutput ErrorOutput(const Request& request, const std::string& message);
 
   const EngineConfig config_;
@@ -165,6 +172,8 @@ class Engine {
   std::unique_ptr<Scheduler> scheduler_;
   std::vector<std::string> pending_cancels_;
   bool stopping_ = false;
+  mutable std::mutex metrics_mutex_;  // guards metrics_
+  EngineMetrics metrics_;
   std::thread thread_;
 };
 

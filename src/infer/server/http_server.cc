@@ -139,6 +139,10 @@ void HttpServer::Impl::Routes() {
     res.set_content(fmt::format(R"({{"status":"ok","kv_cache":{}}})", engine.KvCacheSummaryJson()),
                     "application/json");
   });
+  server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(PrometheusText(engine.metrics(), engine.config().model),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  });
   server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     const json model = {{"id", engine.config().model},
                         {"object", "model"},
