@@ -1,6 +1,7 @@
-// `infer serve`: the completions API over HTTP (seed phase 4). SIGINT/SIGTERM shut it down
-// gracefully: queued and running requests end with an error event, then the process exits 0;
-// a second signal exits at once.
+// `infer serve`: OpenAI's chat and completions API and the seed's phase-4 completions over HTTP,
+// with /health and /metrics. SIGINT/SIGTERM shut it down gracefully: new requests get 503 while
+// running ones have --shutdown-timeout seconds to finish, the rest end with an error event,
+// then the process exits 0; a second signal exits at once.
 #include <pthread.h>
 
 #include <algorithm>
@@ -198,8 +199,27 @@ void AddServeCommand(CLI::App& app) {
   command->add_option("--seed", args->engine.seed, "Default seed of requests that give none");
   command
       ->add_option("--http-threads", args->server.http_threads,
-                   "HTTP worker threads (0: max batch + max waiting + 16)")
+                   "HTTP worker threads = connections served at once; more get 503 at once "
+                   "(0: max batch + max waiting + 16)")
       ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  command
+      ->add_option("--timeout", args->server.read_timeout_s,
+                   "Seconds a client may send nothing of its request, or accept nothing of the "
+                   "response, before it is disconnected (its request cancelled)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command
+      ->add_option("--timeout-keep-alive", args->server.keep_alive_timeout_s,
+                   "Seconds an idle keep-alive connection stays open")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command
+      ->add_option("--shutdown-timeout", args->server.shutdown_timeout_s,
+                   "On SIGTERM/SIGINT: seconds running requests may go on to finish while new "
+                   "ones get 503 and /health says draining; then the rest end with an error "
+                   "event (0: at once)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   command
       ->add_option("--max-body-size", args->max_body_size,

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <mutex>
@@ -17,6 +18,7 @@
 
 #include "infer/core/error.h"
 #include "infer/server/completion_request.h"
+#include "infer/server/connection_pool.h"
 #include "infer/server/openai_api.h"
 #include "infer/server/sse.h"
 
@@ -86,16 +88,32 @@ struct HttpServer::Impl {
   httplib::Server server;
   std::atomic<uint64_t> next_id{0};
   std::atomic<int> open_streams{0};
+  std::atomic<bool> draining{false};  // Shutdown() began: new requests get 503
   std::atomic<bool> shutting_down{false};
   std::once_flag shutdown_once;
   std::mutex template_mutex;  // chat template rendering, one at a time
   int listen_fd = -1;         // the socket httplib binds, seen through its socket-options hook
+  int http_threads = 0;       // worker threads: the cap on connections served at once
 };
 
 void HttpServer::Impl::Routes() {
   // Runs once the headers are read and before the body is: an oversized body is refused from
   // its Content-Length without reading it (the connection is then closed, its bytes unread).
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (ConnectionPool::OverCapacity()) {
+      res.set_header("Connection", "close");
+      SendError(res, kServiceUnavailable,
+                fmt::format("too many open connections: this server serves {} at once "
+                            "(--http-threads)",
+                            http_threads));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (draining && req.method == "POST") {
+      res.set_header("Connection", "close");
+      SendError(res, kServiceUnavailable,
+                "server is draining (shutting down): try another replica");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (req.has_header("Content-Length")) {
       const std::string length = req.get_header_value("Content-Length");
       unsigned long long bytes = 0;
@@ -135,7 +153,11 @@ void HttpServer::Impl::Routes() {
     OpenAi(req, res, OpenAiEndpoint::kChatCompletions);
   });
   server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (shutting_down) return SendError(res, kServiceUnavailable, "server shutting down");
+    if (draining) {
+      res.status = kServiceUnavailable;
+      res.set_content(R"({"status":"draining"})", "application/json");
+      return;
+    }
     res.set_content(fmt::format(R"({{"status":"ok","kv_cache":{}}})", engine.KvCacheSummaryJson()),
                     "application/json");
   });
@@ -399,7 +421,17 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options)
                           ? impl_->options.http_threads
                           : static_cast<int>(std::min<int64_t>(
                                 config.max_num_seqs + config.max_waiting_requests + 16, 1024));
-  impl_->server.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  impl_->http_threads = threads;
+  impl_->server.new_task_queue = [threads] {
+    return new ConnectionPool(static_cast<size_t>(threads));
+  };
+  const auto seconds = [](double s) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(s));
+  };
+  impl_->server.set_read_timeout(seconds(impl_->options.read_timeout_s));
+  impl_->server.set_write_timeout(seconds(impl_->options.read_timeout_s));
+  impl_->server.set_keep_alive_timeout(
+      static_cast<time_t>(std::ceil(impl_->options.keep_alive_timeout_s)));
   impl_->server.set_payload_max_length(impl_->options.max_body_bytes);  // chunked bodies
   impl_->server.set_socket_options([impl = impl_.get()](socket_t sock) {
     httplib::default_socket_options(sock);
@@ -434,15 +466,26 @@ void HttpServer::Run() {
   impl_->server.listen_after_bind();
 }
 
-void HttpServer::Shutdown(const std::string& reason, double drain_s) {
+void HttpServer::Shutdown(const std::string& reason, double flush_s) {
   std::call_once(impl_->shutdown_once, [&] {
-    impl_->shutting_down = true;
-    impl_->engine.Stop(reason);
-    const auto deadline = Clock::now() + std::chrono::duration<double>(drain_s);
-    while (impl_->open_streams > 0 && Clock::now() < deadline) {
+    Impl& impl = *impl_;
+    impl.draining = true;
+    const auto drain_deadline =
+        Clock::now() + std::chrono::duration<double>(impl.options.shutdown_timeout_s);
+    if (impl.options.shutdown_timeout_s > 0 && impl.engine.HasWork()) {
+      spdlog::info("draining: new requests get 503; running ones have up to {} s to finish",
+                   impl.options.shutdown_timeout_s);
+    }
+    while (impl.engine.HasWork() && Clock::now() < drain_deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
-    impl_->server.stop();
+    impl.shutting_down = true;
+    impl.engine.Stop(reason);
+    const auto flush_deadline = Clock::now() + std::chrono::duration<double>(flush_s);
+    while (impl.open_streams > 0 && Clock::now() < flush_deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    impl.server.stop();
   });
 }
 

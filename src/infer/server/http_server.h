@@ -17,9 +17,18 @@ namespace infer::server {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (Bind() returns it)
-  // HTTP worker threads; 0: enough for every request the engine can hold (max_num_seqs +
-  // queue, at most 1024) plus room for requests that are only turned away.
+  // HTTP worker threads, one per open connection: the cap on connections served at once (more
+  // are answered 503 at once instead of waiting). 0: enough for every request the engine can
+  // hold (max_num_seqs + queue, at most 1024) plus room for requests that are only turned away.
   int http_threads = 0;
+  // A client that sends nothing (of its headers or body) for this long, or accepts no bytes of
+  // the response for this long, is disconnected (its request cancelled).
+  double read_timeout_s = 30.0;
+  // An idle keep-alive connection is closed after this long.
+  double keep_alive_timeout_s = 5.0;
+  // On Shutdown(): how long running and queued requests may go on to finish while new ones get
+  // 503 (/health says draining); what is left then ends with an error event. 0: at once.
+  double shutdown_timeout_s = 0.0;
   // A streaming request with nothing to send for this long gets an SSE comment, which is how a
   // client that went away is noticed while its request is still queued.
   double heartbeat_s = 1.0;
@@ -51,9 +60,11 @@ class HttpServer {
   int Bind();
   // Serves until Shutdown() (from any thread, e.g. a signal handler thread).
   void Run();
-  // Fails every queued and running request with `reason` (their streams end with an error
-  // event), lets the streams flush for up to `drain_s`, then stops accepting and returns.
-  void Shutdown(const std::string& reason = "server shutting down", double drain_s = 5.0);
+  // Drains: new requests get 503 and /health answers 503 "draining" while running and queued
+  // requests go on for up to shutdown_timeout_s; then every request left fails with `reason`
+  // (its stream ends with an error event), the streams get up to `flush_s` to flush, and the
+  // server stops accepting and returns.
+  void Shutdown(const std::string& reason = "server shutting down", double flush_s = 5.0);
 
  private:
   struct Impl;

@@ -642,7 +642,11 @@ std::string OpenAiResponse::Add(const StepOutput& output) {
   if (output.error) {
     return DataLine(OpenAiErrorJson(500, *output.error));
   }
-  if (content.empty() && reasoning.empty() && new_logprobs.empty() && !output.finished) return {};
+  const bool new_token_id = return_token_ids_ && output.token_id.has_value();
+  if (content.empty() && reasoning.empty() && new_logprobs.empty() && !new_token_id &&
+      !output.finished) {
+    return {};
+  }
   ordered_json chunk = ChunkBase();
   ordered_json delta_choice;
   delta_choice["index"] = index;

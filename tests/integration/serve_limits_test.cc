@@ -1,0 +1,173 @@
+// Limits and drain of `infer serve` over loopback (issue 14, item 5): a client that sends
+// nothing is disconnected after --timeout; connections beyond --http-threads are answered 503
+// at once instead of waiting; SIGTERM with --shutdown-timeout stops admitting (503, /health
+// "draining"), lets running requests finish, ends what is left with an error event, exits 0.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <future>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "../unit/loader/test_util.h"
+#include "serve_test_util.h"
+#include "testing/llama3_vocab_model.h"
+#include "testing/server_process.h"
+
+namespace infer {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using testing::ServerProcess;
+
+// A connected loopback socket that sends nothing.
+int IdleConnection(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Seconds until the server closes `fd` (recv returns 0), or -1 if it is still open after
+// `limit_s`.
+double SecondsUntilClosed(int fd, int limit_s) {
+  timeval timeout{limit_s, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  const auto start = Clock::now();
+  char byte = 0;
+  const ssize_t got = ::recv(fd, &byte, 1, 0);
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  return got == 0 ? elapsed : -1.0;
+}
+
+TEST(ServeLimits, IdleClientsTimeOutAndConnectionsBeyondTheCapGet503) {
+  ServerProcess server({"--model", testing::FixturePath("models/llama/model").string(),
+                        "--served-model-name", "tiny", "--threads", "1", "--http-threads", "2",
+                        "--timeout", "2"});
+  ASSERT_TRUE(server.started()) << server.log();
+  const auto opened = Clock::now();
+  const int idle_a = IdleConnection(server.port());
+  const int idle_b = IdleConnection(server.port());
+  ASSERT_GE(idle_a, 0);
+  ASSERT_GE(idle_b, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both hold a worker now
+  // A third client is turned away at once rather than queued behind them.
+  const auto asked = Clock::now();
+  const auto [status, body] = server::HttpGet("127.0.0.1", server.port(), "/v1/models");
+  EXPECT_EQ(status, 503) << body;
+  EXPECT_NE(body.find("too many open connections"), std::string::npos) << body;
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - asked).count(), 1.5);
+  // The silent clients are dropped after --timeout (2 s), which frees the workers.
+  const double closed_a = SecondsUntilClosed(idle_a, 10);
+  const double closed_b = SecondsUntilClosed(idle_b, 10);
+  EXPECT_GE(closed_a, 0) << "the idle connection was never closed";
+  EXPECT_GE(closed_b, 0) << "the idle connection was never closed";
+  const double held_s = std::chrono::duration<double>(Clock::now() - opened).count();
+  EXPECT_GT(held_s, 1.5);
+  EXPECT_LT(held_s, 6.0);
+  ::close(idle_a);
+  ::close(idle_b);
+  EXPECT_EQ(server::HttpGet("127.0.0.1", server.port(), "/v1/models").first, 200);
+  EXPECT_EQ(server.Stop(SIGTERM), 0) << server.log();
+}
+
+// A long streaming request (OpenAI completions with ignore_eos, so its length is known; n
+// choices make each step slower, as the tiny model alone runs thousands of tokens a second).
+json LongRequest(int max_tokens, int n = 1) {
+  json body = {{"model", "tiny"},
+               {"prompt", {1, 2, 3, 4}},
+               {"max_tokens", max_tokens},
+               {"temperature", 0.7},
+               {"seed", 1},
+               {"n", n}};
+  body["ignore_eos"] = true;
+  body["stream"] = true;
+  body["return_token_ids"] = true;
+  return body;
+}
+
+// The number of tokens a finished OpenAI stream carried and whether every choice ended with a
+// finish_reason and the stream with [DONE] (true) or it ended with an error chunk (false).
+std::pair<int, bool> ReadStream(const server::CompletionResult& result) {
+  int tokens = 0;
+  int finished = 0;
+  bool done = false;
+  for (const server::SseEvent& event : result.events) {
+    if (event.data == "[DONE]") {
+      done = true;
+      continue;
+    }
+    const json chunk = json::parse(event.data);
+    if (chunk.contains("error")) return {tokens, false};
+    for (const json& choice : chunk["choices"]) {
+      tokens += static_cast<int>(choice.value("token_ids", json::array()).size());
+      finished += choice["finish_reason"].is_null() ? 0 : 1;
+    }
+  }
+  return {tokens, finished > 0 && done};
+}
+
+TEST(ServeLimits, SigtermDrainsRunningRequestsThenEndsTheRest) {
+  for (const bool long_enough : {true, false}) {
+    // Drain 120 s: the running request finishes. Drain 1 s: it cannot, and ends with an error.
+    // The tiny Llama with the real 128k vocabulary: its output layer makes a token take about
+    // a millisecond, so that these requests are still running when the signal comes.
+    const int max_tokens = long_enough ? 300 : 4000;
+    testing::Llama3VocabModelDir model;
+    ServerProcess server({"--model", model.path(), "--load-format", "dummy", "--served-model-name",
+                          "tiny", "--threads", "1", "--completions-format", "openai",
+                          "--shutdown-timeout", long_enough ? "120" : "1"});
+    ASSERT_TRUE(server.started()) << server.log();
+    std::atomic<bool> streaming{false};
+    auto running = std::async(std::launch::async, [&] {
+      return server::PostCompletion("127.0.0.1", server.port(), LongRequest(max_tokens).dump(),
+                                    [&](const server::SseEvent&) {
+                                      streaming = true;
+                                      return true;
+                                    });
+    });
+    for (int i = 0; i < 1000 && !streaming; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_TRUE(streaming);
+    ASSERT_EQ(::kill(server.pid(), SIGTERM), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // Draining: no new work, and /health tells the balancer.
+    const auto refused = server::PostCompletion("127.0.0.1", server.port(), LongRequest(4).dump());
+    EXPECT_EQ(refused.status, 503) << refused.body;
+    EXPECT_NE(refused.body.find("draining"), std::string::npos) << refused.body;
+    const auto [health_status, health] = server::HttpGet("127.0.0.1", server.port(), "/health");
+    EXPECT_EQ(health_status, 503);
+    EXPECT_EQ(health, R"({"status":"draining"})");
+    const auto result = running.get();
+    ASSERT_EQ(result.status, 200) << result.body;
+    const auto [tokens, finished] = ReadStream(result);
+    if (long_enough) {
+      EXPECT_TRUE(finished) << result.body.substr(result.body.size() - 300);
+      EXPECT_EQ(tokens, max_tokens);
+    } else {
+      EXPECT_FALSE(finished);
+      EXPECT_LT(tokens, max_tokens);
+      EXPECT_NE(result.body.find("shutting down"), std::string::npos);
+    }
+    EXPECT_EQ(server.Stop(0, 150), 0) << server.log();  // exits by itself, 0
+  }
+}
+
+}  // namespace
+}  // namespace infer
