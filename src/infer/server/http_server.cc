@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infer/core/error.h"
+#include "infer/server/chat_page.h"
 #include "infer/server/completion_request.h"
 #include "infer/server/connection_pool.h"
 #include "infer/server/openai_api.h"
@@ -160,6 +161,10 @@ void HttpServer::Impl::Routes() {
     }
     res.set_content(fmt::format(R"({{"status":"ok","kv_cache":{}}})", engine.KvCacheSummaryJson()),
                     "application/json");
+  });
+  server.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    const std::string_view page = ChatPageHtml();
+    res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
   });
   server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(PrometheusText(engine.metrics(), engine.config().model),

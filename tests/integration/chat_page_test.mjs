@@ -1,0 +1,126 @@
+// The web chat page at GET / in real headless Chromium (Debian's `chromium`, driven by
+// playwright-core from npm): load the page, send a message, see the reply stream in, press
+// stop, and check through /metrics that the server freed (aborted) the request; then a short
+// reply runs to its end and shows TTFT and tokens/s, and the conversation is kept.
+//
+// Usage: node --test tests/integration/chat_page_test.mjs   (INFER_BINARY=build/infer)
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import os from 'node:os';
+import path from 'node:path';
+import { after, before, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+const require = createRequire(path.join(root, '.cache/npm/package.json'));
+const { chromium } = require('playwright-core');
+const infer = process.env.INFER_BINARY ?? path.join(root, 'build/infer');
+const browserPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
+
+function makeModelDir() {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'infer-page-'));
+  const config = JSON.parse(
+    fs.readFileSync(path.join(root, 'tests/fixtures/models/llama/model/config.json'), 'utf8'));
+  Object.assign(config,
+    { vocab_size: 128256, bos_token_id: 128000, eos_token_id: [128001, 128008, 128009] });
+  fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(config));
+  for (const name of ['tokenizer.json', 'tokenizer_config.json']) {
+    fs.copyFileSync(path.join(root, '.cache/tokenizers/llama3', name), path.join(dir, name));
+  }
+  return dir;
+}
+
+function startServer(model) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(infer, ['serve', '--model', model, '--load-format', 'dummy', '--threads',
+      '1', '--host', '127.0.0.1', '--port', '0', '--served-model-name', 'tiny', '--max-model-len',
+      '4096'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let log = '';
+    const timer = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 120000);
+    child.stderr.on('data', (data) => {
+      log += data;
+      const match = log.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
+      if (match) {
+        clearTimeout(timer);
+        resolve({ child, url: match[1], log: () => log });
+      }
+    });
+    child.on('exit', (code) => reject(new Error(`server exited with ${code}:\n${log}`)));
+  });
+}
+
+async function metric(url, series) {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(series + ' '));
+  return line === undefined ? NaN : Number(line.slice(series.length + 1));
+}
+
+let model;
+let server;
+let browser;
+
+before(async () => {
+  model = makeModelDir();
+  server = await startServer(model);
+  browser = await chromium.launch({ executablePath: browserPath, args: ['--no-sandbox'] });
+});
+
+after(async () => {
+  await browser?.close();
+  server?.child.kill('SIGTERM');
+  if (model) fs.rmSync(model, { recursive: true, force: true });
+});
+
+test('the chat page streams a reply, stops it, and the server frees the request', async () => {
+  const page = await browser.newPage();
+  await page.goto(server.url + '/');
+  await page.waitForFunction(() => document.getElementById('model').textContent === 'tiny');
+  await page.fill('#max_tokens', '3000');
+  await page.fill('#temperature', '0.8');
+  await page.fill('#input', 'Tell me a long story.');
+  await page.click('#send');
+  const reply = page.locator('.msg.assistant .content').last();
+  // Streamed: the text is seen at two different, growing lengths before the reply ends.
+  await page.waitForFunction(() => {
+    const all = document.querySelectorAll('.msg.assistant .content');
+    return all.length > 0 && all[all.length - 1].textContent.length > 0;
+  });
+  const early = await reply.textContent();
+  await page.waitForFunction((length) => {
+    const all = document.querySelectorAll('.msg.assistant .content');
+    return all[all.length - 1].textContent.length > length;
+  }, early.length);
+  const later = await reply.textContent();
+  assert.ok(later.startsWith(early), 'the reply only grows');
+  assert.equal(await metric(server.url, 'vllm:num_requests_running{model_name="tiny"}'), 1);
+  assert.equal(await page.isEnabled('#stop'), true);
+  await page.click('#stop');
+  await page.waitForSelector('.msg.assistant[data-finish="stopped"]');
+  // The server noticed the disconnect and cancelled the request.
+  let running = NaN;
+  for (let i = 0; i < 100; ++i) {
+    running = await metric(server.url, 'vllm:num_requests_running{model_name="tiny"}');
+    if (running === 0) break;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  assert.equal(running, 0);
+  assert.equal(await metric(server.url,
+    'vllm:request_success_total{model_name="tiny",finished_reason="abort"}'), 1);
+  const stats = await page.textContent('.msg.assistant .stats');
+  assert.match(stats, /TTFT \d+\.\d\d s/);
+  assert.match(stats, /\d+\.\d tok\/s · stopped/);
+  assert.equal(await page.isEnabled('#send'), true);
+
+  // A short reply runs to its end; the conversation (two turns) stays in the page.
+  await page.fill('#max_tokens', '5');
+  await page.fill('#input', 'And a short one.');
+  await page.press('#input', 'Enter');
+  await page.waitForSelector('.msg.assistant[data-finish="length"]');
+  assert.equal(await page.locator('.msg.user').count(), 2);
+  assert.equal(await page.locator('.msg.assistant').count(), 2);
+  const last = await page.locator('.msg.assistant .stats').last().textContent();
+  assert.match(last, /^5 tokens · TTFT \d+\.\d\d s · \d+\.\d tok\/s · length$/);
+  await page.close();
+});
