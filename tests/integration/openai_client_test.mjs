@@ -63,6 +63,13 @@ function startServer(model, extra) {
 }
 
 describe('openai npm client against infer serve', () => {
+  async function prefixCacheHits() {
+    const text = await (await fetch(server.url.replace(/\/v1$/, '/metrics'),
+      { headers: { Authorization: `Bearer ${key}` } })).text();
+    const line = text.split('\n').find((l) => l.startsWith('vllm:prefix_cache_hits_total{'));
+    return Number(line.split(' ').pop());
+  }
+
   let model;
   let server;
   let client;
@@ -160,6 +167,7 @@ describe('openai npm client against infer serve', () => {
     const settings = ['--temperature', '1.0', '--top-p', '1', '--max-new-tokens', '10'];
     const first = generate(model, ['--chat', '--prompt', chatPrompt, '--seed', '11', ...settings]);
     const second = generate(model, ['--chat', '--prompt', chatPrompt, '--seed', '12', ...settings]);
+    const hitsBefore = await prefixCacheHits();
     const reply = await client.chat.completions.create({
       model: 'tiny', messages: [{ role: 'user', content: chatPrompt }], n: 2, seed: 11,
       temperature: 1.0, top_p: 1, max_tokens: 10, return_token_ids: true,
@@ -171,6 +179,10 @@ describe('openai npm client against infer serve', () => {
     assert.notDeepEqual(first.token_ids, second.token_ids);
     assert.equal(reply.usage.completion_tokens,
       first.generated_tokens + second.generated_tokens);
+    // The second choice reads the prompt's full KV blocks from the first (16 tokens each).
+    const fullBlocks = Math.floor((reply.usage.prompt_tokens - 1) / 16) * 16;
+    assert.ok(fullBlocks > 0);
+    assert.ok(await prefixCacheHits() - hitsBefore >= fullBlocks);
     // Streaming n: 2 delivers both indices.
     const stream = await client.chat.completions.create({
       model: 'tiny', messages: [{ role: 'user', content: chatPrompt }], n: 2, seed: 11,
