@@ -1,0 +1,165 @@
+#!/usr/bin/env python3
+"""Writes a real-size GGUF of random weights for llama.cpp, from a dev model folder's
+config.json and tokenizer.json: the counterpart of infer's --load-format dummy, so that the two
+engines can be timed side by side on the same CPU (speed does not depend on the values).
+
+Types, as llama.cpp's own quantizer lays out these files: bf16 (every matrix BF16), q8_0 (every
+matrix Q8_0, the tied embedding/output too), q4_0 (layers Q4_0; the tied embedding, which is
+also the output head, Q6_K as llama-quantize makes it). Norms are F32 ones. Quantized blocks hold
+random quants with a small fixed scale. Llama architecture only (Llama-3.2-1B-Instruct).
+
+Usage: make_gguf.py MODEL_DIR {bf16,q8_0,q4_0} OUT.gguf
+"""
+import json
+import os
+import struct
+import sys
+
+GGML = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "q6_k": 14, "bf16": 30}
+FILE_TYPE = {"bf16": 32, "q8_0": 7, "q4_0": 2}  # llama_ftype
+# (elements per block, bytes per block, offset of the f16 scale in the block)
+BLOCKS = {"q8_0": (32, 34, 0), "q4_0": (32, 18, 0), "q6_k": (256, 210, 208)}
+ALIGN = 32
+
+
+def gguf_string(text):
+    data = text.encode("utf-8")
+    return struct.pack("<Q", len(data)) + data
+
+
+def kv(key, kind, value):
+    out = gguf_string(key)
+    if kind == "str":
+        return out + struct.pack("<I", 8) + gguf_string(value)
+    if kind == "u32":
+        return out + struct.pack("<II", 4, value)
+    if kind == "f32":
+        return out + struct.pack("<If", 6, value)
+    if kind == "strs":
+        return out + struct.pack("<IIQ", 9, 8, len(value)) + b"".join(gguf_string(v) for v in value)
+    if kind == "i32s":
+        return out + struct.pack("<IIQ", 9, 5, len(value)) + struct.pack(f"<{len(value)}i", *value)
+    raise ValueError(kind)
+
+
+def tensor_bytes(kind, count):
+    if kind == "f32":
+        return struct.pack("<f", 1.0) * count
+    if kind == "bf16":
+        # Random bf16 of magnitude <= ~0.03: a random low byte and a high byte 0x3c/0xbc.
+        data = bytearray(os.urandom(count * 2))
+        data[1::2] = bytes(0x3C | (b & 0x80) for b in data[1::2])
+        return bytes(data)
+    per_block, size, scale_at = BLOCKS[kind]
+    assert count % per_block == 0, (kind, count)
+    blocks = count // per_block
+    data = bytearray(os.urandom(blocks * size))
+    scale = struct.pack("<e", 0.002)
+    data[scale_at::size] = scale[0:1] * blocks
+    data[scale_at + 1::size] = scale[1:2] * blocks
+    return bytes(data)
+
+
+def main():
+    model_dir, kind, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
+    config = json.load(open(os.path.join(model_dir, "config.json")))
+    tokenizer = json.load(open(os.path.join(model_dir, "tokenizer.json")))
+    assert config["model_type"] == "llama", "make_gguf.py writes the llama architecture only"
+    hidden = config["hidden_size"]
+    heads = config["num_attention_heads"]
+    kv_heads = config["num_key_value_heads"]
+    head_dim = config.get("head_dim", hidden // heads)
+    ff = config["intermediate_size"]
+    layers = config["num_hidden_layers"]
+    vocab = config["vocab_size"]
+
+    tokens = [""] * vocab
+    types = [1] * vocab
+    for token, index in tokenizer["model"]["vocab"].items():
+        tokens[index] = token
+    for added in tokenizer["added_tokens"]:
+        tokens[added["id"]] = added["content"]
+        types[added["id"]] = 3 if added["special"] else 4
+    for index, token in enumerate(tokens):
+        if not token:
+            tokens[index] = f"[PAD{index}]"
+            types[index] = 5
+    merges = [m if isinstance(m, str) else " ".join(m) for m in tokenizer["model"]["merges"]]
+    eos = config["eos_token_id"]
+    eos = eos[-1] if isinstance(eos, list) else eos
+
+    matrix = kind  # layer matrices
+    embedding = {"bf16": "bf16", "q8_0": "q8_0", "q4_0": "q6_k"}[kind]
+    tensors = [("token_embd.weight", [hidden, vocab], embedding),
+               ("output_norm.weight", [hidden], "f32")]
+    for i in range(layers):
+        p = f"blk.{i}."
+        tensors += [(p + "attn_norm.weight", [hidden], "f32"),
+                    (p + "attn_q.weight", [hidden, heads * head_dim], matrix),
+                    (p + "attn_k.weight", [hidden, kv_heads * head_dim], matrix),
+                    (p + "attn_v.weight", [hidden, kv_heads * head_dim], matrix),
+                    (p + "attn_output.weight", [heads * head_dim, hidden], matrix),
+                    (p + "ffn_norm.weight", [hidden], "f32"),
+                    (p + "ffn_gate.weight", [hidden, ff], matrix),
+                    (p + "ffn_up.weight", [hidden, ff], matrix),
+                    (p + "ffn_down.weight", [ff, hidden], matrix)]
+
+    metadata = [
+        kv("general.architecture", "str", "llama"),
+        kv("general.name", "str", os.path.basename(os.path.normpath(model_dir)) + " (random)"),
+        kv("general.file_type", "u32", FILE_TYPE[kind]),
+        kv("general.alignment", "u32", ALIGN),
+        kv("llama.block_count", "u32", layers),
+        kv("llama.context_length", "u32", min(config["max_position_embeddings"], 8192)),
+        kv("llama.embedding_length", "u32", hidden),
+        kv("llama.feed_forward_length", "u32", ff),
+        kv("llama.attention.head_count", "u32", heads),
+        kv("llama.attention.head_count_kv", "u32", kv_heads),
+        kv("llama.attention.key_length", "u32", head_dim),
+        kv("llama.attention.value_length", "u32", head_dim),
+        kv("llama.rope.dimension_count", "u32", head_dim),
+        kv("llama.rope.freq_base", "f32", float(config.get("rope_theta", 10000.0))),
+        kv("llama.attention.layer_norm_rms_epsilon", "f32", float(config["rms_norm_eps"])),
+        kv("llama.vocab_size", "u32", vocab),
+        kv("tokenizer.ggml.model", "str", "gpt2"),
+        kv("tokenizer.ggml.pre", "str", "llama-bpe"),
+        kv("tokenizer.ggml.tokens", "strs", tokens),
+        kv("tokenizer.ggml.token_type", "i32s", types),
+        kv("tokenizer.ggml.merges", "strs", merges),
+        kv("tokenizer.ggml.bos_token_id", "u32", config["bos_token_id"]),
+        kv("tokenizer.ggml.eos_token_id", "u32", eos),
+    ]
+
+    infos = []
+    offset = 0
+    sizes = []
+    for name, dims, t in tensors:
+        count = 1
+        for d in dims:
+            count *= d
+        if t in BLOCKS:
+            size = count // BLOCKS[t][0] * BLOCKS[t][1]
+        else:
+            size = count * (4 if t == "f32" else 2)
+        infos.append(gguf_string(name) + struct.pack("<I", len(dims)) +
+                     struct.pack(f"<{len(dims)}Q", *dims) + struct.pack("<IQ", GGML[t], offset))
+        sizes.append((count, size, t))
+        offset += (size + ALIGN - 1) // ALIGN * ALIGN
+
+    with open(out_path, "wb") as out:
+        out.write(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(metadata)))
+        for entry in metadata:
+            out.write(entry)
+        for info in infos:
+            out.write(info)
+        out.write(b"\0" * (-out.tell() % ALIGN))
+        for count, size, t in sizes:
+            data = tensor_bytes(t, count)
+            assert len(data) == size
+            out.write(data)
+            out.write(b"\0" * (-size % ALIGN))
+    print(f"{out_path}: {len(tensors)} tensors, {offset / 1e9:.2f} GB of weights ({kind})")
+
+
+if __name__ == "__main__":
+    main()
