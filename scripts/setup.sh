@@ -14,6 +14,7 @@ packages=(
   libpcre2-dev libutf8proc-dev
   prometheus  # promtool checks the /metrics exposition in the tests
   chromium    # the web chat page's test drives it headless
+  haproxy curl python3  # scripts/cluster.sh and its test
 )
 
 if [[ "${INFER_SKIP_APT:-0}" != "1" ]]; then

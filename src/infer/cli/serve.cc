@@ -3,6 +3,7 @@
 // running ones have --shutdown-timeout seconds to finish, the rest end with an error event,
 // then the process exits 0; a second signal exits at once.
 #include <pthread.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <csignal>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <thread>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "infer/cache/paged_kv_cache.h"
@@ -76,6 +78,19 @@ class SignalWaiter {
 
 void RunServe(ServeArgs& args) {
   SignalWaiter signals;
+  if (args.server.replica_id.empty()) {
+    const char* id = std::getenv("INFER_REPLICA_ID");
+    char host[256] = {};
+    args.server.replica_id =
+        id != nullptr && *id != '\0'
+            ? std::string(id)
+            : fmt::format("{}-{}", gethostname(host, sizeof(host) - 1) == 0 ? host : "infer",
+                          getpid());
+  }
+  std::string log_id;  // '%' starts a spdlog pattern flag
+  for (const char c : args.server.replica_id)
+    log_id += c == '%' ? std::string("%%") : std::string(1, c);
+  spdlog::default_logger()->set_pattern(fmt::format("[%H:%M:%S.%e] [{}] [%^%l%$] %v", log_id));
   args.engine.model = args.served_model_name.empty() ? args.model.model : args.served_model_name;
   args.engine.kv_cache_dtype = ParseKvCacheDType(args.kv_cache_dtype);
   if (!args.kv_cache_memory.empty()) {
@@ -86,6 +101,11 @@ void RunServe(ServeArgs& args) {
   INFER_CHECK(max_body > 0, "--max-body-size must be positive");
   args.server.max_body_bytes = static_cast<size_t>(max_body);
   args.engine.Validate();
+  // The port answers 503 "loading" until the model is ready.
+  server::LoadingServer loading(args.server.host, args.server.port, args.server.replica_id);
+  args.server.port = loading.port();
+  std::fprintf(stderr, "infer serve: loading; /health answers 503 on http://%s:%d until ready\n",
+               args.server.host.c_str(), args.server.port);
   GenerationSession session(args.model);
   args.server.default_sampling = SamplingParamsFromGenerationConfig(session.loaded().generation);
   if (session.tokenizer() != nullptr) {
@@ -113,19 +133,20 @@ void RunServe(ServeArgs& args) {
                static_cast<long long>(kv.capacity_tokens()), static_cast<double>(kv.bytes) / 0x1p30,
                std::string(DTypeName(kv.dtype)).c_str(), static_cast<long long>(max_len),
                engine.max_concurrency());
+  loading.Stop();
   server::HttpServer http(engine, args.server);
   const int port = http.Bind();
   std::fprintf(stderr,
                "infer serve: listening on http://%s:%d (model \"%s\", %s batching, %s policy, "
                "max num seqs %lld, max waiting %lld, prefix caching %s, preemption %s; "
-               "/v1/completions format %s, reasoning parser %s)\n",
+               "/v1/completions format %s, reasoning parser %s, replica %s)\n",
                args.server.host.c_str(), port, args.engine.model.c_str(),
                args.engine.batching_mode.c_str(), args.engine.scheduler_policy.c_str(),
                static_cast<long long>(args.engine.max_num_seqs),
                static_cast<long long>(args.engine.max_waiting_requests),
                args.engine.enable_prefix_caching ? "on" : "off",
                args.engine.enable_preemption ? "on" : "off", args.server.completions_format.c_str(),
-               args.server.reasoning_parser.c_str());
+               args.server.reasoning_parser.c_str(), args.server.replica_id.c_str());
   std::fflush(stderr);
   signals.Serve(&http);
   http.Run();
@@ -205,13 +226,13 @@ void AddServeCommand(CLI::App& app) {
       ->capture_default_str();
   command
       ->add_option("--timeout", args->server.read_timeout_s,
-                   "Seconds a client may send nothing of its request, or accept nothing of the "
-                   "response, before it is disconnected (its request cancelled)")
+                   "Seconds a client may stall in the middle of its request, or accept nothing of "
+                   "the response, before it is disconnected (its request cancelled)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   command
       ->add_option("--timeout-keep-alive", args->server.keep_alive_timeout_s,
-                   "Seconds an idle keep-alive connection stays open")
+                   "Seconds a connection (new or kept alive) may wait for a request to start")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   command
@@ -228,6 +249,9 @@ void AddServeCommand(CLI::App& app) {
   command->add_option("--api-key", args->server.api_key,
                       "Require \"Authorization: Bearer KEY\" on /v1/* and /metrics (401 "
                       "otherwise; /health stays open). Default: $INFER_API_KEY, else none");
+  command->add_option("--replica-id", args->server.replica_id,
+                      "Name of this replica: the X-Replica-Id header of every response and the "
+                      "log prefix (default: $INFER_REPLICA_ID, else HOSTNAME-PID)");
   command
       ->add_option("--completions-format", args->server.completions_format,
                    "What POST /v1/completions speaks: seed (the phase-4 event stream: event: "

@@ -101,6 +101,7 @@ void HttpServer::Impl::Routes() {
   // Runs once the headers are read and before the body is: an oversized body is refused from
   // its Content-Length without reading it (the connection is then closed, its bytes unread).
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (!options.replica_id.empty()) res.set_header("X-Replica-Id", options.replica_id);
     if (ConnectionPool::OverCapacity()) {
       res.set_header("Connection", "close");
       SendError(res, kServiceUnavailable,
@@ -177,6 +178,12 @@ void HttpServer::Impl::Routes() {
                         {"max_model_len", engine.max_model_len()}};
     res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(),
                     "application/json");
+  });
+  // One access-log line per request, once its response (a whole stream, too) is written.
+  server.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+    if (req.path == "/health" || req.path == "/metrics") return;  // probes and scrapes
+    spdlog::info("{} {} {} {}", req.method, req.path, res.status,
+                 res.get_header_value("X-Request-Id"));
   });
   // Unknown paths and methods, thrown exceptions: JSON errors like every other answer.
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -446,6 +453,36 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options)
 }
 
 HttpServer::~HttpServer() { Shutdown(); }
+
+struct LoadingServer::Impl {
+  httplib::Server server;
+  std::thread thread;
+};
+
+LoadingServer::LoadingServer(const std::string& host, int port, const std::string& replica_id)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->server.set_pre_routing_handler(
+      [replica_id](const httplib::Request&, httplib::Response& res) {
+        if (!replica_id.empty()) res.set_header("X-Replica-Id", replica_id);
+        res.status = kServiceUnavailable;
+        res.set_header("Retry-After", "5");
+        res.set_content(R"({"status":"loading"})", "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+      });
+  port_ = port == 0 ? impl_->server.bind_to_any_port(host)
+                    : (impl_->server.bind_to_port(host, port) ? port : -1);
+  INFER_CHECK(port_ > 0, "cannot listen on {}:{} (in use, or not an address of this machine)", host,
+              port);
+  impl_->thread = std::thread([impl = impl_.get()] { impl->server.listen_after_bind(); });
+}
+
+LoadingServer::~LoadingServer() { Stop(); }
+
+void LoadingServer::Stop() {
+  if (!impl_->thread.joinable()) return;
+  impl_->server.stop();
+  impl_->thread.join();
+}
 
 int HttpServer::Bind() {
   const ServerOptions& options = impl_->options;

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "infer/engine/engine.h"
 #include "infer/engine/sampling_params.h"
@@ -21,10 +22,10 @@ struct ServerOptions {
   // are answered 503 at once instead of waiting). 0: enough for every request the engine can
   // hold (max_num_seqs + queue, at most 1024) plus room for requests that are only turned away.
   int http_threads = 0;
-  // A client that sends nothing (of its headers or body) for this long, or accepts no bytes of
-  // the response for this long, is disconnected (its request cancelled).
+  // A client that stalls in the middle of its request (headers or body) for this long, or
+  // accepts no bytes of the response for this long, is disconnected (its request cancelled).
   double read_timeout_s = 30.0;
-  // An idle keep-alive connection is closed after this long.
+  // A connection on which no request starts for this long (new or idle keep-alive) is closed.
   double keep_alive_timeout_s = 5.0;
   // On Shutdown(): how long running and queued requests may go on to finish while new ones get
   // 503 (/health says draining); what is left then ends with an error event. 0: at once.
@@ -43,9 +44,32 @@ struct ServerOptions {
   SamplingParams default_sampling;
   // Renders chat requests; null: /v1/chat/completions answers 400 (the model has no template).
   const ChatTemplate* chat_template = nullptr;
+  // Sent as X-Replica-Id on every response (and in the access log), so that a client or a load
+  // balancer can tell which replica answered. Empty: no header.
+  std::string replica_id;
   // "qwen3": <think>...</think> text of chat replies is returned as reasoning_content (vLLM's
   // reasoning parser); "none": left in the content.
   std::string reasoning_parser = "none";
+};
+
+// Holds the port while the model loads: every path (/health included) answers 503
+// {"status": "loading"}, so that a load balancer or a readiness probe sees a replica that is not
+// ready rather than a refused connection. Runs on its own thread until Stop().
+class LoadingServer {
+ public:
+  // Binds host:port (0: any free port); throws infer::Error if it cannot.
+  LoadingServer(const std::string& host, int port, const std::string& replica_id);
+  ~LoadingServer();
+  LoadingServer(const LoadingServer&) = delete;
+  LoadingServer& operator=(const LoadingServer&) = delete;
+  int port() const { return port_; }
+  // Stops answering and frees the port (idempotent).
+  void Stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int port_ = -1;
 };
 
 class HttpServer {
