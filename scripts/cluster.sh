@@ -10,9 +10,9 @@
 #   scripts/cluster.sh down          stops exactly what `up` (and `restart`) started
 #   scripts/cluster.sh config N [--balance B] [--port-base P]   prints a haproxy.cfg (deploy/)
 #
-# Balancing: leastconn (default); affinity hashes the X-Session-Id header over the replicas
-# (consistent hashing, so a session keeps its replica and its prefix cache; requests without the
-# header go round robin). Health checks GET /health every second: a replica that is loading,
+# Balancing: leastconn (default); affinity keeps each X-Session-Id on one replica (a stick table:
+# the session's first request goes to the least loaded replica, later ones follow it, so its
+# prefix cache hits; requests without the header are plain leastconn). Health checks GET /health every second: a replica that is loading,
 # draining (503) or dead is out after 2 failures and back after 2 passes. A request is retried
 # on another replica only when its client has seen no answer (connection refused, or the
 # replica died before sending a whole response head); a response that began is never retried.
@@ -63,10 +63,14 @@ backend replicas
 EOF
   if [[ "$balance" == "affinity" ]]; then
     cat <<'EOF'
-  # Prefix affinity: one conversation or system prompt (one X-Session-Id) -> one replica, whose
-  # prefix cache then holds it. Consistent hashing moves few sessions when replicas come and go.
-  balance hdr(X-Session-Id)
-  hash-type consistent
+  # Prefix affinity: a session's first request goes to the least loaded replica, and every later
+  # request with the same X-Session-Id sticks to it, so that its prefix cache holds the
+  # conversation or system prompt. (Hashing the header instead placed 4 sessions 4/0 on 2
+  # replicas in benchmarks/cluster_affinity_bench.py: few sessions hash unevenly.) A session
+  # whose replica is down goes to another (option redispatch); no header: plain leastconn.
+  balance leastconn
+  stick-table type string len 128 size 1m expire 30m
+  stick on hdr(X-Session-Id)
 EOF
   else
     echo "  balance leastconn"
