@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../unit/loader/test_util.h"
+#include "infer/server/http_server.h"
 #include "serve_test_util.h"
 #include "testing/llama3_vocab_model.h"
 #include "testing/server_process.h"
@@ -169,6 +170,25 @@ TEST(ServeLimits, SigtermDrainsRunningRequestsThenEndsTheRest) {
     }
     EXPECT_EQ(server.Stop(0, 150), 0) << server.log();  // exits by itself, 0
   }
+}
+
+// While the model loads, `infer serve` holds its port with a LoadingServer: every path answers
+// 503 {"status":"loading"} (a balancer's health check takes the replica out instead of seeing a
+// refused connection), with the replica id; Stop() frees the port for the real server.
+TEST(ServeLimits, LoadingServerAnswers503UntilStopped) {
+  server::LoadingServer loading("127.0.0.1", 0, "replica-7");
+  const int port = loading.port();
+  ASSERT_GT(port, 0);
+  for (const char* path : {"/health", "/v1/models", "/metrics"}) {
+    const auto [status, body] = server::HttpGet("127.0.0.1", port, path);
+    EXPECT_EQ(status, 503) << path;
+    EXPECT_EQ(body, R"({"status":"loading"})") << path;
+  }
+  EXPECT_EQ(server::PostCompletion("127.0.0.1", port, "{}").status, 503);
+  loading.Stop();
+  EXPECT_EQ(server::HttpGet("127.0.0.1", port, "/health").first, 0);  // refused: port free
+  server::LoadingServer again("127.0.0.1", port, "");                 // and bindable again at once
+  EXPECT_EQ(again.port(), port);
 }
 
 }  // namespace

@@ -457,6 +457,7 @@ HttpServer::~HttpServer() { Shutdown(); }
 struct LoadingServer::Impl {
   httplib::Server server;
   std::thread thread;
+  std::atomic<bool> listen_returned{false};
 };
 
 LoadingServer::LoadingServer(const std::string& host, int port, const std::string& replica_id)
@@ -473,13 +474,21 @@ LoadingServer::LoadingServer(const std::string& host, int port, const std::strin
                     : (impl_->server.bind_to_port(host, port) ? port : -1);
   INFER_CHECK(port_ > 0, "cannot listen on {}:{} (in use, or not an address of this machine)", host,
               port);
-  impl_->thread = std::thread([impl = impl_.get()] { impl->server.listen_after_bind(); });
+  impl_->thread = std::thread([impl = impl_.get()] {
+    impl->server.listen_after_bind();
+    impl->listen_returned = true;
+  });
 }
 
 LoadingServer::~LoadingServer() { Stop(); }
 
 void LoadingServer::Stop() {
   if (!impl_->thread.joinable()) return;
+  // httplib's stop() does nothing before its accept loop runs: wait for it (a model that loads
+  // at once would otherwise leave this thread accepting forever).
+  while (!impl_->server.is_running() && !impl_->listen_returned) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   impl_->server.stop();
   impl_->thread.join();
 }
