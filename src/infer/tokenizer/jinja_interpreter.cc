@@ -13,10 +13,33 @@
 namespace infer::jinja {
 namespace {
 
-// Output and recursion bounds: templates are data from model folders; never run away.
-constexpr size_t kMaxOutputBytes = size_t{256} << 20;
+// Bounds: templates are code from model folders; whatever they do ends within a second or two
+// with a clear error, never a hang or an exhausted machine. A real chat template renders a
+// conversation in thousands of steps and kilobytes.
+constexpr size_t kMaxOutputBytes = size_t{16} << 20;
+constexpr size_t kMaxValueBytes = size_t{16} << 20;  // any one string, list repetition
+constexpr size_t kMaxItems = 1'000'000;              // any one list or dict
+// Work units: one per node, loop iteration and expression, plus one per KiB of string and per
+// 16 items of list or dict each expression yields (copying them is the cost), so that a few
+// huge values cost as much as many small steps.
+constexpr int64_t kMaxSteps = 5'000'000;
 constexpr int kMaxCallDepth = 64;
 constexpr int64_t kMaxRangeLength = 1'000'000;
+
+// The bytes a value holds directly (strings, and the strings of a list's or dict's items).
+size_t ShallowBytes(const Value& value) {
+  if (value.IsString()) return value.AsString().size();
+  size_t bytes = 0;
+  if (value.IsList()) {
+    for (const Value& item : value.AsList())
+      bytes += 16 + (item.IsString() ? item.AsString().size() : 0);
+  } else if (value.IsDict()) {
+    for (const auto& [key, item] : value.AsDict()) {
+      bytes += 16 + key.size() + (item.IsString() ? item.AsString().size() : 0);
+    }
+  }
+  return bytes;
+}
 
 enum class Flow { kNormal, kBreak, kContinue };
 
@@ -39,11 +62,12 @@ Value Arithmetic(const std::string& op, const Value& a, const Value& b) {
     const Value* count = sequence == &a ? &b : &a;
     if (sequence != nullptr && (count->IsInt() || count->IsBool())) {
       const int64_t n = std::max<int64_t>(0, as_int(*count));
-      const int64_t unit = static_cast<int64_t>(sequence->IsString() ? sequence->AsString().size()
-                                                                     : sequence->AsList().size());
-      INFER_CHECK(n <= static_cast<int64_t>(kMaxOutputBytes) &&
-                      n * unit <= static_cast<int64_t>(kMaxOutputBytes),
-                  "sequence repetition too large");
+      const auto unit = static_cast<int64_t>(std::max<size_t>(1, ShallowBytes(*sequence)));
+      INFER_CHECK(n <= static_cast<int64_t>(kMaxValueBytes) &&
+                      n * unit <= static_cast<int64_t>(kMaxValueBytes),
+                  "chat template: sequence repetition too large ({} x {} bytes; the limit is {} "
+                  "bytes)",
+                  n, unit, kMaxValueBytes);
       if (sequence->IsString()) {
         std::string out;
         for (int64_t i = 0; i < n; ++i) out += sequence->AsString();
@@ -237,8 +261,37 @@ class Renderer {
   }
 
   void Append(const std::string& text) {
+    INFER_CHECK(out_.size() + text.size() <= kMaxOutputBytes,
+                "chat template output exceeded {} bytes", kMaxOutputBytes);
     out_ += text;
-    INFER_CHECK(out_.size() <= kMaxOutputBytes, "chat template output is too large");
+  }
+
+  // One unit of work: every node, loop iteration, macro call and expression.
+  void Step(int64_t units = 1) {
+    steps_ += units;
+    INFER_CHECK(steps_ <= kMaxSteps, "chat template exceeded {} steps (a loop too long?)",
+                kMaxSteps);
+  }
+
+  static const Value& CheckSize(const Value& value) {
+    if (value.IsString()) {
+      INFER_CHECK(value.AsString().size() <= kMaxValueBytes,
+                  "chat template built a string of {} bytes (the limit is {})",
+                  value.AsString().size(), kMaxValueBytes);
+    } else if (value.IsList() || value.IsDict()) {
+      const size_t items = value.IsList() ? value.AsList().size() : value.AsDict().size();
+      INFER_CHECK(items <= kMaxItems, "chat template built a {} of {} items (the limit is {})",
+                  value.TypeName(), items, kMaxItems);
+    }
+    return value;
+  }
+
+  // What producing `value` cost beyond the step itself (see kMaxSteps).
+  static int64_t Cost(const Value& value) {
+    if (value.IsString()) return static_cast<int64_t>(value.AsString().size() >> 10);
+    if (value.IsList()) return static_cast<int64_t>(value.AsList().size() >> 4);
+    if (value.IsDict()) return static_cast<int64_t>(value.AsDict().size() >> 4);
+    return 0;
   }
 
   Flow RenderNodes(const NodeList& nodes) {
@@ -250,6 +303,7 @@ class Renderer {
   }
 
   Flow RenderNode(const Node& node) {
+    Step();
     switch (node.kind) {
       case Node::Kind::kText:
         Append(node.text);
@@ -338,6 +392,7 @@ class Renderer {
     }
     const int64_t length = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < length; ++i) {
+      Step();
       scopes_.emplace_back();
       ValueDict loop = {
           {"index", Value(i + 1)},
@@ -403,6 +458,14 @@ class Renderer {
   }
 
   Value Eval(const Expr& expr) {
+    Step();
+    Value value = EvalUnchecked(expr);
+    CheckSize(value);
+    Step(Cost(value));
+    return value;
+  }
+
+  Value EvalUnchecked(const Expr& expr) {
     switch (expr.kind) {
       case Expr::Kind::kLiteral:
         return expr.value;
@@ -540,6 +603,7 @@ class Renderer {
   std::vector<Scope> scopes_;
   std::string out_;
   int depth_ = 0;
+  int64_t steps_ = 0;
 };
 
 }  // namespace
