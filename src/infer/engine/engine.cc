@@ -10,22 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "infer/core/error.h"
+#include "infer/core/memory.h"
 
 namespace infer {
 
 namespace {
-
-// MemAvailable from /proc/meminfo, in bytes (0 if unreadable).
-int64_t AvailableMemoryBytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return 0;
-}
 
 KvCacheInfo SizeKvCache(const EngineConfig& config, const LanguageModel& model) {
   KvCacheInfo info;
@@ -45,7 +34,12 @@ KvCacheInfo SizeKvCache(const EngineConfig& config, const LanguageModel& model) 
     info.num_blocks = useful_blocks;  // a model without a cache: the blocks are bookkeeping
   } else {
     int64_t bytes = config.kv_cache_memory_bytes;
-    if (bytes == 0) bytes = std::min(AvailableMemoryBytes() / 2, useful_blocks * per_block);
+    const int64_t available = AvailableMemoryBytes();
+    INFER_CHECK(bytes == 0 || available == 0 || bytes <= available,
+                "the KV cache budget ({:.2f} GiB, --kv-cache-memory) is more than the {:.2f} GiB "
+                "of memory available",
+                static_cast<double>(bytes) / 0x1p30, static_cast<double>(available) / 0x1p30);
+    if (bytes == 0) bytes = std::min(available / 2, useful_blocks * per_block);
     info.num_blocks = bytes / per_block;
     INFER_CHECK(info.num_blocks >= 1,
                 "the KV cache budget ({} bytes) is smaller than one block ({} bytes)", bytes,

@@ -11,6 +11,7 @@
 
 #include "infer/core/error.h"
 #include "infer/core/mapped_file.h"
+#include "infer/core/memory.h"
 #include "infer/loader/model_path.h"
 #include "infer/loader/safetensors.h"
 
@@ -274,6 +275,38 @@ void LoadFromCheckpoint(const std::string& folder, std::vector<WeightSlot>& slot
 
 }  // namespace
 
+namespace {
+
+// Before anything is allocated: the weights as they will sit in memory (packed, quantized when
+// asked) must fit in what the machine has available, or the load stops with one clear error
+// instead of allocating for a long time and failing on one tensor (or meeting the OOM killer).
+void CheckWeightsFitMemory(const LoadedModel& loaded, const std::vector<WeightSlot>& slots,
+                           const LoadOptions& options) {
+  const ModelConfig& config = loaded.config;
+  double bytes = 0;
+  for (const auto& slot : slots) {
+    const auto elements = static_cast<double>(NumElements(slot.shape));
+    double per_element = static_cast<double>(DTypeSize(config.dtype));
+    if (slot.matrix != nullptr && options.quantization != kernels::Quantization::kNone) {
+      per_element = options.quantization == kernels::Quantization::kInt8 ? 8.5 / 8 : 5.0 / 8;
+    }
+    bytes += elements * per_element;
+  }
+  const auto available = static_cast<double>(AvailableMemoryBytes());
+  INFER_CHECK(available == 0 || bytes <= available,
+              "{}: the weights need {:.2f} GiB in memory ({} parameters, {}{}), more than the "
+              "{:.2f} GiB this machine has available; try --quantization int8 or int4, or a "
+              "machine with more memory",
+              loaded.path, bytes / 0x1p30, ParameterCount(config), DTypeName(config.dtype),
+              options.quantization == kernels::Quantization::kNone
+                  ? ""
+                  : std::string(", quantized to ") +
+                        std::string(kernels::QuantizationName(options.quantization)),
+              available / 0x1p30);
+}
+
+}  // namespace
+
 LoadedModel LoadModel(const std::string& model, const LoadOptions& options) {
   namespace fs = std::filesystem;
   const auto start = std::chrono::steady_clock::now();
@@ -283,6 +316,7 @@ LoadedModel LoadModel(const std::string& model, const LoadOptions& options) {
   loaded.config = LoadModelConfig((folder / "config.json").string());
   loaded.generation = LoadGenerationConfig((folder / "generation_config.json").string());
   std::vector<WeightSlot> slots = WeightSlots(loaded.config, loaded.weights);
+  CheckWeightsFitMemory(loaded, slots, options);
   if (options.dummy) {
     InitDummy(loaded.config, slots, options);
   } else {
