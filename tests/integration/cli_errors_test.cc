@@ -234,5 +234,19 @@ TEST(CliErrors, MissingModelFolder) {
   EXPECT_NE(result.err.find("/no/such/folder"), std::string::npos) << result.err;
 }
 
+// A KV budget beyond the machine's memory is refused with both sizes, before the pool is
+// allocated.
+TEST(CliErrors, KvBudgetBeyondTheMachinesMemory) {
+  const auto result = testing::RunCommand({INFER_BINARY, "serve", "--model",
+                                           testing::FixturePath("models/llama/model").string(),
+                                           "--port", "0", "--kv-cache-memory", "100000GiB"});
+  EXPECT_EQ(result.exit_code, 1);
+  EXPECT_NE(result.err.find("the KV cache budget (100000.00 GiB, --kv-cache-memory) is more than "
+                            "the"),
+            std::string::npos)
+      << result.err;
+  EXPECT_NE(result.err.find("GiB of memory available"), std::string::npos) << result.err;
+}
+
 }  // namespace
 }  // namespace infer
