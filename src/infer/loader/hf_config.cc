@@ -169,6 +169,11 @@ ModelConfig ParseFamily(const ConfigReader& reader, Family family, ModelConfig c
                                    : family == Family::kGemma3
                                        ? 256
                                        : config.hidden_size / config.num_heads;
+  INFER_CHECK(family != Family::kLlama || reader.Has("head_dim") ||
+                  config.hidden_size % config.num_heads == 0,
+              "{}: hidden_size ({}) must be a multiple of num_attention_heads ({}) when head_dim "
+              "is not given",
+              source, config.hidden_size, config.num_heads);
   config.head_dim = reader.PositiveInt("head_dim", default_head_dim);
   INFER_CHECK(config.head_dim % 2 == 0, "{}: head_dim must be even for RoPE, got {}", source,
               config.head_dim);
@@ -184,6 +189,17 @@ ModelConfig ParseFamily(const ConfigReader& reader, Family family, ModelConfig c
   config.bos_token_id = reader.Int("bos_token_id", -1);
   config.pad_token_id = reader.Int("pad_token_id", -1);
   config.eos_token_ids = reader.IntList("eos_token_id");
+  // Special ids must name tokens of the vocabulary (an EOS id past it could never be sampled;
+  // a BOS id past it would index past the embeddings). pad_token_id is not used here, and some
+  // checkpoints set it to vocab_size, so it is not checked.
+  INFER_CHECK(config.bos_token_id < config.vocab_size,
+              "{}: bos_token_id {} is outside the vocab (vocab_size {})", source,
+              config.bos_token_id, config.vocab_size);
+  for (const int64_t id : config.eos_token_ids) {
+    INFER_CHECK(id >= 0 && id < config.vocab_size,
+                "{}: eos_token_id {} is outside the vocab (vocab_size {})", source, id,
+                config.vocab_size);
+  }
 
   // RoPE for full-attention layers: rope_theta + rope_scaling, or v5's rope_parameters.
   RopeConfig full_rope;

@@ -149,7 +149,7 @@ TEST(HfConfig, QwenSlidingWindowRule) {
 TEST(HfConfig, Gemma3MultimodalWrapper) {
   const std::string json =
       R"({"model_type":"gemma3","eos_token_id":[1,106],"text_config":{"model_type":"gemma3_text",)"
-      R"("vocab_size":64,"hidden_size":16,"intermediate_size":32,"num_hidden_layers":6,"num_attention_heads":2,"head_dim":8}})";
+      R"("vocab_size":262208,"hidden_size":16,"intermediate_size":32,"num_hidden_layers":6,"num_attention_heads":2,"head_dim":8}})";
   const ModelConfig config = ParseModelConfig(json, "c");
   EXPECT_EQ(config.num_layers, 6);
   EXPECT_EQ(config.eos_token_ids, (std::vector<int64_t>{1, 106}));
@@ -175,6 +175,22 @@ TEST(HfConfig, ClearErrors) {
             std::string::npos);
   EXPECT_NE(ErrorOf(Minimal("llama", R"(,"head_dim":0)")).find("head_dim"), std::string::npos);
   EXPECT_NE(ErrorOf(Minimal("llama", R"(,"torch_dtype":"int8")")).find("int8"), std::string::npos);
+  // Inconsistent values are named (issue 16): heads that do not divide the hidden size, special
+  // token ids past the vocabulary, zero counts.
+  EXPECT_NE(ErrorOf(Minimal("llama", R"(,"num_attention_heads":3,"num_key_value_heads":1)"))
+                .find("hidden_size (16) must be a multiple of num_attention_heads (3)"),
+            std::string::npos);
+  EXPECT_EQ(ErrorOf(Minimal("llama", R"(,"num_attention_heads":3,"num_key_value_heads":1,)"
+                                     R"("head_dim":8)")),
+            "");
+  EXPECT_NE(ErrorOf(Minimal("llama", R"(,"eos_token_id":[2,32])"))
+                .find("eos_token_id 32 is outside the vocab (vocab_size 32)"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Minimal("llama", R"(,"bos_token_id":99)")).find("bos_token_id 99"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Minimal("llama", R"(,"num_hidden_layers":0)")).find("num_hidden_layers"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Minimal("llama", R"(,"vocab_size":-5)")).find("vocab_size"), std::string::npos);
 }
 
 }  // namespace
