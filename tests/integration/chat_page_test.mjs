@@ -5,51 +5,13 @@
 //
 // Usage: node --test tests/integration/chat_page_test.mjs   (INFER_BINARY=build/infer)
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import { createRequire } from 'node:module';
-import os from 'node:os';
-import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const require = createRequire(path.join(root, '.cache/npm/package.json'));
-const { chromium } = require('playwright-core');
-const infer = process.env.INFER_BINARY ?? path.join(root, 'build/infer');
+import { makeLlama3VocabModel, requireCached, startServer } from './serve_process.mjs';
+
+const { chromium } = requireCached('playwright-core');
 const browserPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
-
-function makeModelDir() {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'infer-page-'));
-  const config = JSON.parse(
-    fs.readFileSync(path.join(root, 'tests/fixtures/models/llama/model/config.json'), 'utf8'));
-  Object.assign(config,
-    { vocab_size: 128256, bos_token_id: 128000, eos_token_id: [128001, 128008, 128009] });
-  fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(config));
-  for (const name of ['tokenizer.json', 'tokenizer_config.json']) {
-    fs.copyFileSync(path.join(root, '.cache/tokenizers/llama3', name), path.join(dir, name));
-  }
-  return dir;
-}
-
-function startServer(model) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(infer, ['serve', '--model', model, '--load-format', 'dummy', '--threads',
-      '1', '--host', '127.0.0.1', '--port', '0', '--served-model-name', 'tiny', '--max-model-len',
-      '4096'], { stdio: ['ignore', 'ignore', 'pipe'] });
-    let log = '';
-    const timer = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 120000);
-    child.stderr.on('data', (data) => {
-      log += data;
-      const match = log.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
-      if (match) {
-        clearTimeout(timer);
-        resolve({ child, url: match[1], log: () => log });
-      }
-    });
-    child.on('exit', (code) => reject(new Error(`server exited with ${code}:\n${log}`)));
-  });
-}
 
 async function metric(url, series) {
   const text = await (await fetch(`${url}/metrics`)).text();
@@ -62,8 +24,8 @@ let server;
 let browser;
 
 before(async () => {
-  model = makeModelDir();
-  server = await startServer(model);
+  model = makeLlama3VocabModel();
+  server = await startServer(model, ['--max-model-len', '4096']);
   browser = await chromium.launch({ executablePath: browserPath, args: ['--no-sandbox'] });
 });
 

@@ -6,35 +6,14 @@
 //
 // Usage: node --test tests/integration/openai_client_test.mjs   (INFER_BINARY=build/infer)
 import assert from 'node:assert/strict';
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
-import { createRequire } from 'node:module';
-import os from 'node:os';
-import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const require = createRequire(path.join(root, '.cache/npm/package.json'));
-const { default: OpenAI } = require('openai');
-const infer = process.env.INFER_BINARY ?? path.join(root, 'build/infer');
+import { infer, makeLlama3VocabModel, requireCached, startServer } from './serve_process.mjs';
+
+const { default: OpenAI } = requireCached('openai');
 const key = 'sk-test-key';
-
-function makeModelDir() {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'infer-openai-'));
-  const config = JSON.parse(
-    fs.readFileSync(path.join(root, 'tests/fixtures/models/llama/model/config.json'), 'utf8'));
-  Object.assign(config,
-    { vocab_size: 128256, bos_token_id: 128000, eos_token_id: [128001, 128008, 128009] });
-  fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(config));
-  for (const name of ['tokenizer.json', 'tokenizer_config.json']) {
-    fs.copyFileSync(path.join(root, '.cache/tokenizers/llama3', name), path.join(dir, name));
-  }
-  fs.copyFileSync(
-    path.join(root, 'tests/fixtures/configs/Llama-3.2-1B-Instruct/generation_config.json'),
-    path.join(dir, 'generation_config.json'));
-  return dir;
-}
 
 // `infer generate --json` with the same model and settings: the reference of every comparison.
 function generate(model, args) {
@@ -43,28 +22,9 @@ function generate(model, args) {
   return JSON.parse(out.trim().split('\n').pop());
 }
 
-function startServer(model, extra) {
-  return new Promise((resolve, reject) => {
-    const child = spawn(infer, ['serve', '--model', model, '--load-format', 'dummy', '--threads',
-      '1', '--host', '127.0.0.1', '--port', '0', '--served-model-name', 'tiny', '--max-model-len',
-      '256', ...extra], { stdio: ['ignore', 'ignore', 'pipe'] });
-    let log = '';
-    const timer = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 120000);
-    child.stderr.on('data', (data) => {
-      log += data;
-      const match = log.match(/listening on http:\/\/127\.0\.0\.1:(\d+)/);
-      if (match) {
-        clearTimeout(timer);
-        resolve({ child, url: `http://127.0.0.1:${match[1]}/v1`, log: () => log });
-      }
-    });
-    child.on('exit', (code) => reject(new Error(`server exited with ${code}:\n${log}`)));
-  });
-}
-
 describe('openai npm client against infer serve', () => {
   async function prefixCacheHits() {
-    const text = await (await fetch(server.url.replace(/\/v1$/, '/metrics'),
+    const text = await (await fetch(`${server.url}/metrics`,
       { headers: { Authorization: `Bearer ${key}` } })).text();
     const line = text.split('\n').find((l) => l.startsWith('vllm:prefix_cache_hits_total{'));
     return Number(line.split(' ').pop());
@@ -80,9 +40,10 @@ describe('openai npm client against infer serve', () => {
   const chatPrompt = 'Name three colours.';  // `infer generate --chat` sends one user message
 
   before(async () => {
-    model = makeModelDir();
-    server = await startServer(model, ['--api-key', key, '--completions-format', 'openai']);
-    client = new OpenAI({ apiKey: key, baseURL: server.url, maxRetries: 0 });
+    model = makeLlama3VocabModel({ generationConfig: true });
+    server = await startServer(model, ['--max-model-len', '256', '--api-key', key,
+      '--completions-format', 'openai']);
+    client = new OpenAI({ apiKey: key, baseURL: `${server.url}/v1`, maxRetries: 0 });
   });
 
   after(() => {
@@ -226,7 +187,7 @@ describe('openai npm client against infer serve', () => {
   });
 
   test('a bad API key gets 401 in OpenAI\'s error shape', async () => {
-    const stranger = new OpenAI({ apiKey: 'wrong', baseURL: server.url, maxRetries: 0 });
+    const stranger = new OpenAI({ apiKey: 'wrong', baseURL: `${server.url}/v1`, maxRetries: 0 });
     await assert.rejects(
       stranger.chat.completions.create({ model: 'tiny', messages, max_tokens: 2 }),
       (error) => error instanceof OpenAI.AuthenticationError && error.status === 401);

@@ -290,15 +290,8 @@ TEST(ServeApi, MetricsPassPromtoolAndCountRequests) {
 // Sends `head` on a new loopback connection and returns the server's first response (headers
 // and a Content-Length body) as soon as it is complete, or what came within `timeout_s`.
 std::string RawExchange(int port, const std::string& head, int timeout_s) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return "";
-  }
+  const int fd = testing::ConnectLoopback(port);
+  if (fd < 0) return "";
   timeval timeout{timeout_s, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
   (void)::send(fd, head.data(), head.size(), MSG_NOSIGNAL);

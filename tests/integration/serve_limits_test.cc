@@ -31,20 +31,6 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using testing::ServerProcess;
 
-// A connected loopback socket that sends nothing.
-int IdleConnection(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // Seconds until the server closes `fd` (recv returns 0), or -1 if it is still open after
 // `limit_s`.
 double SecondsUntilClosed(int fd, int limit_s) {
@@ -63,8 +49,8 @@ TEST(ServeLimits, IdleClientsTimeOutAndConnectionsBeyondTheCapGet503) {
                         "--timeout", "2", "--timeout-keep-alive", "2"});
   ASSERT_TRUE(server.started()) << server.log();
   const auto opened = Clock::now();
-  const int idle_a = IdleConnection(server.port());
-  const int idle_b = IdleConnection(server.port());
+  const int idle_a = testing::ConnectLoopback(server.port());
+  const int idle_b = testing::ConnectLoopback(server.port());
   ASSERT_GE(idle_a, 0);
   ASSERT_GE(idle_b, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both hold a worker now

@@ -1,6 +1,11 @@
 // Helpers of the loopback server tests: request bodies, reading a finished stream.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <string>
 #include <vector>
 
@@ -10,6 +15,20 @@
 #include "infer/server/sse_client.h"
 
 namespace infer::testing {
+
+// A new TCP connection to 127.0.0.1:`port`, or -1 if it cannot be made.
+inline int ConnectLoopback(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
 
 // The token events' ids and text, and the done (or error) event that ended the stream.
 struct StreamSummary {

@@ -121,23 +121,23 @@ void ParseSampling(Fields& fields, OpenAiRequest& request, const std::string& se
       }
     }
   }
-  if (const json* value = fields.Get("temperature")) {
-    params.temperature = Number(*value, "temperature");
+  // Plain numbers and flags (ranges are checked by SamplingParams::Validate).
+  for (const auto& [name, target] :
+       {std::pair{"temperature", &params.temperature}, std::pair{"top_p", &params.top_p},
+        std::pair{"repetition_penalty", &params.repetition_penalty},
+        std::pair{"presence_penalty", &params.presence_penalty},
+        std::pair{"frequency_penalty", &params.frequency_penalty}}) {
+    if (const json* value = fields.Get(name)) *target = Number(*value, name);
   }
-  if (const json* value = fields.Get("top_p")) params.top_p = Number(*value, "top_p");
+  for (const auto& [name, target] :
+       {std::pair{"stream", &request.stream}, std::pair{"ignore_eos", &params.ignore_eos},
+        std::pair{"return_token_ids", &request.return_token_ids}}) {
+    if (const json* value = fields.Get(name)) *target = Boolean(*value, name);
+  }
   if (const json* value = fields.Get("top_k")) {
     const int64_t top_k = Integer(*value, "top_k");
     if (top_k < -1) Reject(fmt::format("'top_k' must be >= 1, or 0 / -1 for off, got {}", top_k));
     params.top_k = top_k >= 1 ? std::optional(top_k) : std::nullopt;
-  }
-  if (const json* value = fields.Get("repetition_penalty")) {
-    params.repetition_penalty = Number(*value, "repetition_penalty");
-  }
-  if (const json* value = fields.Get("presence_penalty")) {
-    params.presence_penalty = Number(*value, "presence_penalty");
-  }
-  if (const json* value = fields.Get("frequency_penalty")) {
-    params.frequency_penalty = Number(*value, "frequency_penalty");
   }
   if (const json* value = fields.Get("logit_bias")) {
     if (!value->is_object()) Reject("'logit_bias' must be an object of token id: bias");
@@ -168,7 +168,6 @@ void ParseSampling(Fields& fields, OpenAiRequest& request, const std::string& se
       Reject(fmt::format("'n' must be in [1, 128], got {}", request.n), "n");
     }
   }
-  if (const json* value = fields.Get("stream")) request.stream = Boolean(*value, "stream");
   if (const json* value = fields.Get("stream_options")) {
     if (!value->is_object()) Reject("'stream_options' must be an object", "stream_options");
     if (const auto it = value->find("include_usage"); it != value->end() && !it->is_null()) {
@@ -177,12 +176,6 @@ void ParseSampling(Fields& fields, OpenAiRequest& request, const std::string& se
   }
   if (const json* value = fields.Get("min_tokens")) {
     params.min_tokens = Integer(*value, "min_tokens");
-  }
-  if (const json* value = fields.Get("ignore_eos")) {
-    params.ignore_eos = Boolean(*value, "ignore_eos");
-  }
-  if (const json* value = fields.Get("return_token_ids")) {
-    request.return_token_ids = Boolean(*value, "return_token_ids");
   }
   if (const json* value = fields.Get("priority")) {
     request.priority = Integer(*value, "priority");

@@ -1,0 +1,56 @@
+// Helpers of the node tests that drive `infer serve` (openai_client_test.mjs,
+// chat_page_test.mjs): the npm packages from .cache/npm, the tiny Llama model folder with the
+// real Llama 3 vocabulary (as tests/testing/llama3_vocab_model.h builds it for the C++ tests),
+// and a server child process on a free loopback port.
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import { createRequire } from 'node:module';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+export const infer = process.env.INFER_BINARY ?? path.join(root, 'build/infer');
+// require() of the packages scripts/fetch_tokenizers.sh installs into .cache/npm.
+export const requireCached = createRequire(path.join(root, '.cache/npm/package.json'));
+
+// The Llama fixture's tiny shapes with the real Llama 3 vocabulary, tokenizer and chat
+// template, in a new temporary folder (--load-format dummy: seeded random weights).
+export function makeLlama3VocabModel({ generationConfig = false } = {}) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'infer-node-'));
+  const config = JSON.parse(
+    fs.readFileSync(path.join(root, 'tests/fixtures/models/llama/model/config.json'), 'utf8'));
+  Object.assign(config,
+    { vocab_size: 128256, bos_token_id: 128000, eos_token_id: [128001, 128008, 128009] });
+  fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(config));
+  for (const name of ['tokenizer.json', 'tokenizer_config.json']) {
+    fs.copyFileSync(path.join(root, '.cache/tokenizers/llama3', name), path.join(dir, name));
+  }
+  if (generationConfig) {
+    fs.copyFileSync(
+      path.join(root, 'tests/fixtures/configs/Llama-3.2-1B-Instruct/generation_config.json'),
+      path.join(dir, 'generation_config.json'));
+  }
+  return dir;
+}
+
+// `infer serve --model MODEL --load-format dummy ... EXTRA` on 127.0.0.1 with a free port;
+// resolves to {child, url (http://127.0.0.1:PORT), log()} once it listens.
+export function startServer(model, extra) {
+  return new Promise((resolve, reject) => {
+    const child = spawn(infer, ['serve', '--model', model, '--load-format', 'dummy', '--threads',
+      '1', '--host', '127.0.0.1', '--port', '0', '--served-model-name', 'tiny', ...extra],
+    { stdio: ['ignore', 'ignore', 'pipe'] });
+    let log = '';
+    const timer = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 120000);
+    child.stderr.on('data', (data) => {
+      log += data;
+      const match = log.match(/listening on (http:\/\/127\.0\.0\.1:\d+)/);
+      if (match) {
+        clearTimeout(timer);
+        resolve({ child, url: match[1], log: () => log });
+      }
+    });
+    child.on('exit', (code) => reject(new Error(`server exited with ${code}:\n${log}`)));
+  });
+}
