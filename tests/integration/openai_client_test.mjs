@@ -6,7 +6,8 @@
 //
 // Usage: node --test tests/integration/openai_client_test.mjs   (INFER_BINARY=build/infer)
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 
@@ -16,10 +17,12 @@ const { default: OpenAI } = requireCached('openai');
 const key = 'sk-test-key';
 
 // `infer generate --json` with the same model and settings: the reference of every comparison.
-function generate(model, args) {
-  const out = execFileSync(infer, ['generate', '--model', model, '--load-format', 'dummy',
-    '--threads', '1', '--json', ...args], { encoding: 'utf8' });
-  return JSON.parse(out.trim().split('\n').pop());
+// Asynchronous on purpose: a synchronous child blocks the event loop for seconds under ASan, so
+// undici would miss the server closing an idle keep-alive connection and reuse a dead socket.
+async function generate(model, args) {
+  const { stdout } = await promisify(execFile)(infer, ['generate', '--model', model,
+    '--load-format', 'dummy', '--threads', '1', '--json', ...args], { encoding: 'utf8' });
+  return JSON.parse(stdout.trim().split('\n').pop());
 }
 
 describe('openai npm client against infer serve', () => {
@@ -52,7 +55,7 @@ describe('openai npm client against infer serve', () => {
   });
 
   test('chat, not streaming: greedy tokens and text equal infer generate --chat', async () => {
-    const expected = generate(model, ['--chat', '--prompt', chatPrompt, '--temperature', '0',
+    const expected = await generate(model, ['--chat', '--prompt', chatPrompt, '--temperature', '0',
       '--max-new-tokens', '12']);
     const reply = await client.chat.completions.create({
       model: 'tiny', messages: [{ role: 'user', content: chatPrompt }], max_tokens: 12,
@@ -103,7 +106,7 @@ describe('openai npm client against infer serve', () => {
 
   test('completions, not streaming and streaming: equal infer generate --prompt', async () => {
     const prompt = 'The capital of France is';
-    const expected = generate(model, ['--prompt', prompt, '--temperature', '0',
+    const expected = await generate(model, ['--prompt', prompt, '--temperature', '0',
       '--max-new-tokens', '8']);
     const reply = await client.completions.create({
       model: 'tiny', prompt, max_tokens: 8, temperature: 0, return_token_ids: true,
@@ -126,8 +129,8 @@ describe('openai npm client against infer serve', () => {
 
   test('n: 2 with a seed: choice i equals infer generate --seed seed+i', async () => {
     const settings = ['--temperature', '1.0', '--top-p', '1', '--max-new-tokens', '10'];
-    const first = generate(model, ['--chat', '--prompt', chatPrompt, '--seed', '11', ...settings]);
-    const second = generate(model, ['--chat', '--prompt', chatPrompt, '--seed', '12', ...settings]);
+    const first = await generate(model, ['--chat', '--prompt', chatPrompt, '--seed', '11', ...settings]);
+    const second = await generate(model, ['--chat', '--prompt', chatPrompt, '--seed', '12', ...settings]);
     const hitsBefore = await prefixCacheHits();
     const reply = await client.chat.completions.create({
       model: 'tiny', messages: [{ role: 'user', content: chatPrompt }], n: 2, seed: 11,
