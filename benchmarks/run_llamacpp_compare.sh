@@ -1,45 +1,55 @@
 #!/usr/bin/env bash
-# infer beside llama.cpp on the same CPU, in one run: real-size random Llama-3.2-1B weights for
-# both (infer: --load-format dummy; llama.cpp: a GGUF of random weights from
+# infer beside llama.cpp on the same CPU, in one run: real-size random weights of the three dev
+# configs for both (infer: --load-format dummy; llama.cpp: a GGUF of random weights from
 # benchmarks/llamacpp/make_gguf.py), pp512 and tg128 at 2 threads, for bf16 / int8 vs Q8_0 /
 # int4 vs Q4_0, alternating engines per type. Writes benchmarks/reports/llamacpp_compare-*.json
 # and prints a table with the ratios.
-# Usage: benchmarks/run_llamacpp_compare.sh [REPETITIONS]   (idle machine; ~2 GB of GGUFs in .cache)
+# Usage: benchmarks/run_llamacpp_compare.sh [REPETITIONS [MODEL_DIR...]]
+#   (idle machine; ~10 GB of GGUFs in .cache/gguf; default: the three models/ folders)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reps="${1:-2}"
+shift || true
+models=("$@")
+((${#models[@]})) || models=(models/Llama-3.2-1B-Instruct models/Qwen3-1.7B models/gemma-3-1b-it)
 threads=2
-model=models/Llama-3.2-1B-Instruct
 bash benchmarks/llamacpp/setup.sh >/dev/null
 export NODE_LLAMA_CPP_DIR="$PWD/.cache/llamacpp/node_modules/node-llama-cpp"
 mkdir -p .cache/gguf
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+work=.cache/llamacpp_compare-$stamp  # kept: a failure late in the run loses nothing
+mkdir -p "$work"
 declare -A gguf_type=([none]=bf16 [int8]=q8_0 [int4]=q4_0)
-for q in none int8 int4; do
-  type=${gguf_type[$q]}
-  gguf=".cache/gguf/Llama-3.2-1B-$type.gguf"
-  [[ -s "$gguf" ]] || python3 benchmarks/llamacpp/make_gguf.py "$model" "$type" "$gguf" >/dev/null
-  node benchmarks/llamacpp/bench.mjs "$gguf" "$threads" 512 128 "$reps" >"$work/llamacpp-$q.json"
-  build/infer bench --model "$model" --load-format dummy --quantization "$q" --prompt-tokens 512 \
-    --gen-tokens 128 --threads "$threads" --repetitions "$reps" \
-    --report "$work/infer-$q.json" >/dev/null 2>&1
+declare -A gguf_name=([Llama-3.2-1B-Instruct]=Llama-3.2-1B [Qwen3-1.7B]=Qwen3-1.7B
+  [gemma-3-1b-it]=gemma-3-1b)
+for model in "${models[@]}"; do
+  name=$(basename "$model")
+  for q in none int8 int4; do
+    type=${gguf_type[$q]}
+    gguf=".cache/gguf/${gguf_name[$name]:-$name}-$type.gguf"
+    [[ -s "$gguf" ]] || python3 benchmarks/llamacpp/make_gguf.py "$model" "$type" "$gguf" >/dev/null
+    node benchmarks/llamacpp/bench.mjs "$gguf" "$threads" 512 128 "$reps" \
+      >"$work/llamacpp-$name-$q.json"
+    build/infer bench --model "$model" --load-format dummy --quantization "$q" --prompt-tokens 512 \
+      --gen-tokens 128 --threads "$threads" --repetitions "$reps" \
+      --report "$work/infer-$name-$q.json" >/dev/null 2>&1
+  done
 done
-python3 - "$work" "benchmarks/reports/llamacpp_compare-$stamp.json" <<'PY'
-import json, subprocess, sys
-work, report = sys.argv[1], sys.argv[2]
+python3 - "$work" "benchmarks/reports/llamacpp_compare-$stamp.json" "${models[@]}" <<'PY'
+import json, os, subprocess, sys
+work, report, models = sys.argv[1], sys.argv[2], [os.path.basename(m) for m in sys.argv[3:]]
 cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
 model_name = next((l.split(":", 1)[1].strip() for l in cpu.splitlines() if l.startswith("Model name")), "?")
 flags = next((l.split(":", 1)[1].split() for l in cpu.splitlines() if l.startswith("Flags")), [])
 rows = []
 print(f"CPU: {model_name} ({' '.join(f for f in flags if f.startswith(('avx512', 'amx', 'avx_vnni')))})")
-print("| infer type | llama.cpp type | pp512 infer | pp512 llama.cpp | ratio | tg128 infer | tg128 llama.cpp | ratio | infer % of probe ceiling |")
-print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-for q, t in (("none", "bf16"), ("int8", "q8_0"), ("int4", "q4_0")):
-    mine = json.load(open(f"{work}/infer-{q}.json"))
-    theirs = json.loads(open(f"{work}/llamacpp-{q}.json").read().strip().splitlines()[-1])
-    row = {"infer_quantization": q, "llamacpp_type": t,
+print("| model | infer type | llama.cpp type | pp512 infer | pp512 llama.cpp | ratio | tg128 infer | tg128 llama.cpp | ratio | infer % of probe ceiling |")
+print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+for m, q, t in [(m, q, t) for m in models
+                for q, t in (("none", "bf16"), ("int8", "q8_0"), ("int4", "q4_0"))]:
+    mine = json.load(open(f"{work}/infer-{m}-{q}.json"))
+    theirs = json.loads(open(f"{work}/llamacpp-{m}-{q}.json").read().strip().splitlines()[-1])
+    row = {"model": m, "infer_quantization": q, "llamacpp_type": t,
            "infer_pp512_tok_s": mine["prefill_tok_s"], "llamacpp_pp512_tok_s": theirs["pp_tok_s"],
            "infer_tg128_tok_s": mine["decode_tok_s"], "llamacpp_tg128_tok_s": theirs["tg_tok_s"],
            "infer_decode_fraction_of_ceiling": mine.get("decode_fraction_of_ceiling"),
@@ -48,10 +58,10 @@ for q, t in (("none", "bf16"), ("int8", "q8_0"), ("int4", "q4_0")):
     row["pp_ratio"] = row["infer_pp512_tok_s"] / row["llamacpp_pp512_tok_s"]
     row["tg_ratio"] = row["infer_tg128_tok_s"] / row["llamacpp_tg128_tok_s"]
     rows.append(row)
-    print(f"| {q} | {t} | {row['infer_pp512_tok_s']:.1f} | {row['llamacpp_pp512_tok_s']:.1f} | "
+    print(f"| {m} | {q} | {t} | {row['infer_pp512_tok_s']:.1f} | {row['llamacpp_pp512_tok_s']:.1f} | "
           f"{row['pp_ratio']:.2f}x | {row['infer_tg128_tok_s']:.1f} | {row['llamacpp_tg128_tok_s']:.1f} | "
           f"{row['tg_ratio']:.2f}x | {100 * (row['infer_decode_fraction_of_ceiling'] or 0):.0f}% |")
-json.dump({"cpu": model_name, "threads": 2, "model": "Llama-3.2-1B-Instruct (random weights)",
+json.dump({"cpu": model_name, "threads": 2, "models": "random weights of " + ", ".join(models),
            "llamacpp": "node-llama-cpp 3.22.1 prebuilt CPU build", "rows": rows},
           open(report, "w"), indent=1)
 print(f"llama.cpp backend: {rows[0]['llamacpp_backend']}; {rows[0]['llamacpp_system_info']}")

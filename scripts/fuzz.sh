@@ -1,28 +1,35 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang into build-fuzz/ and runs each for N seconds
-# (default 60). Usage: scripts/fuzz.sh [SECONDS]. Exits non-zero on any finding.
+# Runs every libFuzzer target for N seconds (default 60) over the kept corpus
+# (tests/fuzz/corpus/<target>, read-only) plus a working corpus in build-asan/corpus/<target>.
+# The targets live in the ASan + UBSan build that scripts/sanitize.sh makes (built here if
+# missing). Usage: scripts/fuzz.sh [SECONDS [TARGET...]]. Exits non-zero on any finding; the
+# input that found it is in build-asan/artifacts/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
-cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DINFER_FUZZ=ON >/dev/null
-cmake --build build-fuzz -j"$(nproc)" --target fuzzers
-mkdir -p build-fuzz/artifacts
+shift || true
+bash scripts/sanitize.sh address --build-only >/dev/null
+targets=("$@")
+if ((${#targets[@]} == 0)); then
+  for target in build-asan/tests/fuzz/*_fuzz; do targets+=("$(basename "$target" _fuzz)"); done
+fi
+mkdir -p build-asan/artifacts
 status=0
-for target in build-fuzz/tests/fuzz/*_fuzz; do
-  name=$(basename "$target" _fuzz)
-  corpus="build-fuzz/corpus/$name"
+for name in "${targets[@]}"; do
+  corpus="build-asan/corpus/$name"
   mkdir -p "$corpus"
   seeds=()
   [ -d "tests/fuzz/corpus/$name" ] && seeds+=("tests/fuzz/corpus/$name")
   echo "== fuzzing $name for ${seconds}s"
-  if ! "$target" -max_total_time="$seconds" -max_len=65536 -rss_limit_mb=4096 -print_final_stats=1 \
-      -artifact_prefix=build-fuzz/artifacts/ "$corpus" "${seeds[@]}" 2>build-fuzz/$name.log; then
-    echo "FINDING in $name: see build-fuzz/$name.log and build-fuzz/artifacts/"
-    tail -40 "build-fuzz/$name.log"
+  # -timeout: one input running 60 s is a hang; -rss_limit_mb: one using 4 GiB is a finding.
+  if ! "build-asan/tests/fuzz/${name}_fuzz" -max_total_time="$seconds" -max_len=65536 \
+      -timeout=60 -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=build-asan/artifacts/ \
+      "$corpus" "${seeds[@]}" 2>"build-asan/$name.log"; then
+    echo "FINDING in $name: see build-asan/$name.log and build-asan/artifacts/"
+    tail -40 "build-asan/$name.log"
     status=1
   else
-    grep -E "stat::number_of_executed_units|Done" "build-fuzz/$name.log" | tail -2
+    grep -E "stat::number_of_executed_units|stat::peak_rss_mb|Done" "build-asan/$name.log" | tail -3
   fi
 done
 exit $status

@@ -5,8 +5,12 @@ engines can be timed side by side on the same CPU (speed does not depend on the 
 
 Types, as llama.cpp's own quantizer lays out these files: bf16 (every matrix BF16), q8_0 (every
 matrix Q8_0, the tied embedding/output too), q4_0 (layers Q4_0; the tied embedding, which is
-also the output head, Q6_K as llama-quantize makes it). Norms are F32 ones. Quantized blocks hold
-random quants with a small fixed scale. Llama architecture only (Llama-3.2-1B-Instruct).
+also the output head, Q6_K as llama-quantize makes it, or Q8_0 where rows are not a multiple of
+256, its fallback: gemma-3-1b's 1152). Norms are F32 ones. Quantized blocks hold
+random quants with a small fixed scale. Architectures: llama (Llama-3.2-1B-Instruct), qwen3
+(Qwen3-1.7B: q/k norms) and gemma3 (gemma-3-1b-it: q/k norms, post-attention and post-FFN norms,
+sliding window 512 on five of six layers, a SentencePiece vocabulary); every one ties its output
+head to the embedding, as these three checkpoints do.
 
 Usage: make_gguf.py MODEL_DIR {bf16,q8_0,q4_0} OUT.gguf
 """
@@ -35,6 +39,8 @@ def kv(key, kind, value):
         return out + struct.pack("<II", 4, value)
     if kind == "f32":
         return out + struct.pack("<If", 6, value)
+    if kind == "f32s":
+        return out + struct.pack("<IIQ", 9, 6, len(value)) + struct.pack(f"<{len(value)}f", *value)
     if kind == "strs":
         return out + struct.pack("<IIQ", 9, 8, len(value)) + b"".join(gguf_string(v) for v in value)
     if kind == "i32s":
@@ -64,7 +70,8 @@ def main():
     model_dir, kind, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
     config = json.load(open(os.path.join(model_dir, "config.json")))
     tokenizer = json.load(open(os.path.join(model_dir, "tokenizer.json")))
-    assert config["model_type"] == "llama", "make_gguf.py writes the llama architecture only"
+    arch = {"llama": "llama", "qwen3": "qwen3", "gemma3_text": "gemma3"}.get(config["model_type"])
+    assert arch, f"make_gguf.py writes llama, qwen3 and gemma3, not {config['model_type']}"
     hidden = config["hidden_size"]
     heads = config["num_attention_heads"]
     kv_heads = config["num_key_value_heads"]
@@ -76,20 +83,28 @@ def main():
     tokens = [""] * vocab
     types = [1] * vocab
     for token, index in tokenizer["model"]["vocab"].items():
-        tokens[index] = token
+        if index < vocab:
+            tokens[index] = token
     for added in tokenizer["added_tokens"]:
-        tokens[added["id"]] = added["content"]
-        types[added["id"]] = 3 if added["special"] else 4
+        if added["id"] < vocab:
+            tokens[added["id"]] = added["content"]
+            types[added["id"]] = 3 if added["special"] else 4
     for index, token in enumerate(tokens):
+        if len(token) == 6 and token.startswith("<0x") and token.endswith(">"):
+            types[index] = 6  # a byte-fallback token
         if not token:
             tokens[index] = f"[PAD{index}]"
             types[index] = 5
-    merges = [m if isinstance(m, str) else " ".join(m) for m in tokenizer["model"]["merges"]]
     eos = config["eos_token_id"]
     eos = eos[-1] if isinstance(eos, list) else eos
+    bos = config.get("bos_token_id")
+    if bos is None:
+        bos = eos
 
     matrix = kind  # layer matrices
     embedding = {"bf16": "bf16", "q8_0": "q8_0", "q4_0": "q6_k"}[kind]
+    if embedding == "q6_k" and hidden % 256:
+        embedding = "q8_0"  # llama-quantize's fallback when rows are not whole Q6_K blocks (Gemma)
     tensors = [("token_embd.weight", [hidden, vocab], embedding),
                ("output_norm.weight", [hidden], "f32")]
     for i in range(layers):
@@ -103,32 +118,46 @@ def main():
                     (p + "ffn_gate.weight", [hidden, ff], matrix),
                     (p + "ffn_up.weight", [hidden, ff], matrix),
                     (p + "ffn_down.weight", [ff, hidden], matrix)]
+        if arch in ("qwen3", "gemma3"):
+            tensors += [(p + "attn_q_norm.weight", [head_dim], "f32"),
+                        (p + "attn_k_norm.weight", [head_dim], "f32")]
+        if arch == "gemma3":
+            tensors += [(p + "post_attention_norm.weight", [hidden], "f32"),
+                        (p + "post_ffw_norm.weight", [hidden], "f32")]
 
+    a = arch + "."
     metadata = [
-        kv("general.architecture", "str", "llama"),
+        kv("general.architecture", "str", arch),
         kv("general.name", "str", os.path.basename(os.path.normpath(model_dir)) + " (random)"),
         kv("general.file_type", "u32", FILE_TYPE[kind]),
         kv("general.alignment", "u32", ALIGN),
-        kv("llama.block_count", "u32", layers),
-        kv("llama.context_length", "u32", min(config["max_position_embeddings"], 8192)),
-        kv("llama.embedding_length", "u32", hidden),
-        kv("llama.feed_forward_length", "u32", ff),
-        kv("llama.attention.head_count", "u32", heads),
-        kv("llama.attention.head_count_kv", "u32", kv_heads),
-        kv("llama.attention.key_length", "u32", head_dim),
-        kv("llama.attention.value_length", "u32", head_dim),
-        kv("llama.rope.dimension_count", "u32", head_dim),
-        kv("llama.rope.freq_base", "f32", float(config.get("rope_theta", 10000.0))),
-        kv("llama.attention.layer_norm_rms_epsilon", "f32", float(config["rms_norm_eps"])),
-        kv("llama.vocab_size", "u32", vocab),
-        kv("tokenizer.ggml.model", "str", "gpt2"),
-        kv("tokenizer.ggml.pre", "str", "llama-bpe"),
+        kv(a + "block_count", "u32", layers),
+        kv(a + "context_length", "u32", min(config["max_position_embeddings"], 8192)),
+        kv(a + "embedding_length", "u32", hidden),
+        kv(a + "feed_forward_length", "u32", ff),
+        kv(a + "attention.head_count", "u32", heads),
+        kv(a + "attention.head_count_kv", "u32", kv_heads),
+        kv(a + "attention.key_length", "u32", head_dim),
+        kv(a + "attention.value_length", "u32", head_dim),
+        kv(a + "rope.dimension_count", "u32", head_dim),
+        kv(a + "rope.freq_base", "f32", float(config.get("rope_theta", 10000.0))),
+        kv(a + "attention.layer_norm_rms_epsilon", "f32", float(config["rms_norm_eps"])),
+        kv(a + "vocab_size", "u32", vocab),
         kv("tokenizer.ggml.tokens", "strs", tokens),
         kv("tokenizer.ggml.token_type", "i32s", types),
-        kv("tokenizer.ggml.merges", "strs", merges),
-        kv("tokenizer.ggml.bos_token_id", "u32", config["bos_token_id"]),
+        kv("tokenizer.ggml.bos_token_id", "u32", bos),
         kv("tokenizer.ggml.eos_token_id", "u32", eos),
     ]
+    if arch == "gemma3":
+        # SentencePiece with byte fallback (<0x0A> is the newline), as llama.cpp converts Gemma.
+        metadata += [kv("tokenizer.ggml.model", "str", "llama"),
+                     kv("tokenizer.ggml.scores", "f32s", [-float(i) for i in range(vocab)]),
+                     kv(a + "attention.sliding_window", "u32", config["sliding_window"])]
+    else:
+        merges = [m if isinstance(m, str) else " ".join(m) for m in tokenizer["model"]["merges"]]
+        metadata += [kv("tokenizer.ggml.model", "str", "gpt2"),
+                     kv("tokenizer.ggml.pre", "str", "llama-bpe" if arch == "llama" else "qwen2"),
+                     kv("tokenizer.ggml.merges", "strs", merges)]
 
     infos = []
     offset = 0

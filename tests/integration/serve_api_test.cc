@@ -220,18 +220,6 @@ TEST(ServeApi, ApiKeyGuardsTheApiRoutes) {
   }
 }
 
-// The value of the sample `series` (name and labels as written) in Prometheus text, or -1.
-double MetricValue(const std::string& text, const std::string& series) {
-  size_t at = 0;
-  while ((at = text.find(series + " ", at)) != std::string::npos) {
-    if (at == 0 || text[at - 1] == '\n') {
-      return std::stod(text.substr(at + series.size() + 1));
-    }
-    at += series.size();
-  }
-  return -1;
-}
-
 // GET /metrics under vLLM's names: Debian's promtool accepts the exposition (its only remarks
 // are the lint that names should not contain ':', which every vLLM name does; with vllm_
 // instead of vllm: it is clean), and the counters and histograms move by exactly what two
@@ -255,7 +243,7 @@ TEST(ServeApi, MetricsPassPromtoolAndCountRequests) {
   ASSERT_EQ(before_status, 200);
   check(before);
   const std::string model = R"({model_name="tiny"})";
-  EXPECT_EQ(MetricValue(before, "vllm:generation_tokens_total" + model), 0) << before;
+  EXPECT_EQ(testing::MetricValue(before, "vllm:generation_tokens_total" + model), 0) << before;
   for (const auto& [prompt, max_tokens] :
        std::vector<std::pair<json, int>>{{json{1, 2, 3, 4}, 5}, {json{7, 8}, 3}}) {
     const auto result =
@@ -270,20 +258,20 @@ TEST(ServeApi, MetricsPassPromtoolAndCountRequests) {
   const auto [status, after] = server::HttpGet("127.0.0.1", server.port(), "/metrics");
   ASSERT_EQ(status, 200);
   check(after);
-  EXPECT_EQ(MetricValue(after, "vllm:generation_tokens_total" + model), 8) << after;
-  EXPECT_EQ(MetricValue(after, "vllm:prompt_tokens_total" + model), 6);
-  EXPECT_EQ(MetricValue(after, "vllm:prefix_cache_queries_total" + model), 6);
-  EXPECT_EQ(MetricValue(
+  EXPECT_EQ(testing::MetricValue(after, "vllm:generation_tokens_total" + model), 8) << after;
+  EXPECT_EQ(testing::MetricValue(after, "vllm:prompt_tokens_total" + model), 6);
+  EXPECT_EQ(testing::MetricValue(after, "vllm:prefix_cache_queries_total" + model), 6);
+  EXPECT_EQ(testing::MetricValue(
                 after, R"(vllm:request_success_total{model_name="tiny",finished_reason="length"})"),
             2);
-  EXPECT_EQ(MetricValue(after, "vllm:time_to_first_token_seconds_count" + model), 2);
-  EXPECT_EQ(MetricValue(after, "vllm:inter_token_latency_seconds_count" + model), 4 + 2);
-  EXPECT_EQ(MetricValue(after, "vllm:e2e_request_latency_seconds_count" + model), 2);
-  EXPECT_EQ(MetricValue(after, "vllm:request_queue_time_seconds_count" + model), 2);
-  EXPECT_EQ(MetricValue(after, "vllm:request_generation_tokens_sum" + model), 8);
-  EXPECT_GT(MetricValue(after, "vllm:e2e_request_latency_seconds_sum" + model), 0);
-  EXPECT_EQ(MetricValue(after, "vllm:num_requests_running" + model), 0);
-  EXPECT_EQ(MetricValue(after, "vllm:num_requests_waiting" + model), 0);
+  EXPECT_EQ(testing::MetricValue(after, "vllm:time_to_first_token_seconds_count" + model), 2);
+  EXPECT_EQ(testing::MetricValue(after, "vllm:inter_token_latency_seconds_count" + model), 4 + 2);
+  EXPECT_EQ(testing::MetricValue(after, "vllm:e2e_request_latency_seconds_count" + model), 2);
+  EXPECT_EQ(testing::MetricValue(after, "vllm:request_queue_time_seconds_count" + model), 2);
+  EXPECT_EQ(testing::MetricValue(after, "vllm:request_generation_tokens_sum" + model), 8);
+  EXPECT_GT(testing::MetricValue(after, "vllm:e2e_request_latency_seconds_sum" + model), 0);
+  EXPECT_EQ(testing::MetricValue(after, "vllm:num_requests_running" + model), 0);
+  EXPECT_EQ(testing::MetricValue(after, "vllm:num_requests_waiting" + model), 0);
   EXPECT_EQ(server.Stop(SIGTERM), 0) << server.log();
 }
 

@@ -60,6 +60,24 @@ inline StreamSummary Summarize(const server::CompletionResult& result) {
   return summary;
 }
 
+// The value of the sample `series` (name and labels as written) in Prometheus text, or -1.
+inline double MetricValue(const std::string& text, const std::string& series) {
+  size_t at = 0;
+  while ((at = text.find(series + " ", at)) != std::string::npos) {
+    if (at == 0 || text[at - 1] == '\n') {
+      return std::stod(text.substr(at + series.size() + 1));
+    }
+    at += series.size();
+  }
+  return -1;
+}
+
+// The same from a live server's GET /metrics (-1 when it does not answer).
+inline double ServerMetric(int port, const std::string& series) {
+  const auto [status, text] = server::HttpGet("127.0.0.1", port, "/metrics");
+  return status == 200 ? MetricValue(text, series) : -1;
+}
+
 inline server::CompletionResult Post(int port, const nlohmann::json& body) {
   return server::PostCompletion("127.0.0.1", port, body.dump(), {}, 300);
 }

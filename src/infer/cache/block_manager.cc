@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "infer/core/error.h"
+#include "infer/core/fault_injection.h"
 
 namespace infer {
 
@@ -123,6 +124,7 @@ bool BlockManager::Allocate(BlockTable& table, std::span<const int32_t> tokens,
                             int64_t num_tokens) {
   INFER_CHECK(num_tokens >= 0, "block manager: num_tokens = {}", num_tokens);
   const int64_t needed = BlocksNeeded(table, tokens, num_tokens);
+  if (needed > 0) fault::MaybeThrow("kv_alloc");  // tests only (INFER_FAULTS); nothing changed yet
   if (needed > num_free_blocks()) return false;
   const auto known = std::min(tokens.size(), static_cast<size_t>(num_tokens));
   if (table.blocks.empty() && prefix_caching_) {

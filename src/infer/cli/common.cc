@@ -21,8 +21,10 @@ void AddModelOptions(CLI::App& command, ModelArgs& args, bool add_threads, bool 
       ->capture_default_str();
   command
       .add_option("--weights-placement", args.weights_placement,
-                  "Norm and bias vectors: mmap: zero-copy views of the files; hugepage: a copy in "
-                  "2 MiB pages (weight matrices are always repacked into 2 MiB pages)")
+                  "Norm and bias vectors (and an untied embedding): hugepage: a copy in 2 MiB "
+                  "pages, the files are not read after load; mmap: zero-copy views of the files "
+                  "(a file emptied while serving then crashes the process). Weight matrices are "
+                  "always repacked into 2 MiB pages")
       ->check(CLI::IsMember({"mmap", "hugepage"}))
       ->capture_default_str();
   command.add_option("--dummy-seed", args.dummy_seed, "Seed of --load-format dummy weights")

@@ -15,8 +15,8 @@ namespace infer::cli {
 
 struct ModelArgs {
   std::string model;
-  std::string load_format = "auto";        // auto | safetensors | dummy
-  std::string weights_placement = "mmap";  // mmap | hugepage
+  std::string load_format = "auto";            // auto | safetensors | dummy
+  std::string weights_placement = "hugepage";  // hugepage | mmap
   uint64_t dummy_seed = 0;
   int threads = 0;  // 0: all available CPUs
   kernels::MatMulPrecision matmul_precision = kernels::MatMulPrecision::kF32;

@@ -1,6 +1,7 @@
 #include "infer/engine/runner.h"
 
 #include "infer/core/error.h"
+#include "infer/core/fault_injection.h"
 
 namespace infer {
 
@@ -23,6 +24,7 @@ std::vector<StepOutput> ModelRunner::Run(const SchedulerOutput& step) {
                       s.num_new, request.block_table.blocks, s.wants_logits});
   }
   if (steps_.empty()) return {};
+  fault::MaybeThrow("forward");  // tests only (INFER_FAULTS)
   model_.Forward(steps_, logits_);
   std::vector<StepOutput> outputs;
   const auto vocab = static_cast<size_t>(model_.vocab_size());

@@ -51,15 +51,18 @@ std::vector<WeightSlot> WeightSlots(const ModelConfig& config, ModelWeights& wei
 // Parameters, counting tied embeddings once.
 int64_t ParameterCount(const ModelConfig& config);
 
-// Where the norm and bias vectors live. kMmap: views into the mmap'd safetensors (zero-copy).
-// kHugePageCopy: one copy into 2 MiB-page-backed memory at load. Matrices are always packed
-// into 2 MiB pages (fewer TLB misses when streaming weights in decode).
+// Where the norm and bias vectors (and an untied embedding table) live. kHugePageCopy (the
+// default): one copy into 2 MiB-page-backed memory at load, after which the checkpoint's files
+// are no longer read: emptying or replacing them while serving changes nothing. kMmap: zero-copy
+// views into the mmap'd safetensors, which saves the copy of an untied embedding table but, as
+// with llama.cpp's mmap, a file truncated in place then faults the process (SIGBUS) on access.
+// Matrices are always packed into 2 MiB pages (fewer TLB misses when streaming weights in decode).
 enum class WeightPlacement { kMmap, kHugePageCopy };
 
 struct LoadOptions {
   bool dummy = false;  // random weights from config.json alone (--load-format dummy)
   uint64_t dummy_seed = 0;
-  WeightPlacement placement = WeightPlacement::kMmap;
+  WeightPlacement placement = WeightPlacement::kHugePageCopy;
   ThreadPool* pool = nullptr;  // used for copies and dummy init; null = single thread
   // Weight matrices (and a tied embedding, which is the output head) quantized at load; an
   // untied embedding table stays as loaded (it is only gathered from).

@@ -57,4 +57,16 @@ std::pair<int, std::string> HttpGet(const std::string& host, int port, const std
   return {answer->status, answer->body};
 }
 
+std::pair<int, std::string> HttpPost(const std::string& host, int port, const std::string& path,
+                                     const std::string& body, const std::string& api_key) {
+  httplib::Client client(host, port);
+  client.set_connection_timeout(std::chrono::seconds(5));
+  client.set_read_timeout(std::chrono::seconds(600));
+  httplib::Headers headers;
+  if (!api_key.empty()) headers.emplace("Authorization", "Bearer " + api_key);
+  const httplib::Result answer = client.Post(path, headers, body, "application/json");
+  if (!answer) return {0, httplib::to_string(answer.error())};
+  return {answer->status, answer->body};
+}
+
 }  // namespace infer::server

@@ -29,4 +29,9 @@ CompletionResult PostCompletion(const std::string& host, int port, const std::st
 std::pair<int, std::string> HttpGet(const std::string& host, int port, const std::string& path,
                                     const std::string& api_key = "");
 
+// POST a JSON body to a path and read the whole answer; {status, body} (status 0 when the
+// server cannot be reached).
+std::pair<int, std::string> HttpPost(const std::string& host, int port, const std::string& path,
+                                     const std::string& body, const std::string& api_key = "");
+
 }  // namespace infer::server

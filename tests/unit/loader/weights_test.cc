@@ -92,7 +92,9 @@ TEST_P(FixtureWeights, MatricesArePackedFromTheCheckpoint) {
 
 TEST_P(FixtureWeights, HugePageCopyEqualsMmap) {
   const std::string path = FixturePath(std::string("models/") + GetParam() + "/model").string();
-  LoadedModel mapped = LoadModel(path, {});
+  LoadOptions mmap_options;
+  mmap_options.placement = WeightPlacement::kMmap;
+  LoadedModel mapped = LoadModel(path, mmap_options);
   LoadOptions options;
   options.placement = WeightPlacement::kHugePageCopy;
   ThreadPool pool(2);

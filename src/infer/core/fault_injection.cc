@@ -1,0 +1,90 @@
+#include "infer/core/fault_injection.h"
+
+#include <atomic>
+#include <cstdint>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "infer/core/error.h"
+
+namespace infer::fault {
+namespace {
+
+struct Arm {
+  int64_t first = 0;  // 1-based pass that fails first
+  int64_t count = 1;  // passes that fail from there
+  int64_t passes = 0;
+};
+
+struct Faults {
+  std::mutex mutex;
+  std::map<std::string, Arm, std::less<>> arms;
+};
+
+int64_t ParseCount(const std::string& text, const std::string& spec) {
+  size_t used = 0;
+  int64_t value = 0;
+  try {
+    value = std::stoll(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  INFER_CHECK(used == text.size() && value > 0,
+              "INFER_FAULTS: '{}' is not POINT@N or POINT@NxCOUNT with positive numbers", spec);
+  return value;
+}
+
+Faults* Parse(const char* env) {
+  auto* faults = new Faults;  // lives for the process, as the environment does
+  std::string text(env);
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    size_t end = text.find(',', begin);
+    if (end == std::string::npos) end = text.size();
+    const std::string spec = text.substr(begin, end - begin);
+    begin = end + 1;
+    if (spec.empty()) continue;
+    const size_t at = spec.find('@');
+    INFER_CHECK(at != std::string::npos && at > 0,
+                "INFER_FAULTS: '{}' is not POINT@N or POINT@NxCOUNT", spec);
+    const std::string point = spec.substr(0, at);
+    INFER_CHECK(point == "forward" || point == "kv_alloc",
+                "INFER_FAULTS: unknown point '{}' (forward, kv_alloc)", point);
+    const std::string when = spec.substr(at + 1);
+    const size_t x = when.find('x');
+    Arm arm;
+    arm.first = ParseCount(when.substr(0, x), spec);
+    if (x != std::string::npos) arm.count = ParseCount(when.substr(x + 1), spec);
+    faults->arms[point] = arm;
+  }
+  return faults;
+}
+
+Faults* Armed() {
+  static Faults* const faults = [] {
+    const char* env = std::getenv("INFER_FAULTS");
+    return env != nullptr && *env != '\0' ? Parse(env) : nullptr;
+  }();
+  return faults;
+}
+
+}  // namespace
+
+bool Hit(std::string_view point) {
+  Faults* faults = Armed();
+  if (faults == nullptr) return false;
+  std::lock_guard lock(faults->mutex);
+  auto it = faults->arms.find(point);
+  if (it == faults->arms.end()) return false;
+  Arm& arm = it->second;
+  ++arm.passes;
+  return arm.passes >= arm.first && arm.passes < arm.first + arm.count;
+}
+
+void MaybeThrow(std::string_view point) {
+  if (Hit(point)) Fail("injected fault: {}", point);
+}
+
+}  // namespace infer::fault
