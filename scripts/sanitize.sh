@@ -26,6 +26,10 @@ else
   dir=build-tsan
   extra=(-DINFER_SANITIZE=thread)
 fi
+# ccache (when the build uses it): paths relative to the checkout and no working directory in the
+# hash, so that a build here and CI's build in its own clone share objects (the debug info's
+# compilation directory may then name the other checkout; stack traces still name the files).
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
 # A build folder configured with another compiler (an older gcc build-asan) is started over.
 if [[ -f "$dir/CMakeCache.txt" ]] && ! grep -q "CMAKE_CXX_COMPILER:.*clang++-14" "$dir/CMakeCache.txt"; then
   rm -rf "$dir"

@@ -12,7 +12,7 @@
 namespace infer::fault {
 namespace {
 
-struct Arm {
+struct Trigger {
   int64_t first = 0;  // 1-based pass that fails first
   int64_t count = 1;  // passes that fail from there
   int64_t passes = 0;
@@ -20,7 +20,7 @@ struct Arm {
 
 struct Faults {
   std::mutex mutex;
-  std::map<std::string, Arm, std::less<>> arms;
+  std::map<std::string, Trigger, std::less<>> triggers;
 };
 
 int64_t ParseCount(const std::string& text, const std::string& spec) {
@@ -54,20 +54,23 @@ Faults* Parse(const char* env) {
                 "INFER_FAULTS: unknown point '{}' (forward, kv_alloc)", point);
     const std::string when = spec.substr(at + 1);
     const size_t x = when.find('x');
-    Arm arm;
+    Trigger arm;
     arm.first = ParseCount(when.substr(0, x), spec);
     if (x != std::string::npos) arm.count = ParseCount(when.substr(x + 1), spec);
-    faults->arms[point] = arm;
+    faults->triggers[point] = arm;
   }
   return faults;
 }
 
+std::atomic<Faults*> g_armed{nullptr};
+std::once_flag g_from_environment;
+
 Faults* Armed() {
-  static Faults* const faults = [] {
+  std::call_once(g_from_environment, [] {
     const char* env = std::getenv("INFER_FAULTS");
-    return env != nullptr && *env != '\0' ? Parse(env) : nullptr;
-  }();
-  return faults;
+    if (env != nullptr && *env != '\0') g_armed.store(Parse(env));
+  });
+  return g_armed.load(std::memory_order_acquire);
 }
 
 }  // namespace
@@ -76,11 +79,18 @@ bool Hit(std::string_view point) {
   Faults* faults = Armed();
   if (faults == nullptr) return false;
   std::lock_guard lock(faults->mutex);
-  auto it = faults->arms.find(point);
-  if (it == faults->arms.end()) return false;
-  Arm& arm = it->second;
+  auto it = faults->triggers.find(point);
+  if (it == faults->triggers.end()) return false;
+  Trigger& arm = it->second;
   ++arm.passes;
   return arm.passes >= arm.first && arm.passes < arm.first + arm.count;
+}
+
+void Arm(std::string_view spec) {
+  Armed();  // the environment is read first, so that it cannot override this later
+  // The previous set is leaked on purpose: another thread may be inside Hit() with it.
+  g_armed.store(spec.empty() ? nullptr : Parse(std::string(spec).c_str()),
+                std::memory_order_release);
 }
 
 void MaybeThrow(std::string_view point) {

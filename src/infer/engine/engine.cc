@@ -329,6 +329,14 @@ bool Engine::RunStep(std::vector<GenerationOutput>* ended) {
     for (const auto& request : step.preempted) {
       spdlog::debug("{}: preempted (KV blocks ran out), will be recomputed", request->request_id);
     }
+    for (const auto& request : step.failed) {
+      const std::string why = request->error.value_or("KV block allocation failed");
+      spdlog::warn("{}: failed while scheduling: {}", request->request_id, why);
+      ObserveEnd(*request, NowS());
+      Deliver(*request, ErrorOutput(*request, why));
+      if (ended) ended->push_back(MakeOutput(*request));
+      ran_any = true;  // the queue moved: schedule again at once
+    }
     if (step.scheduled.empty()) break;
     ran_any = true;
     const double start = NowS();

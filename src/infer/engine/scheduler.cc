@@ -72,6 +72,15 @@ void Scheduler::Preempt(std::shared_ptr<Request> request, SchedulerOutput& outpu
   InsertWaiting(request, /*at_front_of_priority=*/true);
 }
 
+void Scheduler::FailRequest(std::shared_ptr<Request> request, const std::string& why) {
+  blocks_.Free(request->block_table);
+  request->state = RequestState::kFailed;
+  request->error = why;
+  std::erase(running_, request);
+  std::erase(waiting_, request);
+  failed_.push_back(std::move(request));
+}
+
 void Scheduler::ScheduleRunning(int64_t& budget, SchedulerOutput& output, bool prefill_only) {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     const std::shared_ptr<Request> request = running_[i];
@@ -81,16 +90,21 @@ void Scheduler::ScheduleRunning(int64_t& budget, SchedulerOutput& output, bool p
     }
     const int64_t num_new = std::min(request->num_uncomputed(), budget);
     bool preempted_self = false;
-    while (!blocks_.Allocate(request->block_table, request->token_ids,
-                             request->num_computed_tokens + num_new)) {
-      // Out of blocks: preempt the lowest-priority, latest-arrived request not yet scheduled
-      // in this step (running_ is in run order, so that is the last one; maybe this one).
-      const std::shared_ptr<Request> victim = running_.back();
-      Preempt(victim, output);
-      if (victim == request) {
-        preempted_self = true;
-        break;
+    try {
+      while (!blocks_.Allocate(request->block_table, request->token_ids,
+                               request->num_computed_tokens + num_new)) {
+        // Out of blocks: preempt the lowest-priority, latest-arrived request not yet scheduled
+        // in this step (running_ is in run order, so that is the last one; maybe this one).
+        const std::shared_ptr<Request> victim = running_.back();
+        Preempt(victim, output);
+        if (victim == request) {
+          preempted_self = true;
+          break;
+        }
       }
+    } catch (const std::exception& e) {
+      FailRequest(request, e.what());  // it leaves running_: i is now the next one
+      continue;
     }
     if (preempted_self) break;  // everything after it was preempted first
     output.scheduled.push_back({request, num_new, num_new == request->num_uncomputed()});
@@ -110,14 +124,20 @@ bool Scheduler::Admit(const std::shared_ptr<Request>& request, int64_t budget,
   const bool reserve_all = !config_.enable_preemption || !config_.continuous();
   const int64_t reserve =
       reserve_all ? std::max(request->max_total_tokens(), request->num_tokens()) : cached + num_new;
-  while (!blocks_.Allocate(request->block_table, request->token_ids, reserve)) {
-    // Under the priority policy a more urgent request may take the blocks of a less urgent
-    // running one.
-    if (!config_.enable_preemption || !config_.priority_policy() || running_.empty() ||
-        !RunsBefore(*request, *running_.back()) || request->priority >= running_.back()->priority) {
-      return false;
+  try {
+    while (!blocks_.Allocate(request->block_table, request->token_ids, reserve)) {
+      // Under the priority policy a more urgent request may take the blocks of a less urgent
+      // running one.
+      if (!config_.enable_preemption || !config_.priority_policy() || running_.empty() ||
+          !RunsBefore(*request, *running_.back()) ||
+          request->priority >= running_.back()->priority) {
+        return false;
+      }
+      Preempt(running_.back(), output);
     }
-    Preempt(running_.back(), output);
+  } catch (const std::exception& e) {
+    FailRequest(request, e.what());  // it leaves waiting_; admission stops for this step
+    return false;
   }
   request->num_computed_tokens = request->block_table.num_cached_tokens;
   if (request->num_preemptions == 0) {
@@ -188,7 +208,10 @@ bool Scheduler::prefilling() const {
 }
 
 SchedulerOutput Scheduler::Schedule(double now_s) {
-  return config_.continuous() ? ScheduleContinuous() : ScheduleStatic(now_s);
+  SchedulerOutput output = config_.continuous() ? ScheduleContinuous() : ScheduleStatic(now_s);
+  output.failed = std::move(failed_);
+  failed_.clear();
+  return output;
 }
 
 void Scheduler::Update(const SchedulerOutput& output, bool ran) {

@@ -34,6 +34,9 @@ struct ScheduledRequest {
 struct SchedulerOutput {
   std::vector<ScheduledRequest> scheduled;
   std::vector<std::shared_ptr<Request>> preempted;  // preempted in this step
+  // Requests whose KV block allocation threw in this step: failed (Request::error says why),
+  // their blocks freed, out of the queues. The others are scheduled as usual.
+  std::vector<std::shared_ptr<Request>> failed;
   int64_t num_batched_tokens = 0;
 };
 
@@ -86,6 +89,9 @@ class Scheduler {
   void InsertWaiting(std::shared_ptr<Request> request, bool at_front_of_priority);
   void Preempt(std::shared_ptr<Request> request,
                SchedulerOutput& output);  // by value: it leaves running_
+  // A request whose block allocation threw: failed, blocks freed, out of running_ and waiting_,
+  // reported in the step's SchedulerOutput::failed.
+  void FailRequest(std::shared_ptr<Request> request, const std::string& why);
   // Takes blocks for a waiting request and moves it to running; false if they are not free.
   bool Admit(const std::shared_ptr<Request>& request, int64_t budget, SchedulerOutput& output);
   void ScheduleRunning(int64_t& budget, SchedulerOutput& output, bool prefill_only);
@@ -99,6 +105,7 @@ class Scheduler {
   std::vector<std::shared_ptr<Request>> running_;  // in RunsBefore order
   std::optional<double> batch_wait_deadline_s_;
   SchedulerStats stats_;
+  std::vector<std::shared_ptr<Request>> failed_;  // of the step being scheduled
 };
 
 }  // namespace infer

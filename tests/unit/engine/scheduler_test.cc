@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "infer/core/error.h"
+#include "infer/core/fault_injection.h"
 
 namespace infer {
 namespace {
@@ -316,6 +317,55 @@ TEST(SchedulerTest, AbortFreesBlocksOfWaitingAndRunningRequests) {
   EXPECT_EQ(scheduler.block_manager().num_free_blocks(), 16);
   EXPECT_EQ(scheduler.Abort("a"), nullptr);
   EXPECT_EQ(scheduler.Abort("zzz"), nullptr);
+}
+
+}  // namespace
+}  // namespace infer
+
+namespace infer {
+namespace {
+
+// A block allocation that throws (fault::Arm, as INFER_FAULTS does for the server) fails only
+// the request it was for: its blocks are freed and it leaves the queues, reported in the step's
+// `failed`; the rest of the step is scheduled as usual, and later requests are admitted.
+TEST(SchedulerTest, AnAllocationThatThrowsFailsOnlyItsRequest) {
+  EngineConfig config = Config("continuous");
+  config.enable_preemption = true;  // blocks as tokens come (off: all reserved at admission)
+  Scheduler scheduler(config, 64);
+  const auto a = MakeRequest("a", Tokens(15, 1), 8);
+  const auto b = MakeRequest("b", Tokens(15, 100), 8);
+  ASSERT_TRUE(scheduler.Add(a));
+  ASSERT_TRUE(scheduler.Add(b));
+  fault::Arm("kv_alloc@3");  // passes 1-2: the prompts' blocks; 3: a's second block
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"a:15", "b:15"}));
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"a:1", "b:1"}));  // 16 tokens: no new block
+  const SchedulerOutput third = Step(scheduler);
+  ASSERT_EQ(third.failed.size(), 1U);
+  EXPECT_EQ(third.failed[0], a);
+  EXPECT_EQ(a->state, RequestState::kFailed);
+  EXPECT_NE(a->error.value_or("").find("injected fault: kv_alloc"), std::string::npos);
+  EXPECT_EQ(Describe(third), (Strings{"b:1"}));
+  EXPECT_EQ(scheduler.num_running(), 1U);
+  EXPECT_EQ(scheduler.block_manager().num_free_blocks(), 64 - 2);  // b's two blocks
+  while (scheduler.HasWork()) EXPECT_TRUE(Step(scheduler).failed.empty());
+  EXPECT_EQ(b->state, RequestState::kFinished);
+
+  // Admission: the waiting request whose first blocks throw fails; the next one runs.
+  fault::Arm("kv_alloc@1");
+  const auto c = MakeRequest("c", Tokens(5, 200), 2);
+  const auto d = MakeRequest("d", Tokens(5, 300), 2);
+  ASSERT_TRUE(scheduler.Add(c));
+  ASSERT_TRUE(scheduler.Add(d));
+  const SchedulerOutput admit = Step(scheduler);
+  ASSERT_EQ(admit.failed.size(), 1U);
+  EXPECT_EQ(admit.failed[0], c);
+  EXPECT_TRUE(admit.scheduled.empty());  // admission stops for the step that failed
+  EXPECT_EQ(scheduler.num_waiting(), 1U);
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"d:5"}));
+  fault::Arm("");
+  while (scheduler.HasWork()) Step(scheduler);
+  EXPECT_EQ(d->state, RequestState::kFinished);
+  EXPECT_EQ(scheduler.block_manager().num_free_blocks(), 64);  // free or evictable, none lost
 }
 
 }  // namespace
