@@ -4,8 +4,10 @@
 #include <cstdint>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "infer/core/error.h"
 
@@ -36,8 +38,18 @@ int64_t ParseCount(const std::string& text, const std::string& spec) {
   return value;
 }
 
+// Every set ever armed stays alive (and reachable) for the process: a thread may still be inside
+// Hit() with one that Arm() has just replaced.
+Faults* NewFaults() {
+  static std::mutex mutex;
+  static std::vector<std::unique_ptr<Faults>> all;
+  std::lock_guard lock(mutex);
+  all.push_back(std::make_unique<Faults>());
+  return all.back().get();
+}
+
 Faults* Parse(const char* env) {
-  auto* faults = new Faults;  // lives for the process, as the environment does
+  Faults* faults = NewFaults();
   std::string text(env);
   size_t begin = 0;
   while (begin <= text.size()) {
@@ -88,7 +100,6 @@ bool Hit(std::string_view point) {
 
 void Arm(std::string_view spec) {
   Armed();  // the environment is read first, so that it cannot override this later
-  // The previous set is leaked on purpose: another thread may be inside Hit() with it.
   g_armed.store(spec.empty() ? nullptr : Parse(std::string(spec).c_str()),
                 std::memory_order_release);
 }

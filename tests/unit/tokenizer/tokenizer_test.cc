@@ -91,9 +91,10 @@ TEST(TokenizerTest, UnsupportedComponentsFailAtLoad) {
       {{{"truncation", {{"max_length", 5}}}}, "truncation"},
       {{{"model", {{"merges", {"a zz"}}}}}, "zz"},
   };
-  for (const auto& [overrides, expected] : cases) {
-    const std::string message =
-        ErrorOf([&] { Tokenizer::FromJsonText(TinyTokenizerJson(overrides), "tiny.json"); });
+  for (const auto& test_case : cases) {
+    const auto& [overrides, expected] = test_case;
+    const std::string message = ErrorOf(
+        [&] { Tokenizer::FromJsonText(TinyTokenizerJson(test_case.first), "tiny.json"); });
     EXPECT_NE(message.find(expected), std::string::npos) << overrides.dump() << " -> " << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
