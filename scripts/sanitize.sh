@@ -46,7 +46,8 @@ if [[ "$mode" == address ]]; then
 else
   # A race ends the process (exit 66): a test's own binary fails, and a child `infer serve` dies,
   # which its test sees as a dropped connection. Reports go to stderr, shown on failure.
-  export TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1:history_size=4
+  # tests/tsan_suppressions.txt: only a false positive inside the uninstrumented cpp-httplib.
+  export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1:history_size=4:suppressions=$PWD/tests/tsan_suppressions.txt"
   threaded='ThreadPool|EngineTest|Models/EngineFixtureTest|SchedulerTest|StaticSchedulerTest'
   threaded+='|GenerateTest|FixtureModels/GenerateFixtureTest|MetricsTest|MatMulOpTest'
   threaded+='|PagedAttentionTest|QuantizedTest|ServeTextTest|ServeApi|ServeLimits|ServeStressTest'

@@ -44,14 +44,25 @@ inline float RoundToEven(float x) {
   return (x + kMagic) - kMagic;
 }
 
+// An ifunc resolver (target_clones) runs before the sanitizer runtime starts; ThreadSanitizer
+// instruments it and the process crashes while loading, so that build takes the default clone.
+#if defined(__SANITIZE_THREAD__)
+#define INFER_TARGET_CLONES_AVX2
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define INFER_TARGET_CLONES_AVX2
+#endif
+#endif
+#ifndef INFER_TARGET_CLONES_AVX2
+#define INFER_TARGET_CLONES_AVX2 __attribute__((target_clones("avx2", "default")))
+#endif
+
 // Squared error of an int4 group quantized with scale d and minimum m, in f32, accumulated in
 // 8 interleaved partial sums that are then added in order (a fixed order the compiler can
 // vectorize; compiled for AVX2 too, picked at load, the same arithmetic). values holds `padded`
 // entries, zeros past count, and the padding is masked out.
-__attribute__((target_clones("avx2", "default"))) float Int4GroupError(const float* values,
-                                                                       int64_t count,
-                                                                       int64_t padded, float d,
-                                                                       float m) {
+INFER_TARGET_CLONES_AVX2 float Int4GroupError(const float* values, int64_t count, int64_t padded,
+                                              float d, float m) {
   const float inverse = d > 0.0F ? 1.0F / d : 0.0F;
   float partial[8] = {};
   const int64_t full = count == padded ? padded : 0;  // a partial group takes the masked loop
