@@ -93,8 +93,8 @@ TEST(TokenizerTest, UnsupportedComponentsFailAtLoad) {
   };
   for (const auto& test_case : cases) {
     const auto& [overrides, expected] = test_case;
-    const std::string message = ErrorOf(
-        [&] { Tokenizer::FromJsonText(TinyTokenizerJson(test_case.first), "tiny.json"); });
+    const std::string message =
+        ErrorOf([&] { Tokenizer::FromJsonText(TinyTokenizerJson(test_case.first), "tiny.json"); });
     EXPECT_NE(message.find(expected), std::string::npos) << overrides.dump() << " -> " << message;
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
   }
