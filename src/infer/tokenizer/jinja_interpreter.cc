@@ -4,7 +4,10 @@
 
 #include <cmath>
 #include <ctime>
+#include <memory>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "infer/tokenizer/jinja_builtins.h"
 #include "infer/tokenizer/jinja_parser.h"
@@ -182,6 +185,17 @@ class Renderer {
     DefineBuiltins();
   }
 
+  // Namespaces are the only mutable values a template has, so the only way to a reference cycle
+  // (`{% set ns.x = [ns] %}`, which shared ownership alone would never free); emptying every
+  // namespace this render made when it ends, normally or by an error, frees any cycle.
+  ~Renderer() {
+    for (const std::weak_ptr<Namespace>& weak : namespaces_) {
+      if (const auto ns = weak.lock()) ValueDict().swap(ns->attributes);
+    }
+  }
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
+
   std::string Run(const NodeList& program) {
     RenderNodes(program);
     return std::move(out_);
@@ -207,8 +221,9 @@ class Renderer {
       const size_t n = std::strftime(buffer, sizeof(buffer), args[0].AsString().c_str(), &local);
       return Value(std::string(buffer, n));
     });
-    define("namespace", [](const ValueList& args, const ValueDict& kwargs) -> Value {
+    define("namespace", [this](const ValueList& args, const ValueDict& kwargs) -> Value {
       auto ns = std::make_shared<Namespace>();
+      namespaces_.push_back(ns);
       for (const Value& arg : args) {
         INFER_CHECK(arg.IsDict(), "namespace() takes keyword arguments or a dict");
         ns->attributes = arg.AsDict();
@@ -604,6 +619,7 @@ class Renderer {
   std::string out_;
   int depth_ = 0;
   int64_t steps_ = 0;
+  std::vector<std::weak_ptr<Namespace>> namespaces_;  // made by this render's namespace()
 };
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <string>
 
 #include "infer/tokenizer/jinja_interpreter.h"
 #include "infer/tokenizer/jinja_value.h"
@@ -105,6 +107,39 @@ TEST(TokenizerJinjaTest, HostileTemplatesEndQuicklyWithAClearError) {
     // Release build: 1.3 s for the nested loops, the rest under 0.7 s; ASan is ~16x slower).
     std::printf("[ %.2f s: %s ]\n", seconds, source);
   }
+}
+
+}  // namespace
+}  // namespace infer::jinja
+
+namespace infer::jinja {
+namespace {
+
+long ResidentKib() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  long value = -1;
+  while (status >> key) {
+    if (key == "VmRSS:") status >> value;
+  }
+  return value;
+}
+
+// A namespace that holds itself (found by jinja_fuzz: `{% set ns.x = ns, ... %}`) is a reference
+// cycle that shared ownership alone never frees: every render of such a template leaked. The
+// render now empties its namespaces when it ends. 100 renders of a 4 MB cycle would hold 400 MB.
+TEST(TokenizerJinjaTest, ANamespaceThatHoldsItselfIsFreedAfterTheRender) {
+  const Template cyclic(
+      "{% set ns = namespace(big='x' * 4000000) %}{% set ns.me = [ns, (ns, 1)] %}"
+      "{{ ns.me | length }}");
+  EXPECT_EQ(cyclic.Render({}), "2");
+  const long before = ResidentKib();
+  for (int i = 0; i < 100; ++i) cyclic.Render({});
+  EXPECT_LT(ResidentKib() - before, 100 * 1024) << "KiB kept by 100 renders";
+  // A render that fails half-way frees its namespaces too.
+  const Template failing(
+      "{% set ns = namespace() %}{% set ns.me = ns %}{{ raise_exception('x') }}");
+  EXPECT_THROW(failing.Render({}), Error);
 }
 
 }  // namespace
