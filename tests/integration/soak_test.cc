@@ -113,7 +113,9 @@ void Client(int port, uint32_t seed, Clock::time_point until, Tally& tally) {
                       result.transport_error + " " + result.body.substr(0, 200));
       } else if (summary.token_ids.size() > static_cast<size_t>(max_tokens) ||
                  (summary.token_ids.size() < static_cast<size_t>(max_tokens) &&
-                  summary.last.value("finish_reason", "") != "stop")) {
+                  summary.last.value("finish_reason", "") != "eos")) {
+        // Fewer tokens than asked only when sampling met EOS (rare over 128256 ids at
+        // temperature 0.8: 6 of 8945 in a 30-minute run); the EOS itself is not a token event.
         tally.Problem("completion: " + std::to_string(summary.token_ids.size()) + " tokens of " +
                       std::to_string(max_tokens) + ", " + summary.last.dump());
       } else {
