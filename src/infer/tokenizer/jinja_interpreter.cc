@@ -22,10 +22,13 @@ namespace {
 constexpr size_t kMaxOutputBytes = size_t{16} << 20;
 constexpr size_t kMaxValueBytes = size_t{16} << 20;  // any one string, list repetition
 constexpr size_t kMaxItems = 1'000'000;              // any one list or dict
-// Work units: one per node, loop iteration and expression, plus one per KiB of string and per
-// 16 items of list or dict each expression yields (copying them is the cost), so that a few
-// huge values cost as much as many small steps.
-constexpr int64_t kMaxSteps = 5'000'000;
+// Work units: one per node, loop iteration and expression, plus one per 128 bytes of string and
+// per 4 items of list or dict each expression yields (copying them is the cost), so that a few
+// huge values cost as much as many small steps: the whole budget is at most ~256 MB of copying
+// or 2M loop iterations (the costliest kind, ~0.8 us each), a second or two at most. (At one unit
+// per KiB, jinja_fuzz found a template that copied 16 MiB strings for 10 s before the budget ran
+// out.)
+constexpr int64_t kMaxSteps = 2'000'000;
 constexpr int kMaxCallDepth = 64;
 constexpr int64_t kMaxRangeLength = 1'000'000;
 
@@ -303,9 +306,9 @@ class Renderer {
 
   // What producing `value` cost beyond the step itself (see kMaxSteps).
   static int64_t Cost(const Value& value) {
-    if (value.IsString()) return static_cast<int64_t>(value.AsString().size() >> 10);
-    if (value.IsList()) return static_cast<int64_t>(value.AsList().size() >> 4);
-    if (value.IsDict()) return static_cast<int64_t>(value.AsDict().size() >> 4);
+    if (value.IsString()) return static_cast<int64_t>(value.AsString().size() >> 7);
+    if (value.IsList()) return static_cast<int64_t>(value.AsList().size() >> 2);
+    if (value.IsDict()) return static_cast<int64_t>(value.AsDict().size() >> 2);
     return 0;
   }
 
