@@ -26,26 +26,14 @@
 
 #include "serve_test_util.h"
 #include "testing/llama3_vocab_model.h"
+#include "testing/sanitized.h"
 #include "testing/server_process.h"
 
 namespace infer {
 namespace {
 
-// Under ASan or TSan the server's allocator keeps freed memory in quarantine and its shadow grows:
-// RSS is reported there but held only in the plain build (LeakSanitizer covers leaks there).
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kSanitized = true;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-constexpr bool kSanitized = true;
-#else
-constexpr bool kSanitized = false;
-#endif
-#else
-constexpr bool kSanitized = false;
-#endif
-
 using nlohmann::json;
+using testing::kSanitized;
 using Clock = std::chrono::steady_clock;
 using testing::ServerProcess;
 

@@ -9,6 +9,7 @@
 
 #include "infer/tokenizer/jinja_interpreter.h"
 #include "infer/tokenizer/jinja_value.h"
+#include "testing/sanitized.h"
 #include "tokenizer_test_util.h"
 
 namespace infer::jinja {
@@ -135,7 +136,12 @@ TEST(TokenizerJinjaTest, ANamespaceThatHoldsItselfIsFreedAfterTheRender) {
   EXPECT_EQ(cyclic.Render({}), "2");
   const long before = ResidentKib();
   for (int i = 0; i < 100; ++i) cyclic.Render({});
-  EXPECT_LT(ResidentKib() - before, 100 * 1024) << "KiB kept by 100 renders";
+  const long kept_kib = ResidentKib() - before;
+  std::printf("[ %ld KiB resident after 100 renders ]\n", kept_kib);
+  // Under ASan the freed strings sit in quarantine; LeakSanitizer reports the cycle there instead.
+  if (!infer::testing::kSanitized) {
+    EXPECT_LT(kept_kib, 100 * 1024) << "KiB kept by 100 renders";
+  }
   // A render that fails half-way frees its namespaces too.
   const Template failing(
       "{% set ns = namespace() %}{% set ns.me = ns %}{{ raise_exception('x') }}");
