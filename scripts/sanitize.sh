@@ -3,9 +3,9 @@
 #   scripts/sanitize.sh [address]  ASan + UBSan into build-asan/: the whole suite. The same build
 #                                  carries libFuzzer's coverage hooks and the fuzz targets, which
 #                                  scripts/fuzz.sh runs, so the libraries are compiled once.
-#   scripts/sanitize.sh thread     TSan into build-tsan/: the tests where threads share state (the
-#                                  thread pool and the kernels it runs, the engine and scheduler,
-#                                  the HTTP server and its child `infer serve`).
+#   scripts/sanitize.sh thread     TSan into build-tsan/: the whole suite too (the thread pool and
+#                                  the kernels it runs, the engine and scheduler, the HTTP server
+#                                  and its child `infer serve`, and everything single-threaded).
 #   --build-only                   configure and build, run nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,9 +48,5 @@ else
   # which its test sees as a dropped connection. Reports go to stderr, shown on failure.
   # tests/tsan_suppressions.txt: only a false positive inside the uninstrumented cpp-httplib.
   export TSAN_OPTIONS="halt_on_error=1:exitcode=66:second_deadlock_stack=1:history_size=4:suppressions=$PWD/tests/tsan_suppressions.txt"
-  threaded='ThreadPool|EngineTest|Models/EngineFixtureTest|SchedulerTest|StaticSchedulerTest'
-  threaded+='|GenerateTest|FixtureModels/GenerateFixtureTest|MetricsTest|MatMulOpTest'
-  threaded+='|PagedAttentionTest|QuantizedTest|ServeTextTest|ServeApi|ServeLimits|ServeStressTest'
-  threaded+='|Archs/ServeFixtureTest|ServeFaults|Soak'
-  ctest --test-dir "$dir" --output-on-failure -j2 -R "^($threaded)\."
+  ctest --test-dir "$dir" --output-on-failure -j2
 fi
