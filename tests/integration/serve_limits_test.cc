@@ -1,19 +1,24 @@
-// Limits and drain of `infer serve` over loopback (issue 14, item 5): a client that sends
-// nothing is disconnected after --timeout-keep-alive; connections beyond --http-threads are
-// answered 503 at once instead of waiting; SIGTERM with --shutdown-timeout stops admitting (503,
-// /health "draining"), lets running requests finish, ends what is left with an error event, exits
-// 0.
+// Limits and drain of `infer serve` over loopback (issue 14, item 5): a client that stalls in the
+// middle of its request is disconnected after --timeout; connections beyond --http-threads are
+// answered 503 at once instead of waiting; idle connections (nothing sent) wait in the kernel and
+// hold no worker, so 500 of them and a client trickling a header leave /health answering; SIGTERM
+// with --shutdown-timeout stops admitting (503, /health "draining"), lets running requests finish,
+// ends what is left with an error event, exits 0.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <future>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -43,16 +48,20 @@ double SecondsUntilClosed(int fd, int limit_s) {
   return got == 0 ? elapsed : -1.0;
 }
 
-TEST(ServeLimits, IdleClientsTimeOutAndConnectionsBeyondTheCapGet503) {
+TEST(ServeLimits, StalledClientsTimeOutAndConnectionsBeyondTheCapGet503) {
   ServerProcess server({"--model", testing::FixturePath("models/llama/model").string(),
                         "--served-model-name", "tiny", "--threads", "1", "--http-threads", "2",
                         "--timeout", "2", "--timeout-keep-alive", "2"});
   ASSERT_TRUE(server.started()) << server.log();
   const auto opened = Clock::now();
-  const int idle_a = testing::ConnectLoopback(server.port());
-  const int idle_b = testing::ConnectLoopback(server.port());
-  ASSERT_GE(idle_a, 0);
-  ASSERT_GE(idle_b, 0);
+  // Two clients that start a request and stall: each holds a worker.
+  const int stalled_a = testing::ConnectLoopback(server.port());
+  const int stalled_b = testing::ConnectLoopback(server.port());
+  ASSERT_GE(stalled_a, 0);
+  ASSERT_GE(stalled_b, 0);
+  for (const int fd : {stalled_a, stalled_b}) {
+    ASSERT_EQ(::send(fd, "GET /hea", 8, MSG_NOSIGNAL), 8);
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // both hold a worker now
   // A third client is turned away at once rather than queued behind them.
   const auto asked = Clock::now();
@@ -60,18 +69,64 @@ TEST(ServeLimits, IdleClientsTimeOutAndConnectionsBeyondTheCapGet503) {
   EXPECT_EQ(status, 503) << body;
   EXPECT_NE(body.find("too many open connections"), std::string::npos) << body;
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - asked).count(), 1.5);
-  // The silent clients are dropped once no request started within --timeout-keep-alive (2 s),
-  // which frees the workers.
-  const double closed_a = SecondsUntilClosed(idle_a, 10);
-  const double closed_b = SecondsUntilClosed(idle_b, 10);
-  EXPECT_GE(closed_a, 0) << "the idle connection was never closed";
-  EXPECT_GE(closed_b, 0) << "the idle connection was never closed";
+  // The stalled clients are dropped once they sent nothing for --timeout (2 s), which frees the
+  // workers.
+  const double closed_a = SecondsUntilClosed(stalled_a, 10);
+  const double closed_b = SecondsUntilClosed(stalled_b, 10);
+  EXPECT_GE(closed_a, 0) << "the stalled connection was never closed";
+  EXPECT_GE(closed_b, 0) << "the stalled connection was never closed";
   const double held_s = std::chrono::duration<double>(Clock::now() - opened).count();
   EXPECT_GT(held_s, 1.5);
   EXPECT_LT(held_s, 8.0);
-  ::close(idle_a);
-  ::close(idle_b);
+  ::close(stalled_a);
+  ::close(stalled_b);
   EXPECT_EQ(server::HttpGet("127.0.0.1", server.port(), "/v1/models").first, 200);
+  EXPECT_EQ(server.Stop(SIGTERM), 0) << server.log();
+}
+
+// Issue 14's slow-client case with the default limits: 500 connections that send nothing and one
+// client that sends a header byte every 2 s. Idle connections wait in the kernel until their
+// first byte (TCP_DEFER_ACCEPT), the trickling one holds a single worker, and /health keeps
+// answering 200 within a second (before the change it did not answer within 30 s).
+TEST(ServeLimits, IdleConnectionsAndATricklingClientLeaveHealthAnswering) {
+  ServerProcess server({"--model", testing::FixturePath("models/llama/model").string(),
+                        "--served-model-name", "tiny", "--threads", "1"});
+  ASSERT_TRUE(server.started()) << server.log();
+  std::vector<int> idle;
+  for (int i = 0; i < 500; ++i) {
+    const int fd = testing::ConnectLoopback(server.port());
+    ASSERT_GE(fd, 0) << "connection " << i;
+    idle.push_back(fd);
+  }
+  std::atomic<bool> stop{false};
+  std::thread trickler([&] {
+    const int fd = testing::ConnectLoopback(server.port());
+    const std::string request = "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaa";
+    for (size_t i = 0; i < request.size() && !stop; ++i) {
+      if (::send(fd, &request[i], 1, MSG_NOSIGNAL) != 1) break;
+      for (int wait = 0; wait < 20 && !stop; ++wait) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
+    ::close(fd);
+  });
+  // 12 s: past --timeout-keep-alive (5 s), so a worker that had taken an idle connection would
+  // have shown as a stall here.
+  double slowest = 0;
+  for (int i = 0; i < 24; ++i) {
+    const auto asked = Clock::now();
+    const auto [status, body] = server::HttpGet("127.0.0.1", server.port(), "/health");
+    const double seconds = std::chrono::duration<double>(Clock::now() - asked).count();
+    slowest = std::max(slowest, seconds);
+    EXPECT_EQ(status, 200) << body;
+    EXPECT_LT(seconds, 1.0) << "check " << i;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  std::printf("[ slowest /health with 500 idle connections and a trickling client: %.1f ms ]\n",
+              slowest * 1000);
+  stop = true;
+  trickler.join();
+  for (const int fd : idle) ::close(fd);
   EXPECT_EQ(server.Stop(SIGTERM), 0) << server.log();
 }
 

@@ -1,6 +1,8 @@
 #include "infer/server/http_server.h"
 
 #include <httplib.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <atomic>
@@ -447,6 +449,16 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options)
   impl_->server.set_payload_max_length(impl_->options.max_body_bytes);  // chunked bodies
   impl_->server.set_socket_options([impl = impl_.get()](socket_t sock) {
     httplib::default_socket_options(sock);
+    // A connection is handed to a worker only once its first bytes arrive (Linux
+    // TCP_DEFER_ACCEPT): idle connections wait in the kernel, not on a worker thread, so 500 of
+    // them leave /health answering. The kernel gives up waiting after its SYN-ACK retries (about
+    // 63 s by default) and then hands the still-silent ones over, which --timeout-keep-alive
+    // closes.
+    constexpr int kDeferSeconds = 60;
+    const int defer_s = kDeferSeconds;
+    if (::setsockopt(sock, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s, sizeof(defer_s)) != 0) {
+      spdlog::warn("could not set TCP_DEFER_ACCEPT: {}", std::strerror(errno));
+    }
     impl->listen_fd = sock;
   });
   impl_->Routes();
