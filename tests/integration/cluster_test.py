@@ -173,11 +173,18 @@ def run(env, run_dir):
 
     # The replica comes back and takes requests again.
     print(cluster(env, "restart", victim).strip())
-    time.sleep(3)  # HAProxy's health check: 2 passes, 1 s apart
-    status = cluster(env, "status")
+    # The replica loads, then HAProxy's health check needs 2 passes 1 s apart: poll rather than
+    # sleep a fixed time (a loaded sanitizer build takes longer).
+    deadline = time.time() + 60
+    while True:
+        status = cluster(env, "status")
+        if status.count(" healthy") == 3 or time.time() > deadline:
+            break
+        time.sleep(0.5)
     check(f"replica {victim} " in status and status.count(" healthy") == 3, status)
     served = set()
-    for _ in range(4):
+    deadline = time.time() + 60
+    while time.time() < deadline:
         rejoin = []
         threads = [threading.Thread(target=lambda: rejoin.append(stream(
             port, {"model": "tiny", "prompt": [5, 6, 7], "max_tokens": 40,
