@@ -454,8 +454,7 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options)
     // them leave /health answering. The kernel gives up waiting after its SYN-ACK retries (about
     // 63 s by default) and then hands the still-silent ones over, which --timeout-keep-alive
     // closes.
-    constexpr int kDeferSeconds = 60;
-    const int defer_s = kDeferSeconds;
+    const int defer_s = 60;
     if (::setsockopt(sock, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s, sizeof(defer_s)) != 0) {
       spdlog::warn("could not set TCP_DEFER_ACCEPT: {}", std::strerror(errno));
     }

@@ -4,9 +4,9 @@
 
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <string>
 
+#include "infer/core/mapped_file.h"
 #include "infer/tokenizer/jinja_interpreter.h"
 #include "infer/tokenizer/jinja_value.h"
 #include "testing/sanitized.h"
@@ -116,15 +116,7 @@ TEST(TokenizerJinjaTest, HostileTemplatesEndQuicklyWithAClearError) {
 namespace infer::jinja {
 namespace {
 
-long ResidentKib() {
-  std::ifstream status("/proc/self/status");
-  std::string key;
-  long value = -1;
-  while (status >> key) {
-    if (key == "VmRSS:") status >> value;
-  }
-  return value;
-}
+long ResidentKib() { return static_cast<long>(CurrentRssBytes() / 1024); }
 
 // A namespace that holds itself (found by jinja_fuzz: `{% set ns.x = ns, ... %}`) is a reference
 // cycle that shared ownership alone never frees: every render of such a template leaked. The
