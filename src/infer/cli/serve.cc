@@ -220,14 +220,15 @@ void AddServeCommand(CLI::App& app) {
   command->add_option("--seed", args->engine.seed, "Default seed of requests that give none");
   command
       ->add_option("--http-threads", args->server.http_threads,
-                   "HTTP worker threads = connections served at once; more get 503 at once "
-                   "(0: max batch + max waiting + 16)")
+                   "HTTP worker threads = requests served at once; more get 503 at once; idle "
+                   "connections hold none (0: max batch + max waiting + 16)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
   command
       ->add_option("--timeout", args->server.read_timeout_s,
-                   "Seconds a client may stall in the middle of its request, or accept nothing of "
-                   "the response, before it is disconnected (its request cancelled)")
+                   "Seconds a request's headers may take in all, and a client may stall in the "
+                   "middle of its body or accept nothing of the response, before it is "
+                   "disconnected (its request cancelled)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   command

@@ -3,8 +3,10 @@
 #include <httplib.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -23,6 +25,7 @@
 #include "infer/server/completion_request.h"
 #include "infer/server/connection_pool.h"
 #include "infer/server/openai_api.h"
+#include "infer/server/parking_server.h"
 #include "infer/server/sse.h"
 
 namespace infer::server {
@@ -73,12 +76,42 @@ struct OpenAiStream {
   bool ended = false;  // [DONE] written
 };
 
+// Worker threads: --http-threads, or enough for every request the engine can hold (running and
+// queued) plus room for requests that are only turned away.
+int HttpThreads(const EngineConfig& config, const ServerOptions& options) {
+  if (options.http_threads > 0) return options.http_threads;
+  return static_cast<int>(
+      std::min<int64_t>(config.max_num_seqs + config.max_waiting_requests + 16, 1024));
+}
+
+// Idle connections kept open: as many as the open-file limit leaves room for beside the workers
+// (the soft limit is first raised to the hard one, as servers do), at most 16384.
+size_t MaxIdleConnections(int http_threads) {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 512;
+  if (limit.rlim_cur < limit.rlim_max) {
+    rlimit raised = limit;
+    raised.rlim_cur = std::min<rlim_t>(limit.rlim_max, 1 << 20);
+    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
+  }
+  const int64_t room = static_cast<int64_t>(std::min<rlim_t>(limit.rlim_cur, 1 << 20)) -
+                       2 * static_cast<int64_t>(http_threads) - 256;
+  return static_cast<size_t>(std::clamp<int64_t>(room, 64, 16384));
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(Engine& engine, ServerOptions options) : engine(engine), options(std::move(options)) {}
+  Impl(Engine& engine, ServerOptions options)
+      : engine(engine),
+        options(std::move(options)),
+        http_threads(HttpThreads(engine.config(), this->options)),
+        server(static_cast<size_t>(http_threads), this->options.keep_alive_timeout_s,
+               MaxIdleConnections(http_threads)) {}
 
   void Routes();
+  // Answers what is refused from the headers alone (over capacity, draining, too large, no key).
+  httplib::Server::HandlerResponse PreRoute(const httplib::Request& req, httplib::Response& res);
   void Completions(const httplib::Request& req, httplib::Response& res);
   bool Pump(Stream& stream, httplib::DataSink& sink);
   void OpenAi(const httplib::Request& req, httplib::Response& res, OpenAiEndpoint endpoint);
@@ -88,7 +121,8 @@ struct HttpServer::Impl {
 
   Engine& engine;
   const ServerOptions options;
-  httplib::Server server;
+  const int http_threads;  // worker threads: the cap on requests served at once
+  ParkingServer server;
   std::atomic<uint64_t> next_id{0};
   std::atomic<int> open_streams{0};
   std::atomic<bool> draining{false};  // Shutdown() began: new requests get 503
@@ -96,55 +130,63 @@ struct HttpServer::Impl {
   std::once_flag shutdown_once;
   std::mutex template_mutex;  // chat template rendering, one at a time
   int listen_fd = -1;         // the socket httplib binds, seen through its socket-options hook
-  int http_threads = 0;       // worker threads: the cap on connections served at once
 };
+
+httplib::Server::HandlerResponse HttpServer::Impl::PreRoute(const httplib::Request& req,
+                                                            httplib::Response& res) {
+  if (!options.replica_id.empty()) res.set_header("X-Replica-Id", options.replica_id);
+  if (ConnectionPool::OverCapacity()) {
+    res.set_header("Connection", "close");
+    SendError(res, kServiceUnavailable,
+              fmt::format("too many open connections: this server serves {} at once "
+                          "(--http-threads)",
+                          http_threads));
+    return httplib::Server::HandlerResponse::Handled;
+  }
+  if (draining && req.method == "POST") {
+    SendError(res, kServiceUnavailable, "server is draining (shutting down): try another replica");
+    return httplib::Server::HandlerResponse::Handled;
+  }
+  if (req.has_header("Content-Length")) {
+    const std::string length = req.get_header_value("Content-Length");
+    unsigned long long bytes = 0;
+    const bool parsed = !length.empty() && length.size() <= 19 &&
+                        length.find_first_not_of("0123456789") == std::string::npos;
+    if (parsed) bytes = std::stoull(length);
+    if (!parsed || bytes > options.max_body_bytes) {
+      SendError(res, 413,
+                fmt::format("request body of {} bytes is larger than this server's limit of {} "
+                            "bytes (--max-body-size)",
+                            length, options.max_body_bytes));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+  }
+  if (options.api_key.empty() || !NeedsKey(req.path)) {
+    return httplib::Server::HandlerResponse::Unhandled;
+  }
+  if (ConstantTimeEquals(req.get_header_value("Authorization"), "Bearer " + options.api_key)) {
+    return httplib::Server::HandlerResponse::Unhandled;
+  }
+  res.set_header("WWW-Authenticate", "Bearer");
+  SendError(res, 401,
+            req.has_header("Authorization")
+                ? "invalid API key"
+                : "missing API key: send the header \"Authorization: Bearer <key>\"");
+  return httplib::Server::HandlerResponse::Handled;
+}
 
 void HttpServer::Impl::Routes() {
   // Runs once the headers are read and before the body is: an oversized body is refused from
   // its Content-Length without reading it (the connection is then closed, its bytes unread).
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!options.replica_id.empty()) res.set_header("X-Replica-Id", options.replica_id);
-    if (ConnectionPool::OverCapacity()) {
+    ParkingServer::HeadRead();
+    const auto handled = PreRoute(req, res);
+    // A request answered here leaves its body unread: the connection cannot carry another.
+    if (handled == httplib::Server::HandlerResponse::Handled && !res.has_header("Connection") &&
+        (req.has_header("Content-Length") || req.has_header("Transfer-Encoding"))) {
       res.set_header("Connection", "close");
-      SendError(res, kServiceUnavailable,
-                fmt::format("too many open connections: this server serves {} at once "
-                            "(--http-threads)",
-                            http_threads));
-      return httplib::Server::HandlerResponse::Handled;
     }
-    if (draining && req.method == "POST") {
-      res.set_header("Connection", "close");
-      SendError(res, kServiceUnavailable,
-                "server is draining (shutting down): try another replica");
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (req.has_header("Content-Length")) {
-      const std::string length = req.get_header_value("Content-Length");
-      unsigned long long bytes = 0;
-      const bool parsed = !length.empty() && length.size() <= 19 &&
-                          length.find_first_not_of("0123456789") == std::string::npos;
-      if (parsed) bytes = std::stoull(length);
-      if (!parsed || bytes > options.max_body_bytes) {
-        res.set_header("Connection", "close");
-        SendError(res, 413,
-                  fmt::format("request body of {} bytes is larger than this server's limit of {} "
-                              "bytes (--max-body-size)",
-                              length, options.max_body_bytes));
-        return httplib::Server::HandlerResponse::Handled;
-      }
-    }
-    if (options.api_key.empty() || !NeedsKey(req.path)) {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    if (ConstantTimeEquals(req.get_header_value("Authorization"), "Bearer " + options.api_key)) {
-      return httplib::Server::HandlerResponse::Unhandled;
-    }
-    res.set_header("WWW-Authenticate", "Bearer");
-    SendError(res, 401,
-              req.has_header("Authorization")
-                  ? "invalid API key"
-                  : "missing API key: send the header \"Authorization: Bearer <key>\"");
-    return httplib::Server::HandlerResponse::Handled;
+    return handled;
   });
   server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     if (options.completions_format == "openai") {
@@ -430,30 +472,18 @@ bool HttpServer::Impl::PumpOpenAi(OpenAiStream& stream, httplib::DataSink& sink)
 
 HttpServer::HttpServer(Engine& engine, ServerOptions options)
     : impl_(std::make_unique<Impl>(engine, std::move(options))) {
-  const EngineConfig& config = engine.config();
-  const int threads = impl_->options.http_threads > 0
-                          ? impl_->options.http_threads
-                          : static_cast<int>(std::min<int64_t>(
-                                config.max_num_seqs + config.max_waiting_requests + 16, 1024));
-  impl_->http_threads = threads;
-  impl_->server.new_task_queue = [threads] {
-    return new ConnectionPool(static_cast<size_t>(threads));
-  };
   const auto seconds = [](double s) {
     return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(s));
   };
   impl_->server.set_read_timeout(seconds(impl_->options.read_timeout_s));
   impl_->server.set_write_timeout(seconds(impl_->options.read_timeout_s));
-  impl_->server.set_keep_alive_timeout(
-      static_cast<time_t>(std::ceil(impl_->options.keep_alive_timeout_s)));
   impl_->server.set_payload_max_length(impl_->options.max_body_bytes);  // chunked bodies
   impl_->server.set_socket_options([impl = impl_.get()](socket_t sock) {
     httplib::default_socket_options(sock);
-    // A connection is handed to a worker only once its first bytes arrive (Linux
-    // TCP_DEFER_ACCEPT): idle connections wait in the kernel, not on a worker thread, so 500 of
-    // them leave /health answering. The kernel gives up waiting after its SYN-ACK retries (about
-    // 63 s by default) and then hands the still-silent ones over, which --timeout-keep-alive
-    // closes.
+    // A new connection is accepted only once its first bytes arrive (Linux TCP_DEFER_ACCEPT),
+    // so silent ones first wait in the kernel. It gives up after its SYN-ACK retries (about 63 s)
+    // and hands the still-silent ones over; they then wait parked (no thread) until
+    // --timeout-keep-alive closes them.
     const int defer_s = 60;
     if (::setsockopt(sock, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s, sizeof(defer_s)) != 0) {
       spdlog::warn("could not set TCP_DEFER_ACCEPT: {}", std::strerror(errno));

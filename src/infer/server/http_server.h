@@ -18,12 +18,14 @@ namespace infer::server {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (Bind() returns it)
-  // HTTP worker threads, one per open connection: the cap on connections served at once (more
-  // are answered 503 at once instead of waiting). 0: enough for every request the engine can
-  // hold (max_num_seqs + queue, at most 1024) plus room for requests that are only turned away.
+  // HTTP worker threads, one per request being read or answered: the cap on requests served at
+  // once (more are answered 503 at once instead of waiting). Idle connections hold none: they
+  // wait parked (ParkingServer). 0: enough for every request the engine can hold (max_num_seqs
+  // + queue, at most 1024) plus room for requests that are only turned away.
   int http_threads = 0;
-  // A client that stalls in the middle of its request (headers or body) for this long, or
-  // accepts no bytes of the response for this long, is disconnected (its request cancelled).
+  // A request whose headers take longer than this in all, a client that stalls in the middle of
+  // its body for this long, or one that accepts no bytes of the response for this long, is
+  // disconnected (its request cancelled).
   double read_timeout_s = 30.0;
   // A connection on which no request starts for this long (new or idle keep-alive) is closed.
   double keep_alive_timeout_s = 5.0;
