@@ -163,13 +163,20 @@ def run(env, run_dir):
     check(len(survivors_after) > REQUESTS // 2, "the other replicas did not take over")
 
     # No duplicates: each completed response is one access-log line of the replica that sent it,
-    # and no replica logged a completion the clients did not get.
-    logged = 0
+    # and no replica logged a completion the clients did not get. The killed replica may have
+    # sent a response's last bytes and died before its log line (SIGKILL between the two, seen
+    # under ASan), so there a line may be missing, never one too many.
     for replica in pids:
         with open(os.path.join(run_dir, f"{replica}.log"), errors="replace") as log:
-            logged += sum(1 for line in log if "POST /v1/completions 200" in line)
-    check(logged == len(complete),
-          f"replicas logged {logged} completed requests, clients received {len(complete)}")
+            logged = sum(1 for line in log if "POST /v1/completions 200" in line)
+        received = by_replica.get((replica, "complete"), 0)
+        if replica == victim:
+            check(received - CLIENTS <= logged <= received,
+                  f"{replica} (killed) logged {logged} completed requests, clients received "
+                  f"{received}")
+        else:
+            check(logged == received,
+                  f"{replica} logged {logged} completed requests, clients received {received}")
 
     # The replica comes back and takes requests again.
     print(cluster(env, "restart", victim).strip())
