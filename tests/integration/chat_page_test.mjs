@@ -1,17 +1,21 @@
 // The web chat page at GET / in real headless Chromium (Debian's `chromium`, driven by
 // playwright-core from npm): load the page, send a message, see the reply stream in, press
 // stop, and check through /metrics that the server freed (aborted) the request; then a short
-// reply runs to its end and shows TTFT and tokens/s, and the conversation is kept.
+// reply runs to its end and shows TTFT and tokens/s, and the conversation is kept. A screenshot
+// of the page mid-stream is saved to $INFER_ARTIFACTS (ctest: build/test-artifacts).
 //
 // Usage: node --test tests/integration/chat_page_test.mjs   (INFER_BINARY=build/infer)
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { after, before, test } from 'node:test';
 
 import { makeLlama3VocabModel, requireCached, startServer } from './serve_process.mjs';
 
 const { chromium } = requireCached('playwright-core');
 const browserPath = process.env.CHROMIUM ?? '/usr/bin/chromium';
+const artifacts = process.env.INFER_ARTIFACTS ?? path.join(os.tmpdir(), 'infer-test-artifacts');
 
 async function metric(url, series) {
   const text = await (await fetch(`${url}/metrics`)).text();
@@ -56,6 +60,12 @@ test('the chat page streams a reply, stops it, and the server frees the request'
   }, early.length);
   const later = await reply.textContent();
   assert.ok(later.startsWith(early), 'the reply only grows');
+  // A screenshot mid-stream for people to look at (the assertions are on the DOM, not on it).
+  fs.mkdirSync(artifacts, { recursive: true });
+  const shot = path.join(artifacts, 'chat_page_midstream.png');
+  await page.screenshot({ path: shot });
+  assert.equal(fs.readFileSync(shot).subarray(1, 4).toString(), 'PNG');
+  console.log(`screenshot mid-stream: ${shot}`);
   assert.equal(await metric(server.url, 'vllm:num_requests_running{model_name="tiny"}'), 1);
   assert.equal(await page.isEnabled('#stop'), true);
   await page.click('#stop');
