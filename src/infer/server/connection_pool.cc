@@ -23,11 +23,6 @@ constexpr uint32_t kParkedEvents = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
 // The parking thread looks at the idle deadlines at least this often.
 constexpr int kSweepMs = 200;
 
-void CloseSocket(int fd) {
-  ::shutdown(fd, SHUT_RDWR);
-  ::close(fd);
-}
-
 }  // namespace
 
 ConnectionPool::ConnectionPool(size_t workers, size_t overflow_workers, Serve serve,
@@ -72,6 +67,11 @@ bool ConnectionPool::OverCapacity() { return t_over_capacity; }
 
 ConnectionPool* ConnectionPool::Current() { return t_pool; }
 
+void ConnectionPool::CloseConnection(int fd) {
+  ::shutdown(fd, SHUT_RDWR);
+  ::close(fd);
+}
+
 void ConnectionPool::enqueue(std::function<void()> fn) {
   std::lock_guard lock(mutex_);
   // A worker that is idle and not already promised to a queued job takes it.
@@ -97,7 +97,7 @@ void ConnectionPool::shutdown() {
     }
     parking_thread_.join();
   }
-  for (const int fd : parked) CloseSocket(fd);
+  for (const int fd : parked) CloseConnection(fd);
   {
     std::lock_guard lock(mutex_);
     if (shutdown_) return;
@@ -133,12 +133,12 @@ void ConnectionPool::Park(int fd, size_t requests_left, double idle_s) {
         spdlog::warn("cannot wait on an idle connection: {}", std::strerror(errno));
         parked_.erase(fd);
         by_deadline_.erase({deadline, fd});
-        if (evicted >= 0) CloseSocket(evicted);
+        if (evicted >= 0) CloseConnection(evicted);
         evicted = fd;
       }
     }
   }
-  if (evicted >= 0) CloseSocket(evicted);
+  if (evicted >= 0) CloseConnection(evicted);
 }
 
 size_t ConnectionPool::parked() const {
@@ -204,7 +204,7 @@ void ConnectionPool::WatchParked() {
         Unpark(fd);
       }
     }
-    for (const int fd : to_close) CloseSocket(fd);
+    for (const int fd : to_close) CloseConnection(fd);
     for (const auto& [fd, left] : to_serve) {
       enqueue([this, fd = fd, left = left] { serve_(fd, left); });
     }
@@ -214,12 +214,16 @@ void ConnectionPool::WatchParked() {
 void ConnectionPool::Work(Lane& lane, bool overflow) {
   t_over_capacity = overflow;
   t_pool = this;
+  bool announced = false;  // the constructor waits until every thread is idle once
   while (true) {
     std::function<void()> fn;
     {
       std::unique_lock lock(mutex_);
       ++lane.idle;
-      all_started_.notify_all();
+      if (!announced) {
+        announced = true;
+        all_started_.notify_all();
+      }
       lane.ready.wait(lock, [&] { return !lane.jobs.empty() || shutdown_; });
       --lane.idle;
       if (lane.jobs.empty()) return;  // shutting down, nothing left

@@ -53,6 +53,9 @@ class ConnectionPool : public httplib::TaskQueue {
   void Park(int fd, size_t requests_left, double idle_s);
   size_t parked() const;
 
+  // shutdown() and close() of a connection's socket: how every connection ends.
+  static void CloseConnection(int fd);
+
   // True on an overflow thread: the connection it serves is beyond the cap.
   static bool OverCapacity();
   // The pool whose thread this is (null on other threads).

@@ -142,11 +142,6 @@ class SocketStream final : public httplib::Stream {
 
 thread_local SocketStream* t_stream = nullptr;
 
-void CloseSocket(int fd) {
-  ::shutdown(fd, SHUT_RDWR);
-  ::close(fd);
-}
-
 }  // namespace
 
 ParkingServer::ParkingServer(size_t workers, double idle_s, size_t max_parked) : idle_s_(idle_s) {
@@ -166,10 +161,11 @@ bool ParkingServer::process_and_close_socket(socket_t sock) {
 }
 
 void ParkingServer::Serve(int fd, size_t requests_left) {
-  ConnectionPool* pool = ConnectionPool::Current();
+  // Always on a thread of the ConnectionPool that new_task_queue made.
+  ConnectionPool& pool = *ConnectionPool::Current();
   const auto readable_now = [fd] { return WaitFor(fd, POLLIN, 0); };
-  if (pool != nullptr && !readable_now()) {  // a new connection with no bytes yet
-    pool->Park(fd, requests_left, idle_s_);
+  if (!readable_now()) {  // a new connection with no bytes yet
+    pool.Park(fd, requests_left, idle_s_);
     return;
   }
   const int read_ms = Milliseconds(read_timeout_sec_, read_timeout_usec_);
@@ -185,13 +181,10 @@ void ParkingServer::Serve(int fd, size_t requests_left) {
     --requests_left;
     if (!ok || closed || last) break;
     if (stream.buffered() || readable_now()) continue;  // the next request is already here
-    if (pool != nullptr) {
-      pool->Park(fd, requests_left, idle_s_);
-      return;
-    }
-    if (!WaitFor(fd, POLLIN, static_cast<int>(idle_s_ * 1000))) break;
+    pool.Park(fd, requests_left, idle_s_);
+    return;
   }
-  CloseSocket(fd);
+  ConnectionPool::CloseConnection(fd);
 }
 
 }  // namespace infer::server
