@@ -164,9 +164,13 @@ PackedMatrix PackedMatrix::Pack(const Tensor& w, ThreadPool* pool, bool huge_pag
   return packed;
 }
 
-void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,
-            const Tensor* bias, float* y, int64_t y_stride, ThreadPool& pool,
-            MatMulPrecision precision) {
+namespace {
+
+// MatMul's checks of one product; bias as f32 (null if none), widened into `buffer` if needed.
+// False when there is nothing to compute.
+bool CheckMatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,
+                 const Tensor* bias, const float* y, int64_t y_stride, std::vector<float>& buffer,
+                 const float*& bias_f32) {
   INFER_CHECK(w.defined(), "MatMul: weight is not packed");
   INFER_CHECK(w.cols() == k, "MatMul: weight has shape [{}, {}] but x has k = {}", w.rows(),
               w.cols(), k);
@@ -174,21 +178,64 @@ void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Packed
   INFER_CHECK(m >= 0, "MatMul: m = {} is negative", m);
   INFER_CHECK(x_stride >= k, "MatMul: x_stride {} < k {}", x_stride, k);
   INFER_CHECK(y_stride >= n, "MatMul: y_stride {} < n {}", y_stride, n);
-  if (m == 0 || n == 0) return;
+  bias_f32 = nullptr;
+  if (m == 0 || n == 0) return false;
   INFER_CHECK((x != nullptr || k == 0) && y != nullptr, "MatMul: null x or y");
-  const float* bias_f32 = nullptr;
-  thread_local std::vector<float> bias_buffer;
   if (bias != nullptr) {
     CheckFloatVector("MatMul", "bias", *bias, n);
     if (bias->dtype() == DType::kF32) {
       bias_f32 = bias->data<const float>();
     } else {
-      WidenToF32(*bias, bias_buffer);
-      bias_f32 = bias_buffer.data();
+      WidenToF32(*bias, buffer);
+      bias_f32 = buffer.data();
     }
   }
+  return true;
+}
+
+}  // namespace
+
+void MatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
+             std::span<const MatMulOutput> outputs, ThreadPool& pool, MatMulPrecision precision) {
+  // One region only when every weight is quantized alike; otherwise one MatMul each.
+  const bool shared = !outputs.empty() && std::ranges::all_of(outputs, [&](const MatMulOutput& o) {
+    return o.w != nullptr && o.w->quantized() &&
+           o.w->quantization() == outputs.front().w->quantization() &&
+           o.w->group_size() == outputs.front().w->group_size();
+  });
+  if (!shared) {
+    for (const MatMulOutput& o : outputs) {
+      INFER_CHECK(o.w != nullptr, "MatMuls: an output has no weight");
+      MatMul(x, m, k, x_stride, *o.w, o.bias, o.y, o.y_stride, pool, precision);
+    }
+    return;
+  }
+  thread_local std::vector<std::vector<float>> bias_buffers;
+  thread_local std::vector<cpu::QuantizedOutput> products;
+  bias_buffers.resize(outputs.size());
+  products.clear();
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const MatMulOutput& o = outputs[i];
+    const float* bias_f32 = nullptr;
+    if (CheckMatMul(x, m, k, x_stride, *o.w, o.bias, o.y, o.y_stride, bias_buffers[i], bias_f32)) {
+      products.push_back({o.w, bias_f32, o.y, o.y_stride});
+    }
+  }
+  if (products.empty()) return;
+  INFER_DISPATCH(QuantizedMatMuls, x, m, k, x_stride,
+                 std::span<const cpu::QuantizedOutput>(products), pool);
+}
+
+void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,
+            const Tensor* bias, float* y, int64_t y_stride, ThreadPool& pool,
+            MatMulPrecision precision) {
+  thread_local std::vector<float> bias_buffer;
+  const float* bias_f32 = nullptr;
+  if (!CheckMatMul(x, m, k, x_stride, w, bias, y, y_stride, bias_buffer, bias_f32)) return;
   if (w.quantized()) {
-    INFER_DISPATCH(QuantizedMatMul, x, m, k, x_stride, w, bias_f32, y, y_stride, pool);
+    const cpu::QuantizedOutput product{&w, bias_f32, y, y_stride};
+    INFER_DISPATCH(QuantizedMatMuls, x, m, k, x_stride,
+                   std::span<const cpu::QuantizedOutput>(&product, 1), pool);
   }
   if (precision == MatMulPrecision::kInt8) {
     // x rounded as a quantized MatMul rounds it (d * q per block of 32), then f32 products.

@@ -160,6 +160,19 @@ void QuantizeActivations(const float* x, int64_t m, int64_t k, int64_t x_stride,
 void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,
             const Tensor* bias, float* y, int64_t y_stride, ThreadPool& pool,
             MatMulPrecision precision = MatMulPrecision::kF32);
+// One product of MatMuls: y [m, w->rows()] (row stride y_stride) = x . w^T (+ bias).
+struct MatMulOutput {
+  const PackedMatrix* w = nullptr;
+  const Tensor* bias = nullptr;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+};
+// Several products of the same x (q/k/v, gate/up): bit for bit one MatMul per output. Weights
+// quantized alike share one rounding of x and one parallel region, so a decode step pays one
+// region's start and end for them instead of one per matrix.
+void MatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
+             std::span<const MatMulOutput> outputs, ThreadPool& pool,
+             MatMulPrecision precision = MatMulPrecision::kF32);
 // The same for a plain contiguous [n, k] tensor, packed for this one call (tests, one-off
 // products; a model packs its weights once).
 void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Tensor& w,

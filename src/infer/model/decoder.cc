@@ -194,12 +194,10 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,
   // Attention block.
   kernels::RmsNorm(hidden_.data(), n, hidden, w.attn_norm, eps, norm_weight_offset_,
                    normed_.data());
-  kernels::MatMul(normed_.data(), n, hidden, hidden, w.q_proj, OptionalTensor(w.q_bias), q_.data(),
-                  q_dim, pool_, precision_);
-  kernels::MatMul(normed_.data(), n, hidden, hidden, w.k_proj, OptionalTensor(w.k_bias), k_.data(),
-                  kv_dim, pool_, precision_);
-  kernels::MatMul(normed_.data(), n, hidden, hidden, w.v_proj, OptionalTensor(w.v_bias), v_.data(),
-                  kv_dim, pool_, precision_);
+  const kernels::MatMulOutput qkv[] = {{&w.q_proj, OptionalTensor(w.q_bias), q_.data(), q_dim},
+                                       {&w.k_proj, OptionalTensor(w.k_bias), k_.data(), kv_dim},
+                                       {&w.v_proj, OptionalTensor(w.v_bias), v_.data(), kv_dim}};
+  kernels::MatMuls(normed_.data(), n, hidden, hidden, qkv, pool_, precision_);
   if (config_.qk_norm) {
     // Per head over head_dim, before RoPE.
     kernels::RmsNorm(q_.data(), n * config_.num_heads, head_dim, w.q_norm, eps, norm_weight_offset_,
@@ -237,10 +235,10 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,
 
   // MLP block.
   kernels::RmsNorm(hidden_.data(), n, hidden, w.mlp_norm, eps, norm_weight_offset_, normed_.data());
-  kernels::MatMul(normed_.data(), n, hidden, hidden, w.gate_proj, OptionalTensor(w.gate_bias),
-                  gate_.data(), inter, pool_, precision_);
-  kernels::MatMul(normed_.data(), n, hidden, hidden, w.up_proj, OptionalTensor(w.up_bias),
-                  up_.data(), inter, pool_, precision_);
+  const kernels::MatMulOutput gate_up[] = {
+      {&w.gate_proj, OptionalTensor(w.gate_bias), gate_.data(), inter},
+      {&w.up_proj, OptionalTensor(w.up_bias), up_.data(), inter}};
+  kernels::MatMuls(normed_.data(), n, hidden, hidden, gate_up, pool_, precision_);
   if (config_.activation == Activation::kSilu) {
     kernels::SiluMul(gate_.data(), up_.data(), gate_.data(), n * inter);
   } else {

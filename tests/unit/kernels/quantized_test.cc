@@ -300,6 +300,50 @@ TEST(QuantizedTest, RowsAreBatchInvariant) {
   }
 }
 
+// MatMuls (q/k/v and gate/up in one region) gives each output the bits of its own MatMul,
+// whose values the test above holds to the float64 reference: odd sizes, a bias on one output,
+// both loop orders, every path; and weights not quantized alike take one MatMul each.
+TEST(QuantizedTest, MatMulsEqualOneMatMulPerOutput) {
+  ThreadPool& pool = TestPool();
+  const int64_t k = 161;
+  const int64_t sizes[] = {75, 33, 300};
+  StoredTensor bias = Store(DType::kF32, {33}, RandomFloats(33, -1, 1, 60));
+  for (const QuantCase& qc : QuantCases()) {
+    std::vector<StoredTensor> weights;
+    std::vector<PackedMatrix> packed;
+    for (int64_t n : sizes) {
+      weights.push_back(Store(DType::kBF16, {n, k}, RandomFloats(n * k, -1, 1, 61 + n)));
+      packed.push_back(PackedMatrix::Quantize(weights.back().tensor, qc.type, qc.group));
+    }
+    // The last output bf16: a mix, computed one MatMul each.
+    const PackedMatrix plain = PackedMatrix::Pack(weights.back().tensor);
+    for (bool mixed : {false, true}) {
+      for (int64_t m : {1, 5, 17, 70}) {
+        const std::vector<float> x = RandomFloats(static_cast<size_t>(m * k), -1, 1, 62 + m);
+        for (Isa isa : AllIsas()) {
+          ScopedIsa scoped(isa);
+          std::vector<std::vector<float>> together, alone;
+          std::vector<MatMulOutput> outputs;
+          for (size_t o = 0; o < packed.size(); ++o) {
+            const int64_t stride = sizes[o] + 1;
+            together.emplace_back(static_cast<size_t>(m * stride), -7.0F);
+            alone.emplace_back(static_cast<size_t>(m * stride), -7.0F);
+            const PackedMatrix& w = mixed && o + 1 == packed.size() ? plain : packed[o];
+            const Tensor* b = o == 1 ? &bias.tensor : nullptr;
+            outputs.push_back({&w, b, together.back().data(), stride});
+            MatMul(x.data(), m, k, k, w, b, alone.back().data(), stride, pool);
+          }
+          MatMuls(x.data(), m, k, k, outputs, pool);
+          for (size_t o = 0; o < packed.size(); ++o) {
+            ASSERT_EQ(together[o], alone[o]) << Name(qc) << " " << IsaName(isa) << " m=" << m
+                                             << " output " << o << " mixed=" << mixed;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(QuantizedTest, BadInputsAreClearErrors) {
   StoredTensor w = Store(DType::kF32, {4, 64}, RandomFloats(256, -1, 1, 61));
   EXPECT_THROW(PackedMatrix::Quantize(w.tensor, Quantization::kInt4, 48), Error);

@@ -6,12 +6,22 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "infer/core/dtype.h"
 #include "infer/core/thread_pool.h"
 #include "infer/kernels/ops.h"
 
 namespace infer::kernels::cpu {
+
+// One product of QuantizedMatMuls: y [m, w->rows()] (row stride y_stride) = x . w^T + bias
+// (f32 or null).
+struct QuantizedOutput {
+  const PackedMatrix* w = nullptr;
+  const float* bias = nullptr;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+};
 
 // The same declarations in each ISA namespace. bias is f32 or null. MatMul's bf16_activations
 // (MatMulPrecision::kBf16, only passed with bf16 weights) rounds x to bf16 first.
@@ -20,10 +30,10 @@ namespace infer::kernels::cpu {
   void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,       \
               const float* bias, float* y, int64_t y_stride, ThreadPool& pool,                     \
               bool bf16_activations);                                                              \
-  /* w quantized (kInt8 / kInt4): activations rounded to int8 per block of 32 (ops.h). */          \
-  void QuantizedMatMul(const float* x, int64_t m, int64_t k, int64_t x_stride,                     \
-                       const PackedMatrix& w, const float* bias, float* y, int64_t y_stride,       \
-                       ThreadPool& pool);                                                          \
+  /* Weights quantized alike (kInt8 / kInt4), each [*, k]: x rounded to int8 per block of 32 */    \
+  /* once (ops.h), then every product in one parallel region. */                                   \
+  void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,                    \
+                        std::span<const QuantizedOutput> outputs, ThreadPool& pool);               \
   void QuantizeActivations(const float* x, int64_t m, int64_t k, int64_t x_stride,                 \
                            int64_t padded_k, int8_t* q, float* d, int32_t* sum);                   \
   void RmsNorm(const float* x, int64_t rows, int64_t dim, DType w_dtype, const void* w, float eps, \

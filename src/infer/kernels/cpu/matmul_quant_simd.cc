@@ -17,6 +17,8 @@
 // while every row block passes over them.
 #include <algorithm>
 #include <cstring>
+#include <span>
+#include <utility>
 
 #include "infer/kernels/cpu/kernels.h"
 #include "infer/kernels/cpu/scratch.h"
@@ -340,45 +342,65 @@ thread_local Scratch tls_q_scratch;
 thread_local Scratch tls_d_scratch;
 thread_local Scratch tls_sum_scratch;
 
+// x's rows against every output's weights (all quantized as kInt4 says), in one region.
 template <bool kInt4>
-void QuantGemm(const QuantizedRows& x, int64_t m, const PackedMatrix& w, const float* bias,
-               float* y, int64_t y_stride, ThreadPool& pool) {
-  const int64_t n = w.rows();
-  const int64_t groups = w.num_groups();
+void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const QuantizedOutput> outputs,
+               ThreadPool& pool) {
   const int64_t row_blocks = (m + kMr - 1) / kMr;
-  const int64_t num_tiles = (n + kNr - 1) / kNr;
-  // Row block p against `tiles` tiles from j0 over groups [g0, g1).
-  auto run = [&](int64_t p, int64_t j0, int64_t tiles, int64_t g0, int64_t g1) {
+  // Row block p of output o against `tiles` tiles from j0 over groups [g0, g1).
+  auto run = [&](const QuantizedOutput& o, int64_t p, int64_t j0, int64_t tiles, int64_t g0,
+                 int64_t g1) {
     const int rows = static_cast<int>(std::min<int64_t>(kMr, m - p * kMr));
-    QuantTiles<kInt4>(rows, tiles, x, p * kMr, w, j0, g0, g1, y + p * kMr * y_stride + j0, y_stride,
-                      g0 > 0, g1 == groups && bias != nullptr ? bias + j0 : nullptr);
+    const int64_t groups = o.w->num_groups();
+    QuantTiles<kInt4>(rows, tiles, x, p * kMr, *o.w, j0, g0, g1, o.y + p * kMr * o.y_stride + j0,
+                      o.y_stride, g0 > 0,
+                      g1 == groups && o.bias != nullptr ? o.bias + j0 : nullptr);
+  };
+  // The tasks: output o's features cut into `step`-feature ranges, output after output.
+  auto count_tasks = [&](int64_t step) {
+    int64_t tasks = 0;
+    for (const QuantizedOutput& o : outputs) tasks += (o.w->rows() + step - 1) / step;
+    return tasks;
+  };
+  // Task `task` as (output, first feature).
+  auto locate = [&](int64_t task, int64_t step) {
+    for (const QuantizedOutput& o : outputs) {
+      const int64_t tasks = (o.w->rows() + step - 1) / step;
+      if (task < tasks) return std::pair<const QuantizedOutput*, int64_t>(&o, task * step);
+      task -= tasks;
+    }
+    return std::pair<const QuantizedOutput*, int64_t>(nullptr, 0);
   };
   if (row_blocks <= kStreamMaxBlocks) {
+    // Ranges of whole panels, about kStreamTasksPerThread per thread over all outputs.
+    int64_t total_tiles = 0;
+    for (const QuantizedOutput& o : outputs) total_tiles += (o.w->rows() + kNr - 1) / kNr;
     const int64_t max_tasks = kStreamTasksPerThread * pool.num_threads();
     const int64_t tiles_per_task = std::max<int64_t>(
-        kPanel / kNr, (num_tiles + max_tasks - 1) / max_tasks / (kPanel / kNr) * (kPanel / kNr));
-    const int64_t num_tasks = (num_tiles + tiles_per_task - 1) / tiles_per_task;
-    pool.RunTasks(static_cast<int>(num_tasks), [&](int task) {
-      const int64_t t0 = task * tiles_per_task;
-      const int64_t tiles = std::min(num_tiles, t0 + tiles_per_task) - t0;
+        kPanel / kNr, (total_tiles + max_tasks - 1) / max_tasks / (kPanel / kNr) * (kPanel / kNr));
+    const int64_t step = tiles_per_task * kNr;
+    pool.RunTasks(static_cast<int>(count_tasks(step)), [&](int task) {
+      const auto [o, j0] = locate(task, step);
+      const int64_t tiles = (std::min(o->w->rows(), j0 + step) - j0 + kNr - 1) / kNr;
+      const int64_t groups = o->w->num_groups();
       if (row_blocks == 1) {
-        run(0, t0 * kNr, tiles, 0, groups);
+        run(*o, 0, j0, tiles, 0, groups);
         return;
       }
       for (int64_t g0 = 0; g0 < groups; g0 += kKcGroups) {
         const int64_t g1 = std::min(groups, g0 + kKcGroups);
-        for (int64_t p = 0; p < row_blocks; ++p) run(p, t0 * kNr, tiles, g0, g1);
+        for (int64_t p = 0; p < row_blocks; ++p) run(*o, p, j0, tiles, g0, g1);
       }
     });
     return;
   }
-  const int64_t num_tasks = (n + kNc - 1) / kNc;
-  pool.RunTasks(static_cast<int>(num_tasks), [&](int task) {
-    const int64_t j0 = task * kNc;
-    const int64_t tiles = (std::min(n, j0 + kNc) - j0 + kNr - 1) / kNr;
+  pool.RunTasks(static_cast<int>(count_tasks(kNc)), [&](int task) {
+    const auto [o, j0] = locate(task, kNc);
+    const int64_t tiles = (std::min(o->w->rows(), j0 + kNc) - j0 + kNr - 1) / kNr;
+    const int64_t groups = o->w->num_groups();
     for (int64_t g0 = 0; g0 < groups; g0 += kKcGroups) {
       const int64_t g1 = std::min(groups, g0 + kKcGroups);
-      for (int64_t p = 0; p < row_blocks; ++p) run(p, j0, tiles, g0, g1);
+      for (int64_t p = 0; p < row_blocks; ++p) run(*o, p, j0, tiles, g0, g1);
     }
   });
 }
@@ -425,19 +447,22 @@ void QuantizeActivations(const float* x, int64_t m, int64_t k, int64_t x_stride,
   }
 }
 
-void QuantizedMatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,
-                     const float* bias, float* y, int64_t y_stride, ThreadPool& pool) {
-  const int64_t n = w.rows();
-  if (m == 0 || n == 0) return;
-  const int64_t padded_k = w.num_groups() * w.group_size();
+void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
+                      std::span<const QuantizedOutput> outputs, ThreadPool& pool) {
+  if (m == 0 || outputs.empty()) return;
+  const PackedMatrix& first = *outputs.front().w;
+  const int64_t padded_k = first.num_groups() * first.group_size();
   if (padded_k == 0) {
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) y[i * y_stride + j] = bias != nullptr ? bias[j] : 0.0F;
+    for (const QuantizedOutput& o : outputs) {
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < o.w->rows(); ++j) {
+          o.y[i * o.y_stride + j] = o.bias != nullptr ? o.bias[j] : 0.0F;
+        }
+      }
     }
     return;
   }
   const int64_t blocks = padded_k / kQuantBlock;
-  QuantizedRows rows;
   auto* q = tls_q_scratch.Array<int8_t>(static_cast<size_t>(m * padded_k));
   auto* d = tls_d_scratch.Array<float>(static_cast<size_t>(m * blocks));
   auto* sum = tls_sum_scratch.Array<int32_t>(static_cast<size_t>(m * blocks));
@@ -450,11 +475,11 @@ void QuantizedMatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, con
                           q + begin * padded_k, d + begin * blocks, sum + begin * blocks);
     });
   }
-  rows = {q, d, sum, padded_k, blocks};
-  if (w.quantization() == Quantization::kInt4) {
-    QuantGemm<true>(rows, m, w, bias, y, y_stride, pool);
+  const QuantizedRows rows{q, d, sum, padded_k, blocks};
+  if (first.quantization() == Quantization::kInt4) {
+    QuantGemm<true>(rows, m, outputs, pool);
   } else {
-    QuantGemm<false>(rows, m, w, bias, y, y_stride, pool);
+    QuantGemm<false>(rows, m, outputs, pool);
   }
 }
 

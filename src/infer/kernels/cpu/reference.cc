@@ -67,6 +67,8 @@ void QuantizeActivations(const float* x, int64_t m, int64_t k, int64_t x_stride,
   }
 }
 
+namespace {
+
 // The product of the dequantized weights with the rounded activations, in double.
 void QuantizedMatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,
                      const float* bias, float* y, int64_t y_stride, ThreadPool& pool) {
@@ -90,6 +92,15 @@ void QuantizedMatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, con
       }
     }
   });
+}
+
+}  // namespace
+
+void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
+                      std::span<const QuantizedOutput> outputs, ThreadPool& pool) {
+  for (const QuantizedOutput& out : outputs) {
+    QuantizedMatMul(x, m, k, x_stride, *out.w, out.bias, out.y, out.y_stride, pool);
+  }
 }
 
 void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,
