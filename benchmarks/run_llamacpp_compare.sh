@@ -2,7 +2,9 @@
 # infer beside llama.cpp on the same CPU, in one run: real-size random weights of the three dev
 # configs for both (infer: --load-format dummy; llama.cpp: a GGUF of random weights from
 # benchmarks/llamacpp/make_gguf.py), pp512 and tg128 at 2 threads, for bf16 / int8 vs Q8_0 /
-# int4 vs Q4_0, alternating engines per type. Writes benchmarks/reports/llamacpp_compare-*.json
+# int4 vs Q4_0. The engines alternate per repetition (one repetition each, the first one
+# swapping every time), so a slow stretch of the shared host lands on both sides; each side's
+# figures are the mean over the repetitions. Writes benchmarks/reports/llamacpp_compare-*.json
 # and prints a table with the ratios.
 # Usage: benchmarks/run_llamacpp_compare.sh [REPETITIONS [MODEL_DIR...]]
 #   (idle machine; ~10 GB of GGUFs in .cache/gguf; default: the three models/ folders)
@@ -22,22 +24,52 @@ mkdir -p "$work"
 declare -A gguf_type=([none]=bf16 [int8]=q8_0 [int4]=q4_0)
 declare -A gguf_name=([Llama-3.2-1B-Instruct]=Llama-3.2-1B [Qwen3-1.7B]=Qwen3-1.7B
   [gemma-3-1b-it]=gemma-3-1b)
+# One repetition of each engine for $model / $name, type $q, repetition $r.
+run_llamacpp() {
+  node benchmarks/llamacpp/bench.mjs "$gguf" "$threads" 512 128 1 >"$work/llamacpp-$name-$q-$r.json"
+}
+run_infer() {
+  build/infer bench --model "$model" --load-format dummy --quantization "$q" --prompt-tokens 512 \
+    --gen-tokens 128 --threads "$threads" --repetitions 1 --report "$work/infer-$name-$q-$r.json" \
+    >/dev/null 2>&1
+}
 for model in "${models[@]}"; do
   name=$(basename "$model")
   for q in none int8 int4; do
     type=${gguf_type[$q]}
     gguf=".cache/gguf/${gguf_name[$name]:-$name}-$type.gguf"
     [[ -s "$gguf" ]] || python3 benchmarks/llamacpp/make_gguf.py "$model" "$type" "$gguf" >/dev/null
-    node benchmarks/llamacpp/bench.mjs "$gguf" "$threads" 512 128 "$reps" \
-      >"$work/llamacpp-$name-$q.json"
-    build/infer bench --model "$model" --load-format dummy --quantization "$q" --prompt-tokens 512 \
-      --gen-tokens 128 --threads "$threads" --repetitions "$reps" \
-      --report "$work/infer-$name-$q.json" >/dev/null 2>&1
+    for ((r = 1; r <= reps; r++)); do
+      if ((r % 2)); then run_llamacpp; run_infer; else run_infer; run_llamacpp; fi
+    done
   done
 done
-python3 - "$work" "benchmarks/reports/llamacpp_compare-$stamp.json" "${models[@]}" <<'PY'
+python3 - "$work" "benchmarks/reports/llamacpp_compare-$stamp.json" "$reps" "${models[@]}" <<'PY'
 import json, os, subprocess, sys
-work, report, models = sys.argv[1], sys.argv[2], [os.path.basename(m) for m in sys.argv[3:]]
+work, report, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+models = [os.path.basename(m) for m in sys.argv[4:]]
+
+
+def mean(values):
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def load(engine, m, q):
+    """The repetitions' reports of one engine, model and type, and their mean figures."""
+    runs = []
+    for r in range(1, reps + 1):
+        text = open(f"{work}/{engine}-{m}-{q}-{r}.json").read().strip()
+        runs.append(json.loads(text.splitlines()[-1]) if engine == "llamacpp" else json.loads(text))
+    merged = dict(runs[0])
+    for key in ("pp_tok_s", "tg_tok_s", "prefill_tok_s", "decode_tok_s", "read_bandwidth_gb_s",
+                "decode_fraction_of_ceiling"):
+        if key in merged:
+            merged[key] = mean([run.get(key) for run in runs])
+            merged[key + "_runs"] = [run.get(key) for run in runs]
+    return merged
+
+
 cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
 model_name = next((l.split(":", 1)[1].strip() for l in cpu.splitlines() if l.startswith("Model name")), "?")
 flags = next((l.split(":", 1)[1].split() for l in cpu.splitlines() if l.startswith("Flags")), [])
@@ -47,21 +79,24 @@ print("| model | infer type | llama.cpp type | pp512 infer | pp512 llama.cpp | r
 print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for m, q, t in [(m, q, t) for m in models
                 for q, t in (("none", "bf16"), ("int8", "q8_0"), ("int4", "q4_0"))]:
-    mine = json.load(open(f"{work}/infer-{m}-{q}.json"))
-    theirs = json.loads(open(f"{work}/llamacpp-{m}-{q}.json").read().strip().splitlines()[-1])
+    mine, theirs = load("infer", m, q), load("llamacpp", m, q)
     row = {"model": m, "infer_quantization": q, "llamacpp_type": t,
            "infer_pp512_tok_s": mine["prefill_tok_s"], "llamacpp_pp512_tok_s": theirs["pp_tok_s"],
            "infer_tg128_tok_s": mine["decode_tok_s"], "llamacpp_tg128_tok_s": theirs["tg_tok_s"],
            "infer_decode_fraction_of_ceiling": mine.get("decode_fraction_of_ceiling"),
            "llamacpp_backend": theirs.get("backend"), "llamacpp_system_info": theirs.get("system_info"),
-           "read_bandwidth_gb_s": mine.get("read_bandwidth_gb_s"), "isa": mine.get("isa")}
+           "read_bandwidth_gb_s": mine.get("read_bandwidth_gb_s"), "isa": mine.get("isa"),
+           "runs": {"infer_pp512": mine["prefill_tok_s_runs"], "llamacpp_pp512": theirs["pp_tok_s_runs"],
+                    "infer_tg128": mine["decode_tok_s_runs"], "llamacpp_tg128": theirs["tg_tok_s_runs"],
+                    "read_bandwidth_gb_s": mine.get("read_bandwidth_gb_s_runs")}}
     row["pp_ratio"] = row["infer_pp512_tok_s"] / row["llamacpp_pp512_tok_s"]
     row["tg_ratio"] = row["infer_tg128_tok_s"] / row["llamacpp_tg128_tok_s"]
     rows.append(row)
     print(f"| {m} | {q} | {t} | {row['infer_pp512_tok_s']:.1f} | {row['llamacpp_pp512_tok_s']:.1f} | "
           f"{row['pp_ratio']:.2f}x | {row['infer_tg128_tok_s']:.1f} | {row['llamacpp_tg128_tok_s']:.1f} | "
           f"{row['tg_ratio']:.2f}x | {100 * (row['infer_decode_fraction_of_ceiling'] or 0):.0f}% |")
-json.dump({"cpu": model_name, "threads": 2, "models": "random weights of " + ", ".join(models),
+json.dump({"cpu": model_name, "threads": 2, "repetitions": reps,
+           "order": "engines alternate per repetition, the first one swapping each time", "models": "random weights of " + ", ".join(models),
            "llamacpp": "node-llama-cpp 3.22.1 prebuilt CPU build", "rows": rows},
           open(report, "w"), indent=1)
 print(f"llama.cpp backend: {rows[0]['llamacpp_backend']}; {rows[0]['llamacpp_system_info']}")
