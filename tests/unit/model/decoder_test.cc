@@ -379,9 +379,87 @@ TEST(QuantizedAccuracyTest, NoWorseThanLlamaCppSchemeOnTheFixtures) {
     // worse than the symmetric Q4_0's. int8's top-1 is NOT held against Q8_0's: on qwen3
     // (44/48 vs 48/48) and gemma3 (45/48 vs 47/48) it is lower, the cost of the int8 output
     // head that Q8_0's definition here leaves exact (with the head exact: 47/48 and 44/48).
+    // Over 1024 positions (the next test) the layers-only int8 and Q8_0 agree within 1%.
     EXPECT_LE(int8.worst_row_error, q8.worst_row_error) << bound.arch;
     EXPECT_LE(int4.worst_row_error, q4.worst_row_error) << bound.arch;
     EXPECT_GE(int4.top1, q4.top1) << bound.arch;
+  }
+}
+
+// Top-1 over many positions: the 48 reference positions above decide top-1 by one or two
+// near-ties. Here the reference is the f32 model itself (held to the float64 reference within
+// 1e-4 of the row max by DecoderTest, 3-4 orders below these schemes' errors) over 16 random
+// sequences of 64 tokens (1024 positions), so top-1 differences are a few standard errors wide.
+TEST(QuantizedAccuracyTest, TopOneOverManyPositionsAgainstTheF32Model) {
+  ThreadPool pool(2);
+  // int8 with its int8 output head, measured here (worst row error, top-1, KL; AVX-512), held
+  // as the test above holds its figures: errors 1.2x, KL 1.5x, top-1 2% of the positions.
+  struct Bound {
+    const char* arch;
+    Accuracy int8;
+  };
+  const Bound bounds[] = {{"llama", {0.5114, 0.7988, 0.2616}},
+                          {"qwen3", {0.1485, 0.9248, 0.02442}},
+                          {"gemma3", {0.1159, 0.9268, 0.00618}}};
+  for (const auto& [arch, measured] : bounds) {
+    const std::string dir = FixtureDir(arch) + "/model";
+    const LoadedModel plain = LoadModel(dir, {});
+    const int64_t vocab = plain.config.vocab_size;
+    std::vector<std::vector<int32_t>> sequences;
+    uint32_t state = 12345;
+    for (int s = 0; s < 16; ++s) {
+      std::vector<int32_t> ids(64);
+      for (int32_t& id : ids) {
+        state = state * 1664525U + 1013904223U;
+        id = static_cast<int32_t>((state >> 8) % static_cast<uint32_t>(vocab));
+      }
+      sequences.push_back(std::move(ids));
+    }
+    auto logits_of = [&](const LoadedModel& model, kernels::MatMulPrecision precision) {
+      Decoder decoder(model, pool, precision);
+      std::vector<float> all, logits;
+      for (const auto& ids : sequences) {
+        decoder.ForwardUncached(ids, LogitsMode::kAllPositions, logits);
+        all.insert(all.end(), logits.begin(), logits.end());
+      }
+      return all;
+    };
+    const std::vector<float> ref = logits_of(plain, kernels::MatMulPrecision::kF32);
+    const int64_t rows = 16 * 64;
+    auto measure = [&](const LoadedModel& model, kernels::MatMulPrecision precision) {
+      return Measure(logits_of(model, precision), ref, rows, vocab);
+    };
+    LoadOptions int8_options, int4_options;
+    int8_options.quantization = kernels::Quantization::kInt8;
+    int4_options.quantization = kernels::Quantization::kInt4;
+    const Accuracy int8 = measure(LoadModel(dir, int8_options), kernels::MatMulPrecision::kF32);
+    const Accuracy int4 = measure(LoadModel(dir, int4_options), kernels::MatMulPrecision::kF32);
+    int8_options.head = LoadOptions::Head::kUnquantized;
+    const Accuracy int8_body =
+        measure(LoadModel(dir, int8_options), kernels::MatMulPrecision::kF32);
+    const Accuracy q8 = measure(WithLlamaCppWeights(plain, 127), kernels::MatMulPrecision::kInt8);
+    const Accuracy q8_f16 =
+        measure(WithLlamaCppWeights(plain, 127, true), kernels::MatMulPrecision::kInt8);
+    const Accuracy q4 = measure(WithLlamaCppWeights(plain, 7), kernels::MatMulPrecision::kInt8);
+    for (const auto& [name, a] :
+         {std::pair{"int8", int8}, std::pair{"int8 layers only", int8_body},
+          std::pair{"llama.cpp Q8_0", q8}, std::pair{"Q8_0, f16 scale (ggml)", q8_f16},
+          std::pair{"int4", int4}, std::pair{"llama.cpp Q4_0 (symmetric)", q4}}) {
+      std::printf("[ %-6s %-26s 1024 positions: worst row error %.4f  top-1 %.4f  KL %.5f ]\n",
+                  arch, name, a.worst_row_error, a.top1, a.kl);
+    }
+    EXPECT_LE(int8.worst_row_error, 1.2 * measured.worst_row_error) << arch;
+    EXPECT_GE(int8.top1, measured.top1 - 0.02) << arch;
+    EXPECT_LE(int8.kl, 1.5 * measured.kl) << arch;
+    // The schemes on the same layers (output head exact on both sides): int8 is ggml's Q8_0
+    // (an f16 scale per 32), so it matches that row within a few positions, and the issue's
+    // Q8_0 (exact scale) within 1% top-1 and 1.15x error (measured: top-1 -0.5 to +0.1 points,
+    // error 0.76-1.10x). int4 is no worse than the symmetric Q4_0 in error and top-1.
+    EXPECT_GE(int8_body.top1, q8.top1 - 0.01) << arch;
+    EXPECT_GE(int8_body.top1, q8_f16.top1 - 0.01) << arch;
+    EXPECT_LE(int8_body.worst_row_error, 1.15 * q8.worst_row_error) << arch;
+    EXPECT_LE(int4.worst_row_error, q4.worst_row_error) << arch;
+    EXPECT_GE(int4.top1, q4.top1) << arch;
   }
 }
 
