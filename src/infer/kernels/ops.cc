@@ -197,13 +197,16 @@ bool CheckMatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const P
 
 void MatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
              std::span<const MatMulOutput> outputs, ThreadPool& pool, MatMulPrecision precision) {
-  // One region only when every weight is quantized alike; otherwise one MatMul each.
-  const bool shared = !outputs.empty() && std::ranges::all_of(outputs, [&](const MatMulOutput& o) {
-    return o.w != nullptr && o.w->quantized() &&
-           o.w->quantization() == outputs.front().w->quantization() &&
-           o.w->group_size() == outputs.front().w->group_size();
-  });
-  if (!shared) {
+  // One region when the weights are alike: all quantized the same way, or all of one float
+  // dtype (not under the kInt8 simulation); otherwise one MatMul each.
+  auto alike = [&](const MatMulOutput& o) {
+    const PackedMatrix& first = *outputs.front().w;
+    if (o.w == nullptr || o.w->quantized() != first.quantized()) return false;
+    return first.quantized() ? o.w->quantization() == first.quantization() &&
+                                   o.w->group_size() == first.group_size()
+                             : o.w->dtype() == first.dtype() && precision != MatMulPrecision::kInt8;
+  };
+  if (outputs.empty() || outputs.front().w == nullptr || !std::ranges::all_of(outputs, alike)) {
     for (const MatMulOutput& o : outputs) {
       INFER_CHECK(o.w != nullptr, "MatMuls: an output has no weight");
       MatMul(x, m, k, x_stride, *o.w, o.bias, o.y, o.y_stride, pool, precision);
@@ -211,7 +214,7 @@ void MatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
     return;
   }
   thread_local std::vector<std::vector<float>> bias_buffers;
-  thread_local std::vector<cpu::QuantizedOutput> products;
+  thread_local std::vector<cpu::Product> products;
   bias_buffers.resize(outputs.size());
   products.clear();
   for (size_t i = 0; i < outputs.size(); ++i) {
@@ -222,8 +225,12 @@ void MatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
     }
   }
   if (products.empty()) return;
-  INFER_DISPATCH(QuantizedMatMuls, x, m, k, x_stride,
-                 std::span<const cpu::QuantizedOutput>(products), pool);
+  const std::span<const cpu::Product> all(products);
+  if (outputs.front().w->quantized())
+    INFER_DISPATCH(QuantizedMatMuls, x, m, k, x_stride, all, pool);
+  const bool bf16_activations =
+      precision == MatMulPrecision::kBf16 && outputs.front().w->dtype() == DType::kBF16;
+  INFER_DISPATCH(MatMuls, x, m, k, x_stride, all, pool, bf16_activations);
 }
 
 void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,
@@ -233,9 +240,9 @@ void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Packed
   const float* bias_f32 = nullptr;
   if (!CheckMatMul(x, m, k, x_stride, w, bias, y, y_stride, bias_buffer, bias_f32)) return;
   if (w.quantized()) {
-    const cpu::QuantizedOutput product{&w, bias_f32, y, y_stride};
-    INFER_DISPATCH(QuantizedMatMuls, x, m, k, x_stride,
-                   std::span<const cpu::QuantizedOutput>(&product, 1), pool);
+    const cpu::Product product{&w, bias_f32, y, y_stride};
+    INFER_DISPATCH(QuantizedMatMuls, x, m, k, x_stride, std::span<const cpu::Product>(&product, 1),
+                   pool);
   }
   if (precision == MatMulPrecision::kInt8) {
     // x rounded as a quantized MatMul rounds it (d * q per block of 32), then f32 products.

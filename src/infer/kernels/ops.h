@@ -168,8 +168,8 @@ struct MatMulOutput {
   int64_t y_stride = 0;
 };
 // Several products of the same x (q/k/v, gate/up): bit for bit one MatMul per output. Weights
-// quantized alike share one rounding of x and one parallel region, so a decode step pays one
-// region's start and end for them instead of one per matrix.
+// quantized alike, or of one float dtype, share one rounding or packing of x and one parallel
+// region, so a decode step pays one region's start and end for them instead of one per matrix.
 void MatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
              std::span<const MatMulOutput> outputs, ThreadPool& pool,
              MatMulPrecision precision = MatMulPrecision::kF32);

@@ -198,6 +198,56 @@ TEST(MatMulOpTest, RowsAreBatchInvariant) {
   }
 }
 
+// MatMuls (q/k/v and gate/up in one region) gives each output the bits of its own MatMul:
+// odd sizes, a bias on one output, k over several blocks, both loop orders, both precisions,
+// every path; weights of different dtypes take one MatMul each.
+TEST(MatMulOpTest, MatMulsEqualOneMatMulPerOutput) {
+  ThreadPool& pool = TestPool();
+  const int64_t sizes[] = {75, 33, 1000};
+  StoredTensor bias = Store(DType::kF32, {33}, RandomFloats(33, -1, 1, 30));
+  for (int64_t k : {161, 1101}) {
+    for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
+      std::vector<StoredTensor> weights;
+      std::vector<PackedMatrix> packed;
+      for (int64_t n : sizes) {
+        weights.push_back(
+            Store(dtype, {n, k}, RandomFloats(static_cast<size_t>(n * k), -1, 1, 31)));
+        packed.push_back(PackedMatrix::Pack(weights.back().tensor));
+      }
+      StoredTensor other = Store(dtype == DType::kF32 ? DType::kBF16 : DType::kF32, {sizes[2], k},
+                                 RandomFloats(static_cast<size_t>(sizes[2] * k), -1, 1, 32));
+      const PackedMatrix mixed_last = PackedMatrix::Pack(other.tensor);
+      for (bool mixed : {false, true}) {
+        for (int64_t m : {1, 5, 17, 70}) {
+          const std::vector<float> x = RandomFloats(static_cast<size_t>(m * k), -1, 1, 33 + m);
+          for (MatMulPrecision precision : {MatMulPrecision::kF32, MatMulPrecision::kBf16}) {
+            for (Isa isa : SimdIsas()) {
+              ScopedIsa scoped(isa);
+              std::vector<std::vector<float>> together, alone;
+              std::vector<MatMulOutput> outputs;
+              for (size_t o = 0; o < packed.size(); ++o) {
+                const int64_t stride = sizes[o] + 1;
+                together.emplace_back(static_cast<size_t>(m * stride), -7.0F);
+                alone.emplace_back(static_cast<size_t>(m * stride), -7.0F);
+                const PackedMatrix& w = mixed && o + 1 == packed.size() ? mixed_last : packed[o];
+                const Tensor* b = o == 1 ? &bias.tensor : nullptr;
+                outputs.push_back({&w, b, together.back().data(), stride});
+                MatMul(x.data(), m, k, k, w, b, alone.back().data(), stride, pool, precision);
+              }
+              MatMuls(x.data(), m, k, k, outputs, pool, precision);
+              for (size_t o = 0; o < packed.size(); ++o) {
+                ASSERT_EQ(together[o], alone[o])
+                    << Describe(isa, dtype) << " " << MatMulPrecisionName(precision) << " k=" << k
+                    << " m=" << m << " output " << o << " mixed=" << mixed;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(MatMulOpTest, PackedMatrixKeepsEveryValueAndPadsWithZeros) {
   for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
     const int64_t n = 33;

@@ -14,9 +14,9 @@
 
 namespace infer::kernels::cpu {
 
-// One product of QuantizedMatMuls: y [m, w->rows()] (row stride y_stride) = x . w^T + bias
-// (f32 or null).
-struct QuantizedOutput {
+// One product of MatMuls / QuantizedMatMuls: y [m, w->rows()] (row stride y_stride) =
+// x . w^T + bias (f32 or null).
+struct Product {
   const PackedMatrix* w = nullptr;
   const float* bias = nullptr;
   float* y = nullptr;
@@ -30,10 +30,13 @@ struct QuantizedOutput {
   void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,       \
               const float* bias, float* y, int64_t y_stride, ThreadPool& pool,                     \
               bool bf16_activations);                                                              \
+  /* Weights of one float dtype, each [*, k]: x packed once, every product in one region. */       \
+  void MatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,                             \
+               std::span<const Product> outputs, ThreadPool& pool, bool bf16_activations);         \
   /* Weights quantized alike (kInt8 / kInt4), each [*, k]: x rounded to int8 per block of 32 */    \
   /* once (ops.h), then every product in one parallel region. */                                   \
   void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,                    \
-                        std::span<const QuantizedOutput> outputs, ThreadPool& pool);               \
+                        std::span<const Product> outputs, ThreadPool& pool);                       \
   void QuantizeActivations(const float* x, int64_t m, int64_t k, int64_t x_stride,                 \
                            int64_t padded_k, int8_t* q, float* d, int32_t* sum);                   \
   void RmsNorm(const float* x, int64_t rows, int64_t dim, DType w_dtype, const void* w, float eps, \

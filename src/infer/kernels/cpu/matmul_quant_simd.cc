@@ -344,12 +344,11 @@ thread_local Scratch tls_sum_scratch;
 
 // x's rows against every output's weights (all quantized as kInt4 says), in one region.
 template <bool kInt4>
-void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const QuantizedOutput> outputs,
+void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outputs,
                ThreadPool& pool) {
   const int64_t row_blocks = (m + kMr - 1) / kMr;
   // Row block p of output o against `tiles` tiles from j0 over groups [g0, g1).
-  auto run = [&](const QuantizedOutput& o, int64_t p, int64_t j0, int64_t tiles, int64_t g0,
-                 int64_t g1) {
+  auto run = [&](const Product& o, int64_t p, int64_t j0, int64_t tiles, int64_t g0, int64_t g1) {
     const int rows = static_cast<int>(std::min<int64_t>(kMr, m - p * kMr));
     const int64_t groups = o.w->num_groups();
     QuantTiles<kInt4>(rows, tiles, x, p * kMr, *o.w, j0, g0, g1, o.y + p * kMr * o.y_stride + j0,
@@ -359,22 +358,22 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const QuantizedOutpu
   // The tasks: output o's features cut into `step`-feature ranges, output after output.
   auto count_tasks = [&](int64_t step) {
     int64_t tasks = 0;
-    for (const QuantizedOutput& o : outputs) tasks += (o.w->rows() + step - 1) / step;
+    for (const Product& o : outputs) tasks += (o.w->rows() + step - 1) / step;
     return tasks;
   };
   // Task `task` as (output, first feature).
   auto locate = [&](int64_t task, int64_t step) {
-    for (const QuantizedOutput& o : outputs) {
+    for (const Product& o : outputs) {
       const int64_t tasks = (o.w->rows() + step - 1) / step;
-      if (task < tasks) return std::pair<const QuantizedOutput*, int64_t>(&o, task * step);
+      if (task < tasks) return std::pair<const Product*, int64_t>(&o, task * step);
       task -= tasks;
     }
-    return std::pair<const QuantizedOutput*, int64_t>(nullptr, 0);
+    return std::pair<const Product*, int64_t>(nullptr, 0);
   };
   if (row_blocks <= kStreamMaxBlocks) {
     // Ranges of whole panels, about kStreamTasksPerThread per thread over all outputs.
     int64_t total_tiles = 0;
-    for (const QuantizedOutput& o : outputs) total_tiles += (o.w->rows() + kNr - 1) / kNr;
+    for (const Product& o : outputs) total_tiles += (o.w->rows() + kNr - 1) / kNr;
     const int64_t max_tasks = kStreamTasksPerThread * pool.num_threads();
     const int64_t tiles_per_task = std::max<int64_t>(
         kPanel / kNr, (total_tiles + max_tasks - 1) / max_tasks / (kPanel / kNr) * (kPanel / kNr));
@@ -448,12 +447,12 @@ void QuantizeActivations(const float* x, int64_t m, int64_t k, int64_t x_stride,
 }
 
 void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
-                      std::span<const QuantizedOutput> outputs, ThreadPool& pool) {
+                      std::span<const Product> outputs, ThreadPool& pool) {
   if (m == 0 || outputs.empty()) return;
   const PackedMatrix& first = *outputs.front().w;
   const int64_t padded_k = first.num_groups() * first.group_size();
   if (padded_k == 0) {
-    for (const QuantizedOutput& o : outputs) {
+    for (const Product& o : outputs) {
       for (int64_t i = 0; i < m; ++i) {
         for (int64_t j = 0; j < o.w->rows(); ++j) {
           o.y[i * o.y_stride + j] = o.bias != nullptr ? o.bias[j] : 0.0F;

@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <span>
 #include <utility>
 
 #include "infer/kernels/cpu/kernels.h"
@@ -338,12 +339,12 @@ inline void GemmTiles(int rows, int64_t tiles, const typename G::Unit* xp, const
 
 thread_local Scratch tls_x_scratch;
 
+// x's rows against every output's weights (one dtype, one k), x packed once, one region.
 template <class G>
-void Gemm(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,
-          const float* bias, float* y, int64_t y_stride, ThreadPool& pool) {
+void Gemm(const float* x, int64_t m, int64_t k, int64_t x_stride, std::span<const Product> outputs,
+          ThreadPool& pool) {
   using Unit = typename G::Unit;
-  const int64_t n = w.rows();
-  const int64_t steps = w.steps();
+  const int64_t steps = outputs.front().w->steps();
   const int64_t num_panels = (m + kMr - 1) / kMr;
   const int64_t panel_units = steps * kMr * G::kUnits;
   Unit* xpack = tls_x_scratch.Array<Unit>(static_cast<size_t>(num_panels * panel_units));
@@ -353,31 +354,49 @@ void Gemm(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMa
     pool.RunTasks(static_cast<int>(num_panels),
                   [&](int p) { G::PackX(x, m, k, x_stride, p * kMr, xpack + p * panel_units); });
   }
-  // Panel p's rows against `tiles` column tiles from feature j0 over steps [s0, s0 + kc): the
-  // same arithmetic per output in both loop orders.
-  auto run = [&](int64_t p, int64_t j0, int64_t tiles, int64_t s0, int64_t kc,
+  // Panel p's rows against `tiles` column tiles of output o from feature j0 over steps
+  // [s0, s0 + kc): the same arithmetic per output in both loop orders.
+  auto run = [&](const Product& o, int64_t p, int64_t j0, int64_t tiles, int64_t s0, int64_t kc,
                  int64_t prefetch_steps) {
     const int rows = static_cast<int>(std::min<int64_t>(kMr, m - p * kMr));
-    GemmTiles<G>(rows, tiles, xpack + p * panel_units + s0 * kMr * G::kUnits, w, s0, j0, kc,
-                 prefetch_steps, y + p * kMr * y_stride + j0, y_stride, s0 > 0,
-                 s0 + kc == steps && bias != nullptr ? bias + j0 : nullptr);
+    GemmTiles<G>(rows, tiles, xpack + p * panel_units + s0 * kMr * G::kUnits, *o.w, s0, j0, kc,
+                 prefetch_steps, o.y + p * kMr * o.y_stride + j0, o.y_stride, s0 > 0,
+                 s0 + kc == steps && o.bias != nullptr ? o.bias + j0 : nullptr);
   };
-  const int64_t num_tiles = (n + kNr - 1) / kNr;
+  // The tasks: output o's features cut into `step`-feature ranges, output after output; task
+  // `task` as (output, first feature).
+  auto count_tasks = [&](int64_t step) {
+    int64_t tasks = 0;
+    for (const Product& o : outputs) tasks += (o.w->rows() + step - 1) / step;
+    return tasks;
+  };
+  auto locate = [&](int64_t task, int64_t step) {
+    for (const Product& o : outputs) {
+      const int64_t tasks = (o.w->rows() + step - 1) / step;
+      if (task < tasks) return std::pair<const Product*, int64_t>(&o, task * step);
+      task -= tasks;
+    }
+    return std::pair<const Product*, int64_t>(nullptr, 0);
+  };
   if (num_panels <= kStreamMaxPanels) {
-    // Contiguous ranges of kStreamGroup tiles; each group runs all its k-blocks, every x panel
-    // per block.
-    const int64_t groups = (num_tiles + kStreamGroup - 1) / kStreamGroup;
+    // Contiguous ranges of kStreamGroup tiles, about kStreamTasksPerThread per thread over all
+    // outputs; each group runs all its k-blocks, every x panel per block.
+    int64_t groups = 0;
+    for (const Product& o : outputs) {
+      groups += ((o.w->rows() + kNr - 1) / kNr + kStreamGroup - 1) / kStreamGroup;
+    }
     const int64_t max_tasks = kStreamTasksPerThread * pool.num_threads();
-    const int64_t groups_per_task = (groups + max_tasks - 1) / max_tasks;
-    const int64_t num_tasks = (groups + groups_per_task - 1) / groups_per_task;
-    pool.RunTasks(static_cast<int>(num_tasks), [&](int task) {
-      const int64_t t_end = std::min(num_tiles, (task + 1) * groups_per_task * kStreamGroup);
-      for (int64_t t = task * groups_per_task * kStreamGroup; t < t_end; t += kStreamGroup) {
+    const int64_t step = (groups + max_tasks - 1) / max_tasks * kStreamGroup * kNr;
+    pool.RunTasks(static_cast<int>(count_tasks(step)), [&](int task) {
+      const auto [o, j0] = locate(task, step);
+      const int64_t num_tiles = (o->w->rows() + kNr - 1) / kNr;
+      const int64_t t_end = std::min(num_tiles, (j0 + step) / kNr);
+      for (int64_t t = j0 / kNr; t < t_end; t += kStreamGroup) {
         const int64_t tiles = std::min(kStreamGroup, t_end - t);
         for (int64_t s0 = 0; s0 < steps; s0 += G::kKc) {
           const int64_t kc = std::min(G::kKc, steps - s0);
           for (int64_t p = 0; p < num_panels; ++p) {
-            run(p, t * kNr, tiles, s0, kc, p == 0 ? kStreamPrefetchSteps : kBlockPrefetchSteps);
+            run(*o, p, t * kNr, tiles, s0, kc, p == 0 ? kStreamPrefetchSteps : kBlockPrefetchSteps);
           }
         }
       }
@@ -386,13 +405,12 @@ void Gemm(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMa
   }
   // One task per kNc output features, claimed dynamically (a busy core on the shared host
   // then takes fewer).
-  const int64_t num_tasks = (n + kNc - 1) / kNc;
-  pool.RunTasks(static_cast<int>(num_tasks), [&](int task) {
-    const int64_t j0 = task * kNc;
-    const int64_t tiles = (std::min(n, j0 + kNc) - j0 + kNr - 1) / kNr;
+  pool.RunTasks(static_cast<int>(count_tasks(kNc)), [&](int task) {
+    const auto [o, j0] = locate(task, kNc);
+    const int64_t tiles = (std::min(o->w->rows(), j0 + kNc) - j0 + kNr - 1) / kNr;
     for (int64_t s0 = 0; s0 < steps; s0 += G::kKc) {
       const int64_t kc = std::min(G::kKc, steps - s0);
-      for (int64_t p = 0; p < num_panels; ++p) run(p, j0, tiles, s0, kc, kBlockPrefetchSteps);
+      for (int64_t p = 0; p < num_panels; ++p) run(*o, p, j0, tiles, s0, kc, kBlockPrefetchSteps);
     }
   });
 }
@@ -403,20 +421,22 @@ thread_local Scratch tls_rounded_scratch;
 
 }  // namespace
 
-void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,
-            const float* bias, float* y, int64_t y_stride, ThreadPool& pool,
-            bool bf16_activations) {
-  const int64_t n = w.rows();
-  if (m == 0 || n == 0) return;
+void MatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
+             std::span<const Product> outputs, ThreadPool& pool, bool bf16_activations) {
+  if (m == 0 || outputs.empty()) return;
   if (k == 0) {
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t j = 0; j < n; ++j) y[i * y_stride + j] = bias != nullptr ? bias[j] : 0.0F;
+    for (const Product& o : outputs) {
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t j = 0; j < o.w->rows(); ++j) {
+          o.y[i * o.y_stride + j] = o.bias != nullptr ? o.bias[j] : 0.0F;
+        }
+      }
     }
     return;
   }
   if (bf16_activations) {
 #if defined(__AVX512BF16__)
-    return Gemm<Bf16Gemm>(x, m, k, x_stride, w, bias, y, y_stride, pool);
+    return Gemm<Bf16Gemm>(x, m, k, x_stride, outputs, pool);
 #else
     // No vdpbf16ps: the same rounding, then exact f32 products of the rounded values.
     float* rounded = tls_rounded_scratch.Floats(static_cast<size_t>(m * k));
@@ -425,14 +445,22 @@ void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Packed
     x_stride = k;
 #endif
   }
-  switch (w.dtype()) {
+  switch (outputs.front().w->dtype()) {
     case DType::kBF16:
-      return Gemm<F32Gemm<DType::kBF16>>(x, m, k, x_stride, w, bias, y, y_stride, pool);
+      return Gemm<F32Gemm<DType::kBF16>>(x, m, k, x_stride, outputs, pool);
     case DType::kF16:
-      return Gemm<F32Gemm<DType::kF16>>(x, m, k, x_stride, w, bias, y, y_stride, pool);
+      return Gemm<F32Gemm<DType::kF16>>(x, m, k, x_stride, outputs, pool);
     default:
-      return Gemm<F32Gemm<DType::kF32>>(x, m, k, x_stride, w, bias, y, y_stride, pool);
+      return Gemm<F32Gemm<DType::kF32>>(x, m, k, x_stride, outputs, pool);
   }
+}
+
+void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,
+            const float* bias, float* y, int64_t y_stride, ThreadPool& pool,
+            bool bf16_activations) {
+  if (w.rows() == 0) return;
+  const Product product{&w, bias, y, y_stride};
+  MatMuls(x, m, k, x_stride, std::span<const Product>(&product, 1), pool, bf16_activations);
 }
 
 }  // namespace infer::kernels::cpu::INFER_ISA_NS

@@ -97,8 +97,8 @@ void QuantizedMatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, con
 }  // namespace
 
 void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
-                      std::span<const QuantizedOutput> outputs, ThreadPool& pool) {
-  for (const QuantizedOutput& out : outputs) {
+                      std::span<const Product> outputs, ThreadPool& pool) {
+  for (const Product& out : outputs) {
     QuantizedMatMul(x, m, k, x_stride, *out.w, out.bias, out.y, out.y_stride, pool);
   }
 }
@@ -127,6 +127,13 @@ void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Packed
       }
     }
   });
+}
+
+void MatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
+             std::span<const Product> outputs, ThreadPool& pool, bool bf16_activations) {
+  for (const Product& out : outputs) {
+    MatMul(x, m, k, x_stride, *out.w, out.bias, out.y, out.y_stride, pool, bf16_activations);
+  }
 }
 
 void RmsNorm(const float* x, int64_t rows, int64_t dim, DType w_dtype, const void* w, float eps,
