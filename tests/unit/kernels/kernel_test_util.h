@@ -13,6 +13,7 @@
 #include "infer/core/tensor.h"
 #include "infer/core/thread_pool.h"
 #include "infer/kernels/cpu/isa.h"
+#include "infer/kernels/ops.h"
 
 namespace infer::kernels {
 
@@ -75,6 +76,28 @@ inline StoredTensor Store(DType dtype, const Shape& shape, const std::vector<flo
 
 inline std::string Describe(Isa isa, DType dtype) {
   return std::string(IsaName(isa)) + "/" + std::string(DTypeName(dtype));
+}
+
+// MatMuls over `weights` (a bias on output 1; output rows one wider than the weight) against
+// one MatMul per weight, on the active ISA: asserts the same bits in every output.
+inline void ExpectMatMulsEqualEachMatMul(const std::vector<float>& x, int64_t m, int64_t k,
+                                         const std::vector<const PackedMatrix*>& weights,
+                                         const Tensor& bias, MatMulPrecision precision,
+                                         const std::string& what) {
+  std::vector<std::vector<float>> together, alone;
+  std::vector<MatMulOutput> outputs;
+  for (size_t o = 0; o < weights.size(); ++o) {
+    const int64_t stride = weights[o]->rows() + 1;
+    together.emplace_back(static_cast<size_t>(m * stride), -7.0F);
+    alone.emplace_back(static_cast<size_t>(m * stride), -7.0F);
+    const Tensor* b = o == 1 ? &bias : nullptr;
+    outputs.push_back({weights[o], b, together.back().data(), stride});
+    MatMul(x.data(), m, k, k, *weights[o], b, alone.back().data(), stride, TestPool(), precision);
+  }
+  MatMuls(x.data(), m, k, k, outputs, TestPool(), precision);
+  for (size_t o = 0; o < weights.size(); ++o) {
+    ASSERT_EQ(together[o], alone[o]) << what << " m=" << m << " output " << o;
+  }
 }
 
 }  // namespace infer::kernels

@@ -202,7 +202,6 @@ TEST(MatMulOpTest, RowsAreBatchInvariant) {
 // odd sizes, a bias on one output, k over several blocks, both loop orders, both precisions,
 // every path; weights of different dtypes take one MatMul each.
 TEST(MatMulOpTest, MatMulsEqualOneMatMulPerOutput) {
-  ThreadPool& pool = TestPool();
   const int64_t sizes[] = {75, 33, 1000};
   StoredTensor bias = Store(DType::kF32, {33}, RandomFloats(33, -1, 1, 30));
   for (int64_t k : {161, 1101}) {
@@ -223,23 +222,11 @@ TEST(MatMulOpTest, MatMulsEqualOneMatMulPerOutput) {
           for (MatMulPrecision precision : {MatMulPrecision::kF32, MatMulPrecision::kBf16}) {
             for (Isa isa : SimdIsas()) {
               ScopedIsa scoped(isa);
-              std::vector<std::vector<float>> together, alone;
-              std::vector<MatMulOutput> outputs;
-              for (size_t o = 0; o < packed.size(); ++o) {
-                const int64_t stride = sizes[o] + 1;
-                together.emplace_back(static_cast<size_t>(m * stride), -7.0F);
-                alone.emplace_back(static_cast<size_t>(m * stride), -7.0F);
-                const PackedMatrix& w = mixed && o + 1 == packed.size() ? mixed_last : packed[o];
-                const Tensor* b = o == 1 ? &bias.tensor : nullptr;
-                outputs.push_back({&w, b, together.back().data(), stride});
-                MatMul(x.data(), m, k, k, w, b, alone.back().data(), stride, pool, precision);
-              }
-              MatMuls(x.data(), m, k, k, outputs, pool, precision);
-              for (size_t o = 0; o < packed.size(); ++o) {
-                ASSERT_EQ(together[o], alone[o])
-                    << Describe(isa, dtype) << " " << MatMulPrecisionName(precision) << " k=" << k
-                    << " m=" << m << " output " << o << " mixed=" << mixed;
-              }
+              ASSERT_NO_FATAL_FAILURE(ExpectMatMulsEqualEachMatMul(
+                  x, m, k, {&packed[0], &packed[1], mixed ? &mixed_last : &packed[2]}, bias.tensor,
+                  precision,
+                  Describe(isa, dtype) + " " + std::string(MatMulPrecisionName(precision)) +
+                      " k=" + std::to_string(k) + " mixed=" + std::to_string(mixed)));
             }
           }
         }

@@ -304,7 +304,6 @@ TEST(QuantizedTest, RowsAreBatchInvariant) {
 // whose values the test above holds to the float64 reference: odd sizes, a bias on one output,
 // both loop orders, every path; and weights not quantized alike take one MatMul each.
 TEST(QuantizedTest, MatMulsEqualOneMatMulPerOutput) {
-  ThreadPool& pool = TestPool();
   const int64_t k = 161;
   const int64_t sizes[] = {75, 33, 300};
   StoredTensor bias = Store(DType::kF32, {33}, RandomFloats(33, -1, 1, 60));
@@ -322,22 +321,10 @@ TEST(QuantizedTest, MatMulsEqualOneMatMulPerOutput) {
         const std::vector<float> x = RandomFloats(static_cast<size_t>(m * k), -1, 1, 62 + m);
         for (Isa isa : AllIsas()) {
           ScopedIsa scoped(isa);
-          std::vector<std::vector<float>> together, alone;
-          std::vector<MatMulOutput> outputs;
-          for (size_t o = 0; o < packed.size(); ++o) {
-            const int64_t stride = sizes[o] + 1;
-            together.emplace_back(static_cast<size_t>(m * stride), -7.0F);
-            alone.emplace_back(static_cast<size_t>(m * stride), -7.0F);
-            const PackedMatrix& w = mixed && o + 1 == packed.size() ? plain : packed[o];
-            const Tensor* b = o == 1 ? &bias.tensor : nullptr;
-            outputs.push_back({&w, b, together.back().data(), stride});
-            MatMul(x.data(), m, k, k, w, b, alone.back().data(), stride, pool);
-          }
-          MatMuls(x.data(), m, k, k, outputs, pool);
-          for (size_t o = 0; o < packed.size(); ++o) {
-            ASSERT_EQ(together[o], alone[o]) << Name(qc) << " " << IsaName(isa) << " m=" << m
-                                             << " output " << o << " mixed=" << mixed;
-          }
+          ASSERT_NO_FATAL_FAILURE(ExpectMatMulsEqualEachMatMul(
+              x, m, k, {&packed[0], &packed[1], mixed ? &plain : &packed[2]}, bias.tensor,
+              MatMulPrecision::kF32,
+              Name(qc) + " " + std::string(IsaName(isa)) + " mixed=" + std::to_string(mixed)));
         }
       }
     }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 
 #include "infer/core/dtype.h"
 #include "infer/core/thread_pool.h"
@@ -22,6 +23,24 @@ struct Product {
   float* y = nullptr;
   int64_t y_stride = 0;
 };
+
+// The tasks of a multi-output MatMul: each output's features cut into `step`-feature ranges,
+// output after output. ProductTasks counts them; ProductTask gives task `task` as (output,
+// first feature).
+inline int64_t ProductTasks(std::span<const Product> outputs, int64_t step) {
+  int64_t tasks = 0;
+  for (const Product& o : outputs) tasks += (o.w->rows() + step - 1) / step;
+  return tasks;
+}
+inline std::pair<const Product*, int64_t> ProductTask(std::span<const Product> outputs,
+                                                      int64_t task, int64_t step) {
+  for (const Product& o : outputs) {
+    const int64_t tasks = (o.w->rows() + step - 1) / step;
+    if (task < tasks) return {&o, task * step};
+    task -= tasks;
+  }
+  return {nullptr, 0};
+}
 
 // The same declarations in each ISA namespace. bias is f32 or null. MatMul's bf16_activations
 // (MatMulPrecision::kBf16, only passed with bf16 weights) rounds x to bf16 first.

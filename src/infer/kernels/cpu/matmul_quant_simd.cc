@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <cstring>
 #include <span>
-#include <utility>
 
 #include "infer/kernels/cpu/kernels.h"
 #include "infer/kernels/cpu/scratch.h"
@@ -355,21 +354,6 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
                       o.y_stride, g0 > 0,
                       g1 == groups && o.bias != nullptr ? o.bias + j0 : nullptr);
   };
-  // The tasks: output o's features cut into `step`-feature ranges, output after output.
-  auto count_tasks = [&](int64_t step) {
-    int64_t tasks = 0;
-    for (const Product& o : outputs) tasks += (o.w->rows() + step - 1) / step;
-    return tasks;
-  };
-  // Task `task` as (output, first feature).
-  auto locate = [&](int64_t task, int64_t step) {
-    for (const Product& o : outputs) {
-      const int64_t tasks = (o.w->rows() + step - 1) / step;
-      if (task < tasks) return std::pair<const Product*, int64_t>(&o, task * step);
-      task -= tasks;
-    }
-    return std::pair<const Product*, int64_t>(nullptr, 0);
-  };
   if (row_blocks <= kStreamMaxBlocks) {
     // Ranges of whole panels, about kStreamTasksPerThread per thread over all outputs.
     int64_t total_tiles = 0;
@@ -378,8 +362,8 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
     const int64_t tiles_per_task = std::max<int64_t>(
         kPanel / kNr, (total_tiles + max_tasks - 1) / max_tasks / (kPanel / kNr) * (kPanel / kNr));
     const int64_t step = tiles_per_task * kNr;
-    pool.RunTasks(static_cast<int>(count_tasks(step)), [&](int task) {
-      const auto [o, j0] = locate(task, step);
+    pool.RunTasks(static_cast<int>(ProductTasks(outputs, step)), [&](int task) {
+      const auto [o, j0] = ProductTask(outputs, task, step);
       const int64_t tiles = (std::min(o->w->rows(), j0 + step) - j0 + kNr - 1) / kNr;
       const int64_t groups = o->w->num_groups();
       if (row_blocks == 1) {
@@ -393,8 +377,8 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
     });
     return;
   }
-  pool.RunTasks(static_cast<int>(count_tasks(kNc)), [&](int task) {
-    const auto [o, j0] = locate(task, kNc);
+  pool.RunTasks(static_cast<int>(ProductTasks(outputs, kNc)), [&](int task) {
+    const auto [o, j0] = ProductTask(outputs, task, kNc);
     const int64_t tiles = (std::min(o->w->rows(), j0 + kNc) - j0 + kNr - 1) / kNr;
     const int64_t groups = o->w->num_groups();
     for (int64_t g0 = 0; g0 < groups; g0 += kKcGroups) {

@@ -363,21 +363,6 @@ void Gemm(const float* x, int64_t m, int64_t k, int64_t x_stride, std::span<cons
                  prefetch_steps, o.y + p * kMr * o.y_stride + j0, o.y_stride, s0 > 0,
                  s0 + kc == steps && o.bias != nullptr ? o.bias + j0 : nullptr);
   };
-  // The tasks: output o's features cut into `step`-feature ranges, output after output; task
-  // `task` as (output, first feature).
-  auto count_tasks = [&](int64_t step) {
-    int64_t tasks = 0;
-    for (const Product& o : outputs) tasks += (o.w->rows() + step - 1) / step;
-    return tasks;
-  };
-  auto locate = [&](int64_t task, int64_t step) {
-    for (const Product& o : outputs) {
-      const int64_t tasks = (o.w->rows() + step - 1) / step;
-      if (task < tasks) return std::pair<const Product*, int64_t>(&o, task * step);
-      task -= tasks;
-    }
-    return std::pair<const Product*, int64_t>(nullptr, 0);
-  };
   if (num_panels <= kStreamMaxPanels) {
     // Contiguous ranges of kStreamGroup tiles, about kStreamTasksPerThread per thread over all
     // outputs; each group runs all its k-blocks, every x panel per block.
@@ -387,8 +372,8 @@ void Gemm(const float* x, int64_t m, int64_t k, int64_t x_stride, std::span<cons
     }
     const int64_t max_tasks = kStreamTasksPerThread * pool.num_threads();
     const int64_t step = (groups + max_tasks - 1) / max_tasks * kStreamGroup * kNr;
-    pool.RunTasks(static_cast<int>(count_tasks(step)), [&](int task) {
-      const auto [o, j0] = locate(task, step);
+    pool.RunTasks(static_cast<int>(ProductTasks(outputs, step)), [&](int task) {
+      const auto [o, j0] = ProductTask(outputs, task, step);
       const int64_t num_tiles = (o->w->rows() + kNr - 1) / kNr;
       const int64_t t_end = std::min(num_tiles, (j0 + step) / kNr);
       for (int64_t t = j0 / kNr; t < t_end; t += kStreamGroup) {
@@ -405,8 +390,8 @@ void Gemm(const float* x, int64_t m, int64_t k, int64_t x_stride, std::span<cons
   }
   // One task per kNc output features, claimed dynamically (a busy core on the shared host
   // then takes fewer).
-  pool.RunTasks(static_cast<int>(count_tasks(kNc)), [&](int task) {
-    const auto [o, j0] = locate(task, kNc);
+  pool.RunTasks(static_cast<int>(ProductTasks(outputs, kNc)), [&](int task) {
+    const auto [o, j0] = ProductTask(outputs, task, kNc);
     const int64_t tiles = (std::min(o->w->rows(), j0 + kNc) - j0 + kNr - 1) / kNr;
     for (int64_t s0 = 0; s0 < steps; s0 += G::kKc) {
       const int64_t kc = std::min(G::kKc, steps - s0);
