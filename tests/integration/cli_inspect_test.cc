@@ -81,5 +81,33 @@ TEST(CliInspect, QuantizationShowsBitsPerWeightAndBytes) {
   EXPECT_NE(result.err.find("int4"), std::string::npos) << result.err;
 }
 
+// --lm-head-quantization none keeps the output head (all fixtures tie it to the embedding) at
+// the checkpoint's bf16 under int8 and int4: exactly vocab x hidden x (2 - 34/32) bytes more
+// than its int8 (an f16 scale per 32 int8 weights), the layers unchanged.
+TEST(CliInspect, LmHeadQuantizationNoneKeepsTheHeadAtTheCheckpointDtype) {
+  for (const char* arch : {"llama", "qwen3", "gemma3"}) {
+    const auto path = testing::FixturePath(std::string("models/") + arch + "/model").string();
+    EXPECT_EQ(Inspect({"--model", path})["lm_head_quantization"], "none") << arch;
+    for (const char* type : {"int8", "int4"}) {
+      const auto head_int8 = Inspect({"--model", path, "-q", type});
+      const auto head_wide =
+          Inspect({"--model", path, "-q", type, "--lm-head-quantization", "none"});
+      EXPECT_EQ(head_int8["lm_head_quantization"], "int8") << arch << " " << type;
+      EXPECT_EQ(head_wide["lm_head_quantization"], "none") << arch << " " << type;
+      EXPECT_EQ(head_wide["quantization"], type) << arch;
+      const int64_t head_weights =
+          head_wide["vocab_size"].get<int64_t>() * head_wide["hidden_size"].get<int64_t>();
+      EXPECT_EQ(head_wide["weight_bytes"].get<int64_t>() - head_int8["weight_bytes"].get<int64_t>(),
+                head_weights * 2 - head_weights / 32 * 34)
+          << arch << " " << type;
+    }
+  }
+  const auto result = testing::RunCommand({INFER_BINARY, "inspect", "--model",
+                                           testing::FixturePath("models/llama/model").string(),
+                                           "-q", "int8", "--lm-head-quantization", "int4"});
+  EXPECT_NE(result.exit_code, 0);
+  EXPECT_NE(result.err.find("--lm-head-quantization"), std::string::npos) << result.err;
+}
+
 }  // namespace
 }  // namespace infer

@@ -115,6 +115,11 @@ void RunBench(const BenchArgs& args) {
   const std::string weight_type = loaded.quantization == kernels::Quantization::kNone
                                       ? std::string(DTypeName(loaded.weight_dtype))
                                       : std::string(kernels::QuantizationName(loaded.quantization));
+  const std::string head_note =
+      loaded.quantization != kernels::Quantization::kNone &&
+              loaded.head_quantization == kernels::Quantization::kNone
+          ? fmt::format(" (output head {})", DTypeName(loaded.weight_dtype))
+          : "";
 
   nlohmann::json results = nlohmann::json::array();
   std::string table = fmt::format("| {:<24} | {:>7} | {:>5} | {:>7} | {:>7} | {:>18} |\n", "model",
@@ -193,6 +198,7 @@ void RunBench(const BenchArgs& args) {
                  {"weight_dtype", DTypeName(loaded.weight_dtype)},
                  {"weight_bytes", loaded.weight_bytes},
                  {"quantization", kernels::QuantizationName(loaded.quantization)},
+                 {"lm_head_quantization", kernels::QuantizationName(loaded.head_quantization)},
                  {"rss_after_load_bytes", rss_after_load},
                  {"isa", isa},
                  {"matmul_precision", kernels::MatMulPrecisionName(args.model.matmul_precision)},
@@ -215,11 +221,11 @@ void RunBench(const BenchArgs& args) {
   }
   std::printf("%s", table.c_str());
   std::printf(
-      "\nisa %s, matmul precision %s, weights %s %.3f GB (%.0f%% in huge pages), RSS after load "
+      "\nisa %s, matmul precision %s, weights %s%s %.3f GB (%.0f%% in huge pages), RSS after load "
       "%.3f GB, read bandwidth %.1f GB/s (probes before / after: %.1f / %.1f) -> decode ceiling "
       "%.1f tok/s\n",
       isa.c_str(), std::string(kernels::MatMulPrecisionName(args.model.matmul_precision)).c_str(),
-      weight_type.c_str(), weight_gb_per_token, 100.0 * huge_page_fraction,
+      weight_type.c_str(), head_note.c_str(), weight_gb_per_token, 100.0 * huge_page_fraction,
       static_cast<double>(rss_after_load) / 1e9, bandwidth_gb_s, probe_before_gb_s,
       probe_after_gb_s, bandwidth_gb_s / weight_gb_per_token);
 }

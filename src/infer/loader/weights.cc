@@ -333,6 +333,7 @@ LoadedModel LoadModel(const std::string& model, const LoadOptions& options) {
     }
   }
   loaded.quantization = options.quantization;
+  loaded.head_quantization = loaded.weights.lm_head.quantization();
   const bool packed_as_loaded =
       !loaded.weights.layers.empty() && !loaded.weights.layers[0].q_proj.quantized();
   loaded.weight_dtype =

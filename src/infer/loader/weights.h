@@ -67,8 +67,10 @@ struct LoadOptions {
   // Weight matrices (and a tied embedding, which is the output head) quantized at load; an
   // untied embedding table stays as loaded (it is only gathered from).
   kernels::Quantization quantization = kernels::Quantization::kNone;
-  // The output head (the tied embedding table, or lm_head): kDefaultHead takes int8 whenever
-  // `quantization` is not none (int4 keeps a wider head, as llama.cpp's Q4_0 keeps Q6_K).
+  // The output head (the tied embedding table, or lm_head): kDefault takes int8 whenever
+  // `quantization` is not none (int4 keeps a wider head, as llama.cpp's Q4_0 keeps Q6_K);
+  // kUnquantized keeps it in the checkpoint's dtype (--lm-head-quantization none, as
+  // llama-quantize's --output-tensor-type keeps it wide).
   enum class Head { kDefault, kUnquantized };
   Head head = Head::kDefault;
 };
@@ -81,6 +83,7 @@ struct LoadedModel {
   ModelWeights weights;
   DType weight_dtype = DType::kBF16;  // dtype of the checkpoint's projection weights
   kernels::Quantization quantization = kernels::Quantization::kNone;
+  kernels::Quantization head_quantization = kernels::Quantization::kNone;  // the output head's
   int64_t weight_bytes = 0;         // as stored in memory (quantized matrices at their packed size)
   int64_t matrix_weights = 0;       // elements of the packed weight matrices
   int64_t matrix_weight_bytes = 0;  // their bytes in memory
