@@ -115,11 +115,10 @@ void RunBench(const BenchArgs& args) {
   const std::string weight_type = loaded.quantization == kernels::Quantization::kNone
                                       ? std::string(DTypeName(loaded.weight_dtype))
                                       : std::string(kernels::QuantizationName(loaded.quantization));
-  const std::string head_note =
-      loaded.quantization != kernels::Quantization::kNone &&
-              loaded.head_quantization == kernels::Quantization::kNone
-          ? fmt::format(" (output head {})", DTypeName(loaded.weight_dtype))
-          : "";
+  const std::string head_note = loaded.quantization != kernels::Quantization::kNone &&
+                                        loaded.head_quantization == kernels::Quantization::kNone
+                                    ? fmt::format(" (output head {})", OutputHeadType(loaded))
+                                    : "";
 
   nlohmann::json results = nlohmann::json::array();
   std::string table = fmt::format("| {:<24} | {:>7} | {:>5} | {:>7} | {:>7} | {:>18} |\n", "model",
@@ -190,15 +189,10 @@ void RunBench(const BenchArgs& args) {
   char timestamp[32];
   std::strftime(timestamp, sizeof(timestamp), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   nlohmann::json report = results.front();
+  report.update(LoadedWeightsJson(args.model, loaded));
   report.update({{"model", ModelName(loaded.path)},
                  {"model_path", loaded.path},
-                 {"load_format", args.model.load_format},
                  {"weights_placement", args.model.weights_placement},
-                 {"parameters", ParameterCount(config)},
-                 {"weight_dtype", DTypeName(loaded.weight_dtype)},
-                 {"weight_bytes", loaded.weight_bytes},
-                 {"quantization", kernels::QuantizationName(loaded.quantization)},
-                 {"lm_head_quantization", kernels::QuantizationName(loaded.head_quantization)},
                  {"rss_after_load_bytes", rss_after_load},
                  {"isa", isa},
                  {"matmul_precision", kernels::MatMulPrecisionName(args.model.matmul_precision)},

@@ -133,6 +133,21 @@ LoadedModel LoadModelFromArgs(const ModelArgs& args, ThreadPool* pool) {
   return loaded;
 }
 
+std::string OutputHeadType(const LoadedModel& loaded) {
+  return std::string(loaded.head_quantization == kernels::Quantization::kNone
+                         ? DTypeName(loaded.weight_dtype)
+                         : kernels::QuantizationName(loaded.head_quantization));
+}
+
+nlohmann::json LoadedWeightsJson(const ModelArgs& args, const LoadedModel& loaded) {
+  return {{"load_format", args.load_format},
+          {"parameters", ParameterCount(loaded.config)},
+          {"weight_dtype", DTypeName(loaded.weight_dtype)},
+          {"weight_bytes", loaded.weight_bytes},
+          {"quantization", kernels::QuantizationName(loaded.quantization)},
+          {"lm_head_quantization", kernels::QuantizationName(loaded.head_quantization)}};
+}
+
 std::string ModelName(const std::string& path) {
   std::string name = path;
   while (!name.empty() && name.back() == '/') name.pop_back();

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "infer/core/thread_pool.h"
 #include "infer/kernels/ops.h"
@@ -35,6 +36,11 @@ std::vector<int32_t> ParseIdList(const std::string& text, const std::string& opt
 int64_t ParseByteSize(const std::string& text, const std::string& option);
 // Loads the model named by args, logging the load time.
 LoadedModel LoadModelFromArgs(const ModelArgs& args, ThreadPool* pool);
+// The output head's type as loaded: its quantization, or the checkpoint's dtype when it has none.
+std::string OutputHeadType(const LoadedModel& loaded);
+// The fields every report of a loaded model carries (inspect --json, bench): load_format,
+// parameters, weight_dtype, weight_bytes, quantization, lm_head_quantization.
+nlohmann::json LoadedWeightsJson(const ModelArgs& args, const LoadedModel& loaded);
 // The model folder's last path component ("models/Qwen3-1.7B/" -> "Qwen3-1.7B"), for reports.
 std::string ModelName(const std::string& path);
 

@@ -56,31 +56,25 @@ void RunInspect(const ModelArgs& args, bool as_json) {
                         {"rope_theta", layer.rope.theta},
                         {"rope_scaling", RopeScalingName(layer.rope.scaling)}});
     }
-    nlohmann::json out = {
-        {"path", loaded.path},
-        {"architecture", config.architecture},
-        {"model_type", config.model_type},
-        {"parameters", params},
-        {"weight_dtype", DTypeName(loaded.weight_dtype)},
-        {"quantization", kernels::QuantizationName(loaded.quantization)},
-        {"lm_head_quantization", kernels::QuantizationName(loaded.head_quantization)},
-        {"weight_bytes", loaded.weight_bytes},
-        {"matrix_bits_per_weight", bits_per_weight},
-        {"rss_after_load_bytes", rss_bytes},
-        {"load_format", args.load_format},
-        {"load_time_s", loaded.load_time_s},
-        {"num_layers", config.num_layers},
-        {"hidden_size", config.hidden_size},
-        {"num_heads", config.num_heads},
-        {"num_kv_heads", config.num_kv_heads},
-        {"head_dim", config.head_dim},
-        {"intermediate_size", config.intermediate_size},
-        {"vocab_size", config.vocab_size},
-        {"tie_word_embeddings", config.tie_word_embeddings},
-        {"eos_token_ids", eos},
-        {"kv_cache_bytes_per_token_f32", kv_bytes_f32},
-        {"kv_cache_bytes_per_token_bf16", kv_bytes_bf16},
-        {"layers", layers}};
+    nlohmann::json out = {{"path", loaded.path},
+                          {"architecture", config.architecture},
+                          {"model_type", config.model_type},
+                          {"matrix_bits_per_weight", bits_per_weight},
+                          {"rss_after_load_bytes", rss_bytes},
+                          {"load_time_s", loaded.load_time_s},
+                          {"num_layers", config.num_layers},
+                          {"hidden_size", config.hidden_size},
+                          {"num_heads", config.num_heads},
+                          {"num_kv_heads", config.num_kv_heads},
+                          {"head_dim", config.head_dim},
+                          {"intermediate_size", config.intermediate_size},
+                          {"vocab_size", config.vocab_size},
+                          {"tie_word_embeddings", config.tie_word_embeddings},
+                          {"eos_token_ids", eos},
+                          {"kv_cache_bytes_per_token_f32", kv_bytes_f32},
+                          {"kv_cache_bytes_per_token_bf16", kv_bytes_bf16},
+                          {"layers", layers}};
+    out.update(LoadedWeightsJson(args, loaded));
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
@@ -93,18 +87,15 @@ void RunInspect(const ModelArgs& args, bool as_json) {
   line("parameters",
        fmt::format("{} ({}{})", HumanCount(params), params,
                    config.tie_word_embeddings ? ", tied embeddings counted once" : ""));
-  line("weights",
-       fmt::format("{}{}, {:.3f} GB in memory, matrices {:.2f} bits per weight{}",
-                   DTypeName(loaded.weight_dtype),
-                   loaded.quantization == kernels::Quantization::kNone
-                       ? ""
-                       : fmt::format(" quantized to {} (output head {})",
-                                     kernels::QuantizationName(loaded.quantization),
-                                     loaded.head_quantization == kernels::Quantization::kNone
-                                         ? DTypeName(loaded.weight_dtype)
-                                         : kernels::QuantizationName(loaded.head_quantization)),
-                   static_cast<double>(loaded.weight_bytes) / 1e9, bits_per_weight,
-                   args.load_format == "dummy" ? " (dummy random)" : ""));
+  line("weights", fmt::format("{}{}, {:.3f} GB in memory, matrices {:.2f} bits per weight{}",
+                              DTypeName(loaded.weight_dtype),
+                              loaded.quantization == kernels::Quantization::kNone
+                                  ? ""
+                                  : fmt::format(" quantized to {} (output head {})",
+                                                kernels::QuantizationName(loaded.quantization),
+                                                OutputHeadType(loaded)),
+                              static_cast<double>(loaded.weight_bytes) / 1e9, bits_per_weight,
+                              args.load_format == "dummy" ? " (dummy random)" : ""));
   line("resident memory",
        fmt::format("{:.3f} GB after load", static_cast<double>(rss_bytes) / 1e9));
   line("load time", fmt::format("{:.3f} s", loaded.load_time_s));
