@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "infer/core/error.h"
@@ -13,10 +14,12 @@ namespace infer::kernels {
 
 namespace {
 
-// Calls the kernel `name` from the namespace of the active ISA.
+// Calls the kernel `name` from the namespace of the active ISA (kAvx512Amx: avx512bf16's, but
+// for QuantizedMatMuls, see QuantizedProducts).
 #define INFER_DISPATCH(name, ...)                  \
   do {                                             \
     switch (ActiveIsa()) {                         \
+      case Isa::kAvx512Amx:                        \
       case Isa::kAvx512Bf16:                       \
         return cpu::avx512bf16::name(__VA_ARGS__); \
       case Isa::kAvx512:                           \
@@ -27,6 +30,16 @@ namespace {
         return cpu::reference::name(__VA_ARGS__);  \
     }                                              \
   } while (0)
+
+// Quantized products: on kAvx512Amx the tile kernels (many rows), otherwise the active ISA's.
+void QuantizedProducts(const float* x, int64_t m, int64_t k, int64_t x_stride,
+                       std::span<const cpu::Product> outputs, ThreadPool& pool) {
+  if (ActiveIsa() == Isa::kAvx512Amx) {
+    cpu::avx512amx::QuantizedMatMuls(x, m, k, x_stride, outputs, pool);
+    return;
+  }
+  INFER_DISPATCH(QuantizedMatMuls, x, m, k, x_stride, outputs, pool);
+}
 
 bool IsFloat(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
@@ -226,8 +239,10 @@ void MatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
   }
   if (products.empty()) return;
   const std::span<const cpu::Product> all(products);
-  if (outputs.front().w->quantized())
-    INFER_DISPATCH(QuantizedMatMuls, x, m, k, x_stride, all, pool);
+  if (outputs.front().w->quantized()) {
+    QuantizedProducts(x, m, k, x_stride, all, pool);
+    return;
+  }
   const bool bf16_activations =
       precision == MatMulPrecision::kBf16 && outputs.front().w->dtype() == DType::kBF16;
   INFER_DISPATCH(MatMuls, x, m, k, x_stride, all, pool, bf16_activations);
@@ -241,8 +256,8 @@ void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Packed
   if (!CheckMatMul(x, m, k, x_stride, w, bias, y, y_stride, bias_buffer, bias_f32)) return;
   if (w.quantized()) {
     const cpu::Product product{&w, bias_f32, y, y_stride};
-    INFER_DISPATCH(QuantizedMatMuls, x, m, k, x_stride, std::span<const cpu::Product>(&product, 1),
-                   pool);
+    QuantizedProducts(x, m, k, x_stride, std::span<const cpu::Product>(&product, 1), pool);
+    return;
   }
   if (precision == MatMulPrecision::kInt8) {
     // x rounded as a quantized MatMul rounds it (d * q per block of 32), then f32 products.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "infer/core/error.h"
+#include "infer/kernels/cpu/kernels.h"
 #include "infer/kernels/ops.h"
 #include "kernel_test_util.h"
 
@@ -325,6 +326,59 @@ TEST(QuantizedTest, MatMulsEqualOneMatMulPerOutput) {
               x, m, k, {&packed[0], &packed[1], mixed ? &plain : &packed[2]}, bias.tensor,
               MatMulPrecision::kF32,
               Name(qc) + " " + std::string(IsaName(isa)) + " mixed=" + std::to_string(mixed)));
+        }
+      }
+    }
+  }
+}
+
+// The AMX tile path (prefill: more than 16 rows) gives the same bits as the AVX-512 VNNI path,
+// hence (tests above) the float64 product within f32 error and batch invariance. The tile
+// operations run emulated as Intel's manual defines them (amx_tiles.h), so this holds the
+// tile path's layout, loops and arithmetic on any CPU with AVX512_BF16; on a CPU with AMX the
+// tests above also run the instructions themselves (Isa::kAvx512Amx in SimdIsas()).
+TEST(QuantizedTest, AmxTilePathEqualsTheVnniPathBitForBit) {
+  if (!IsaSupported(Isa::kAvx512Bf16)) GTEST_SKIP() << "the emulation is compiled for AVX512_BF16";
+  ThreadPool& pool = TestPool();
+  struct Dims {
+    int64_t m, k;
+    std::vector<int64_t> n;  // one product per entry, in one call
+  };
+  const Dims dims[] = {{17, 31, {16}},        {33, 257, {75, 33}}, {70, 130, {97}},
+                       {40, 1100, {48, 300}}, {19, 2101, {31}},    {64, 96, {300, 17, 64}}};
+  uint32_t seed = 90;
+  for (const QuantCase& qc : QuantCases()) {
+    for (const Dims& s : dims) {
+      ++seed;
+      const int64_t x_stride = s.k + 5;
+      const std::vector<float> x = RandomFloats(static_cast<size_t>(s.m * x_stride), -1, 1, seed);
+      std::vector<PackedMatrix> packed;
+      std::vector<StoredTensor> bias;
+      for (int64_t n : s.n) {
+        StoredTensor w = Store(DType::kBF16, {n, s.k}, RandomFloats(n * s.k, -1, 1, seed + n));
+        packed.push_back(PackedMatrix::Quantize(w.tensor, qc.type, qc.group, &pool));
+        bias.push_back(Store(DType::kF32, {n}, RandomFloats(n, -1, 1, seed + 2 * n)));
+      }
+      // Each output's y (row stride n + 3), one run per path; the first output has a bias.
+      auto run = [&](auto matmuls) {
+        std::vector<std::vector<float>> ys;
+        std::vector<cpu::Product> products;
+        ys.reserve(s.n.size());
+        for (size_t i = 0; i < s.n.size(); ++i) {
+          ys.emplace_back(static_cast<size_t>(s.m * (s.n[i] + 3)), -7.0F);
+          products.push_back({&packed[i], i == 0 ? bias[i].widened.data() : nullptr,
+                              ys.back().data(), s.n[i] + 3});
+        }
+        matmuls(x.data(), s.m, s.k, x_stride, std::span<const cpu::Product>(products), pool);
+        return ys;
+      };
+      const auto vnni = run(cpu::avx512bf16::QuantizedMatMuls);
+      const auto tiles = run(cpu::avx512amx_emulated::QuantizedMatMuls);
+      for (size_t o = 0; o < s.n.size(); ++o) {
+        for (size_t i = 0; i < vnni[o].size(); ++i) {
+          ASSERT_EQ(tiles[o][i], vnni[o][i])
+              << Name(qc) << " m=" << s.m << " k=" << s.k << " output " << o << " at "
+              << i / (s.n[o] + 3) << ", " << i % (s.n[o] + 3);
         }
       }
     }

@@ -2,6 +2,8 @@
 #include "infer/kernels/cpu/isa.h"
 
 #include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstdint>
@@ -21,6 +23,24 @@ uint64_t XGetBv() {
   return (static_cast<uint64_t>(edx) << 32) | eax;
 }
 
+// AMX: the CPU has AMX-TILE and AMX-INT8 (cpuid 7.0 edx bits 24, 25), the OS saves the tile
+// state (XCR0 bits 17, 18), and Linux grants this process the tile data (dynamically enabled
+// since Linux 5.16: arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, read back with
+// ARCH_GET_XCOMP_PERM). Without the grant the first tile instruction would kill the process.
+bool AmxUsable(uint64_t xcr0) {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  const bool amx = (edx & (1u << 24)) != 0 && (edx & (1u << 25)) != 0;
+  if (!amx || (xcr0 & (uint64_t{3} << 17)) != (uint64_t{3} << 17)) return false;
+  constexpr long kArchGetXcompPerm = 0x1022;
+  constexpr long kArchReqXcompPerm = 0x1023;
+  constexpr unsigned long kXfeatureXtiledata = 18;
+  if (::syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0) return false;
+  unsigned long granted = 0;
+  if (::syscall(SYS_arch_prctl, kArchGetXcompPerm, &granted) != 0) return false;
+  return (granted & (1ul << kXfeatureXtiledata)) != 0;
+}
+
 Isa DetectOnce() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return Isa::kScalar;
@@ -38,7 +58,8 @@ Isa DetectOnce() {
   if (avx512 && ymm_state && zmm_state && fma && f16c) {
     const bool vnni = (ecx & bit_AVX512VNNI) != 0;  // leaf 7.0 ecx
     const bool bf16 = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5));
-    return bf16 && vnni ? Isa::kAvx512Bf16 : Isa::kAvx512;
+    if (!bf16 || !vnni) return Isa::kAvx512;
+    return AmxUsable(xcr0) ? Isa::kAvx512Amx : Isa::kAvx512Bf16;
   }
   if (avx2 && ymm_state && fma && f16c) return Isa::kAvx2;
   return Isa::kScalar;
@@ -84,10 +105,10 @@ void SetActiveIsa(Isa isa) {
 }
 
 Isa ParseIsa(std::string_view name) {
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAvx512Amx}) {
     if (IsaName(isa) == name) return isa;
   }
-  Fail("ISA '{}' is not one of scalar, avx2, avx512, avx512bf16", name);
+  Fail("ISA '{}' is not one of scalar, avx2, avx512, avx512bf16, avx512amx", name);
 }
 
 std::string_view IsaName(Isa isa) {
@@ -100,6 +121,8 @@ std::string_view IsaName(Isa isa) {
       return "avx512";
     case Isa::kAvx512Bf16:
       return "avx512bf16";
+    case Isa::kAvx512Amx:
+      return "avx512amx";
   }
   return "unknown";
 }

@@ -8,13 +8,17 @@ namespace infer::kernels {
 // Ordered: a level implies the ones before it. kScalar is the plain reference code.
 // kAvx512Bf16 adds AVX512_BF16 (vdpbf16ps, MatMulPrecision::kBf16) and AVX512_VNNI (vpdpbusd,
 // quantized MatMul); kAvx512 and kAvx2 compute the same integer sums with vpmaddwd.
-enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16 };
+// kAvx512Amx adds AMX-INT8 tiles (tdpbsud) for quantized MatMul over many rows (prefill); it is
+// detected only where the kernel grants this process the tile state (arch_prctl
+// ARCH_REQ_XCOMP_PERM), and runs the kAvx512Bf16 kernels for everything else.
+enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16, kAvx512Amx };
 
 // The best level this CPU supports (cpuid + xgetbv), ignoring any override.
 Isa DetectIsa();
 
-// The level ops dispatch to: DetectIsa(), or INFER_FORCE_ISA=scalar|avx2|avx512|avx512bf16 when set
-// (an unknown name, or a level the CPU lacks, throws infer::Error). Cached on first use.
+// The level ops dispatch to: DetectIsa(), or INFER_FORCE_ISA=scalar|avx2|avx512|avx512bf16|
+// avx512amx when set (an unknown name, or a level the CPU lacks, throws infer::Error). Cached on
+// first use.
 Isa ActiveIsa();
 
 // Overrides ActiveIsa() from now on (tests and A/B benchmarks). Throws infer::Error if the CPU
@@ -26,6 +30,6 @@ bool IsaSupported(Isa isa);
 
 std::string_view IsaName(Isa isa);
 // The inverse of IsaName; an unknown name throws infer::Error listing the names.
-Isa ParseIsa(std::string_view name);  // "scalar", "avx2", "avx512", "avx512bf16"
+Isa ParseIsa(std::string_view name);  // "scalar", "avx2", "avx512", "avx512bf16", "avx512amx"
 
 }  // namespace infer::kernels

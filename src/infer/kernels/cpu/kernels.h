@@ -1,6 +1,6 @@
 // The per-ISA kernel entry points behind ops.h. ops.cc checks arguments, then calls the set
 // for ActiveIsa(): `reference` (plain loops, also the test oracle), `avx2`, `avx512` or
-// `avx512bf16`.
+// `avx512bf16` (and `avx512amx` for quantized MatMul).
 // MatMul weights arrive packed (ops.h PackedMatrix); other weights as (dtype, pointer) to
 // contiguous data. Activations are f32.
 #pragma once
@@ -82,6 +82,22 @@ INFER_DECLARE_KERNELS(avx512)
 INFER_DECLARE_KERNELS(avx512bf16)
 
 #undef INFER_DECLARE_KERNELS
+
+// matmul_quant_simd.cc once more with AMX-INT8 tiles for many rows (Isa::kAvx512Amx), and again
+// with the same tile operations emulated in plain code (INFER_AMX_EMULATE), so that the tile
+// path's layout, loops and arithmetic are tested on CPUs without AMX.
+#define INFER_DECLARE_QUANTIZED_KERNELS(ns)                                        \
+  namespace ns {                                                                   \
+  void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,    \
+                        std::span<const Product> outputs, ThreadPool& pool);       \
+  void QuantizeActivations(const float* x, int64_t m, int64_t k, int64_t x_stride, \
+                           int64_t padded_k, int8_t* q, float* d, int32_t* sum);   \
+  }
+
+INFER_DECLARE_QUANTIZED_KERNELS(avx512amx)
+INFER_DECLARE_QUANTIZED_KERNELS(avx512amx_emulated)
+
+#undef INFER_DECLARE_QUANTIZED_KERNELS
 
 // x [m, k] (row stride x_stride) rounded to bf16 (nearest even) and widened back, into out
 // [m, k]: MatMulPrecision::kBf16 where there is no vdpbf16ps (the reference and the

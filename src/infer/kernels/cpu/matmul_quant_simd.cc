@@ -15,6 +15,10 @@
 // Loop orders, as in matmul_simd.cc: few row blocks (decode) stream ranges of weight panels
 // with prefetch far ahead; many (prefill) take tasks of kNc features whose weights stay in L2
 // while every row block passes over them.
+// Compiled with AMX (namespace avx512amx, or avx512amx_emulated for the tests), the many-row
+// order runs on tiles: one TDPBSUD gives a block's integer sums for 16 rows x 16 features, and
+// the same f32 terms as above are added in the same order, so the results are the same bits as
+// the AVX-512 path's, a row alone or in a batch.
 #include <algorithm>
 #include <cstring>
 #include <span>
@@ -22,6 +26,12 @@
 #include "infer/kernels/cpu/kernels.h"
 #include "infer/kernels/cpu/scratch.h"
 #include "infer/kernels/cpu/simd.h"
+
+// (GCC names the macro __AMX_INT8__, clang __AMXINT8__.)
+#if defined(__AMX_INT8__) || defined(__AMXINT8__) || defined(INFER_AMX_EMULATE)
+#define INFER_AMX_TILES 1
+#include "infer/kernels/cpu/amx_tiles.h"
+#endif
 
 namespace infer::kernels::cpu::INFER_ISA_NS {
 
@@ -345,6 +355,162 @@ thread_local Scratch tls_q_scratch;
 thread_local Scratch tls_d_scratch;
 thread_local Scratch tls_sum_scratch;
 
+#if defined(INFER_AMX_TILES)
+
+// The tile path: rows and features per tile (16 x 16 int32 sums over one block of 32 channels).
+constexpr int64_t kTileRows = 16;
+constexpr int64_t kTileFeatures = 16;
+static_assert(kPanel % kTileFeatures == 0 && kLanes == kTileFeatures);
+
+// Two sets of tiles, for even and odd blocks (independent chains): C (16 rows x 16 int32) = 0
+// and 3, A (16 rows x 32 activation bytes) = 1 and 4, B (8 quads x 16 features x 4 weight
+// bytes) = 2 and 5.
+const TileConfig& AmxConfig() {
+  static const TileConfig kConfig = [] {
+    TileConfig c;
+    for (int t : {0, 3}) {
+      c.rows[t] = kTileRows;
+      c.colsb[t] = kTileFeatures * 4;
+    }
+    for (int t : {1, 4}) {
+      c.rows[t] = kTileRows;
+      c.colsb[t] = kQuantBlock;
+    }
+    for (int t : {2, 5}) {
+      c.rows[t] = kQuantBlock / 4;
+      c.colsb[t] = kTileFeatures * 4;
+    }
+    return c;
+  }();
+  return kConfig;
+}
+
+// acc[r] += row r's term of one block from its integer sums `c` (16 rows of 16 int32), as
+// QuantTile adds it: d and mn are the 16 features' scale and minimum (int4) for the block's group.
+template <bool kInt4>
+inline void AmxBlockTerms(const int32_t* c, const QuantizedRows& x, int64_t row0, int64_t block,
+                          V d, V mn, V* acc) {
+#pragma GCC unroll 16
+  for (int64_t r = 0; r < kTileRows; ++r) {
+    const float dx = x.d[(row0 + r) * x.blocks + block];
+    const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
+    const VI dot = LoadI(reinterpret_cast<const uint8_t*>(c + r * kTileFeatures));
+    const V vdx = Set1(dx);
+    if constexpr (kInt4) {
+      acc[r] = Fma(ToFloat(dot), Mul(d, vdx), acc[r]);
+      acc[r] = Fma(mn, Set1(dx * static_cast<float>(sx)), acc[r]);
+    } else {
+      acc[r] = Fma(ToFloat(SubI(dot, Set1I(128 * sx))), Mul(d, vdx), acc[r]);
+    }
+  }
+}
+
+thread_local Scratch tls_b_scratch;
+
+// Features [j0, j0 + nc) of output o for every row (x has its rows padded with zeros to whole
+// tiles), k-block by k-block of kKcGroups groups as QuantGemm's many-row order.
+template <bool kInt4>
+void AmxTask(const QuantizedRows& x, int64_t m, const Product& o, int64_t j0, int64_t nc) {
+  const PackedMatrix& w = *o.w;
+  const auto* data = static_cast<const uint8_t*>(w.data());
+  const int64_t subs = w.group_size() / kQuantBlock;
+  const int64_t sub_bytes = w.sub_block_bytes();
+  const int64_t group_bytes = w.group_bytes();
+  const int64_t values_bytes = subs * sub_bytes;
+  const int64_t groups = w.num_groups();
+  const int64_t j1 = std::min(w.rows(), j0 + nc);
+  alignas(64) int32_t sums[2][kTileRows * kTileFeatures];
+  for (int64_t g0 = 0; g0 < groups; g0 += kKcGroups) {
+    const int64_t g1 = std::min(groups, g0 + kKcGroups);
+    const int64_t blocks = (g1 - g0) * subs;
+    for (int64_t jh = j0; jh < j1; jh += kTileFeatures) {
+      const int64_t cols = std::min(kTileFeatures, j1 - jh);
+      const uint8_t* panel = data + jh / kPanel * w.panel_bytes();
+      const int64_t lane0 = jh % kPanel;
+      // Block i's B rows (8 quads of these 16 features): int8 in place (a row per 128 bytes);
+      // int4 unpacked once here for every row block, low nibbles as quads 0-3, high as 4-7.
+      auto values = [&](int64_t i) {
+        return panel + (g0 + i / subs) * group_bytes + i % subs * sub_bytes + lane0 * 4;
+      };
+      uint8_t* unpacked = nullptr;
+      if constexpr (kInt4) {
+        unpacked = tls_b_scratch.Array<uint8_t>(static_cast<size_t>(blocks * 512));
+        for (int64_t i = 0; i < blocks; ++i) {
+          for (int64_t j = 0; j < 4; ++j) {
+            const VI raw = LoadI(values(i) + j * kPanel * 4);
+            _mm512_store_si512(unpacked + i * 512 + j * 64, LowNibbles(raw));
+            _mm512_store_si512(unpacked + i * 512 + (j + 4) * 64, HighNibbles(raw));
+          }
+        }
+      }
+      const int64_t b_stride = kInt4 ? kTileFeatures * 4 : kPanel * 4;
+      auto b_rows = [&](int64_t i) -> const uint8_t* {
+        return kInt4 ? unpacked + i * 512 : values(i);
+      };
+      // The 16 features' scales (and minima) for block i's group.
+      auto scales = [&](int64_t i, V& d, V& mn) {
+        const auto* d_ptr = reinterpret_cast<const uint16_t*>(
+                                panel + (g0 + i / subs) * group_bytes + values_bytes) +
+                            lane0;
+        d = LoadF16(d_ptr);
+        mn = Zero();
+        if constexpr (kInt4) mn = LoadF16(d_ptr + kPanel);
+      };
+      for (int64_t row0 = 0; row0 < m; row0 += kTileRows) {
+        const int64_t rows = std::min(kTileRows, m - row0);
+        float* y = o.y + row0 * o.y_stride + jh;
+        V acc[kTileRows];
+#pragma GCC unroll 16
+        for (int64_t r = 0; r < kTileRows; ++r) {
+          acc[r] = g0 > 0 && r < rows ? LoadN(y + r * o.y_stride, cols) : Zero();
+        }
+        const int8_t* a = x.q + row0 * x.padded_k + g0 * subs * kQuantBlock;
+        for (int64_t i = 0; i < blocks; i += 2) {
+          INFER_TILE_ZERO(0);
+          INFER_TILE_LOAD(1, a + i * kQuantBlock, x.padded_k);
+          INFER_TILE_LOAD(2, b_rows(i), b_stride);
+          INFER_TILE_DPBSUD(0, 1, 2);
+          INFER_TILE_STORE(0, sums[0], kTileFeatures * 4);
+          const bool odd = i + 1 < blocks;
+          if (odd) {
+            INFER_TILE_ZERO(3);
+            INFER_TILE_LOAD(4, a + (i + 1) * kQuantBlock, x.padded_k);
+            INFER_TILE_LOAD(5, b_rows(i + 1), b_stride);
+            INFER_TILE_DPBSUD(3, 4, 5);
+            INFER_TILE_STORE(3, sums[1], kTileFeatures * 4);
+          }
+          V d, mn;
+          scales(i, d, mn);
+          AmxBlockTerms<kInt4>(sums[0], x, row0, g0 * subs + i, d, mn, acc);
+          if (odd) {
+            scales(i + 1, d, mn);
+            AmxBlockTerms<kInt4>(sums[1], x, row0, g0 * subs + i + 1, d, mn, acc);
+          }
+        }
+        const bool bias = g1 == groups && o.bias != nullptr;
+        for (int64_t r = 0; r < rows; ++r) {
+          StoreN(y + r * o.y_stride, bias ? Add(acc[r], LoadN(o.bias + jh, cols)) : acc[r], cols);
+        }
+      }
+    }
+  }
+}
+
+// The many-row order on tiles: tasks of kNc features, each with the tile configuration loaded
+// on its thread for the task.
+template <bool kInt4>
+void AmxGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outputs,
+             ThreadPool& pool) {
+  pool.RunTasks(static_cast<int>(ProductTasks(outputs, kNc)), [&](int task) {
+    const auto [o, j0] = ProductTask(outputs, task, kNc);
+    INFER_TILE_LOAD_CONFIG(&AmxConfig());
+    AmxTask<kInt4>(x, m, *o, j0, kNc);
+    INFER_TILE_RELEASE();
+  });
+}
+
+#endif  // INFER_AMX_TILES
+
 // x's rows against every output's weights (all quantized as kInt4 says), in one region.
 template <bool kInt4>
 void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outputs,
@@ -381,6 +547,9 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
     });
     return;
   }
+#if defined(INFER_AMX_TILES)
+  AmxGemm<kInt4>(x, m, outputs, pool);
+#else
   pool.RunTasks(static_cast<int>(ProductTasks(outputs, kNc)), [&](int task) {
     const auto [o, j0] = ProductTask(outputs, task, kNc);
     const int64_t tiles = (std::min(o->w->rows(), j0 + kNc) - j0 + kNr - 1) / kNr;
@@ -390,6 +559,7 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
       for (int64_t p = 0; p < row_blocks; ++p) run(*o, p, j0, tiles, g0, g1);
     }
   });
+#endif
 }
 
 // One row's blocks: the scalar reference's arithmetic (the same f32 operations), with the max
@@ -450,9 +620,18 @@ void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
     return;
   }
   const int64_t blocks = padded_k / kQuantBlock;
-  auto* q = tls_q_scratch.Array<int8_t>(static_cast<size_t>(m * padded_k));
-  auto* d = tls_d_scratch.Array<float>(static_cast<size_t>(m * blocks));
-  auto* sum = tls_sum_scratch.Array<int32_t>(static_cast<size_t>(m * blocks));
+#if defined(INFER_AMX_TILES)
+  // Tiles read whole tiles of rows: the rows past m are zeros.
+  const int64_t padded_m = (m + kTileRows - 1) / kTileRows * kTileRows;
+#else
+  const int64_t padded_m = m;
+#endif
+  auto* q = tls_q_scratch.Array<int8_t>(static_cast<size_t>(padded_m * padded_k));
+  auto* d = tls_d_scratch.Array<float>(static_cast<size_t>(padded_m * blocks));
+  auto* sum = tls_sum_scratch.Array<int32_t>(static_cast<size_t>(padded_m * blocks));
+  std::memset(q + m * padded_k, 0, static_cast<size_t>((padded_m - m) * padded_k));
+  std::fill(d + m * blocks, d + padded_m * blocks, 0.0F);
+  std::fill(sum + m * blocks, sum + padded_m * blocks, 0);
   constexpr int64_t kRowsPerTask = 16;
   if (m <= kRowsPerTask) {
     QuantizeActivations(x, m, k, x_stride, padded_k, q, d, sum);

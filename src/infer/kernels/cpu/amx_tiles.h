@@ -1,0 +1,109 @@
+// The AMX tile operations the quantized MatMul uses, for kernel sources compiled with
+// -mamx-tile -mamx-int8 (the instructions), or with INFER_AMX_EMULATE: the same operations on
+// memory, written from the definitions in Intel's Software Developer's Manual (LDTILECFG,
+// TILELOADD, TILESTORED, TILEZERO, TDPBSUD), so that the tile path's layout, loops and
+// arithmetic run in the tests of CPUs without AMX. Tile numbers are literals (the instructions
+// encode them).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if !defined(INFER_AMX_EMULATE)
+#include <immintrin.h>
+#endif
+
+namespace infer::kernels::cpu {
+
+// LDTILECFG's 64-byte operand, palette 1: up to 8 tiles of up to 16 rows of up to 64 bytes.
+// Unused tiles keep 0 rows and 0 bytes; the reserved bytes must stay 0.
+struct TileConfig {
+  uint8_t palette_id = 1;
+  uint8_t start_row = 0;
+  uint8_t reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+};
+static_assert(sizeof(TileConfig) == 64);
+
+#if defined(INFER_AMX_EMULATE)
+
+// Eight tiles of 16 rows of 64 bytes per thread, and the configuration loaded.
+struct EmulatedTiles {
+  TileConfig config;
+  alignas(64) uint8_t tile[8][16][64];
+};
+inline thread_local EmulatedTiles emulated_tiles;
+
+inline void EmulatedLoadConfig(const TileConfig* config) {
+  emulated_tiles.config = *config;
+  std::memset(emulated_tiles.tile, 0, sizeof(emulated_tiles.tile));
+}
+// Rows past the configured ones, and bytes past a row's configured ones, read as 0.
+inline void EmulatedLoad(int t, const void* base, int64_t stride) {
+  const TileConfig& c = emulated_tiles.config;
+  std::memset(emulated_tiles.tile[t], 0, sizeof(emulated_tiles.tile[t]));
+  for (int r = 0; r < c.rows[t]; ++r) {
+    std::memcpy(emulated_tiles.tile[t][r], static_cast<const uint8_t*>(base) + r * stride,
+                c.colsb[t]);
+  }
+}
+inline void EmulatedStore(int t, void* base, int64_t stride) {
+  const TileConfig& c = emulated_tiles.config;
+  for (int r = 0; r < c.rows[t]; ++r) {
+    std::memcpy(static_cast<uint8_t*>(base) + r * stride, emulated_tiles.tile[t][r], c.colsb[t]);
+  }
+}
+inline void EmulatedZero(int t) {
+  std::memset(emulated_tiles.tile[t], 0, sizeof(emulated_tiles.tile[t]));
+}
+// TDPBSUD: for each row m of dst and dword n of it, the sum over k < a.colsb / 4 of the four
+// products of a's signed bytes [m][4k + i] with b's unsigned bytes [k][4n + i], added to
+// dst's int32 [m][n].
+inline void EmulatedDpbsud(int dst, int a, int b) {
+  const TileConfig& c = emulated_tiles.config;
+  for (int m = 0; m < c.rows[dst]; ++m) {
+    for (int n = 0; n < c.colsb[dst] / 4; ++n) {
+      int32_t sum;
+      std::memcpy(&sum, &emulated_tiles.tile[dst][m][4 * n], 4);
+      for (int k = 0; k < c.colsb[a] / 4; ++k) {
+        for (int i = 0; i < 4; ++i) {
+          sum += static_cast<int8_t>(emulated_tiles.tile[a][m][4 * k + i]) *
+                 static_cast<int32_t>(emulated_tiles.tile[b][k][4 * n + i]);
+        }
+      }
+      std::memcpy(&emulated_tiles.tile[dst][m][4 * n], &sum, 4);
+    }
+  }
+}
+
+#define INFER_TILE_LOAD_CONFIG(config) EmulatedLoadConfig(config)
+#define INFER_TILE_RELEASE() EmulatedLoadConfig(&emulated_tiles.config)
+#define INFER_TILE_LOAD(t, base, stride) EmulatedLoad(t, base, stride)
+#define INFER_TILE_STORE(t, base, stride) EmulatedStore(t, base, stride)
+#define INFER_TILE_ZERO(t) EmulatedZero(t)
+#define INFER_TILE_DPBSUD(dst, a, b) EmulatedDpbsud(dst, a, b)
+
+#else
+
+// GCC's tile loads (and LDTILECFG) are asm statements that name no memory operand, or only
+// its first 8 bytes: the barrier makes the stores before them (a tile's rows written just
+// before) land first.
+#define INFER_TILE_LOAD_CONFIG(config) \
+  do {                                 \
+    __asm__ volatile("" ::: "memory"); \
+    _tile_loadconfig(config);          \
+  } while (0)
+#define INFER_TILE_RELEASE() _tile_release()
+#define INFER_TILE_LOAD(t, base, stride) \
+  do {                                   \
+    __asm__ volatile("" ::: "memory");   \
+    _tile_loadd(t, base, stride);        \
+  } while (0)
+#define INFER_TILE_STORE(t, base, stride) _tile_stored(t, base, stride)
+#define INFER_TILE_ZERO(t) _tile_zero(t)
+#define INFER_TILE_DPBSUD(dst, a, b) _tile_dpbsud(dst, a, b)
+
+#endif
+
+}  // namespace infer::kernels::cpu
