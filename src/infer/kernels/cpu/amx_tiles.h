@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #if !defined(INFER_AMX_EMULATE)
@@ -28,19 +30,44 @@ static_assert(sizeof(TileConfig) == 64);
 
 #if defined(INFER_AMX_EMULATE)
 
-// Eight tiles of 16 rows of 64 bytes per thread, and the configuration loaded.
+// Eight tiles of 16 rows of 64 bytes per thread, and the configuration loaded (palette 0:
+// none, as after TILERELEASE).
 struct EmulatedTiles {
-  TileConfig config;
+  TileConfig config{.palette_id = 0};
   alignas(64) uint8_t tile[8][16][64];
 };
 inline thread_local EmulatedTiles emulated_tiles;
 
+// Where the instruction would fault (#UD, #GP): the emulation stops the process.
+inline void EmulatedCheck(bool ok, const char* what) {
+  if (!ok) {
+    std::fprintf(stderr, "emulated AMX: %s\n", what);
+    std::abort();
+  }
+}
+
 inline void EmulatedLoadConfig(const TileConfig* config) {
+  EmulatedCheck(config->palette_id == 1 && config->start_row == 0, "LDTILECFG: palette 1 only");
+  for (int t = 0; t < 16; ++t) {
+    const bool used = config->rows[t] != 0 || config->colsb[t] != 0;
+    EmulatedCheck(!used || (t < 8 && config->rows[t] <= 16 && config->colsb[t] <= 64 &&
+                            config->rows[t] > 0 && config->colsb[t] > 0),
+                  "LDTILECFG: a tile's shape is out of range");
+  }
   emulated_tiles.config = *config;
   std::memset(emulated_tiles.tile, 0, sizeof(emulated_tiles.tile));
 }
+inline void EmulatedRelease() {
+  emulated_tiles.config = TileConfig{.palette_id = 0};
+  std::memset(emulated_tiles.tile, 0, sizeof(emulated_tiles.tile));
+}
+inline void EmulatedCheckTile(int t) {
+  EmulatedCheck(emulated_tiles.config.palette_id == 1, "tile instruction without LDTILECFG");
+  EmulatedCheck(emulated_tiles.config.rows[t] > 0, "tile instruction on an unconfigured tile");
+}
 // Rows past the configured ones, and bytes past a row's configured ones, read as 0.
 inline void EmulatedLoad(int t, const void* base, int64_t stride) {
+  EmulatedCheckTile(t);
   const TileConfig& c = emulated_tiles.config;
   std::memset(emulated_tiles.tile[t], 0, sizeof(emulated_tiles.tile[t]));
   for (int r = 0; r < c.rows[t]; ++r) {
@@ -49,19 +76,27 @@ inline void EmulatedLoad(int t, const void* base, int64_t stride) {
   }
 }
 inline void EmulatedStore(int t, void* base, int64_t stride) {
+  EmulatedCheckTile(t);
   const TileConfig& c = emulated_tiles.config;
   for (int r = 0; r < c.rows[t]; ++r) {
     std::memcpy(static_cast<uint8_t*>(base) + r * stride, emulated_tiles.tile[t][r], c.colsb[t]);
   }
 }
 inline void EmulatedZero(int t) {
+  EmulatedCheckTile(t);
   std::memset(emulated_tiles.tile[t], 0, sizeof(emulated_tiles.tile[t]));
 }
 // TDPBSUD: for each row m of dst and dword n of it, the sum over k < a.colsb / 4 of the four
 // products of a's signed bytes [m][4k + i] with b's unsigned bytes [k][4n + i], added to
 // dst's int32 [m][n].
 inline void EmulatedDpbsud(int dst, int a, int b) {
+  EmulatedCheckTile(dst);
+  EmulatedCheckTile(a);
+  EmulatedCheckTile(b);
   const TileConfig& c = emulated_tiles.config;
+  EmulatedCheck(c.colsb[a] / 4 == c.rows[b] && c.colsb[dst] == c.colsb[b] &&
+                    c.rows[dst] == c.rows[a] && c.colsb[a] % 4 == 0,
+                "TDPBSUD: the tiles' shapes do not match");
   for (int m = 0; m < c.rows[dst]; ++m) {
     for (int n = 0; n < c.colsb[dst] / 4; ++n) {
       int32_t sum;
@@ -78,7 +113,7 @@ inline void EmulatedDpbsud(int dst, int a, int b) {
 }
 
 #define INFER_TILE_LOAD_CONFIG(config) EmulatedLoadConfig(config)
-#define INFER_TILE_RELEASE() EmulatedLoadConfig(&emulated_tiles.config)
+#define INFER_TILE_RELEASE() EmulatedRelease()
 #define INFER_TILE_LOAD(t, base, stride) EmulatedLoad(t, base, stride)
 #define INFER_TILE_STORE(t, base, stride) EmulatedStore(t, base, stride)
 #define INFER_TILE_ZERO(t) EmulatedZero(t)
