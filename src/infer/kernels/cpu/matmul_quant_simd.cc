@@ -142,6 +142,21 @@ inline int32_t Quad(const int8_t* p) {
   return v;
 }
 
+// acc plus one block's term for one row and kLanes features (the formulas at the top): dot is
+// the block's integer sums, d and m the features' scale and minimum (int4), dx and sx the row's
+// block scale and sum of q. The one definition both the vector tiles and the AMX tiles add, so
+// that their results are the same bits.
+template <bool kInt4>
+inline V AddBlockTerm(V acc, VI dot, V d, V m, float dx, int32_t sx) {
+  const V vdx = Set1(dx);
+  if constexpr (kInt4) {
+    acc = Fma(ToFloat(dot), Mul(d, vdx), acc);
+    return Fma(m, Set1(dx * static_cast<float>(sx)), acc);
+  } else {
+    return Fma(ToFloat(SubI(dot, Set1I(128 * sx))), Mul(d, vdx), acc);
+  }
+}
+
 // kRows rows (from row0) against kTiles column tiles from feature j0, over weight groups
 // [g0, g1). y holds the sum of the earlier groups when `accumulate`; bias (features from j0,
 // or null) is added after the last group.
@@ -278,18 +293,8 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
         for (int r = 0; r < kRows; ++r) {
           const float dx = x.d[(row0 + r) * x.blocks + block];
           const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
-          const V vdx = Set1(dx);
-          if constexpr (kInt4) {
-            acc[t][r][0] = Fma(ToFloat(dot[t][r][0]), Mul(d0, vdx), acc[t][r][0]);
-            acc[t][r][1] = Fma(ToFloat(dot[t][r][1]), Mul(d1, vdx), acc[t][r][1]);
-            const V dxs = Set1(dx * static_cast<float>(sx));
-            acc[t][r][0] = Fma(m0, dxs, acc[t][r][0]);
-            acc[t][r][1] = Fma(m1, dxs, acc[t][r][1]);
-          } else {
-            const VI offset = Set1I(128 * sx);
-            acc[t][r][0] = Fma(ToFloat(SubI(dot[t][r][0], offset)), Mul(d0, vdx), acc[t][r][0]);
-            acc[t][r][1] = Fma(ToFloat(SubI(dot[t][r][1], offset)), Mul(d1, vdx), acc[t][r][1]);
-          }
+          acc[t][r][0] = AddBlockTerm<kInt4>(acc[t][r][0], dot[t][r][0], d0, m0, dx, sx);
+          acc[t][r][1] = AddBlockTerm<kInt4>(acc[t][r][1], dot[t][r][1], d1, m1, dx, sx);
         }
       }
     }
@@ -385,23 +390,16 @@ const TileConfig& AmxConfig() {
   return kConfig;
 }
 
-// acc[r] += row r's term of one block from its integer sums `c` (16 rows of 16 int32), as
-// QuantTile adds it: d and mn are the 16 features' scale and minimum (int4) for the block's group.
+// acc[r] += row r's term of one block from its integer sums `c` (16 rows of 16 int32): d and mn
+// are the 16 features' scale and minimum (int4) for the block's group.
 template <bool kInt4>
 inline void AmxBlockTerms(const int32_t* c, const QuantizedRows& x, int64_t row0, int64_t block,
                           V d, V mn, V* acc) {
 #pragma GCC unroll 16
   for (int64_t r = 0; r < kTileRows; ++r) {
-    const float dx = x.d[(row0 + r) * x.blocks + block];
-    const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
     const VI dot = LoadI(reinterpret_cast<const uint8_t*>(c + r * kTileFeatures));
-    const V vdx = Set1(dx);
-    if constexpr (kInt4) {
-      acc[r] = Fma(ToFloat(dot), Mul(d, vdx), acc[r]);
-      acc[r] = Fma(mn, Set1(dx * static_cast<float>(sx)), acc[r]);
-    } else {
-      acc[r] = Fma(ToFloat(SubI(dot, Set1I(128 * sx))), Mul(d, vdx), acc[r]);
-    }
+    acc[r] = AddBlockTerm<kInt4>(acc[r], dot, d, mn, x.d[(row0 + r) * x.blocks + block],
+                                 x.sum[(row0 + r) * x.blocks + block]);
   }
 }
 
@@ -621,17 +619,21 @@ void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
   }
   const int64_t blocks = padded_k / kQuantBlock;
 #if defined(INFER_AMX_TILES)
-  // Tiles read whole tiles of rows: the rows past m are zeros.
-  const int64_t padded_m = (m + kTileRows - 1) / kTileRows * kTileRows;
+  // The tile path (QuantGemm's many-row order) reads whole tiles of rows: the rows past m are
+  // zeros. Fewer rows never reach it, and decode pays nothing.
+  const bool tiles = (m + kMr - 1) / kMr > kStreamMaxBlocks;
+  const int64_t padded_m = tiles ? (m + kTileRows - 1) / kTileRows * kTileRows : m;
 #else
   const int64_t padded_m = m;
 #endif
   auto* q = tls_q_scratch.Array<int8_t>(static_cast<size_t>(padded_m * padded_k));
   auto* d = tls_d_scratch.Array<float>(static_cast<size_t>(padded_m * blocks));
   auto* sum = tls_sum_scratch.Array<int32_t>(static_cast<size_t>(padded_m * blocks));
-  std::memset(q + m * padded_k, 0, static_cast<size_t>((padded_m - m) * padded_k));
-  std::fill(d + m * blocks, d + padded_m * blocks, 0.0F);
-  std::fill(sum + m * blocks, sum + padded_m * blocks, 0);
+  if (padded_m > m) {
+    std::memset(q + m * padded_k, 0, static_cast<size_t>((padded_m - m) * padded_k));
+    std::fill(d + m * blocks, d + padded_m * blocks, 0.0F);
+    std::fill(sum + m * blocks, sum + padded_m * blocks, 0);
+  }
   constexpr int64_t kRowsPerTask = 16;
   if (m <= kRowsPerTask) {
     QuantizeActivations(x, m, k, x_stride, padded_k, q, d, sum);
