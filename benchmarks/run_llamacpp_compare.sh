@@ -4,8 +4,11 @@
 # benchmarks/llamacpp/make_gguf.py), pp512 and tg128 at 2 threads, for bf16 / int8 vs Q8_0 /
 # int4 vs Q4_0. The engines alternate per repetition (one repetition each, the first one
 # swapping every time), so a slow stretch of the shared host lands on both sides; each side's
-# figures are the mean over the repetitions. Writes benchmarks/reports/llamacpp_compare-*.json
-# and prints a table with the ratios.
+# figures are the mean over the repetitions. tg128 is decode from an empty context on both
+# sides, as llama-bench defines it (llama.cpp: one prompt token, then 128 decoded; infer: the
+# pp1 run of `infer bench`, whose tgN follows an N-token prompt); infer's tg128 after the
+# 512-token prompt is kept beside it (tg128 @ d512). Writes
+# benchmarks/reports/llamacpp_compare-*.json and prints a table with the ratios.
 # Usage: benchmarks/run_llamacpp_compare.sh [REPETITIONS [MODEL_DIR...]]
 #   (idle machine; ~10 GB of GGUFs in .cache/gguf; default: the three models/ folders)
 set -euo pipefail
@@ -29,7 +32,7 @@ run_llamacpp() {
   node benchmarks/llamacpp/bench.mjs "$gguf" "$threads" 512 128 1 >"$work/llamacpp-$name-$q-$r.json"
 }
 run_infer() {
-  build/infer bench --model "$model" --load-format dummy --quantization "$q" --prompt-tokens 512 \
+  build/infer bench --model "$model" --load-format dummy --quantization "$q" --prompt-tokens 512,1 \
     --gen-tokens 128 --threads "$threads" --repetitions 1 --report "$work/infer-$name-$q-$r.json" \
     >/dev/null 2>&1
 }
@@ -60,10 +63,20 @@ def load(engine, m, q):
     runs = []
     for r in range(1, reps + 1):
         text = open(f"{work}/{engine}-{m}-{q}-{r}.json").read().strip()
-        runs.append(json.loads(text.splitlines()[-1]) if engine == "llamacpp" else json.loads(text))
+        if engine == "llamacpp":
+            runs.append(json.loads(text.splitlines()[-1]))
+            continue
+        run = json.loads(text)
+        by_prompt = {result["prompt_tokens"]: result for result in run["results"]}
+        # Prefill from pp512; decode from the empty context (pp1), as llama.cpp's tg128.
+        run.update(prefill_tok_s=by_prompt[512]["prefill_tok_s"],
+                   decode_tok_s=by_prompt[1]["decode_tok_s"],
+                   decode_fraction_of_ceiling=by_prompt[1]["decode_fraction_of_ceiling"],
+                   decode_depth512_tok_s=by_prompt[512]["decode_tok_s"])
+        runs.append(run)
     merged = dict(runs[0])
     for key in ("pp_tok_s", "tg_tok_s", "prefill_tok_s", "decode_tok_s", "read_bandwidth_gb_s",
-                "decode_fraction_of_ceiling"):
+                "decode_fraction_of_ceiling", "decode_depth512_tok_s"):
         if key in merged:
             merged[key] = mean([run.get(key) for run in runs])
             merged[key + "_runs"] = [run.get(key) for run in runs]
@@ -75,8 +88,8 @@ model_name = next((l.split(":", 1)[1].strip() for l in cpu.splitlines() if l.sta
 flags = next((l.split(":", 1)[1].split() for l in cpu.splitlines() if l.startswith("Flags")), [])
 rows = []
 print(f"CPU: {model_name} ({' '.join(f for f in flags if f.startswith(('avx512', 'amx', 'avx_vnni')))})")
-print("| model | infer type | llama.cpp type | pp512 infer | pp512 llama.cpp | ratio | tg128 infer | tg128 llama.cpp | ratio | infer % of probe ceiling |")
-print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+print("| model | infer type | llama.cpp type | pp512 infer | pp512 llama.cpp | ratio | tg128 infer | tg128 llama.cpp | ratio | infer % of probe ceiling | infer tg128 @ d512 |")
+print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for m, q, t in [(m, q, t) for m in models
                 for q, t in (("none", "bf16"), ("int8", "q8_0"), ("int4", "q4_0"))]:
     mine, theirs = load("infer", m, q), load("llamacpp", m, q)
@@ -84,19 +97,23 @@ for m, q, t in [(m, q, t) for m in models
            "infer_pp512_tok_s": mine["prefill_tok_s"], "llamacpp_pp512_tok_s": theirs["pp_tok_s"],
            "infer_tg128_tok_s": mine["decode_tok_s"], "llamacpp_tg128_tok_s": theirs["tg_tok_s"],
            "infer_decode_fraction_of_ceiling": mine.get("decode_fraction_of_ceiling"),
+           "infer_tg128_depth512_tok_s": mine["decode_depth512_tok_s"],
            "llamacpp_backend": theirs.get("backend"), "llamacpp_system_info": theirs.get("system_info"),
            "read_bandwidth_gb_s": mine.get("read_bandwidth_gb_s"), "isa": mine.get("isa"),
            "runs": {"infer_pp512": mine["prefill_tok_s_runs"], "llamacpp_pp512": theirs["pp_tok_s_runs"],
                     "infer_tg128": mine["decode_tok_s_runs"], "llamacpp_tg128": theirs["tg_tok_s_runs"],
+                    "infer_tg128_depth512": mine["decode_depth512_tok_s_runs"],
                     "read_bandwidth_gb_s": mine.get("read_bandwidth_gb_s_runs")}}
     row["pp_ratio"] = row["infer_pp512_tok_s"] / row["llamacpp_pp512_tok_s"]
     row["tg_ratio"] = row["infer_tg128_tok_s"] / row["llamacpp_tg128_tok_s"]
     rows.append(row)
     print(f"| {m} | {q} | {t} | {row['infer_pp512_tok_s']:.1f} | {row['llamacpp_pp512_tok_s']:.1f} | "
           f"{row['pp_ratio']:.2f}x | {row['infer_tg128_tok_s']:.1f} | {row['llamacpp_tg128_tok_s']:.1f} | "
-          f"{row['tg_ratio']:.2f}x | {100 * (row['infer_decode_fraction_of_ceiling'] or 0):.0f}% |")
+          f"{row['tg_ratio']:.2f}x | {100 * (row['infer_decode_fraction_of_ceiling'] or 0):.0f}% | "
+          f"{row['infer_tg128_depth512_tok_s']:.1f} |")
 json.dump({"cpu": model_name, "threads": 2, "repetitions": reps,
-           "order": "engines alternate per repetition, the first one swapping each time", "models": "random weights of " + ", ".join(models),
+           "order": "engines alternate per repetition, the first one swapping each time",
+           "tg128": "decode of 128 tokens after a 1-token prompt on both sides (llama-bench's tg128); infer_tg128_depth512_tok_s: infer's after the 512-token prompt", "models": "random weights of " + ", ".join(models),
            "llamacpp": "node-llama-cpp 3.22.1 prebuilt CPU build", "rows": rows},
           open(report, "w"), indent=1)
 print(f"llama.cpp backend: {rows[0]['llamacpp_backend']}; {rows[0]['llamacpp_system_info']}")
