@@ -276,19 +276,22 @@ Accuracy Measure(const std::vector<float>& logits, const std::vector<float>& ref
   return a;
 }
 
-// How a block's scale is stored and q chosen (LlamaCppRounded).
-enum class ScaleRounding {
-  kExact,            // d = max|w| / qmax as is, q = round(w / d): the definition of Q8_0
-  kGgmlF16,          // ggml's quantize_row_q8_0_ref: q = round(w * (1 / d)) in f32, d kept as f16
-  kF16RoundedFirst,  // infer's int8 (PackedMatrix::Quantize): d rounded to f16, q = round(w / d)
-};
+// w's values as an f32 [n, k] tensor.
+Tensor ValuesOf(const kernels::PackedMatrix& w) {
+  Tensor values = Tensor::Empty(DType::kF32, {w.rows(), w.cols()});
+  float* out = values.data<float>();
+  for (int64_t row = 0; row < w.rows(); ++row) {
+    for (int64_t c = 0; c < w.cols(); ++c) out[row * w.cols() + c] = w.At(row, c);
+  }
+  return values;
+}
 
 // llama.cpp's scheme on the decoder layers' matrices, in float64: per row and block of 32
 // input channels d = max|w| / qmax, w' = d * round(w / d) clamped to [-qmax, qmax] (Q8_0:
-// qmax 127; a symmetric Q4_0: 7), the scale stored as `rounding` says. Stored as f32 (the
-// float64 values rounded once).
-kernels::PackedMatrix LlamaCppRounded(const kernels::PackedMatrix& w, double qmax,
-                                      ScaleRounding rounding) {
+// qmax 127; a symmetric Q4_0: 7). Stored as f32 (the float64 values rounded once). With
+// `f16_scale`, as ggml's quantize_row_q8_0_ref stores a block: q = round(w * (1 / d)) in f32
+// and d kept as f16.
+kernels::PackedMatrix LlamaCppRounded(const kernels::PackedMatrix& w, double qmax, bool f16_scale) {
   Tensor values = Tensor::Empty(DType::kF32, {w.rows(), w.cols()});
   float* out = values.data<float>();
   for (int64_t row = 0; row < w.rows(); ++row) {
@@ -298,12 +301,9 @@ kernels::PackedMatrix LlamaCppRounded(const kernels::PackedMatrix& w, double qma
       for (int64_t c = b; c < e; ++c) amax = std::max(amax, std::fabs(double(w.At(row, c))));
       const double d = amax / qmax;
       const float inverse = d > 0 ? 1.0f / static_cast<float>(d) : 0.0f;
-      const double stored_d =
-          rounding == ScaleRounding::kExact ? d : F16ToF32(F32ToF16(static_cast<float>(d)));
+      const double stored_d = f16_scale ? F16ToF32(F32ToF16(static_cast<float>(d))) : d;
       for (int64_t c = b; c < e; ++c) {
-        double ratio = w.At(row, c) / d;
-        if (rounding == ScaleRounding::kGgmlF16) ratio = double(w.At(row, c) * inverse);
-        if (rounding == ScaleRounding::kF16RoundedFirst) ratio = w.At(row, c) / stored_d;
+        const double ratio = f16_scale ? double(w.At(row, c) * inverse) : w.At(row, c) / d;
         const double q = d > 0 ? std::clamp(std::round(ratio), -qmax, qmax) : 0.0;
         out[row * w.cols() + c] = static_cast<float>(stored_d * q);
       }
@@ -312,15 +312,29 @@ kernels::PackedMatrix LlamaCppRounded(const kernels::PackedMatrix& w, double qma
   return kernels::PackedMatrix::Pack(values);
 }
 
-LoadedModel WithLlamaCppWeights(LoadedModel model, double qmax,
-                                ScaleRounding rounding = ScaleRounding::kExact) {
+// int8's own rounding of w (PackedMatrix::Quantize), its values back as f32 (d * q, an f16
+// scale times a 7-bit integer, is exact in f32), for the same float64 product as the above.
+kernels::PackedMatrix Int8Rounded(const kernels::PackedMatrix& w) {
+  return kernels::PackedMatrix::Pack(
+      ValuesOf(kernels::PackedMatrix::Quantize(ValuesOf(w), kernels::Quantization::kInt8)));
+}
+
+// model with every decoder-layer matrix replaced by round(matrix).
+template <class Round>
+LoadedModel WithLayersRounded(LoadedModel model, Round round) {
   for (LayerWeights& layer : model.weights.layers) {
     for (kernels::PackedMatrix* m : {&layer.q_proj, &layer.k_proj, &layer.v_proj, &layer.o_proj,
                                      &layer.gate_proj, &layer.up_proj, &layer.down_proj}) {
-      *m = LlamaCppRounded(*m, qmax, rounding);
+      *m = round(*m);
     }
   }
   return model;
+}
+
+LoadedModel WithLlamaCppWeights(LoadedModel model, double qmax, bool f16_scale = false) {
+  return WithLayersRounded(std::move(model), [&](const kernels::PackedMatrix& w) {
+    return LlamaCppRounded(w, qmax, f16_scale);
+  });
 }
 
 // Teacher-forced logits of every position of logits_input_ids for int8 and int4 weights, next
@@ -373,14 +387,13 @@ TEST(QuantizedAccuracyTest, NoWorseThanLlamaCppSchemeOnTheFixtures) {
     const Accuracy q4 = run(WithLlamaCppWeights(plain, 7), kernels::MatMulPrecision::kInt8);
     // The same Q8_0 with ggml's f16 block scale: a change far below the rounding itself, shown
     // beside the others because it moves top-1 by several positions on these fixtures.
-    const Accuracy q8_f16 = run(WithLlamaCppWeights(plain, 127, ScaleRounding::kGgmlF16),
-                                kernels::MatMulPrecision::kInt8);
-    // And with int8's own rounding of the layers (f16 scale first, q against it) in the same
-    // float64 product: where it lands says whether a top-1 difference comes from the rounding
+    const Accuracy q8_f16 =
+        run(WithLlamaCppWeights(plain, 127, true), kernels::MatMulPrecision::kInt8);
+    // And with int8's own rounding of the layers (PackedMatrix::Quantize) in the same float64
+    // product: where it lands says whether a top-1 difference comes from the rounding
     // pattern or from the kernels' arithmetic.
     const Accuracy q8_int8_rounding =
-        run(WithLlamaCppWeights(plain, 127, ScaleRounding::kF16RoundedFirst),
-            kernels::MatMulPrecision::kInt8);
+        run(WithLayersRounded(plain, Int8Rounded), kernels::MatMulPrecision::kInt8);
     for (const auto& [name, a] :
          {std::pair{"bf16 matmul", bf16}, std::pair{"int8", int8}, std::pair{"llama.cpp Q8_0", q8},
           std::pair{"Q8_0, f16 scale (ggml)", q8_f16},
@@ -396,10 +409,10 @@ TEST(QuantizedAccuracyTest, NoWorseThanLlamaCppSchemeOnTheFixtures) {
     // worse than the symmetric Q4_0's. int8's top-1 is NOT held against Q8_0's: on qwen3
     // (44/48 vs 48/48) and gemma3 (45/48 vs 47/48) it is lower, the cost of the int8 output
     // head that Q8_0's definition here leaves exact (with the head exact: 47/48 and 44/48),
-    // and of int8's rounding pattern: the same rounding in the float64 product scores 45/48 and
-    // 44/48. Positions whose reference top-1 margin is under 1% of the row max (5 on qwen3, 8 on
-    // gemma3) go whichever way a rounding tips them. Over 1024 positions (the next test) the
-    // layers-only int8 and Q8_0 agree within 1%.
+    // and of int8's rounding pattern: the same rounding in the float64 product scores the same
+    // 47/48 and 44/48. Positions whose reference top-1 margin is under 1% of the row max (5 on
+    // qwen3, 8 on gemma3) go whichever way a rounding tips them. Over 1024 positions (the next
+    // test) the layers-only int8 and Q8_0 agree within 1%.
     EXPECT_LE(int8.worst_row_error, q8.worst_row_error) << bound.arch;
     EXPECT_LE(int4.worst_row_error, q4.worst_row_error) << bound.arch;
     EXPECT_GE(int4.top1, q4.top1) << bound.arch;
@@ -458,11 +471,10 @@ TEST(QuantizedAccuracyTest, TopOneOverManyPositionsAgainstTheF32Model) {
     const Accuracy int8_body =
         measure(LoadModel(dir, int8_options), kernels::MatMulPrecision::kF32);
     const Accuracy q8 = measure(WithLlamaCppWeights(plain, 127), kernels::MatMulPrecision::kInt8);
-    const Accuracy q8_f16 = measure(WithLlamaCppWeights(plain, 127, ScaleRounding::kGgmlF16),
-                                    kernels::MatMulPrecision::kInt8);
+    const Accuracy q8_f16 =
+        measure(WithLlamaCppWeights(plain, 127, true), kernels::MatMulPrecision::kInt8);
     const Accuracy q8_int8_rounding =
-        measure(WithLlamaCppWeights(plain, 127, ScaleRounding::kF16RoundedFirst),
-                kernels::MatMulPrecision::kInt8);
+        measure(WithLayersRounded(plain, Int8Rounded), kernels::MatMulPrecision::kInt8);
     const Accuracy q4 = measure(WithLlamaCppWeights(plain, 7), kernels::MatMulPrecision::kInt8);
     for (const auto& [name, a] :
          {std::pair{"int8", int8}, std::pair{"int8 layers only", int8_body},

@@ -102,6 +102,8 @@ inline VI DotU8S8(VI acc, VI u, VI s) {
 constexpr int kMr = kLanes == 16 ? 4 : 2;
 // Up to this many row blocks take the streaming order.
 constexpr int64_t kStreamMaxBlocks = 4;
+// Whether m rows take the streaming order (QuantGemm); more take the many-row order.
+constexpr bool StreamingOrder(int64_t m) { return (m + kMr - 1) / kMr <= kStreamMaxBlocks; }
 // Output features per task in the many-row order, and weight groups per k-block: a block of
 // kNc x kKcGroups x 32 int8 weights (256 KiB) stays in L2 while the row blocks pass.
 constexpr int64_t kNc = 256;
@@ -522,7 +524,7 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
                       o.y_stride, g0 > 0,
                       g1 == groups && o.bias != nullptr ? o.bias + j0 : nullptr);
   };
-  if (row_blocks <= kStreamMaxBlocks) {
+  if (StreamingOrder(m)) {
     // Ranges of whole panels, about kStreamTasksPerThread per thread over all outputs.
     int64_t total_tiles = 0;
     for (const Product& o : outputs) total_tiles += (o.w->rows() + kNr - 1) / kNr;
@@ -621,8 +623,7 @@ void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
 #if defined(INFER_AMX_TILES)
   // The tile path (QuantGemm's many-row order) reads whole tiles of rows: the rows past m are
   // zeros. Fewer rows never reach it, and decode pays nothing.
-  const bool tiles = (m + kMr - 1) / kMr > kStreamMaxBlocks;
-  const int64_t padded_m = tiles ? (m + kTileRows - 1) / kTileRows * kTileRows : m;
+  const int64_t padded_m = StreamingOrder(m) ? m : (m + kTileRows - 1) / kTileRows * kTileRows;
 #else
   const int64_t padded_m = m;
 #endif
