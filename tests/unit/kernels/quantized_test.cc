@@ -269,6 +269,97 @@ TEST(QuantizedTest, MatMulEqualsFloat64ProductOfTheDequantizedValues) {
   }
 }
 
+// The scalar twin of the SIMD kernels' arithmetic, written out here from the formula in
+// matmul_quant_simd.cc: per row, output feature and block of 32 channels, the exact integer
+// sum r of the stored weight values (int8: q, the stored byte minus 128; int4: the nibble) times
+// the activation's q, then the block's f32 term added to one f32 accumulator in ascending block
+// order,
+//   int8: acc = fma(float(r), d * dx, acc)
+//   int4: acc = fma(float(r), d * dx, acc); acc = fma(m, dx * float(sx), acc)
+// and finally acc + bias. Every SIMD path (each its own integer instructions: vpmaddwd,
+// vpmaddubsw with the sign trick, vpdpbusd, AMX tiles) must give these bits exactly, for a row
+// alone, in small batches (the streaming order) and in large ones (the many-row order).
+std::vector<float> ScalarTwin(const std::vector<float>& x, int64_t m, int64_t k, int64_t x_stride,
+                              const PackedMatrix& w, const float* bias) {
+  const int64_t padded_k = w.num_groups() * w.group_size();
+  const int64_t blocks = padded_k / kQuantBlock;
+  std::vector<int8_t> q(static_cast<size_t>(m * padded_k));
+  std::vector<float> dx(static_cast<size_t>(m * blocks));
+  std::vector<int32_t> sx(static_cast<size_t>(m * blocks));
+  cpu::reference::QuantizeActivations(x.data(), m, k, x_stride, padded_k, q.data(), dx.data(),
+                                      sx.data());
+  const bool int4 = w.quantization() == Quantization::kInt4;
+  std::vector<float> y(static_cast<size_t>(m * w.rows()));
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < w.rows(); ++j) {
+      float acc = 0.0F;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t group = b * kQuantBlock / w.group_size();
+        int32_t r = 0;
+        for (int64_t c = b * kQuantBlock; c < (b + 1) * kQuantBlock; ++c) {
+          const int stored = c < k ? w.QuantAt(j, c) : (int4 ? 0 : 128);
+          r += (int4 ? stored : stored - 128) * q[i * padded_k + c];
+        }
+        const float d = w.ScaleAt(j, group);
+        const float block_dx = dx[i * blocks + b];
+        acc = std::fma(static_cast<float>(r), d * block_dx, acc);
+        if (int4) {
+          acc = std::fma(w.MinimumAt(j, group), block_dx * static_cast<float>(sx[i * blocks + b]),
+                         acc);
+        }
+      }
+      y[i * w.rows() + j] = bias != nullptr ? acc + bias[j] : acc;
+    }
+  }
+  return y;
+}
+
+TEST(QuantizedTest, EverySimdPathEqualsTheScalarTwinBitForBit) {
+  ThreadPool& pool = TestPool();
+  struct Dims {
+    int64_t m, k, n;
+  };
+  // m: decode, the streaming order's small batches, the many-row order with partial row
+  // blocks; k over several weight k-blocks (32 groups); n with partial tiles and panels.
+  const Dims dims[] = {{1, 64, 40},   {2, 96, 33},    {3, 160, 75},  {8, 64, 48},   {9, 33, 17},
+                       {17, 257, 64}, {33, 1100, 70}, {70, 130, 97}, {1, 2048, 48}, {64, 2080, 40}};
+  uint32_t seed = 700;
+  for (const QuantCase& qc : QuantCases()) {
+    for (const Dims& s : dims) {
+      ++seed;
+      const int64_t x_stride = s.k + 1;
+      std::vector<float> x = RandomFloats(static_cast<size_t>(s.m * x_stride), -2, 2, seed);
+      // Extremes: a block whose activations all round to +-127 (the largest products).
+      for (int64_t c = 0; c < std::min<int64_t>(32, s.k); ++c) x[c] = c % 2 ? 3.0F : -3.0F;
+      StoredTensor w =
+          Store(DType::kBF16, {s.n, s.k}, RandomFloats(s.n * s.k, -0.5F, 0.5F, seed + 1));
+      // Extremes of the weights: a group of one row at +-max (q = +-127, int4's 0 and 15).
+      for (int64_t c = 0; c < std::min<int64_t>(32, s.k); ++c) {
+        w.widened[c] = c % 3 ? 0.5F : -0.5F;
+      }
+      w = Store(DType::kBF16, {s.n, s.k}, w.widened);
+      StoredTensor bias = Store(DType::kF32, {s.n}, RandomFloats(s.n, -1, 1, seed + 2));
+      const PackedMatrix packed = PackedMatrix::Quantize(w.tensor, qc.type, qc.group, &pool);
+      for (bool with_bias : {false, true}) {
+        const std::vector<float> want =
+            ScalarTwin(x, s.m, s.k, x_stride, packed, with_bias ? bias.widened.data() : nullptr);
+        for (Isa isa : SimdIsas()) {
+          ScopedIsa scoped(isa);
+          std::vector<float> y(static_cast<size_t>(s.m * s.n));
+          MatMul(x.data(), s.m, s.k, x_stride, packed, with_bias ? &bias.tensor : nullptr, y.data(),
+                 s.n, pool);
+          for (int64_t i = 0; i < s.m * s.n; ++i) {
+            ASSERT_EQ(y[i], want[i])
+                << Name(qc) << " " << IsaName(isa) << " m=" << s.m << " k=" << s.k << " n=" << s.n
+                << " bias=" << with_bias << " at [" << i / s.n << ", " << i % s.n << "]";
+          }
+        }
+      }
+    }
+  }
+  if (SimdIsas().empty()) GTEST_SKIP() << "this CPU has no SIMD path (AVX2 or wider) to check";
+}
+
 // The same bits for a row alone, in a small batch (the streaming order) and in a large one
 // (the blocked order), on every path, for k over several weight k-blocks.
 TEST(QuantizedTest, RowsAreBatchInvariant) {
