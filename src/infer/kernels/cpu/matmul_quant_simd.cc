@@ -136,6 +136,7 @@ struct QuantizedRows {
   const int32_t* sum = nullptr;
   int64_t padded_k = 0;
   int64_t blocks = 0;
+  const uint8_t* abs_q = nullptr;  // |q|, as q (AVX2's many-row int8 tile only)
 };
 
 inline int32_t Quad(const int8_t* p) {
@@ -148,14 +149,17 @@ inline int32_t Quad(const int8_t* p) {
 // the block's integer sums, d and m the features' scale and minimum (int4), dx and sx the row's
 // block scale and sum of q. The one definition both the vector tiles and the AMX tiles add, so
 // that their results are the same bits.
+// int8's term from the signed sum r = sum of q x (the stored q + 128 less 128 s).
+inline V AddInt8Term(V acc, VI signed_dot, V d, float dx) {
+  return Fma(ToFloat(signed_dot), Mul(d, Set1(dx)), acc);
+}
 template <bool kInt4>
 inline V AddBlockTerm(V acc, VI dot, V d, V m, float dx, int32_t sx) {
-  const V vdx = Set1(dx);
   if constexpr (kInt4) {
-    acc = Fma(ToFloat(dot), Mul(d, vdx), acc);
+    acc = Fma(ToFloat(dot), Mul(d, Set1(dx)), acc);
     return Fma(m, Set1(dx * static_cast<float>(sx)), acc);
   } else {
-    return Fma(ToFloat(SubI(dot, Set1I(128 * sx))), Mul(d, vdx), acc);
+    return AddInt8Term(acc, SubI(dot, Set1I(128 * sx)), d, dx);
   }
 }
 
@@ -358,9 +362,186 @@ inline void QuantTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t 
   }
 }
 
+#if !defined(__AVX512F__)
+
+// AVX2's many-row order (prefill, batches): without VNNI the integer sums come from
+// vpmaddubsw (u8 x s8, pairs summed to int16, saturating) and vpmaddwd, arranged so that no
+// int16 can saturate, so the sums are exact and the f32 terms are the streaming tile's bits:
+// - int8: the sign trick. maddubs(|x|, sign(q, x)) = q x pairwise, |q x + q' x'| <= 2 * 127 *
+//   127 = 32258 (q, x in [-127, 127]); vpmaddwd by ones widens to int32 per quad.
+// - int4: maddubs(w, x), w in [0, 15], |w x + w' x'| <= 2 * 15 * 127 = 3810; a block's 8 such
+//   int16 sums (4 steps, low and high nibbles) stay within 30480 < 32767, so they add in int16
+//   and are widened once per block.
+// A tile is kGemmRows rows x kNr features: 8 integer accumulators; the f32 sums stay in memory
+// (L1), loaded and stored once per block, to leave the registers to the integer work.
+constexpr int kGemmRows = 4;
+
+// Keeps an accumulator's chain of adds as written: integer adds being associative, GCC would
+// otherwise regroup a block's unrolled steps into a tree whose partial sums spill to the stack.
+inline void KeepChain(VI& v) { asm("" : "+x"(v)); }
+
+template <bool kInt4, int kRows>
+void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, int64_t j0,
+                 int64_t g0, int64_t g1, float* y, int64_t y_stride, bool accumulate,
+                 const float* bias) {
+  const auto* data = static_cast<const uint8_t*>(w.data());
+  const int64_t subs = w.group_size() / kQuantBlock;
+  const int64_t sub_bytes = w.sub_block_bytes();
+  const int64_t group_bytes = w.group_bytes();
+  const int64_t values_bytes = subs * sub_bytes;
+  const int64_t lane = j0 % kPanel;
+  const uint8_t* base = data + (j0 / kPanel) * w.panel_bytes() + g0 * group_bytes + lane * 4;
+  const int64_t cols = std::min<int64_t>(kNr, w.rows() - j0);
+  const int64_t c0 = std::min<int64_t>(cols, kLanes);
+  const int64_t c1 = cols - c0;
+  alignas(32) float acc[kRows][kNr];
+  for (int r = 0; r < kRows; ++r) {
+    const float* yr = y + r * y_stride;
+    Store(acc[r], accumulate ? LoadN(yr, c0) : Zero());
+    Store(acc[r] + kLanes, accumulate && c1 > 0 ? LoadN(yr + kLanes, c1) : Zero());
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t g = g0; g < g1; ++g) {
+    const auto* d_ptr = reinterpret_cast<const uint16_t*>(base - lane * 4 + values_bytes) + lane;
+    for (int64_t b = 0; b < subs; ++b) {
+      const int64_t block = g * subs + b;
+      const int64_t xo = row0 * x.padded_k + block * kQuantBlock;
+      const uint8_t* wb = base + b * sub_bytes;
+      VI dot[kRows][2];
+      if constexpr (kInt4) {
+        const VI low = _mm256_set1_epi8(0x0f);
+        VI sum16[kRows][2];
+#pragma GCC unroll 8
+        for (int r = 0; r < kRows; ++r) sum16[r][0] = sum16[r][1] = ZeroI();
+#pragma GCC unroll 4
+        for (int64_t j = 0; j < 4; ++j) {
+          const VI raw0 = LoadI(wb + j * kPanel * 4);
+          const VI raw1 = LoadI(wb + j * kPanel * 4 + kLanes * 4);
+          const VI lo0 = _mm256_and_si256(raw0, low), lo1 = _mm256_and_si256(raw1, low);
+          const VI hi0 = _mm256_and_si256(_mm256_srli_epi16(raw0, 4), low);
+          const VI hi1 = _mm256_and_si256(_mm256_srli_epi16(raw1, 4), low);
+#pragma GCC unroll 8
+          for (int r = 0; r < kRows; ++r) {
+            const int8_t* xr = x.q + xo + r * x.padded_k;
+            const VI xlo = Set1I(Quad(xr + 4 * j));
+            sum16[r][0] = _mm256_add_epi16(sum16[r][0], _mm256_maddubs_epi16(lo0, xlo));
+            sum16[r][1] = _mm256_add_epi16(sum16[r][1], _mm256_maddubs_epi16(lo1, xlo));
+            const VI xhi = Set1I(Quad(xr + 4 * (j + 4)));
+            sum16[r][0] = _mm256_add_epi16(sum16[r][0], _mm256_maddubs_epi16(hi0, xhi));
+            sum16[r][1] = _mm256_add_epi16(sum16[r][1], _mm256_maddubs_epi16(hi1, xhi));
+            KeepChain(sum16[r][0]);
+            KeepChain(sum16[r][1]);
+          }
+        }
+#pragma GCC unroll 8
+        for (int r = 0; r < kRows; ++r) {
+          dot[r][0] = _mm256_madd_epi16(sum16[r][0], ones);
+          dot[r][1] = _mm256_madd_epi16(sum16[r][1], ones);
+        }
+      } else {
+        const VI flip = _mm256_set1_epi8(static_cast<char>(0x80));
+#pragma GCC unroll 8
+        for (int r = 0; r < kRows; ++r) dot[r][0] = dot[r][1] = ZeroI();
+#pragma GCC unroll 8
+        for (int64_t j = 0; j < 8; ++j) {
+          // The stored q + 128 back to q.
+          const VI w0 = _mm256_xor_si256(LoadI(wb + j * kPanel * 4), flip);
+          const VI w1 = _mm256_xor_si256(LoadI(wb + j * kPanel * 4 + kLanes * 4), flip);
+#pragma GCC unroll 8
+          for (int r = 0; r < kRows; ++r) {
+            const int64_t at = xo + r * x.padded_k + 4 * j;
+            const VI ax = Set1I(Quad(reinterpret_cast<const int8_t*>(x.abs_q) + at));
+            const VI sx = Set1I(Quad(x.q + at));
+            dot[r][0] = _mm256_add_epi32(
+                dot[r][0],
+                _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, sx)), ones));
+            dot[r][1] = _mm256_add_epi32(
+                dot[r][1],
+                _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, sx)), ones));
+            KeepChain(dot[r][0]);
+            KeepChain(dot[r][1]);
+          }
+        }
+      }
+      const V d0 = LoadF16(d_ptr);
+      const V d1 = LoadF16(d_ptr + kLanes);
+#pragma GCC unroll 8
+      for (int r = 0; r < kRows; ++r) {
+        const float dx = x.d[(row0 + r) * x.blocks + block];
+        if constexpr (kInt4) {
+          const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
+          const V m0 = LoadF16(d_ptr + kPanel);
+          const V m1 = LoadF16(d_ptr + kPanel + kLanes);
+          Store(acc[r], AddBlockTerm<true>(Load(acc[r]), dot[r][0], d0, m0, dx, sx));
+          Store(acc[r] + kLanes,
+                AddBlockTerm<true>(Load(acc[r] + kLanes), dot[r][1], d1, m1, dx, sx));
+        } else {
+          Store(acc[r], AddInt8Term(Load(acc[r]), dot[r][0], d0, dx));
+          Store(acc[r] + kLanes, AddInt8Term(Load(acc[r] + kLanes), dot[r][1], d1, dx));
+        }
+      }
+    }
+    base += group_bytes;
+  }
+  for (int r = 0; r < kRows; ++r) {
+    float* yr = y + r * y_stride;
+    V v0 = Load(acc[r]);
+    V v1 = Load(acc[r] + kLanes);
+    if (bias != nullptr) {
+      v0 = Add(v0, LoadN(bias, c0));
+      if (c1 > 0) v1 = Add(v1, LoadN(bias + kLanes, c1));
+    }
+    StoreN(yr, v0, c0);
+    if (c1 > 0) StoreN(yr + kLanes, v1, c1);
+  }
+}
+
+// `rows` (1 to kGemmRows) rows against `tiles` tiles from j0.
+template <bool kInt4, int kRows = kGemmRows>
+void ManyRowTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t row0,
+                  const PackedMatrix& w, int64_t j0, int64_t g0, int64_t g1, float* y,
+                  int64_t y_stride, bool accumulate, const float* bias) {
+  if constexpr (kRows > 0) {
+    if (rows != kRows) {
+      ManyRowTiles<kInt4, kRows - 1>(rows, tiles, x, row0, w, j0, g0, g1, y, y_stride, accumulate,
+                                     bias);
+      return;
+    }
+    for (int64_t t = 0; t < tiles; ++t) {
+      ManyRowTile<kInt4, kRows>(x, row0, w, j0 + t * kNr, g0, g1, y + t * kNr, y_stride, accumulate,
+                                bias != nullptr ? bias + t * kNr : nullptr);
+    }
+  }
+}
+
+// The many-row order with ManyRowTile: tasks of kNc features, whose k-blocks of kKcGroups
+// groups stay in L2 while every block of kGemmRows rows passes over them.
+template <bool kInt4>
+void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outputs,
+                 ThreadPool& pool) {
+  const int64_t row_blocks = (m + kGemmRows - 1) / kGemmRows;
+  pool.RunTasks(static_cast<int>(ProductTasks(outputs, kNc)), [&](int task) {
+    const auto [o, j0] = ProductTask(outputs, task, kNc);
+    const int64_t tiles = (std::min(o->w->rows(), j0 + kNc) - j0 + kNr - 1) / kNr;
+    const int64_t groups = o->w->num_groups();
+    for (int64_t g0 = 0; g0 < groups; g0 += kKcGroups) {
+      const int64_t g1 = std::min(groups, g0 + kKcGroups);
+      for (int64_t p = 0; p < row_blocks; ++p) {
+        const int rows = static_cast<int>(std::min<int64_t>(kGemmRows, m - p * kGemmRows));
+        ManyRowTiles<kInt4>(rows, tiles, x, p * kGemmRows, *o->w, j0, g0, g1,
+                            o->y + p * kGemmRows * o->y_stride + j0, o->y_stride, g0 > 0,
+                            g1 == groups && o->bias != nullptr ? o->bias + j0 : nullptr);
+      }
+    }
+  });
+}
+
+#endif  // !__AVX512F__
+
 thread_local Scratch tls_q_scratch;
 thread_local Scratch tls_d_scratch;
 thread_local Scratch tls_sum_scratch;
+thread_local Scratch tls_abs_scratch;
 
 #if defined(INFER_AMX_TILES)
 
@@ -549,6 +730,8 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
   }
 #if defined(INFER_AMX_TILES)
   AmxGemm<kInt4>(x, m, outputs, pool);
+#elif !defined(__AVX512F__)
+  ManyRowGemm<kInt4>(x, m, outputs, pool);
 #else
   pool.RunTasks(static_cast<int>(ProductTasks(outputs, kNc)), [&](int task) {
     const auto [o, j0] = ProductTask(outputs, task, kNc);
@@ -644,7 +827,20 @@ void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
                           q + begin * padded_k, d + begin * blocks, sum + begin * blocks);
     });
   }
-  const QuantizedRows rows{q, d, sum, padded_k, blocks};
+  QuantizedRows rows{q, d, sum, padded_k, blocks};
+#if !defined(__AVX512F__)
+  // |q| for the many-row int8 tile's sign trick.
+  if (!StreamingOrder(m) && first.quantization() == Quantization::kInt8) {
+    auto* abs_q = tls_abs_scratch.Array<uint8_t>(static_cast<size_t>(m * padded_k));
+    pool.ParallelFor(m, kRowsPerTask, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin * padded_k; i < end * padded_k; i += 32) {
+        const VI v = _mm256_loadu_si256(reinterpret_cast<const VI*>(q + i));
+        _mm256_storeu_si256(reinterpret_cast<VI*>(abs_q + i), _mm256_abs_epi8(v));
+      }
+    });
+    rows.abs_q = abs_q;
+  }
+#endif
   if (first.quantization() == Quantization::kInt4) {
     QuantGemm<true>(rows, m, outputs, pool);
   } else {
