@@ -14,8 +14,8 @@ namespace infer::kernels {
 
 namespace {
 
-// Calls the kernel `name` from the namespace of the active ISA (kAvx512Amx: avx512bf16's, but
-// for QuantizedMatMuls, see QuantizedProducts).
+// Calls the kernel `name` from the namespace of the active ISA (kAvx512Amx: avx512bf16's,
+// kAvxVnni: avx2's, but for QuantizedMatMuls, see QuantizedProducts).
 #define INFER_DISPATCH(name, ...)                  \
   do {                                             \
     switch (ActiveIsa()) {                         \
@@ -24,6 +24,7 @@ namespace {
         return cpu::avx512bf16::name(__VA_ARGS__); \
       case Isa::kAvx512:                           \
         return cpu::avx512::name(__VA_ARGS__);     \
+      case Isa::kAvxVnni:                          \
       case Isa::kAvx2:                             \
         return cpu::avx2::name(__VA_ARGS__);       \
       case Isa::kScalar:                           \
@@ -31,11 +32,16 @@ namespace {
     }                                              \
   } while (0)
 
-// Quantized products: on kAvx512Amx the tile kernels (many rows), otherwise the active ISA's.
+// Quantized products: on kAvx512Amx the tile kernels (many rows), on kAvxVnni the vpdpbusd
+// ones, otherwise the active ISA's.
 void QuantizedProducts(const float* x, int64_t m, int64_t k, int64_t x_stride,
                        std::span<const cpu::Product> outputs, ThreadPool& pool) {
   if (ActiveIsa() == Isa::kAvx512Amx) {
     cpu::avx512amx::QuantizedMatMuls(x, m, k, x_stride, outputs, pool);
+    return;
+  }
+  if (ActiveIsa() == Isa::kAvxVnni) {
+    cpu::avxvnni::QuantizedMatMuls(x, m, k, x_stride, outputs, pool);
     return;
   }
   INFER_DISPATCH(QuantizedMatMuls, x, m, k, x_stride, outputs, pool);

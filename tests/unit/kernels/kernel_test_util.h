@@ -20,7 +20,7 @@ namespace infer::kernels {
 // Every SIMD level compiled in that this CPU can run.
 inline std::vector<Isa> SimdIsas() {
   std::vector<Isa> isas;
-  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAvx512Amx}) {
+  for (Isa isa : {Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAvx512Amx}) {
     if (IsaSupported(isa)) isas.push_back(isa);
   }
   return isas;

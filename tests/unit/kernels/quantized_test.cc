@@ -354,6 +354,21 @@ TEST(QuantizedTest, EverySimdPathEqualsTheScalarTwinBitForBit) {
                 << " bias=" << with_bias << " at [" << i / s.n << ", " << i % s.n << "]";
           }
         }
+        // Isa::kAvxVnni's kernels (vpdpbusd on ymm) with the instruction emulated from its
+        // definition, so that they are checked on any AVX2 CPU; on a CPU with AVX-VNNI the
+        // loop above runs the instruction itself.
+        if (IsaSupported(Isa::kAvx2)) {
+          std::vector<float> y(static_cast<size_t>(s.m * s.n));
+          const cpu::Product product{&packed, with_bias ? bias.widened.data() : nullptr, y.data(),
+                                     s.n};
+          cpu::avxvnni_emulated::QuantizedMatMuls(x.data(), s.m, s.k, x_stride, {&product, 1},
+                                                  pool);
+          for (int64_t i = 0; i < s.m * s.n; ++i) {
+            ASSERT_EQ(y[i], want[i])
+                << Name(qc) << " avxvnni (emulated) m=" << s.m << " k=" << s.k << " n=" << s.n
+                << " bias=" << with_bias << " at [" << i / s.n << ", " << i % s.n << "]";
+          }
+        }
       }
     }
   }

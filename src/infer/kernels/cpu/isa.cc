@@ -41,6 +41,12 @@ bool AmxUsable(uint64_t xcr0) {
   return (granted & (1ul << kXfeatureXtiledata)) != 0;
 }
 
+// AVX-VNNI: cpuid 7.1 eax bit 4 (the VEX-encoded vpdpbusd on ymm).
+bool AvxVnni() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 4)) != 0;
+}
+
 Isa DetectOnce() {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
   if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return Isa::kScalar;
@@ -61,7 +67,7 @@ Isa DetectOnce() {
     if (!bf16 || !vnni) return Isa::kAvx512;
     return AmxUsable(xcr0) ? Isa::kAvx512Amx : Isa::kAvx512Bf16;
   }
-  if (avx2 && ymm_state && fma && f16c) return Isa::kAvx2;
+  if (avx2 && ymm_state && fma && f16c) return AvxVnni() ? Isa::kAvxVnni : Isa::kAvx2;
   return Isa::kScalar;
 }
 
@@ -88,7 +94,16 @@ Isa DetectIsa() {
   return kDetected;
 }
 
-bool IsaSupported(Isa isa) { return static_cast<int>(isa) <= static_cast<int>(DetectIsa()); }
+bool IsaSupported(Isa isa) {
+  const Isa detected = DetectIsa();
+  // AVX-VNNI stands beside the AVX-512 levels, not below them: Sapphire Rapids and Zen 4 have
+  // both, Skylake-X and Ice Lake servers only AVX-512.
+  if (isa == Isa::kAvxVnni) {
+    static const bool kAvxVnni = detected != Isa::kScalar && AvxVnni();
+    return kAvxVnni;
+  }
+  return static_cast<int>(isa) <= static_cast<int>(detected);
+}
 
 Isa ActiveIsa() {
   int value = active_isa.load(std::memory_order_relaxed);
@@ -105,10 +120,11 @@ void SetActiveIsa(Isa isa) {
 }
 
 Isa ParseIsa(std::string_view name) {
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAvx512Amx}) {
+  for (Isa isa :
+       {Isa::kScalar, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAvx512Amx}) {
     if (IsaName(isa) == name) return isa;
   }
-  Fail("ISA '{}' is not one of scalar, avx2, avx512, avx512bf16, avx512amx", name);
+  Fail("ISA '{}' is not one of scalar, avx2, avxvnni, avx512, avx512bf16, avx512amx", name);
 }
 
 std::string_view IsaName(Isa isa) {
@@ -117,6 +133,8 @@ std::string_view IsaName(Isa isa) {
       return "scalar";
     case Isa::kAvx2:
       return "avx2";
+    case Isa::kAvxVnni:
+      return "avxvnni";
     case Isa::kAvx512:
       return "avx512";
     case Isa::kAvx512Bf16:

@@ -5,20 +5,23 @@
 
 namespace infer::kernels {
 
-// Ordered: a level implies the ones before it. kScalar is the plain reference code.
+// kScalar is the plain reference code. kAvxVnni is AVX2 plus AVX-VNNI (vpdpbusd on ymm, VEX
+// encoded: Intel client CPUs from Alder Lake on, which have no AVX-512): quantized MatMul on
+// vpdpbusd, everything else as kAvx2. From kAvx512 on, a level implies the ones before it.
 // kAvx512Bf16 adds AVX512_BF16 (vdpbf16ps, MatMulPrecision::kBf16) and AVX512_VNNI (vpdpbusd,
-// quantized MatMul); kAvx512 and kAvx2 compute the same integer sums with vpmaddwd.
+// quantized MatMul); kAvx512 computes the same integer sums with vpmaddwd, kAvx2 with
+// vpmaddubsw / vpmaddwd.
 // kAvx512Amx adds AMX-INT8 tiles (tdpbsud) for quantized MatMul over many rows (prefill); it is
 // detected only where the kernel grants this process the tile state (arch_prctl
 // ARCH_REQ_XCOMP_PERM), and runs the kAvx512Bf16 kernels for everything else.
-enum class Isa { kScalar, kAvx2, kAvx512, kAvx512Bf16, kAvx512Amx };
+enum class Isa { kScalar, kAvx2, kAvxVnni, kAvx512, kAvx512Bf16, kAvx512Amx };
 
 // The best level this CPU supports (cpuid + xgetbv), ignoring any override.
 Isa DetectIsa();
 
-// The level ops dispatch to: DetectIsa(), or INFER_FORCE_ISA=scalar|avx2|avx512|avx512bf16|
-// avx512amx when set (an unknown name, or a level the CPU lacks, throws infer::Error). Cached on
-// first use.
+// The level ops dispatch to: DetectIsa(), or INFER_FORCE_ISA=scalar|avx2|avxvnni|avx512|
+// avx512bf16|avx512amx when set (an unknown name, or a level the CPU lacks, throws infer::Error).
+// Cached on first use.
 Isa ActiveIsa();
 
 // Overrides ActiveIsa() from now on (tests and A/B benchmarks). Throws infer::Error if the CPU
@@ -30,6 +33,7 @@ bool IsaSupported(Isa isa);
 
 std::string_view IsaName(Isa isa);
 // The inverse of IsaName; an unknown name throws infer::Error listing the names.
-Isa ParseIsa(std::string_view name);  // "scalar", "avx2", "avx512", "avx512bf16", "avx512amx"
+// "scalar", "avx2", "avxvnni", "avx512", "avx512bf16", "avx512amx"
+Isa ParseIsa(std::string_view name);
 
 }  // namespace infer::kernels

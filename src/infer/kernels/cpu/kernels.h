@@ -96,6 +96,10 @@ INFER_DECLARE_KERNELS(avx512bf16)
 
 INFER_DECLARE_QUANTIZED_KERNELS(avx512amx)
 INFER_DECLARE_QUANTIZED_KERNELS(avx512amx_emulated)
+// And for AVX-VNNI (Isa::kAvxVnni: vpdpbusd on ymm), and again with that instruction emulated
+// from Intel's definition (INFER_AVXVNNI_EMULATE) on plain AVX2, for the tests.
+INFER_DECLARE_QUANTIZED_KERNELS(avxvnni)
+INFER_DECLARE_QUANTIZED_KERNELS(avxvnni_emulated)
 
 #undef INFER_DECLARE_QUANTIZED_KERNELS
 

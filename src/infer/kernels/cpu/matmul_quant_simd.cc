@@ -3,8 +3,10 @@
 //
 // Activations are rounded to int8 per row and block of 32 channels (QuantizeActivations); each
 // block's integer dot products with the weights' unsigned values run on the integer units:
-// vpdpbusd (u8 x s8, four products per 32-bit lane) where the CPU has AVX-512 VNNI, otherwise
-// the same sums from vpmaddwd on 16-bit halves (exact either way). A block's integer sum r
+// vpdpbusd (u8 x s8, four products per 32-bit lane) where the CPU has AVX-512 VNNI or AVX-VNNI
+// (ymm; namespace avxvnni, and avxvnni_emulated for the tests), otherwise the same sums from
+// vpmaddwd on 16-bit halves, and on AVX2's many-row tile from vpmaddubsw arranged never to
+// saturate (ManyRowTile) (exact either way). A block's integer sum r
 // then becomes a float term, with dx the activation block's scale, s its sum of q, d and m the
 // weight group's scale and minimum:
 //   int8 (stored q + 128):  (r - 128 s) * (d dx)
@@ -55,6 +57,10 @@ inline VI HighNibblesTimes16(VI v) {
   return _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(0xf0)));
 }
 inline VI AddI(VI a, VI b) { return _mm512_add_epi32(a, b); }
+inline VI AddI16(VI a, VI b) { return _mm512_add_epi16(a, b); }
+// u8 x s8 products, adjacent pairs summed to int16 (saturating: callers keep within range).
+inline VI MulU8S8PairsI16(VI u, VI s) { return _mm512_maddubs_epi16(u, s); }
+inline VI WidenI16Pairs(VI v) { return _mm512_madd_epi16(v, _mm512_set1_epi16(1)); }
 inline VI Shr4I32(VI v) { return _mm512_srai_epi32(v, 4); }  // exact on multiples of 16
 inline VI SubI(VI a, VI b) { return _mm512_sub_epi32(a, b); }
 inline V ToFloat(VI v) { return _mm512_cvtepi32_ps(v); }
@@ -77,17 +83,26 @@ inline VI LoadI(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<c
 inline VI Set1I(int32_t v) { return _mm256_set1_epi32(v); }
 inline VI ZeroI() { return _mm256_setzero_si256(); }
 inline VI LowNibbles(VI v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0f)); }
-// Used by the int4 tile of 3 or more rows, which AVX2's 2-row tiles never instantiate.
-[[maybe_unused]] inline VI HighNibbles(VI v) {
+inline VI HighNibbles(VI v) {
   return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
 }
 inline VI HighNibblesTimes16(VI v) {
   return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(0xf0)));
 }
 inline VI AddI(VI a, VI b) { return _mm256_add_epi32(a, b); }
+inline VI AddI16(VI a, VI b) { return _mm256_add_epi16(a, b); }
+inline VI MulU8S8PairsI16(VI u, VI s) { return _mm256_maddubs_epi16(u, s); }
+inline VI WidenI16Pairs(VI v) { return _mm256_madd_epi16(v, _mm256_set1_epi16(1)); }
 inline VI Shr4I32(VI v) { return _mm256_srai_epi32(v, 4); }  // exact on multiples of 16
 inline VI SubI(VI a, VI b) { return _mm256_sub_epi32(a, b); }
 inline V ToFloat(VI v) { return _mm256_cvtepi32_ps(v); }
+#if defined(__AVXVNNI__)
+inline VI DotU8S8(VI acc, VI u, VI s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
+#else
+// vpdpbusd as Intel's manual defines it: each 32-bit lane adds the four products of its
+// unsigned bytes of u and signed bytes of s (each within 16 bits, exact here in vpmaddwd's
+// 32-bit pair sums) to acc, wrapping. Integer adds in any order give the same bits, so this is
+// the instruction exactly (Isa::kAvxVnni's kernels run on it in the avxvnni_emulated build).
 inline VI DotU8S8(VI acc, VI u, VI s) {
   const VI u_even = _mm256_and_si256(u, _mm256_set1_epi16(0x00ff));
   const VI u_odd = _mm256_srli_epi16(u, 8);
@@ -96,6 +111,19 @@ inline VI DotU8S8(VI acc, VI u, VI s) {
   acc = _mm256_add_epi32(acc, _mm256_madd_epi16(u_even, s_even));
   return _mm256_add_epi32(acc, _mm256_madd_epi16(u_odd, s_odd));
 }
+#endif
+#endif
+// The many-row tile on vpdpbusd (AVX-VNNI, or its emulation) instead of vpmaddubsw.
+#if defined(__AVXVNNI__) || defined(INFER_AVXVNNI_EMULATE)
+#define INFER_YMM_VNNI 1
+#endif
+// Whether int4 sums run on vpmaddubsw (AVX2 without VNNI): a block's 8 int16 pair sums of
+// nibble x activation stay within 8 * 2 * 15 * 127 = 30480, so they add in int16 exactly and
+// are widened once per block (ManyRowTile says more).
+#if !defined(__AVX512F__) && !defined(INFER_YMM_VNNI)
+constexpr bool kInt4OnMaddubs = true;
+#else
+constexpr bool kInt4OnMaddubs = false;
 #endif
 
 // Rows per register tile (accumulators: 2 f32 + 2 int32 vectors per row and tile).
@@ -206,7 +234,41 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
         for (int r = 0; r < kRows; ++r) dot[t][r][0] = dot[t][r][1] = ZeroI();
       }
       const int8_t* xq = x.q + row0 * x.padded_k + block * kQuantBlock;
-      if constexpr (kInt4 && kRows <= 2) {
+      if constexpr (kInt4 && kInt4OnMaddubs) {
+        VI sum16[kTiles][kRows][2];
+#pragma GCC unroll 8
+        for (int t = 0; t < kTiles; ++t) {
+#pragma GCC unroll 8
+          for (int r = 0; r < kRows; ++r) sum16[t][r][0] = sum16[t][r][1] = ZeroI();
+        }
+#pragma GCC unroll 4
+        for (int64_t j = 0; j < 4; ++j) {
+#pragma GCC unroll 8
+          for (int t = 0; t < kTiles; ++t) {
+            VI raw0, raw1;
+            LoadStep(base[t] + b * sub_bytes + j * kPanel * 4, raw0, raw1);
+            const VI lo0 = LowNibbles(raw0), hi0 = HighNibbles(raw0);
+            const VI lo1 = LowNibbles(raw1), hi1 = HighNibbles(raw1);
+#pragma GCC unroll 8
+            for (int r = 0; r < kRows; ++r) {
+              const VI xlo = Set1I(Quad(xq + r * x.padded_k + 4 * j));
+              const VI xhi = Set1I(Quad(xq + r * x.padded_k + 4 * (j + 4)));
+              sum16[t][r][0] = AddI16(AddI16(sum16[t][r][0], MulU8S8PairsI16(lo0, xlo)),
+                                      MulU8S8PairsI16(hi0, xhi));
+              sum16[t][r][1] = AddI16(AddI16(sum16[t][r][1], MulU8S8PairsI16(lo1, xlo)),
+                                      MulU8S8PairsI16(hi1, xhi));
+            }
+          }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < kTiles; ++t) {
+#pragma GCC unroll 8
+          for (int r = 0; r < kRows; ++r) {
+            dot[t][r][0] = WidenI16Pairs(sum16[t][r][0]);
+            dot[t][r][1] = WidenI16Pairs(sum16[t][r][1]);
+          }
+        }
+      } else if constexpr (kInt4 && kRows <= 2) {
         // Few rows (decode): the high nibbles stay in place (16 q) in their own accumulators,
         // shifted down once per block (the sums are exact multiples of 16): one AND and no
         // shift per load, and two independent chains.
@@ -400,7 +462,7 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
     Store(acc[r], accumulate ? LoadN(yr, c0) : Zero());
     Store(acc[r] + kLanes, accumulate && c1 > 0 ? LoadN(yr + kLanes, c1) : Zero());
   }
-  const __m256i ones = _mm256_set1_epi16(1);
+  [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);  // (the sign trick's widening)
   for (int64_t g = g0; g < g1; ++g) {
     const auto* d_ptr = reinterpret_cast<const uint16_t*>(base - lane * 4 + values_bytes) + lane;
     for (int64_t b = 0; b < subs; ++b) {
@@ -408,6 +470,43 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
       const int64_t xo = row0 * x.padded_k + block * kQuantBlock;
       const uint8_t* wb = base + b * sub_bytes;
       VI dot[kRows][2];
+#if defined(INFER_YMM_VNNI)
+#pragma GCC unroll 8
+      for (int r = 0; r < kRows; ++r) dot[r][0] = dot[r][1] = ZeroI();
+      if constexpr (kInt4) {
+#pragma GCC unroll 4
+        for (int64_t j = 0; j < 4; ++j) {
+          const VI raw0 = LoadI(wb + j * kPanel * 4);
+          const VI raw1 = LoadI(wb + j * kPanel * 4 + kLanes * 4);
+          const VI lo0 = LowNibbles(raw0), lo1 = LowNibbles(raw1);
+          const VI hi0 = HighNibbles(raw0), hi1 = HighNibbles(raw1);
+#pragma GCC unroll 8
+          for (int r = 0; r < kRows; ++r) {
+            const int8_t* xr = x.q + xo + r * x.padded_k;
+            const VI xlo = Set1I(Quad(xr + 4 * j));
+            const VI xhi = Set1I(Quad(xr + 4 * (j + 4)));
+            dot[r][0] = DotU8S8(DotU8S8(dot[r][0], lo0, xlo), hi0, xhi);
+            dot[r][1] = DotU8S8(DotU8S8(dot[r][1], lo1, xlo), hi1, xhi);
+            KeepChain(dot[r][0]);
+            KeepChain(dot[r][1]);
+          }
+        }
+      } else {
+#pragma GCC unroll 8
+        for (int64_t j = 0; j < 8; ++j) {
+          const VI w0 = LoadI(wb + j * kPanel * 4);
+          const VI w1 = LoadI(wb + j * kPanel * 4 + kLanes * 4);
+#pragma GCC unroll 8
+          for (int r = 0; r < kRows; ++r) {
+            const VI xb = Set1I(Quad(x.q + xo + r * x.padded_k + 4 * j));
+            dot[r][0] = DotU8S8(dot[r][0], w0, xb);
+            dot[r][1] = DotU8S8(dot[r][1], w1, xb);
+            KeepChain(dot[r][0]);
+            KeepChain(dot[r][1]);
+          }
+        }
+      }
+#else
       if constexpr (kInt4) {
         const VI low = _mm256_set1_epi8(0x0f);
         VI sum16[kRows][2];
@@ -463,6 +562,7 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
           }
         }
       }
+#endif
       const V d0 = LoadF16(d_ptr);
       const V d1 = LoadF16(d_ptr + kLanes);
 #pragma GCC unroll 8
@@ -476,8 +576,16 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
           Store(acc[r] + kLanes,
                 AddBlockTerm<true>(Load(acc[r] + kLanes), dot[r][1], d1, m1, dx, sx));
         } else {
+#if defined(INFER_YMM_VNNI)
+          // vpdpbusd's sums are of the stored q + 128.
+          const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
+          Store(acc[r], AddBlockTerm<false>(Load(acc[r]), dot[r][0], d0, Zero(), dx, sx));
+          Store(acc[r] + kLanes,
+                AddBlockTerm<false>(Load(acc[r] + kLanes), dot[r][1], d1, Zero(), dx, sx));
+#else
           Store(acc[r], AddInt8Term(Load(acc[r]), dot[r][0], d0, dx));
           Store(acc[r] + kLanes, AddInt8Term(Load(acc[r] + kLanes), dot[r][1], d1, dx));
+#endif
         }
       }
     }
@@ -828,7 +936,7 @@ void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
     });
   }
   QuantizedRows rows{q, d, sum, padded_k, blocks};
-#if !defined(__AVX512F__)
+#if !defined(__AVX512F__) && !defined(INFER_YMM_VNNI)
   // |q| for the many-row int8 tile's sign trick.
   if (!StreamingOrder(m) && first.quantization() == Quantization::kInt8) {
     auto* abs_q = tls_abs_scratch.Array<uint8_t>(static_cast<size_t>(m * padded_k));
