@@ -53,15 +53,18 @@ inline VI LowNibbles(VI v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
 inline VI HighNibbles(VI v) {
   return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
 }
-inline VI HighNibblesTimes16(VI v) {
+[[maybe_unused]] inline VI HighNibblesTimes16(VI v) {
   return _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(0xf0)));
 }
-inline VI AddI(VI a, VI b) { return _mm512_add_epi32(a, b); }
-inline VI AddI16(VI a, VI b) { return _mm512_add_epi16(a, b); }
+[[maybe_unused]] inline VI AddI(VI a, VI b) { return _mm512_add_epi32(a, b); }
+[[maybe_unused]] inline VI AddI16(VI a, VI b) { return _mm512_add_epi16(a, b); }
 // u8 x s8 products, adjacent pairs summed to int16 (saturating: callers keep within range).
-inline VI MulU8S8PairsI16(VI u, VI s) { return _mm512_maddubs_epi16(u, s); }
-inline VI WidenI16Pairs(VI v) { return _mm512_madd_epi16(v, _mm512_set1_epi16(1)); }
-inline VI Shr4I32(VI v) { return _mm512_srai_epi32(v, 4); }  // exact on multiples of 16
+[[maybe_unused]] inline VI MulU8S8PairsI16(VI u, VI s) { return _mm512_maddubs_epi16(u, s); }
+[[maybe_unused]] inline VI WidenI16Pairs(VI v) {
+  return _mm512_madd_epi16(v, _mm512_set1_epi16(1));
+}
+// Exact on multiples of 16.
+[[maybe_unused]] inline VI Shr4I32(VI v) { return _mm512_srai_epi32(v, 4); }
 inline VI SubI(VI a, VI b) { return _mm512_sub_epi32(a, b); }
 inline V ToFloat(VI v) { return _mm512_cvtepi32_ps(v); }
 #if defined(__AVX512VNNI__)
@@ -86,14 +89,17 @@ inline VI LowNibbles(VI v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0f));
 inline VI HighNibbles(VI v) {
   return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
 }
-inline VI HighNibblesTimes16(VI v) {
+[[maybe_unused]] inline VI HighNibblesTimes16(VI v) {
   return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(0xf0)));
 }
-inline VI AddI(VI a, VI b) { return _mm256_add_epi32(a, b); }
-inline VI AddI16(VI a, VI b) { return _mm256_add_epi16(a, b); }
-inline VI MulU8S8PairsI16(VI u, VI s) { return _mm256_maddubs_epi16(u, s); }
-inline VI WidenI16Pairs(VI v) { return _mm256_madd_epi16(v, _mm256_set1_epi16(1)); }
-inline VI Shr4I32(VI v) { return _mm256_srai_epi32(v, 4); }  // exact on multiples of 16
+[[maybe_unused]] inline VI AddI(VI a, VI b) { return _mm256_add_epi32(a, b); }
+[[maybe_unused]] inline VI AddI16(VI a, VI b) { return _mm256_add_epi16(a, b); }
+[[maybe_unused]] inline VI MulU8S8PairsI16(VI u, VI s) { return _mm256_maddubs_epi16(u, s); }
+[[maybe_unused]] inline VI WidenI16Pairs(VI v) {
+  return _mm256_madd_epi16(v, _mm256_set1_epi16(1));
+}
+// Exact on multiples of 16.
+[[maybe_unused]] inline VI Shr4I32(VI v) { return _mm256_srai_epi32(v, 4); }
 inline VI SubI(VI a, VI b) { return _mm256_sub_epi32(a, b); }
 inline V ToFloat(VI v) { return _mm256_cvtepi32_ps(v); }
 #if defined(__AVXVNNI__)
