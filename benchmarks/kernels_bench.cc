@@ -207,6 +207,46 @@ __attribute__((target("avx512f,avx512vnni"))) float DotVnniLoop(int64_t iters) {
   return static_cast<float>(sum);
 }
 
+// AVX2 (no AVX-512): 12 independent ymm FMA chains (16 flops each; 12 accumulators and the two
+// operands fit the 16 ymm registers), two rounds per iteration, for CPUs and forced runs
+// without AVX-512.
+__attribute__((target("avx2,fma"))) float FmaLoopAvx2(int64_t iters) {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(static_cast<float>(i) * 1e-3F);
+  __m256 a = _mm256_set1_ps(0.999999F);
+  const __m256 b = _mm256_set1_ps(1e-7F);
+  for (int64_t it = 0; it < iters; ++it) {
+#pragma GCC unroll 2
+    for (int round = 0; round < 2; ++round) {
+#pragma GCC unroll 12
+      for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+      __asm__ volatile("" : "+x"(a));
+    }
+  }
+  float sum = 0;
+  for (int i = 0; i < 12; ++i) {
+    alignas(32) float lanes[8];
+    _mm256_store_ps(lanes, acc[i]);
+    for (float v : lanes) sum += v;
+  }
+  return sum;
+}
+
+__attribute__((target("avx2"))) float ReadLoopAvx2(const char* bytes, int64_t begin, int64_t end) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = begin; i < end; i += 128) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(reinterpret_cast<const float*>(bytes + i)));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(reinterpret_cast<const float*>(bytes + i + 32)));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(reinterpret_cast<const float*>(bytes + i + 64)));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(reinterpret_cast<const float*>(bytes + i + 96)));
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  float sum = 0;
+  for (float v : lanes) sum += v;
+  return sum;
+}
+
 double PeakGflops(ThreadPool& pool, float (*loop)(int64_t), int flops_per_op) {
   constexpr int64_t kIters = 20'000'000;
   std::vector<float> sink(static_cast<size_t>(pool.num_threads()));
@@ -220,9 +260,11 @@ double ReadBandwidthGbs(ThreadPool& pool, const Tensor& buffer) {
   const auto* bytes = static_cast<const char*>(buffer.raw());
   const int64_t size = static_cast<int64_t>(buffer.size_bytes()) / 4096 * 4096;
   std::vector<float> sink(static_cast<size_t>(pool.num_threads()));
+  const bool avx512 = kernels::IsaSupported(kernels::Isa::kAvx512);
   const double start = NowSeconds();
-  pool.ParallelFor(size, 4096,
-                   [&](int64_t begin, int64_t end) { sink[0] += ReadLoop(bytes, begin, end); });
+  pool.ParallelFor(size, 4096, [&](int64_t begin, int64_t end) {
+    sink[0] += avx512 ? ReadLoop(bytes, begin, end) : ReadLoopAvx2(bytes, begin, end);
+  });
   return static_cast<double>(size) / (NowSeconds() - start) / 1e9;
 }
 
@@ -382,6 +424,20 @@ int main(int argc, char** argv) {
         "| shape | n x k | m | isa | precision | threads | best ms | mean ms | sd ms | best GB/s "
         "| best GFLOP/s |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  }
+  if (!options.json && options.probe && !kernels::IsaSupported(kernels::Isa::kAvx512) &&
+      kernels::IsaSupported(kernels::Isa::kAvx2)) {
+    const Tensor buffer = Tensor::Empty(DType::kBF16, {512 << 20}, options.huge_pages);
+    Fill(buffer);
+    for (int threads : options.threads) {
+      ThreadPool pool(threads);
+      double best_bw = 0;
+      for (int rep = 0; rep < 3; ++rep) best_bw = std::max(best_bw, ReadBandwidthGbs(pool, buffer));
+      std::printf("| probe | read bandwidth | - | avx2 | - | %d | - | - | - | %.1f | - |\n",
+                  threads, best_bw);
+      std::printf("| probe | f32 FMA peak | - | avx2 | - | %d | - | - | - | - | %.1f |\n", threads,
+                  PeakGflops(pool, FmaLoopAvx2, 16));
+    }
   }
   if (!options.json && options.probe && kernels::IsaSupported(kernels::Isa::kAvx512)) {
     const Tensor buffer = Tensor::Empty(DType::kBF16, {512 << 20}, options.huge_pages);
