@@ -630,13 +630,21 @@ void ManyRowTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t row0,
 
 // The many-row order with ManyRowTile: tasks of kNc features, whose k-blocks of kKcGroups
 // groups stay in L2 while every block of kGemmRows rows passes over them.
+// Narrower tasks where kNc would give few: gemma-3-1b's down projection (1152 features) makes 5
+// tasks of 256, so one of 2 threads would do 3 while the other waits.
+constexpr int64_t kMinTasksPerThread = 8;
+
 template <bool kInt4>
 void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outputs,
                  ThreadPool& pool) {
   const int64_t row_blocks = (m + kGemmRows - 1) / kGemmRows;
-  pool.RunTasks(static_cast<int>(ProductTasks(outputs, kNc)), [&](int task) {
-    const auto [o, j0] = ProductTask(outputs, task, kNc);
-    const int64_t tiles = (std::min(o->w->rows(), j0 + kNc) - j0 + kNr - 1) / kNr;
+  int64_t step = kNc;
+  while (step > 4 * kNr && ProductTasks(outputs, step) < kMinTasksPerThread * pool.num_threads()) {
+    step /= 2;
+  }
+  pool.RunTasks(static_cast<int>(ProductTasks(outputs, step)), [&](int task) {
+    const auto [o, j0] = ProductTask(outputs, task, step);
+    const int64_t tiles = (std::min(o->w->rows(), j0 + step) - j0 + kNr - 1) / kNr;
     const int64_t groups = o->w->num_groups();
     for (int64_t g0 = 0; g0 < groups; g0 += kKcGroups) {
       const int64_t g1 = std::min(groups, g0 + kKcGroups);
