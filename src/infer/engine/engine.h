@@ -20,6 +20,7 @@
 #include "infer/engine/engine_config.h"
 #include "infer/engine/language_model.h"
 #include "infer/engine/metrics.h"
+#include "infer/engine/output.h"
 #include "infer/engine/output_channel.h"
 #include "infer/engine/request.h"
 #include "infer/engine/runner.h"
@@ -57,21 +58,6 @@ class GenerationRequest {
   std::variant<std::string, std::vector<int32_t>> prompt_;
   SamplingParams params_;
   int64_t priority_ = 0;
-};
-
-// A finished request (seed 004's GenerationOutput).
-struct GenerationOutput {
-  std::string request_id;
-  std::string prompt;  // the prompt text (decoded from the ids for token prompts)
-  std::vector<int32_t> prompt_token_ids;
-  std::string text;  // generated text, cut before a stop string
-  std::vector<int32_t> token_ids;
-  std::optional<FinishReason> finish_reason;  // none when failed
-  std::optional<std::string> error;
-  int64_t total_tokens = 0;   // prompt + generated
-  int64_t cached_tokens = 0;  // prompt tokens served by the prefix cache
-  int64_t num_preemptions = 0;
-  GenerationTiming timing;
 };
 
 // The KV pool an engine made, for logs and /health.

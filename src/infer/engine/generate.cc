@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <numeric>
 
 #include "infer/core/error.h"
 #include "infer/engine/engine.h"
@@ -29,22 +28,6 @@ void CheckRequest(const LanguageModel& model, const Tokenizer* tokenizer,
 }
 
 }  // namespace
-
-std::string_view FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kEos:
-      return "eos";
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-  }
-  return "length";
-}
-
-double GenerationTiming::decode_time_s() const {
-  return std::accumulate(decode_times_s.begin(), decode_times_s.end(), 0.0);
-}
 
 GenerationResult Generate(LanguageModel& model, const Tokenizer* tokenizer,
                           std::span<const int32_t> prompt_ids, const SamplingParams& params,

@@ -1,6 +1,6 @@
 // One-shot generation on the engine (engine.h): prefill the prompt, then sample one token per
 // step until EOS, a stop string or max_new_tokens; single prompts and batches (rows finish
-// independently). Also the result types every generation path shares.
+// independently).
 #pragma once
 
 #include <cstdint>
@@ -13,25 +13,11 @@
 #include <nlohmann/json.hpp>
 
 #include "infer/engine/language_model.h"
+#include "infer/engine/output.h"
 #include "infer/engine/sampling_params.h"
 #include "infer/tokenizer/tokenizer.h"
 
 namespace infer {
-
-enum class FinishReason { kEos, kStop, kLength };
-// "eos", "stop", "length".
-std::string_view FinishReasonName(FinishReason reason);
-
-struct GenerationTiming {
-  // From the request's first step to its first token (time to first token: the prompt's
-  // forward passes and the first sampling).
-  double prefill_time_s = 0.0;
-  // Each later token's step (forward and sampling); generated_tokens - 1 entries.
-  std::vector<double> decode_times_s;
-
-  double decode_time_s() const;
-  double total_time_s() const { return prefill_time_s + decode_time_s(); }
-};
 
 struct GenerationResult {
   std::vector<int32_t> token_ids;  // generated ids (prompt excluded), EOS included when hit

@@ -188,7 +188,7 @@ void HttpServer::Impl::Routes() {
     return handled;
   });
   server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    if (options.completions_format == "openai") {
+    if (options.completions_format == CompletionsFormat::kOpenAi) {
       OpenAi(req, res, OpenAiEndpoint::kCompletions);
     } else {
       Completions(req, res);
@@ -396,7 +396,7 @@ void HttpServer::Impl::OpenAi(const httplib::Request& req, httplib::Response& re
   stream->channel = std::make_shared<OutputChannel>();
   stream->response = std::make_unique<OpenAiResponse>(
       request, id, engine.config().model, static_cast<int64_t>(std::time(nullptr)), prompts,
-      engine.tokenizer(), options.reasoning_parser == "qwen3");
+      engine.tokenizer(), options.reasoning_parser == ReasoningParser::kQwen3);
   const OpenAiResponse& response = *stream->response;
   for (int64_t choice = 0; choice < response.num_choices(); ++choice) {
     const auto prompt = static_cast<size_t>(choice / request.n);

@@ -15,6 +15,12 @@
 
 namespace infer::server {
 
+// What POST /v1/completions speaks: the seed's phase-4 event stream, or OpenAI's format.
+enum class CompletionsFormat { kSeed, kOpenAi };
+// How chat replies' text is split: kQwen3 returns <think>...</think> as reasoning_content
+// (vLLM's reasoning parser); kNone leaves it in the content.
+enum class ReasoningParser { kNone, kQwen3 };
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (Bind() returns it)
@@ -40,8 +46,7 @@ struct ServerOptions {
   std::string api_key;
   // Largest request body: a longer Content-Length is answered 413 from the headers alone.
   size_t max_body_bytes = 4 << 20;
-  // What POST /v1/completions speaks: "seed" (the phase-4 event stream) or "openai".
-  std::string completions_format = "seed";
+  CompletionsFormat completions_format = CompletionsFormat::kSeed;
   // The model's sampling defaults (generation_config.json) for OpenAI requests' unset fields.
   SamplingParams default_sampling;
   // Renders chat requests; null: /v1/chat/completions answers 400 (the model has no template).
@@ -49,9 +54,7 @@ struct ServerOptions {
   // Sent as X-Replica-Id on every response (and in the access log), so that a client or a load
   // balancer can tell which replica answered. Empty: no header.
   std::string replica_id;
-  // "qwen3": <think>...</think> text of chat replies is returned as reasoning_content (vLLM's
-  // reasoning parser); "none": left in the content.
-  std::string reasoning_parser = "none";
+  ReasoningParser reasoning_parser = ReasoningParser::kNone;
 };
 
 // Holds the port while the model loads: every path (/health included) answers 503
