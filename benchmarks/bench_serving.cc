@@ -53,7 +53,7 @@
 #include "infer/engine/generate.h"
 #include "infer/kernels/cpu/isa.h"
 #include "infer/server/http_server.h"
-#include "infer/server/sse_client.h"
+#include "testing/sse_client.h"
 
 namespace infer {
 namespace {

@@ -20,6 +20,7 @@
 #include "infer/core/error.h"
 #include "infer/engine/engine.h"
 #include "infer/server/http_server.h"
+#include "infer/server/loading_server.h"
 
 namespace infer::cli {
 namespace {
@@ -111,7 +112,8 @@ void RunServe(ServeArgs& args) {
                                        : server::CompletionsFormat::kSeed;
   args.engine.Validate();
   // The port answers 503 "loading" until the model is ready.
-  server::LoadingServer loading(args.server.host, args.server.port, args.server.replica_id);
+  server::LoadingServer loading(args.server.host, args.server.port, args.server.replica_id,
+                                args.server.keep_alive_timeout_s);
   args.server.port = loading.port();
   std::fprintf(stderr, "infer serve: loading; /health answers 503 on http://%s:%d until ready\n",
                args.server.host.c_str(), args.server.port);

@@ -83,16 +83,20 @@ int HttpThreads(const EngineConfig& config, const ServerOptions& options) {
       std::min<int64_t>(config.max_num_seqs + config.max_waiting_requests + 16, 1024));
 }
 
-// Idle connections kept open: as many as the open-file limit leaves room for beside the workers
-// (the soft limit is first raised to the hard one, as servers do), at most 16384.
+// Raises the soft open-file limit to the hard one (at most 2^20), as servers do: every parked
+// idle connection holds a descriptor.
+void RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = std::min<rlim_t>(limit.rlim_max, 1 << 20);
+  ::setrlimit(RLIMIT_NOFILE, &limit);
+}
+
+// Idle connections kept open: as many as the open-file limit leaves room for beside the workers,
+// at most 16384.
 size_t MaxIdleConnections(int http_threads) {
   rlimit limit{};
   if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 512;
-  if (limit.rlim_cur < limit.rlim_max) {
-    rlimit raised = limit;
-    raised.rlim_cur = std::min<rlim_t>(limit.rlim_max, 1 << 20);
-    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
-  }
   const int64_t room = static_cast<int64_t>(std::min<rlim_t>(limit.rlim_cur, 1 << 20)) -
                        2 * static_cast<int64_t>(http_threads) - 256;
   return static_cast<size_t>(std::clamp<int64_t>(room, 64, 16384));
@@ -106,7 +110,7 @@ struct HttpServer::Impl {
         options(std::move(options)),
         http_threads(HttpThreads(engine.config(), this->options)),
         server(static_cast<size_t>(http_threads), this->options.keep_alive_timeout_s,
-               MaxIdleConnections(http_threads)) {}
+               (RaiseOpenFileLimit(), MaxIdleConnections(http_threads))) {}
 
   void Routes();
   // Answers what is refused from the headers alone (over capacity, draining, too large, no key).
@@ -493,45 +497,6 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options)
 }
 
 HttpServer::~HttpServer() { Shutdown(); }
-
-struct LoadingServer::Impl {
-  httplib::Server server;
-  std::thread thread;
-  std::atomic<bool> listen_returned{false};
-};
-
-LoadingServer::LoadingServer(const std::string& host, int port, const std::string& replica_id)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->server.set_pre_routing_handler(
-      [replica_id](const httplib::Request&, httplib::Response& res) {
-        if (!replica_id.empty()) res.set_header("X-Replica-Id", replica_id);
-        res.status = kServiceUnavailable;
-        res.set_header("Retry-After", "5");
-        res.set_content(R"({"status":"loading"})", "application/json");
-        return httplib::Server::HandlerResponse::Handled;
-      });
-  port_ = port == 0 ? impl_->server.bind_to_any_port(host)
-                    : (impl_->server.bind_to_port(host, port) ? port : -1);
-  INFER_CHECK(port_ > 0, "cannot listen on {}:{} (in use, or not an address of this machine)", host,
-              port);
-  impl_->thread = std::thread([impl = impl_.get()] {
-    impl->server.listen_after_bind();
-    impl->listen_returned = true;
-  });
-}
-
-LoadingServer::~LoadingServer() { Stop(); }
-
-void LoadingServer::Stop() {
-  if (!impl_->thread.joinable()) return;
-  // httplib's stop() does nothing before its accept loop runs: wait for it (a model that loads
-  // at once would otherwise leave this thread accepting forever).
-  while (!impl_->server.is_running() && !impl_->listen_returned) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  impl_->server.stop();
-  impl_->thread.join();
-}
 
 int HttpServer::Bind() {
   const ServerOptions& options = impl_->options;

@@ -57,26 +57,6 @@ struct ServerOptions {
   ReasoningParser reasoning_parser = ReasoningParser::kNone;
 };
 
-// Holds the port while the model loads: every path (/health included) answers 503
-// {"status": "loading"}, so that a load balancer or a readiness probe sees a replica that is not
-// ready rather than a refused connection. Runs on its own thread until Stop().
-class LoadingServer {
- public:
-  // Binds host:port (0: any free port); throws infer::Error if it cannot.
-  LoadingServer(const std::string& host, int port, const std::string& replica_id);
-  ~LoadingServer();
-  LoadingServer(const LoadingServer&) = delete;
-  LoadingServer& operator=(const LoadingServer&) = delete;
-  int port() const { return port_; }
-  // Stops answering and frees the port (idempotent).
-  void Stop();
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-  int port_ = -1;
-};
-
 class HttpServer {
  public:
   // `engine` must outlive the server; the server starts and stops the engine's thread.
