@@ -119,9 +119,10 @@ void RunServe(ServeArgs& args) {
                args.server.host.c_str(), args.server.port);
   GenerationSession session(args.model);
   args.server.default_sampling = SamplingParamsFromGenerationConfig(session.loaded().generation);
+  const ChatTemplate* chat_template = nullptr;
   if (session.tokenizer() != nullptr) {
     try {
-      args.server.chat_template = &session.chat_template();
+      chat_template = &session.chat_template();
     } catch (const Error& e) {
       spdlog::warn("no chat template, /v1/chat/completions will answer 400: {}", e.what());
     }
@@ -135,7 +136,8 @@ void RunServe(ServeArgs& args) {
   }
   args.server.reasoning_parser = args.reasoning_parser == "qwen3" ? server::ReasoningParser::kQwen3
                                                                   : server::ReasoningParser::kNone;
-  Engine engine(args.engine, session.model(), session.tokenizer(), session.eos_token_ids());
+  Engine engine(args.engine, session.model(), session.tokenizer(), session.eos_token_ids(),
+                chat_template);
   const KvCacheInfo& kv = engine.kv_cache();
   const int64_t max_len = std::min(args.engine.max_model_len, session.model().context_length());
   std::fprintf(stderr,

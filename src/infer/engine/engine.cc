@@ -16,6 +16,19 @@ namespace infer {
 
 namespace {
 
+template <typename... Args>
+[[noreturn]] void Reject(bool about_prompt, fmt::format_string<Args...> format, Args&&... args) {
+  throw RequestRejected(fmt::format(format, std::forward<Args>(args)...), about_prompt);
+}
+
+void ValidateParams(const SamplingParams& params) {
+  try {
+    params.Validate();
+  } catch (const Error& e) {
+    throw RequestRejected(e.what(), /*about_prompt=*/false);
+  }
+}
+
 KvCacheInfo SizeKvCache(const EngineConfig& config, const LanguageModel& model) {
   KvCacheInfo info;
   info.block_size = config.block_size;
@@ -52,10 +65,11 @@ KvCacheInfo SizeKvCache(const EngineConfig& config, const LanguageModel& model) 
 }  // namespace
 
 Engine::Engine(EngineConfig config, LanguageModel& model, const Tokenizer* tokenizer,
-               std::vector<int32_t> eos_token_ids)
+               std::vector<int32_t> eos_token_ids, const ChatTemplate* chat_template)
     : config_(std::move(config)),
       model_(model),
       tokenizer_(tokenizer),
+      chat_template_(chat_template),
       runner_(model, std::move(eos_token_ids)) {
   config_.Validate();
   kv_cache_ = SizeKvCache(config_, model_);
@@ -162,35 +176,49 @@ std::string Engine::KvCacheSummaryJson() const {
   return json.dump();
 }
 
-std::vector<int32_t> Engine::PreparePrompt(
-    const std::variant<std::string, std::vector<int32_t>>& prompt,
-    const SamplingParams& params) const {
-  params.Validate();
-  std::vector<int32_t> ids;
-  if (const auto* text = std::get_if<std::string>(&prompt)) {
-    INFER_CHECK(tokenizer_ != nullptr,
-                "string prompts need a tokenizer (the model folder has no tokenizer.json)");
-    ids = tokenizer_->Encode(*text, /*add_special_tokens=*/true);
-  } else {
-    ids = std::get<std::vector<int32_t>>(prompt);
+std::vector<int32_t> Engine::PreparePrompt(const Prompt& prompt,
+                                           const SamplingParams& params) const {
+  SamplingParams checked = params;
+  return PreparePrompt(prompt, checked, /*fill_context=*/false);
+}
+
+std::vector<int32_t> Engine::PreparePrompt(const Prompt& prompt, SamplingParams& params,
+                                           bool fill_context) const {
+  if (!fill_context) ValidateParams(params);
+  std::vector<int32_t> ids = EncodePrompt(prompt, tokenizer_, chat_template_, &template_mutex_);
+  const auto size = static_cast<int64_t>(ids.size());
+  if (ids.empty()) Reject(true, "the prompt is empty");
+  if (tokenizer_ == nullptr && !params.stop.empty()) {
+    Reject(false, "stop strings need a tokenizer (the model folder has no tokenizer.json)");
   }
-  INFER_CHECK(!ids.empty(), "the prompt is empty");
-  INFER_CHECK(tokenizer_ != nullptr || params.stop.empty(),
-              "stop strings need a tokenizer (the model folder has no tokenizer.json)");
   for (const int32_t id : ids) {
-    INFER_CHECK(id >= 0 && id < model_.vocab_size(),
-                "prompt token id {} is outside the vocab [0, {})", id, model_.vocab_size());
+    if (id < 0 || id >= model_.vocab_size()) {
+      Reject(true, "prompt token id {} is outside the vocab [0, {})", id, model_.vocab_size());
+    }
+  }
+  if (fill_context) {
+    if (max_model_len() - size < 1) {
+      Reject(true, "the prompt ({} tokens) leaves no room to generate within max_model_len ({})",
+             size, max_model_len());
+    }
+    params.max_new_tokens = max_model_len() - size;
+    ValidateParams(params);
   }
   const int64_t model_limit = std::min(config_.max_model_len, model_.context_length());
-  const auto total = static_cast<int64_t>(ids.size()) + params.max_new_tokens;
-  INFER_CHECK(total <= model_limit,
-              "prompt ({} tokens) + max_tokens ({}) = {} exceeds max_model_len ({})", ids.size(),
-              params.max_new_tokens, total, model_limit);
-  INFER_CHECK(total <= kv_cache_.capacity_tokens(),
-              "prompt ({} tokens) + max_tokens ({}) = {} can never fit the KV cache ({} tokens: "
-              "{} blocks of {}; see --kv-cache-memory / --num-kv-blocks)",
-              ids.size(), params.max_new_tokens, total, kv_cache_.capacity_tokens(),
-              kv_cache_.num_blocks, kv_cache_.block_size);
+  const int64_t total = size + params.max_new_tokens;
+  if (total > model_limit) {
+    Reject(true,
+           "prompt ({} tokens) + max_tokens ({}) = {} exceeds max_model_len, the context "
+           "length ({})",
+           size, params.max_new_tokens, total, model_limit);
+  }
+  if (total > kv_cache_.capacity_tokens()) {
+    Reject(true,
+           "prompt ({} tokens) + max_tokens ({}) = {} can never fit the KV cache ({} tokens: {} "
+           "blocks of {}; see --kv-cache-memory / --num-kv-blocks)",
+           size, params.max_new_tokens, total, kv_cache_.capacity_tokens(), kv_cache_.num_blocks,
+           kv_cache_.block_size);
+  }
   return ids;
 }
 
@@ -214,7 +242,8 @@ std::shared_ptr<OutputChannel> Engine::AddRequest(const std::string& request_id,
 }
 
 std::string Engine::AddRequest(const GenerationRequest& request) {
-  std::vector<int32_t> ids = PreparePrompt(request.prompt(), request.params());
+  std::vector<int32_t> ids = PreparePrompt(
+      std::visit([](const auto& p) { return Prompt(p); }, request.prompt()), request.params());
   std::string id = std::to_string(next_request_number_++);
   SamplingParams params = request.params();
   if (!params.seed && config_.seed) params.seed = config_.seed;

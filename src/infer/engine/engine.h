@@ -22,6 +22,7 @@
 #include "infer/engine/metrics.h"
 #include "infer/engine/output.h"
 #include "infer/engine/output_channel.h"
+#include "infer/engine/prompt.h"
 #include "infer/engine/request.h"
 #include "infer/engine/runner.h"
 #include "infer/engine/scheduler.h"
@@ -71,10 +72,11 @@ struct KvCacheInfo {
 
 class Engine {
  public:
-  // `model` and `tokenizer` (may be null: token-id prompts only) must outlive the engine.
-  // Sizes and allocates the KV pool. Throws infer::Error for an invalid config.
+  // `model`, `tokenizer` (may be null: token-id prompts only) and `chat_template` (may be null:
+  // no chat prompts) must outlive the engine. Sizes and allocates the KV pool. Throws
+  // infer::Error for an invalid config.
   Engine(EngineConfig config, LanguageModel& model, const Tokenizer* tokenizer,
-         std::vector<int32_t> eos_token_ids);
+         std::vector<int32_t> eos_token_ids, const ChatTemplate* chat_template = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -91,11 +93,16 @@ class Engine {
   // waiting, prefix cache hit rate, preemptions}: for /health and logs.
   std::string KvCacheSummaryJson() const;
 
-  // Tokenizes (a string prompt, special tokens added) and checks a request without queuing it:
-  // throws infer::Error for invalid sampling params, ids outside the vocab, a prompt that
-  // tokenizes to nothing, or prompt + max_new_tokens beyond max_model_len or the KV pool.
-  std::vector<int32_t> PreparePrompt(const std::variant<std::string, std::vector<int32_t>>& prompt,
-                                     const SamplingParams& params) const;
+  // The front door: every request (the server's protocols, every CLI command, seed 004's
+  // AddRequest) is tokenized (a chat through the chat template) and checked here, once, before
+  // it is queued. Returns the prompt's ids; throws RequestRejected for invalid sampling params,
+  // a prompt that cannot be encoded (no tokenizer, no chat template, the template fails) or
+  // encodes to nothing, ids outside the vocab, or prompt + max_new_tokens beyond max_model_len
+  // or the KV pool. With `fill_context`, params.max_new_tokens is first set to the rest of the
+  // context (OpenAI's unset max_tokens).
+  std::vector<int32_t> PreparePrompt(const Prompt& prompt, SamplingParams& params,
+                                     bool fill_context) const;
+  std::vector<int32_t> PreparePrompt(const Prompt& prompt, const SamplingParams& params) const;
 
   // Queues a prepared request; null when the waiting queue is full (HTTP 503). Its outputs go
   // to `output` when given (several requests may share one channel: their StepOutputs carry
@@ -146,6 +153,8 @@ class Engine {
   const EngineConfig config_;
   LanguageModel& model_;
   const Tokenizer* tokenizer_;
+  const ChatTemplate* chat_template_;
+  mutable std::mutex template_mutex_;  // chat template rendering, one at a time
   KvCacheInfo kv_cache_;
   ModelRunner runner_;
   const std::chrono::steady_clock::time_point start_time_ = std::chrono::steady_clock::now();

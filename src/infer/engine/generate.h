@@ -14,6 +14,7 @@
 
 #include "infer/engine/language_model.h"
 #include "infer/engine/output.h"
+#include "infer/engine/prompt.h"
 #include "infer/engine/sampling_params.h"
 #include "infer/tokenizer/tokenizer.h"
 
@@ -37,14 +38,16 @@ struct GenerateOptions {
   std::vector<int32_t> eos_token_ids;
   // Receives text of row `row` as soon as it is final (see OutputText::TakeStable).
   std::function<void(size_t row, std::string_view text)> on_text;
+  // Renders chat prompts (may be null: no chat prompts).
+  const ChatTemplate* chat_template = nullptr;
 };
 
-// `tokenizer` may be null: the text is then empty and `params.stop` must be empty. Throws
-// infer::Error for invalid params, an empty prompt, ids outside the vocab, or prompt +
-// max_new_tokens beyond the model's context.
-GenerationResult Generate(LanguageModel& model, const Tokenizer* tokenizer,
-                          std::span<const int32_t> prompt_ids, const SamplingParams& params,
-                          const GenerateOptions& options = {});
+// `tokenizer` may be null: the text is then empty, and the prompt must be token ids and
+// `params.stop` empty. The engine's front door (Engine::PreparePrompt) encodes and checks the
+// prompt: throws RequestRejected for invalid params, a prompt it cannot encode or that is
+// empty, ids outside the vocab, or prompt + max_new_tokens beyond the model's context.
+GenerationResult Generate(LanguageModel& model, const Tokenizer* tokenizer, const Prompt& prompt,
+                          const SamplingParams& params, const GenerateOptions& options = {});
 
 // Runs every prompt as its own request of one engine (continuous batching); a finished row stops
 // running. `params` has one entry per prompt, or one for all. Row i's result equals

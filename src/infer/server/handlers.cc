@@ -38,7 +38,8 @@ void ApiHandlers::SeedCompletions(const httplib::Request& req, httplib::Response
   try {
     request = ParseCompletionRequest(req.body, engine_.config().model);
     try {
-      prompt_ids = engine_.PreparePrompt(request.prompt, request.params);
+      prompt_ids = engine_.PreparePrompt(
+          std::visit([](const auto& p) { return Prompt(p); }, request.prompt), request.params);
     } catch (const Error& e) {
       throw RequestError(kUnprocessable, e.what());
     }
@@ -57,47 +58,17 @@ void ApiHandlers::SeedCompletions(const httplib::Request& req, httplib::Response
                  {request_id}, {&engine_, &open_streams_, options_.heartbeat_s});
 }
 
-std::vector<int32_t> ApiHandlers::EncodeChat(const OpenAiRequest& request) {
-  if (options_.chat_template == nullptr || engine_.tokenizer() == nullptr) {
-    throw RequestError(kBadRequest,
-                       "this model has no chat template (tokenizer_config.json chat_template or "
-                       "chat_template.jinja): use /v1/completions");
-  }
-  nlohmann::ordered_json variables = request.chat_template_kwargs;
-  variables["add_generation_prompt"] = request.add_generation_prompt;
-  std::string prompt;
-  try {
-    std::lock_guard lock(template_mutex_);
-    prompt = options_.chat_template->Render(request.messages, variables);
-  } catch (const Error& e) {
-    throw RequestError(kBadRequest, fmt::format("the chat template failed: {}", e.what()),
-                       "messages");
-  }
-  // The template writes BOS itself.
-  return engine_.tokenizer()->Encode(prompt, /*add_special_tokens=*/false);
-}
-
 namespace {
 
-// A completions request's prompts as ids (text encoded with the special tokens) and text (for
-// echo).
-std::vector<OpenAiResponse::PromptInfo> EncodePrompts(const OpenAiRequest& request,
-                                                      const Tokenizer* tokenizer) {
-  std::vector<OpenAiResponse::PromptInfo> prompts;
+// The prompts of an OpenAI request, for the engine's front door.
+std::vector<Prompt> Prompts(const OpenAiRequest& request) {
+  if (request.endpoint == OpenAiEndpoint::kChatCompletions) {
+    return {
+        ChatPrompt{request.messages, request.chat_template_kwargs, request.add_generation_prompt}};
+  }
+  std::vector<Prompt> prompts;
   for (const auto& prompt : request.prompts) {
-    OpenAiResponse::PromptInfo info;
-    if (const auto* text = std::get_if<std::string>(&prompt)) {
-      if (tokenizer == nullptr) {
-        throw RequestError(kBadRequest, "text prompts need a tokenizer (the model folder has none)",
-                           "prompt");
-      }
-      info.ids = tokenizer->Encode(*text, /*add_special_tokens=*/true);
-      info.text = *text;
-    } else {
-      info.ids = std::get<std::vector<int32_t>>(prompt);
-      if (tokenizer != nullptr) info.text = tokenizer->Decode(info.ids, false);
-    }
-    prompts.push_back(std::move(info));
+    prompts.push_back(std::visit([](const auto& p) { return Prompt(p); }, prompt));
   }
   return prompts;
 }
@@ -107,28 +78,25 @@ std::vector<OpenAiResponse::PromptInfo> EncodePrompts(const OpenAiRequest& reque
 ApiHandlers::OpenAiPrompts ApiHandlers::PrepareOpenAi(const OpenAiRequest& request) {
   const bool chat = request.endpoint == OpenAiEndpoint::kChatCompletions;
   OpenAiPrompts prepared;
-  if (chat) {
-    prepared.prompts.push_back({EncodeChat(request), {}});
-  } else {
-    prepared.prompts = EncodePrompts(request, engine_.tokenizer());
-  }
-  for (const auto& prompt : prepared.prompts) {
-    SamplingParams p = request.params;
-    const int64_t room = engine_.max_model_len() - std::ssize(prompt.ids);
-    if (!request.max_tokens && room < 1) {
-      throw RequestError(kBadRequest,
-                         fmt::format("the prompt ({} tokens) leaves no room to generate within "
-                                     "max_model_len ({})",
-                                     prompt.ids.size(), engine_.max_model_len()),
-                         chat ? "messages" : "prompt");
-    }
-    p.max_new_tokens = request.max_tokens.value_or(room);
+  for (const Prompt& prompt : Prompts(request)) {
+    SamplingParams params = request.params;
+    if (request.max_tokens) params.max_new_tokens = *request.max_tokens;
+    OpenAiResponse::PromptInfo info;
     try {
-      engine_.PreparePrompt(prompt.ids, p);
-    } catch (const Error& e) {
-      throw RequestError(kBadRequest, e.what());
+      // max_tokens unset: the rest of the context, as vLLM.
+      info.ids = engine_.PreparePrompt(prompt, params, /*fill_context=*/!request.max_tokens);
+    } catch (const RequestRejected& e) {
+      throw RequestError(kBadRequest, e.what(),
+                         e.about_prompt() ? (chat ? "messages" : "prompt") : "");
     }
-    prepared.params.push_back(std::move(p));
+    // The prompt's text, for echo.
+    if (const auto* text = std::get_if<std::string>(&prompt)) {
+      info.text = *text;
+    } else if (!chat && engine_.tokenizer() != nullptr) {
+      info.text = engine_.tokenizer()->Decode(info.ids, false);
+    }
+    prepared.prompts.push_back(std::move(info));
+    prepared.params.push_back(std::move(params));
   }
   return prepared;
 }

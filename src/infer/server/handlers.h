@@ -8,7 +8,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -41,8 +40,8 @@ class ApiHandlers {
     std::vector<OpenAiResponse::PromptInfo> prompts;
     std::vector<SamplingParams> params;
   };
+  // Through the engine's front door (Engine::PreparePrompt).
   OpenAiPrompts PrepareOpenAi(const OpenAiRequest& request);
-  std::vector<int32_t> EncodeChat(const OpenAiRequest& request);
   // Queues every choice on one channel; false (and none queued) when the engine refuses one.
   bool QueueChoices(const OpenAiRequest& request, const OpenAiPrompts& prepared,
                     const OpenAiResponse& response, const std::shared_ptr<OutputChannel>& channel);
@@ -55,7 +54,6 @@ class ApiHandlers {
   std::atomic<int>& open_streams_;
   const std::atomic<bool>& shutting_down_;
   std::atomic<uint64_t> next_id_{0};
-  std::mutex template_mutex_;  // chat template rendering, one at a time
 };
 
 }  // namespace infer::server

@@ -11,7 +11,6 @@
 
 #include "infer/engine/engine.h"
 #include "infer/engine/sampling_params.h"
-#include "infer/tokenizer/chat_template.h"
 
 namespace infer::server {
 
@@ -49,8 +48,6 @@ struct ServerOptions {
   CompletionsFormat completions_format = CompletionsFormat::kSeed;
   // The model's sampling defaults (generation_config.json) for OpenAI requests' unset fields.
   SamplingParams default_sampling;
-  // Renders chat requests; null: /v1/chat/completions answers 400 (the model has no template).
-  const ChatTemplate* chat_template = nullptr;
   // Sent as X-Replica-Id on every response (and in the access log), so that a client or a load
   // balancer can tell which replica answered. Empty: no header.
   std::string replica_id;
