@@ -2,7 +2,6 @@
 // the model's chat template and answered with a streamed reply; /reset, /params, /exit. One
 // engine serves the whole session, so the conversation so far stays in its prefix cache and a
 // turn prefills only what is new (the last message, and the rest of a partly filled block).
-#include <chrono>
 #include <cstdio>
 #include <optional>
 
@@ -46,17 +45,15 @@ std::string Reply(Engine& engine, const nlohmann::ordered_json& messages,
                   const SamplingParams& params, int64_t turn) {
   std::vector<int32_t> prompt_ids = engine.PreparePrompt(ChatPrompt{messages}, params);
   const auto num_prompt = static_cast<int64_t>(prompt_ids.size());
-  const auto channel =
-      engine.AddRequest(fmt::format("turn-{}", turn), std::move(prompt_ids), params);
-  INFER_CHECK(channel != nullptr, "the engine refused the request");
+  INFER_CHECK(
+      engine.AddRequest(fmt::format("turn-{}", turn), std::move(prompt_ids), params) != nullptr,
+      "the engine refused the request");
   std::optional<GenerationOutput> result;
-  while (engine.HasWork()) {
-    for (GenerationOutput& output : engine.Step()) result = std::move(output);
-    while (auto output = channel->Pop(std::chrono::milliseconds(0))) {
-      std::fwrite(output->text_delta.data(), 1, output->text_delta.size(), stdout);
-      std::fflush(stdout);
-    }
-  }
+  engine.RunUntilDone({[](const StepOutput& output) {
+                         std::fwrite(output.text_delta.data(), 1, output.text_delta.size(), stdout);
+                         std::fflush(stdout);
+                       },
+                       [&](GenerationOutput output) { result = std::move(output); }});
   std::printf("\n");
   INFER_CHECK(result.has_value(), "the reply produced no output");
   if (result->error) Fail("{}", *result->error);

@@ -276,7 +276,8 @@ bool Engine::HasWork() const {
   return scheduler_->HasWork() || !pending_cancels_.empty();
 }
 
-void Engine::Deliver(const Request& request, StepOutput output) {
+void Engine::Deliver(const Request& request, StepOutput output, const StepCallbacks& callbacks) {
+  if (callbacks.on_output) callbacks.on_output(output);
   if (request.output) request.output->Push(std::move(output));
 }
 
@@ -316,7 +317,14 @@ GenerationOutput Engine::MakeOutput(const Request& request) const {
   return output;
 }
 
-bool Engine::RunStep(std::vector<GenerationOutput>* ended) {
+void Engine::EndWithError(const std::shared_ptr<Request>& request, const std::string& why,
+                          const StepCallbacks& callbacks, bool observe) {
+  if (observe) ObserveEnd(*request, NowS());
+  Deliver(*request, ErrorOutput(*request, why), callbacks);
+  if (callbacks.on_end) callbacks.on_end(MakeOutput(*request));
+}
+
+void Engine::ApplyCancels(const StepCallbacks& callbacks) {
   std::vector<std::shared_ptr<Request>> cancelled;
   {
     std::lock_guard lock(mutex_);
@@ -325,115 +333,128 @@ bool Engine::RunStep(std::vector<GenerationOutput>* ended) {
     }
     pending_cancels_.clear();
   }
-  for (const auto& request : cancelled) {
-    ObserveEnd(*request, NowS());
-    Deliver(*request, ErrorOutput(*request, "cancelled"));
-    if (ended) ended->push_back(MakeOutput(*request));
-  }
-  // Static batching keeps phase 4's prefill: the batch's prompts run as one unit (in calls of
-  // at most max_num_batched_tokens), and their first tokens are delivered together at its end.
-  std::vector<std::pair<std::shared_ptr<Request>, StepOutput>> held;
-  bool ran_any = false;
-  while (true) {
-    SchedulerOutput step;
-    try {
-      std::lock_guard lock(mutex_);
-      step = scheduler_->Schedule(NowS());
-    } catch (const std::exception& e) {
-      // A scheduler invariant broke: fail everything rather than take the process down.
-      spdlog::error("engine: scheduling failed, failing every request: {}", e.what());
-      std::vector<std::shared_ptr<Request>> all;
-      {
-        std::lock_guard lock(mutex_);
-        all = scheduler_->TakeAll();
-      }
-      for (const auto& request : all) {
-        request->state = RequestState::kFailed;
-        request->error = e.what();
-        Deliver(*request, ErrorOutput(*request, e.what()));
-        if (ended) ended->push_back(MakeOutput(*request));
-      }
-      break;
-    }
-    for (const auto& request : step.preempted) {
-      spdlog::debug("{}: preempted (KV blocks ran out), will be recomputed", request->request_id);
-    }
-    for (const auto& request : step.failed) {
-      const std::string why = request->error.value_or("KV block allocation failed");
-      spdlog::warn("{}: failed while scheduling: {}", request->request_id, why);
-      ObserveEnd(*request, NowS());
-      Deliver(*request, ErrorOutput(*request, why));
-      if (ended) ended->push_back(MakeOutput(*request));
-      ran_any = true;  // the queue moved: schedule again at once
-    }
-    if (step.scheduled.empty()) break;
-    ran_any = true;
-    const double start = NowS();
-    for (const ScheduledRequest& s : step.scheduled) {
-      if (s.request->first_scheduled_s < 0) s.request->first_scheduled_s = start;
-    }
-    bool ran = true;
-    try {
-      std::vector<StepOutput> outputs = runner_.Run(step);
-      const double now = NowS();
-      size_t k = 0;
-      for (const ScheduledRequest& s : step.scheduled) {
-        if (s.num_new == 0 || !s.wants_logits) continue;
-        StepOutput& output = outputs.at(k++);
-        output.time_s = now;
-        s.request->token_times_s.push_back(now);
-        ObserveToken(*s.request);
-        held.emplace_back(s.request, std::move(output));
-      }
-    } catch (const std::exception& e) {
-      ran = false;
-      spdlog::warn("engine step failed: {}", e.what());
-      for (const ScheduledRequest& s : step.scheduled) {
-        Request& request = *s.request;
-        if (request.done()) continue;
-        request.state = RequestState::kFailed;
-        request.error = e.what();
-        held.emplace_back(s.request, ErrorOutput(request, e.what()));
-      }
-    }
-    bool static_prefill = false;
+  for (const auto& request : cancelled) EndWithError(request, "cancelled", callbacks, true);
+}
+
+std::optional<SchedulerOutput> Engine::Schedule(const StepCallbacks& callbacks) {
+  SchedulerOutput step;
+  try {
+    std::lock_guard lock(mutex_);
+    step = scheduler_->Schedule(NowS());
+  } catch (const std::exception& e) {
+    // A scheduler invariant broke: fail everything rather than take the process down.
+    spdlog::error("engine: scheduling failed, failing every request: {}", e.what());
+    std::vector<std::shared_ptr<Request>> all;
     {
       std::lock_guard lock(mutex_);
-      scheduler_->Update(step, ran);
-      static_prefill = !config_.continuous() && ran && scheduler_->prefilling();
+      all = scheduler_->TakeAll();
     }
-    const double end = NowS();
-    for (const ScheduledRequest& s : step.scheduled) {
-      if (!s.request->done()) continue;
-      ObserveEnd(*s.request, end);
-      if (ended) ended->push_back(MakeOutput(*s.request));
+    for (const auto& request : all) {
+      request->state = RequestState::kFailed;
+      request->error = e.what();
+      EndWithError(request, e.what(), callbacks, false);
     }
-    if (!static_prefill) break;
+    return std::nullopt;
   }
-  for (auto& [request, output] : held) Deliver(*request, std::move(output));
+  for (const auto& request : step.preempted) {
+    spdlog::debug("{}: preempted (KV blocks ran out), will be recomputed", request->request_id);
+  }
+  for (const auto& request : step.failed) {
+    const std::string why = request->error.value_or("KV block allocation failed");
+    spdlog::warn("{}: failed while scheduling: {}", request->request_id, why);
+    EndWithError(request, why, callbacks, true);
+  }
+  return step;
+}
+
+bool Engine::Execute(const SchedulerOutput& step, Held& held) {
+  const double start = NowS();
+  for (const ScheduledRequest& s : step.scheduled) {
+    if (s.request->first_scheduled_s < 0) s.request->first_scheduled_s = start;
+  }
+  try {
+    std::vector<StepOutput> outputs = runner_.Run(step);
+    const double now = NowS();
+    size_t k = 0;
+    for (const ScheduledRequest& s : step.scheduled) {
+      if (s.num_new == 0 || !s.wants_logits) continue;
+      StepOutput& output = outputs.at(k++);
+      output.time_s = now;
+      s.request->token_times_s.push_back(now);
+      ObserveToken(*s.request);
+      held.emplace_back(s.request, std::move(output));
+    }
+    return true;
+  } catch (const std::exception& e) {
+    spdlog::warn("engine step failed: {}", e.what());
+    for (const ScheduledRequest& s : step.scheduled) {
+      Request& request = *s.request;
+      if (request.done()) continue;
+      request.state = RequestState::kFailed;
+      request.error = e.what();
+      held.emplace_back(s.request, ErrorOutput(request, e.what()));
+    }
+    return false;
+  }
+}
+
+bool Engine::Update(const SchedulerOutput& step, bool ran, const StepCallbacks& callbacks) {
+  bool static_prefill = false;
+  {
+    std::lock_guard lock(mutex_);
+    scheduler_->Update(step, ran);
+    static_prefill = !config_.continuous() && ran && scheduler_->prefilling();
+  }
+  const double end = NowS();
+  for (const ScheduledRequest& s : step.scheduled) {
+    if (!s.request->done()) continue;
+    ObserveEnd(*s.request, end);
+    if (callbacks.on_end) callbacks.on_end(MakeOutput(*s.request));
+  }
+  return static_prefill;
+}
+
+bool Engine::RunStep(const StepCallbacks& callbacks) {
+  ApplyCancels(callbacks);
+  Held held;
+  bool ran_any = false;
+  bool again = true;
+  while (again) {
+    const std::optional<SchedulerOutput> step = Schedule(callbacks);
+    if (!step) break;
+    // A failed request moved the queue: schedule again at once.
+    ran_any = ran_any || !step->failed.empty() || !step->scheduled.empty();
+    if (step->scheduled.empty()) break;
+    const bool ran = Execute(*step, held);
+    again = Update(*step, ran, callbacks);
+  }
+  for (auto& [request, output] : held) Deliver(*request, std::move(output), callbacks);
   return ran_any;
 }
 
 std::vector<GenerationOutput> Engine::Step() {
   std::vector<GenerationOutput> ended;
-  RunStep(&ended);
+  RunStep({nullptr, [&](GenerationOutput output) { ended.push_back(std::move(output)); }});
   return ended;
+}
+
+void Engine::Drive(const std::function<bool()>& done, const StepCallbacks& callbacks) {
+  while (!done()) {
+    if (RunStep(callbacks)) continue;
+    std::unique_lock lock(mutex_);
+    if (stopping_) return;
+    // Idle, or a static batch is forming: sleep until new work, a cancel, or its deadline.
+    const auto deadline = scheduler_->batch_wait_deadline_s();
+    const double wait_s = deadline ? std::max(0.0, *deadline - NowS()) : 0.5;
+    const int64_t added = num_added_;
+    work_.wait_for(lock, std::chrono::duration<double>(wait_s),
+                   [&] { return stopping_ || !pending_cancels_.empty() || num_added_ != added; });
+  }
 }
 
 std::vector<GenerationOutput> Engine::Generate() {
   std::vector<GenerationOutput> all;
-  while (HasWork()) {
-    std::vector<GenerationOutput> ended;
-    if (!RunStep(&ended)) {
-      // Nothing runnable now (a static batch still forming): wait for its deadline.
-      std::unique_lock lock(mutex_);
-      const auto deadline = scheduler_->batch_wait_deadline_s();
-      if (deadline) {
-        work_.wait_for(lock, std::chrono::duration<double>(std::max(0.0, *deadline - NowS())));
-      }
-    }
-    for (auto& output : ended) all.push_back(std::move(output));
-  }
+  RunUntilDone({nullptr, [&](GenerationOutput output) { all.push_back(std::move(output)); }});
   return all;
 }
 
@@ -452,26 +473,12 @@ std::string Engine::GenerateText(const std::string& prompt, int64_t max_tokens,
 void Engine::Start() {
   std::lock_guard lock(mutex_);
   INFER_CHECK(!thread_.joinable() && !stopping_, "engine: already started or stopped");
-  thread_ = std::thread([this] { Loop(); });
-}
-
-void Engine::Loop() {
-  while (true) {
-    {
+  thread_ = std::thread([this] {
+    Drive([this] {
       std::lock_guard lock(mutex_);
-      if (stopping_) return;
-    }
-    if (RunStep(nullptr)) continue;
-    std::unique_lock lock(mutex_);
-    if (stopping_) return;
-    // Idle, or a static batch is forming: sleep until new work, a cancel, or its deadline.
-    const auto deadline = scheduler_->batch_wait_deadline_s();
-    const double wait_s = deadline ? std::max(0.0, *deadline - NowS()) : 0.5;
-    const int64_t added = num_added_;
-    work_.wait_for(lock, std::chrono::duration<double>(wait_s),
-                   [&] { return stopping_ || !pending_cancels_.empty() || num_added_ != added; });
-    if (stopping_) return;
-  }
+      return stopping_;
+    });
+  });
 }
 
 void Engine::Stop(const std::string& reason) {
@@ -487,7 +494,7 @@ void Engine::Stop(const std::string& reason) {
     if (request->done()) continue;
     request->state = RequestState::kFailed;
     request->error = reason;
-    Deliver(*request, ErrorOutput(*request, reason));
+    Deliver(*request, ErrorOutput(*request, reason), {});
   }
 }
 

@@ -1,14 +1,16 @@
-// The engine: the one generation loop of the project. A thread-safe front (AddRequest / Cancel
-// from any thread) over the scheduler (continuous or static batching, paged KV blocks, prefix
-// caching, preemption) and the model runner. Step() runs one batched forward; the server runs it
-// in a loop on the engine's own thread, `infer generate` / `chat` / `bench` call Step() or
-// Generate() directly. Each request's StepOutputs arrive on its OutputChannel.
+// The engine: the one generation loop of the project. A thread-safe front (PreparePrompt, the
+// front door every request passes; AddRequest / Cancel from any thread) over the scheduler
+// (continuous or static batching, paged KV blocks, prefix caching, preemption) and the model
+// runner. Step() runs one step; Drive() is the one run-until-done driver: the server's engine
+// thread (Start), `infer generate` / `chat` / `bench` and seed 004's Generate all run it. Each
+// request's StepOutputs arrive on its OutputChannel (and at the driver's callbacks).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -70,6 +72,13 @@ struct KvCacheInfo {
   int64_t capacity_tokens() const { return num_blocks * block_size; }
 };
 
+// What a driver sees of each step: every StepOutput as it is delivered (it also goes to its
+// request's channel), and every request that ended. Either may be empty.
+struct StepCallbacks {
+  std::function<void(const StepOutput&)> on_output;
+  std::function<void(GenerationOutput)> on_end;
+};
+
 class Engine {
  public:
   // `model`, `tokenizer` (may be null: token-id prompts only) and `chat_template` (may be null:
@@ -123,6 +132,14 @@ class Engine {
   // exception in the forward fails the step's requests (error outputs) and the engine goes on.
   std::vector<GenerationOutput> Step();
   bool HasWork() const;
+  // The one driver: runs steps on the calling thread until `done()` (asked before each step).
+  // When nothing can run it sleeps until new work, a cancel, Stop() or a forming static batch's
+  // deadline (at most half a second). Returns at once if the engine is stopped.
+  void Drive(const std::function<bool()>& done, const StepCallbacks& callbacks = {});
+  // Drives until every queued request has ended.
+  void RunUntilDone(const StepCallbacks& callbacks) {
+    Drive([this] { return !HasWork(); }, callbacks);
+  }
   // Steps until every queued request has ended; their outputs in the order they ended.
   std::vector<GenerationOutput> Generate();
   // One request, run to the end: its text.
@@ -140,11 +157,25 @@ class Engine {
 
  private:
   double NowS() const;
-  void Loop();
-  // Runs one step; false when there was nothing to run.
-  bool RunStep(std::vector<GenerationOutput>* ended);
+  // One step, as nano-vllm's step(): schedule, run the model, update, deliver. False when there
+  // was nothing to run.
+  bool RunStep(const StepCallbacks& callbacks);
+  // Its parts. Cancels queued by Cancel(); the step's work (nullopt when scheduling failed and
+  // every request was failed); the forward and sampling (false when it threw: the scheduled
+  // requests are failed), whose outputs are held for Deliver; the scheduler's update and the
+  // requests that ended. Update returns whether the step goes on with another forward: a
+  // static batch prefills as one unit (its first tokens are delivered together).
+  void ApplyCancels(const StepCallbacks& callbacks);
+  std::optional<SchedulerOutput> Schedule(const StepCallbacks& callbacks);
+  using Held = std::vector<std::pair<std::shared_ptr<Request>, StepOutput>>;
+  bool Execute(const SchedulerOutput& step, Held& held);
+  bool Update(const SchedulerOutput& step, bool ran, const StepCallbacks& callbacks);
+  // A request that ended outside a forward (cancelled, failed while scheduling): its error
+  // output, metrics and GenerationOutput.
+  void EndWithError(const std::shared_ptr<Request>& request, const std::string& why,
+                    const StepCallbacks& callbacks, bool observe);
   GenerationOutput MakeOutput(const Request& request) const;
-  static void Deliver(const Request& request, StepOutput output);
+  static void Deliver(const Request& request, StepOutput output, const StepCallbacks& callbacks);
   // Metrics: a token just sampled for `request` at engine time `now`, and a request that ended.
   void ObserveToken(const Request& request);
   void ObserveEnd(const Request& request, double now);

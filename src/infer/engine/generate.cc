@@ -1,7 +1,6 @@
 #include "infer/engine/generate.h"
 
 #include <algorithm>
-#include <chrono>
 
 #include "infer/core/error.h"
 #include "infer/engine/engine.h"
@@ -39,31 +38,30 @@ std::vector<GenerationResult> RunBatch(LanguageModel& model, const Tokenizer* to
     config.num_blocks += (total + config.block_size - 1) / config.block_size;
   }
   Engine engine(config, model, tokenizer, options.eos_token_ids);
-  std::vector<std::shared_ptr<OutputChannel>> channels;
   for (size_t i = 0; i < prompts.size(); ++i) {
     std::vector<int32_t> ids = engine.PreparePrompt(prompts[i], params_of(i));
-    channels.push_back(engine.AddRequest(std::to_string(i), std::move(ids), params_of(i)));
-    INFER_CHECK(channels.back() != nullptr, "generate: the engine refused request {}", i);
+    INFER_CHECK(engine.AddRequest(std::to_string(i), std::move(ids), params_of(i)) != nullptr,
+                "generate: the engine refused request {}", i);
   }
   std::vector<GenerationResult> results(prompts.size());
-  while (engine.HasWork()) {
-    for (GenerationOutput& output : engine.Step()) {
-      if (output.error) Fail("{}", *output.error);
-      GenerationResult& result = results[std::stoul(output.request_id)];
-      result.token_ids = std::move(output.token_ids);
-      result.text = std::move(output.text);
-      result.finish_reason = output.finish_reason.value_or(FinishReason::kLength);
-      result.prompt_tokens = static_cast<int64_t>(output.prompt_token_ids.size());
-      result.generated_tokens = static_cast<int64_t>(result.token_ids.size());
-      result.timing = std::move(output.timing);
-    }
-    if (!options.on_text) continue;
-    for (size_t i = 0; i < channels.size(); ++i) {
-      while (auto output = channels[i]->Pop(std::chrono::milliseconds(0))) {
-        if (!output->text_delta.empty()) options.on_text(i, output->text_delta);
-      }
-    }
+  StepCallbacks callbacks;
+  if (options.on_text) {
+    callbacks.on_output = [&](const StepOutput& output) {
+      if (!output.text_delta.empty())
+        options.on_text(std::stoul(output.request_id), output.text_delta);
+    };
   }
+  callbacks.on_end = [&](GenerationOutput output) {
+    if (output.error) Fail("{}", *output.error);
+    GenerationResult& result = results[std::stoul(output.request_id)];
+    result.token_ids = std::move(output.token_ids);
+    result.text = std::move(output.text);
+    result.finish_reason = output.finish_reason.value_or(FinishReason::kLength);
+    result.prompt_tokens = static_cast<int64_t>(output.prompt_token_ids.size());
+    result.generated_tokens = static_cast<int64_t>(result.token_ids.size());
+    result.timing = std::move(output.timing);
+  };
+  engine.RunUntilDone(callbacks);
   return results;
 }
 
