@@ -270,22 +270,8 @@ std::vector<std::variant<std::string, std::vector<int32_t>>> ParsePrompts(const 
   return prompts;
 }
 
-}  // namespace
-
-OpenAiRequest ParseChatCompletionRequest(std::string_view body, std::string_view served_model,
-                                         const SamplingParams& defaults) {
-  const json root = ParseJsonObject(body);
-  Fields fields(root, /*name_param=*/true);
-  OpenAiRequest request;
-  request.endpoint = OpenAiEndpoint::kChatCompletions;
-  request.params = defaults;
-  RefuseUnsupported(fields);
-  const json* messages = fields.Get("messages");
-  if (!messages) Reject("missing required field 'messages'", "messages");
-  request.messages = ParseMessages(*messages);
-  ParseModel(fields, request, std::string(served_model));
-  ParseSampling(fields, request);
-  ParseOptions(fields, request);
+// Chat only: logprobs / top_logprobs, the template's variables, continue_final_message.
+void ParseChatFields(Fields& fields, OpenAiRequest& request) {
   const json* logprobs = fields.Get("logprobs");
   const bool want_logprobs = logprobs && fields.Boolean(*logprobs, "logprobs");
   if (const json* value = fields.Get("top_logprobs")) {
@@ -310,26 +296,10 @@ OpenAiRequest ParseChatCompletionRequest(std::string_view body, std::string_view
       value && fields.Boolean(*value, "continue_final_message")) {
     Reject("'continue_final_message' is not supported by this server", "continue_final_message");
   }
-  request.ignored_fields = fields.Unknown();
-  ValidateParams(request);
-  return request;
 }
 
-OpenAiRequest ParseOpenAiCompletionRequest(std::string_view body, std::string_view served_model,
-                                           const SamplingParams& defaults) {
-  const json root = ParseJsonObject(body);
-  Fields fields(root, /*name_param=*/true);
-  OpenAiRequest request;
-  request.endpoint = OpenAiEndpoint::kCompletions;
-  request.params = defaults;
-  request.max_tokens = 16;  // OpenAI's default for completions
-  RefuseUnsupported(fields);
-  const json* prompt = fields.Get("prompt");
-  if (!prompt) Reject("missing required field 'prompt'", "prompt");
-  request.prompts = ParsePrompts(*prompt);
-  ParseModel(fields, request, std::string(served_model));
-  ParseSampling(fields, request);
-  ParseOptions(fields, request);
+// Completions only: logprobs (a count), echo, best_of, suffix.
+void ParseCompletionFields(Fields& fields, OpenAiRequest& request) {
   if (const json* value = fields.Get("logprobs")) {
     const int64_t top = fields.Integer(*value, "logprobs");
     if (top < 0 || top > kMaxLogprobs) {
@@ -351,9 +321,51 @@ OpenAiRequest ParseOpenAiCompletionRequest(std::string_view body, std::string_vi
   if (const json* value = fields.Get("suffix"); value && *value != "") {
     Reject("'suffix' is not supported by this server", "suffix");
   }
+}
+
+// Either endpoint's body: the required field (messages, or prompt), the fields both share, then
+// the endpoint's own.
+OpenAiRequest ParseOpenAi(std::string_view body, std::string_view served_model,
+                          const SamplingParams& defaults, OpenAiEndpoint endpoint) {
+  const bool chat = endpoint == OpenAiEndpoint::kChatCompletions;
+  const json root = ParseJsonObject(body);
+  Fields fields(root, /*name_param=*/true);
+  OpenAiRequest request;
+  request.endpoint = endpoint;
+  request.params = defaults;
+  if (!chat) request.max_tokens = 16;  // OpenAI's default for completions
+  RefuseUnsupported(fields);
+  const char* const required = chat ? "messages" : "prompt";
+  const json* value = fields.Get(required);
+  if (!value) Reject(fmt::format("missing required field '{}'", required), required);
+  if (chat) {
+    request.messages = ParseMessages(*value);
+  } else {
+    request.prompts = ParsePrompts(*value);
+  }
+  ParseModel(fields, request, std::string(served_model));
+  ParseSampling(fields, request);
+  ParseOptions(fields, request);
+  if (chat) {
+    ParseChatFields(fields, request);
+  } else {
+    ParseCompletionFields(fields, request);
+  }
   request.ignored_fields = fields.Unknown();
   ValidateParams(request);
   return request;
+}
+
+}  // namespace
+
+OpenAiRequest ParseChatCompletionRequest(std::string_view body, std::string_view served_model,
+                                         const SamplingParams& defaults) {
+  return ParseOpenAi(body, served_model, defaults, OpenAiEndpoint::kChatCompletions);
+}
+
+OpenAiRequest ParseOpenAiCompletionRequest(std::string_view body, std::string_view served_model,
+                                           const SamplingParams& defaults) {
+  return ParseOpenAi(body, served_model, defaults, OpenAiEndpoint::kCompletions);
 }
 
 }  // namespace infer::server

@@ -218,6 +218,17 @@ std::string OpenAiResponse::StreamStart() {
   return lines;
 }
 
+ReasoningSplitter::Parts OpenAiResponse::SplitText(Choice& choice, const StepOutput& output) {
+  if (!reasoning_) return {{}, output.text_delta};
+  ReasoningSplitter::Parts parts = choice.splitter.Feed(output.text_delta);
+  if (output.finished) {
+    ReasoningSplitter::Parts rest = choice.splitter.Finish();
+    parts.reasoning += rest.reasoning;
+    parts.content += rest.content;
+  }
+  return parts;
+}
+
 std::string OpenAiResponse::Add(const StepOutput& output) {
   const auto found = choice_of_request_.find(output.request_id);
   if (found == choice_of_request_.end()) return {};
@@ -225,18 +236,7 @@ std::string OpenAiResponse::Add(const StepOutput& output) {
   Choice& choice = choices_[index];
   if (choice.finished) return {};
   const size_t text_offset = choice.text.size();
-  std::string content = output.text_delta;
-  std::string reasoning;
-  if (reasoning_) {
-    ReasoningSplitter::Parts parts = choice.splitter.Feed(output.text_delta);
-    if (output.finished) {
-      ReasoningSplitter::Parts rest = choice.splitter.Finish();
-      parts.reasoning += rest.reasoning;
-      parts.content += rest.content;
-    }
-    content = std::move(parts.content);
-    reasoning = std::move(parts.reasoning);
-  }
+  auto [reasoning, content] = SplitText(choice, output);
   choice.text += content;
   choice.reasoning += reasoning;
   if (output.token_id && !output.error) choice.token_ids.push_back(*output.token_id);
@@ -261,6 +261,16 @@ std::string OpenAiResponse::Add(const StepOutput& output) {
       !output.finished) {
     return {};
   }
+  return DeltaChunk(index, output, {std::move(reasoning), std::move(content)}, new_logprobs,
+                    text_offset);
+}
+
+std::string OpenAiResponse::DeltaChunk(size_t index, const StepOutput& output,
+                                       const ReasoningSplitter::Parts& text,
+                                       std::span<const TokenLogprobs> new_logprobs,
+                                       size_t text_offset) const {
+  const std::string& reasoning = text.reasoning;
+  const std::string& content = text.content;
   ordered_json chunk = ChunkBase();
   ordered_json delta_choice;
   delta_choice["index"] = index;
@@ -298,12 +308,9 @@ std::string OpenAiResponse::StreamEnd() {
 }
 
 ordered_json OpenAiResponse::Final() const {
-  ordered_json response;
-  response["id"] = id_;
+  ordered_json response = ChunkBase();  // id, object, created, model, in that order
   response["object"] =
       endpoint_ == OpenAiEndpoint::kChatCompletions ? "chat.completion" : "text_completion";
-  response["created"] = created_;
-  response["model"] = model_;
   ordered_json choices = ordered_json::array();
   for (size_t i = 0; i < choices_.size(); ++i) {
     const Choice& choice = choices_[i];

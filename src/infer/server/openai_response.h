@@ -86,6 +86,12 @@ class OpenAiResponse {
     int64_t completion_tokens = 0;
   };
   nlohmann::ordered_json ChunkBase() const;
+  // `output`'s text, split into reasoning and content when the response splits them.
+  ReasoningSplitter::Parts SplitText(Choice& choice, const StepOutput& output);
+  // The streamed chunk of one choice's new text, logprobs and token id.
+  std::string DeltaChunk(size_t index, const StepOutput& output,
+                         const ReasoningSplitter::Parts& text,
+                         std::span<const TokenLogprobs> new_logprobs, size_t text_offset) const;
   nlohmann::ordered_json LogprobsJson(std::span<const TokenLogprobs> logprobs,
                                       size_t text_offset) const;
   nlohmann::ordered_json Usage() const;
