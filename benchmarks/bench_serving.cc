@@ -53,7 +53,7 @@
 #include "infer/engine/generate.h"
 #include "infer/kernels/cpu/isa.h"
 #include "infer/server/http_server.h"
-#include "infer/server/sse_client.h"
+#include "testing/sse_client.h"
 
 namespace infer {
 namespace {
@@ -359,7 +359,7 @@ ModeSpec ContinuousMode(const EngineConfig& base) { return {"continuous", base};
 
 ModeSpec StaticMode(const EngineConfig& base, const Options& options) {
   ModeSpec mode{"static", base};
-  mode.config.batching_mode = "static";
+  mode.config.batching_mode = BatchingMode::kStatic;
   mode.config.max_num_seqs = options.static_max_num_seqs;
   return mode;
 }
@@ -476,7 +476,7 @@ Workload MakeWorkload(const std::string& name, const Options& options, int64_t v
       config.max_waiting_requests = options.overload_max_waiting;
       ModeSpec preempt{"continuous-preempt-priority", config};
       preempt.config.enable_preemption = true;
-      preempt.config.scheduler_policy = "priority";
+      preempt.config.scheduler_policy = SchedulerPolicy::kPriority;
       workload.modes = {{"continuous", config}, preempt};
       break;
     }
@@ -839,7 +839,8 @@ ModeResult RunMode(const Workload& workload, const ModeSpec& mode, TraceModel& m
     const ServeTarget target{server.port(), mode.config.model, model.vocab_size(),
                              session.eos_token_ids()};
     std::fprintf(stderr, "serving %s on %s:%d: %s batching, max_num_seqs %lld, %lld KV blocks\n",
-                 label.c_str(), kHost, target.port, mode.config.batching_mode.c_str(),
+                 label.c_str(), kHost, target.port,
+                 std::string(BatchingModeName(mode.config.batching_mode)).c_str(),
                  static_cast<long long>(mode.config.max_num_seqs),
                  static_cast<long long>(result.kv.num_blocks));
     std::mt19937_64 rng(options.seed + 4);
@@ -907,8 +908,8 @@ Json Summarize(const PhaseResult& phase) {
 }
 
 Json EngineJson(const EngineConfig& config, const KvCacheInfo& kv) {
-  return {{"batching_mode", config.batching_mode},
-          {"scheduler_policy", config.scheduler_policy},
+  return {{"batching_mode", BatchingModeName(config.batching_mode)},
+          {"scheduler_policy", SchedulerPolicyName(config.scheduler_policy)},
           {"max_num_seqs", config.max_num_seqs},
           {"max_num_batched_tokens", config.max_num_batched_tokens},
           {"max_waiting_requests", config.max_waiting_requests},

@@ -15,7 +15,7 @@
 
 #include "infer/core/error.h"
 #include "infer/tokenizer/detokenizer.h"
-#include "infer/tokenizer/jinja_interpreter.h"
+#include "infer/tokenizer/jinja/interpreter.h"
 #include "infer/tokenizer/tokenizer.h"
 #include "infer/tokenizer/utf8.h"
 

@@ -27,6 +27,7 @@
 
 #include "../unit/loader/test_util.h"
 #include "infer/server/http_server.h"
+#include "infer/server/loading_server.h"
 #include "serve_test_util.h"
 #include "testing/llama3_vocab_model.h"
 #include "testing/sanitized.h"

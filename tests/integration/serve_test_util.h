@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "infer/server/sse_client.h"
+#include "testing/sse_client.h"
 
 namespace infer::testing {
 

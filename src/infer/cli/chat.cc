@@ -2,7 +2,6 @@
 // the model's chat template and answered with a streamed reply; /reset, /params, /exit. One
 // engine serves the whole session, so the conversation so far stays in its prefix cache and a
 // turn prefills only what is new (the last message, and the rest of a partly filled block).
-#include <chrono>
 #include <cstdio>
 #include <optional>
 
@@ -42,23 +41,19 @@ nlohmann::ordered_json NewConversation(const std::string& system) {
 }
 
 // Answers the last user message of `messages`; returns the reply text.
-std::string Reply(GenerationSession& session, Engine& engine,
-                  const nlohmann::ordered_json& messages, const SamplingParams& params,
-                  int64_t turn) {
-  std::vector<int32_t> prompt_ids = session.EncodeChat(messages);
-  engine.PreparePrompt(prompt_ids, params);  // clear errors before queuing
+std::string Reply(Engine& engine, const nlohmann::ordered_json& messages,
+                  const SamplingParams& params, int64_t turn) {
+  std::vector<int32_t> prompt_ids = engine.PreparePrompt(ChatPrompt{messages}, params);
   const auto num_prompt = static_cast<int64_t>(prompt_ids.size());
-  const auto channel =
-      engine.AddRequest(fmt::format("turn-{}", turn), std::move(prompt_ids), params);
-  INFER_CHECK(channel != nullptr, "the engine refused the request");
+  INFER_CHECK(
+      engine.AddRequest(fmt::format("turn-{}", turn), std::move(prompt_ids), params) != nullptr,
+      "the engine refused the request");
   std::optional<GenerationOutput> result;
-  while (engine.HasWork()) {
-    for (GenerationOutput& output : engine.Step()) result = std::move(output);
-    while (auto output = channel->Pop(std::chrono::milliseconds(0))) {
-      std::fwrite(output->text_delta.data(), 1, output->text_delta.size(), stdout);
-      std::fflush(stdout);
-    }
-  }
+  engine.RunUntilDone({[](const StepOutput& output) {
+                         std::fwrite(output.text_delta.data(), 1, output.text_delta.size(), stdout);
+                         std::fflush(stdout);
+                       },
+                       [&](GenerationOutput output) { result = std::move(output); }});
   std::printf("\n");
   INFER_CHECK(result.has_value(), "the reply produced no output");
   if (result->error) Fail("{}", *result->error);
@@ -88,7 +83,8 @@ void RunChat(const ChatArgs& args) {
   config.max_model_len = args.max_model_len;
   config.kv_cache_dtype = ParseKvCacheDType(args.sampling.kv_cache_dtype);
   config.use_kv_cache = use_kv_cache;
-  Engine engine(config, session.model(), session.tokenizer(), session.eos_token_ids());
+  Engine engine(config, session.model(), session.tokenizer(), session.eos_token_ids(),
+                session.chat_template_or_null());
   int64_t turn = 0;
   std::printf("infer chat: %s (%s)\n%s", session.loaded().path.c_str(),
               DescribeSamplingParams(params, use_kv_cache).c_str(), kHelp);
@@ -119,7 +115,7 @@ void RunChat(const ChatArgs& args) {
     }
     messages.push_back({{"role", "user"}, {"content", input}});
     try {
-      const std::string reply = Reply(session, engine, messages, params, ++turn);
+      const std::string reply = Reply(engine, messages, params, ++turn);
       messages.push_back({{"role", "assistant"}, {"content", reply}});
     } catch (const Error& error) {
       messages.erase(messages.size() - 1);  // the turn did not happen

@@ -28,16 +28,15 @@ void RunGenerate(const GenerateArgs& args) {
   INFER_CHECK(!args.chat || !args.prompt.empty(), "--chat needs --prompt (a user message)");
   GenerationSession session(args.model);
   const SamplingParams params = ResolveSamplingParams(args.sampling, session.loaded().generation);
-  std::vector<int32_t> prompt_ids;
-  if (!args.prompt_ids.empty()) {
-    prompt_ids = ParseIdList(args.prompt_ids, "--prompt-ids");
-  } else if (args.chat) {
-    prompt_ids = session.EncodeChat(
-        nlohmann::ordered_json::array({{{"role", "user"}, {"content", args.prompt}}}));
-  } else {
-    prompt_ids = session.EncodeText(args.prompt);
-  }
+  Prompt prompt = args.prompt;
   GenerateOptions options;
+  if (!args.prompt_ids.empty()) {
+    prompt = ParseIdList(args.prompt_ids, "--prompt-ids");
+  } else if (args.chat) {
+    prompt =
+        ChatPrompt{nlohmann::ordered_json::array({{{"role", "user"}, {"content", args.prompt}}})};
+    options.chat_template = session.chat_template_or_null();
+  }
   options.use_kv_cache = !args.sampling.no_kv_cache;
   options.kv_cache_dtype = ParseKvCacheDType(args.sampling.kv_cache_dtype);
   options.eos_token_ids = session.eos_token_ids();
@@ -48,7 +47,7 @@ void RunGenerate(const GenerateArgs& args) {
     };
   }
   const GenerationResult result =
-      Generate(session.model(), session.tokenizer(), prompt_ids, params, options);
+      Generate(session.model(), session.tokenizer(), prompt, params, options);
   if (args.json) {
     std::printf("%s\n", GenerationResultToJson(result).dump().c_str());
     return;

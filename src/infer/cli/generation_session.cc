@@ -64,23 +64,18 @@ GenerationSession::GenerationSession(const ModelArgs& args)
 
 GenerationSession::~GenerationSession() = default;
 
-std::vector<int32_t> GenerationSession::EncodeText(const std::string& text) const {
-  INFER_CHECK(tokenizer_ != nullptr, "{} has no tokenizer.json: give --prompt-ids instead",
-              loaded_.path);
-  return tokenizer_->Encode(text, /*add_special_tokens=*/true);
-}
-
-std::vector<int32_t> GenerationSession::EncodeChat(const nlohmann::ordered_json& messages) {
-  INFER_CHECK(tokenizer_ != nullptr, "{} has no tokenizer.json: chat needs one", loaded_.path);
-  const std::string prompt =
-      chat_template().Render(messages, nlohmann::ordered_json{{"add_generation_prompt", true}});
-  // The template writes BOS itself.
-  return tokenizer_->Encode(prompt, /*add_special_tokens=*/false);
-}
-
 const ChatTemplate& GenerationSession::chat_template() {
   if (!chat_template_) chat_template_ = ChatTemplate::FromModelDir(loaded_.path);
   return *chat_template_;
+}
+
+const ChatTemplate* GenerationSession::chat_template_or_null() {
+  if (tokenizer_ == nullptr) return nullptr;
+  try {
+    return &chat_template();
+  } catch (const Error&) {
+    return nullptr;
+  }
 }
 
 }  // namespace infer::cli

@@ -49,12 +49,10 @@ class GenerationSession {
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   const std::vector<int32_t>& eos_token_ids() const { return eos_token_ids_; }
 
-  // Encodes plain text (with the tokenizer's special tokens, e.g. BOS).
-  std::vector<int32_t> EncodeText(const std::string& text) const;
-  // Renders `messages` with the chat template (generation prompt added) and encodes it.
-  std::vector<int32_t> EncodeChat(const nlohmann::ordered_json& messages);
   // The model's chat template (loaded on first use); throws infer::Error when it has none.
   const ChatTemplate& chat_template();
+  // The same, or null when the model has none (the engine's front door then refuses chats).
+  const ChatTemplate* chat_template_or_null();
 
  private:
   ThreadPool pool_;

@@ -20,6 +20,7 @@
 #include "infer/core/error.h"
 #include "infer/engine/engine.h"
 #include "infer/server/http_server.h"
+#include "infer/server/loading_server.h"
 
 namespace infer::cli {
 namespace {
@@ -33,6 +34,10 @@ struct ServeArgs {
   std::string kv_cache_dtype = "bf16";
   std::string kv_cache_memory;
   std::string reasoning_parser = "auto";
+  // Mode names as given; parsed into the configs' enums by RunServe.
+  std::string batching_mode = "continuous";
+  std::string scheduling_policy = "fcfs";
+  std::string completions_format = "seed";
 };
 
 // Signals are taken by one thread with sigwait (no async-signal-safety traps). It must be set up
@@ -100,17 +105,24 @@ void RunServe(ServeArgs& args) {
   const int64_t max_body = ParseByteSize(args.max_body_size, "--max-body-size");
   INFER_CHECK(max_body > 0, "--max-body-size must be positive");
   args.server.max_body_bytes = static_cast<size_t>(max_body);
+  args.engine.batching_mode = ParseBatchingMode(args.batching_mode);
+  args.engine.scheduler_policy = ParseSchedulerPolicy(args.scheduling_policy);
+  args.server.completions_format = args.completions_format == "openai"
+                                       ? server::CompletionsFormat::kOpenAi
+                                       : server::CompletionsFormat::kSeed;
   args.engine.Validate();
   // The port answers 503 "loading" until the model is ready.
-  server::LoadingServer loading(args.server.host, args.server.port, args.server.replica_id);
+  server::LoadingServer loading(args.server.host, args.server.port, args.server.replica_id,
+                                args.server.keep_alive_timeout_s);
   args.server.port = loading.port();
   std::fprintf(stderr, "infer serve: loading; /health answers 503 on http://%s:%d until ready\n",
                args.server.host.c_str(), args.server.port);
   GenerationSession session(args.model);
   args.server.default_sampling = SamplingParamsFromGenerationConfig(session.loaded().generation);
+  const ChatTemplate* chat_template = nullptr;
   if (session.tokenizer() != nullptr) {
     try {
-      args.server.chat_template = &session.chat_template();
+      chat_template = &session.chat_template();
     } catch (const Error& e) {
       spdlog::warn("no chat template, /v1/chat/completions will answer 400: {}", e.what());
     }
@@ -122,8 +134,10 @@ void RunServe(ServeArgs& args) {
         tokenizer != nullptr && tokenizer->TokenToId("<think>") && tokenizer->TokenToId("</think>");
     args.reasoning_parser = thinks ? "qwen3" : "none";
   }
-  args.server.reasoning_parser = args.reasoning_parser;
-  Engine engine(args.engine, session.model(), session.tokenizer(), session.eos_token_ids());
+  args.server.reasoning_parser = args.reasoning_parser == "qwen3" ? server::ReasoningParser::kQwen3
+                                                                  : server::ReasoningParser::kNone;
+  Engine engine(args.engine, session.model(), session.tokenizer(), session.eos_token_ids(),
+                chat_template);
   const KvCacheInfo& kv = engine.kv_cache();
   const int64_t max_len = std::min(args.engine.max_model_len, session.model().context_length());
   std::fprintf(stderr,
@@ -141,12 +155,12 @@ void RunServe(ServeArgs& args) {
                "max num seqs %lld, max waiting %lld, prefix caching %s, preemption %s; "
                "/v1/completions format %s, reasoning parser %s, replica %s)\n",
                args.server.host.c_str(), port, args.engine.model.c_str(),
-               args.engine.batching_mode.c_str(), args.engine.scheduler_policy.c_str(),
+               args.batching_mode.c_str(), args.scheduling_policy.c_str(),
                static_cast<long long>(args.engine.max_num_seqs),
                static_cast<long long>(args.engine.max_waiting_requests),
                args.engine.enable_prefix_caching ? "on" : "off",
-               args.engine.enable_preemption ? "on" : "off", args.server.completions_format.c_str(),
-               args.server.reasoning_parser.c_str(), args.server.replica_id.c_str());
+               args.engine.enable_preemption ? "on" : "off", args.completions_format.c_str(),
+               args.reasoning_parser.c_str(), args.server.replica_id.c_str());
   std::fflush(stderr);
   signals.Serve(&http);
   http.Run();
@@ -185,12 +199,12 @@ void AddServeCommand(CLI::App& app) {
                    "Longest prompt + max_tokens of a request (also capped by the model)")
       ->capture_default_str();
   command
-      ->add_option("--batching-mode", engine.batching_mode,
+      ->add_option("--batching-mode", args->batching_mode,
                    "continuous (admit and retire every step) or static (phase-4 batches)")
       ->check(CLI::IsMember({"continuous", "static"}))
       ->capture_default_str();
   command
-      ->add_option("--scheduling-policy", engine.scheduler_policy,
+      ->add_option("--scheduling-policy", args->scheduling_policy,
                    "fcfs, or priority (the request's priority field; lower runs first)")
       ->check(CLI::IsMember({"fcfs", "priority"}))
       ->capture_default_str();
@@ -254,7 +268,7 @@ void AddServeCommand(CLI::App& app) {
                       "Name of this replica: the X-Replica-Id header of every response and the "
                       "log prefix (default: $INFER_REPLICA_ID, else HOSTNAME-PID)");
   command
-      ->add_option("--completions-format", args->server.completions_format,
+      ->add_option("--completions-format", args->completions_format,
                    "What POST /v1/completions speaks: seed (the phase-4 event stream: event: "
                    "token / done / error) or openai (OpenAI's text_completion, JSON or "
                    "stream); /v1/chat/completions is always OpenAI's")

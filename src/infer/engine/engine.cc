@@ -16,6 +16,19 @@ namespace infer {
 
 namespace {
 
+template <typename... Args>
+[[noreturn]] void Reject(bool about_prompt, fmt::format_string<Args...> format, Args&&... args) {
+  throw RequestRejected(fmt::format(format, std::forward<Args>(args)...), about_prompt);
+}
+
+void ValidateParams(const SamplingParams& params) {
+  try {
+    params.Validate();
+  } catch (const Error& e) {
+    throw RequestRejected(e.what(), /*about_prompt=*/false);
+  }
+}
+
 KvCacheInfo SizeKvCache(const EngineConfig& config, const LanguageModel& model) {
   KvCacheInfo info;
   info.block_size = config.block_size;
@@ -52,10 +65,11 @@ KvCacheInfo SizeKvCache(const EngineConfig& config, const LanguageModel& model) 
 }  // namespace
 
 Engine::Engine(EngineConfig config, LanguageModel& model, const Tokenizer* tokenizer,
-               std::vector<int32_t> eos_token_ids)
+               std::vector<int32_t> eos_token_ids, const ChatTemplate* chat_template)
     : config_(std::move(config)),
       model_(model),
       tokenizer_(tokenizer),
+      chat_template_(chat_template),
       runner_(model, std::move(eos_token_ids)) {
   config_.Validate();
   kv_cache_ = SizeKvCache(config_, model_);
@@ -162,35 +176,49 @@ std::string Engine::KvCacheSummaryJson() const {
   return json.dump();
 }
 
-std::vector<int32_t> Engine::PreparePrompt(
-    const std::variant<std::string, std::vector<int32_t>>& prompt,
-    const SamplingParams& params) const {
-  params.Validate();
-  std::vector<int32_t> ids;
-  if (const auto* text = std::get_if<std::string>(&prompt)) {
-    INFER_CHECK(tokenizer_ != nullptr,
-                "string prompts need a tokenizer (the model folder has no tokenizer.json)");
-    ids = tokenizer_->Encode(*text, /*add_special_tokens=*/true);
-  } else {
-    ids = std::get<std::vector<int32_t>>(prompt);
+std::vector<int32_t> Engine::PreparePrompt(const Prompt& prompt,
+                                           const SamplingParams& params) const {
+  SamplingParams checked = params;
+  return PreparePrompt(prompt, checked, /*fill_context=*/false);
+}
+
+std::vector<int32_t> Engine::PreparePrompt(const Prompt& prompt, SamplingParams& params,
+                                           bool fill_context) const {
+  if (!fill_context) ValidateParams(params);
+  std::vector<int32_t> ids = EncodePrompt(prompt, tokenizer_, chat_template_, &template_mutex_);
+  const auto size = static_cast<int64_t>(ids.size());
+  if (ids.empty()) Reject(true, "the prompt is empty");
+  if (tokenizer_ == nullptr && !params.stop.empty()) {
+    Reject(false, "stop strings need a tokenizer (the model folder has no tokenizer.json)");
   }
-  INFER_CHECK(!ids.empty(), "the prompt is empty");
-  INFER_CHECK(tokenizer_ != nullptr || params.stop.empty(),
-              "stop strings need a tokenizer (the model folder has no tokenizer.json)");
   for (const int32_t id : ids) {
-    INFER_CHECK(id >= 0 && id < model_.vocab_size(),
-                "prompt token id {} is outside the vocab [0, {})", id, model_.vocab_size());
+    if (id < 0 || id >= model_.vocab_size()) {
+      Reject(true, "prompt token id {} is outside the vocab [0, {})", id, model_.vocab_size());
+    }
+  }
+  if (fill_context) {
+    if (max_model_len() - size < 1) {
+      Reject(true, "the prompt ({} tokens) leaves no room to generate within max_model_len ({})",
+             size, max_model_len());
+    }
+    params.max_new_tokens = max_model_len() - size;
+    ValidateParams(params);
   }
   const int64_t model_limit = std::min(config_.max_model_len, model_.context_length());
-  const auto total = static_cast<int64_t>(ids.size()) + params.max_new_tokens;
-  INFER_CHECK(total <= model_limit,
-              "prompt ({} tokens) + max_tokens ({}) = {} exceeds max_model_len ({})", ids.size(),
-              params.max_new_tokens, total, model_limit);
-  INFER_CHECK(total <= kv_cache_.capacity_tokens(),
-              "prompt ({} tokens) + max_tokens ({}) = {} can never fit the KV cache ({} tokens: "
-              "{} blocks of {}; see --kv-cache-memory / --num-kv-blocks)",
-              ids.size(), params.max_new_tokens, total, kv_cache_.capacity_tokens(),
-              kv_cache_.num_blocks, kv_cache_.block_size);
+  const int64_t total = size + params.max_new_tokens;
+  if (total > model_limit) {
+    Reject(true,
+           "prompt ({} tokens) + max_tokens ({}) = {} exceeds max_model_len, the context "
+           "length ({})",
+           size, params.max_new_tokens, total, model_limit);
+  }
+  if (total > kv_cache_.capacity_tokens()) {
+    Reject(true,
+           "prompt ({} tokens) + max_tokens ({}) = {} can never fit the KV cache ({} tokens: {} "
+           "blocks of {}; see --kv-cache-memory / --num-kv-blocks)",
+           size, params.max_new_tokens, total, kv_cache_.capacity_tokens(), kv_cache_.num_blocks,
+           kv_cache_.block_size);
+  }
   return ids;
 }
 
@@ -214,7 +242,8 @@ std::shared_ptr<OutputChannel> Engine::AddRequest(const std::string& request_id,
 }
 
 std::string Engine::AddRequest(const GenerationRequest& request) {
-  std::vector<int32_t> ids = PreparePrompt(request.prompt(), request.params());
+  std::vector<int32_t> ids = PreparePrompt(
+      std::visit([](const auto& p) { return Prompt(p); }, request.prompt()), request.params());
   std::string id = std::to_string(next_request_number_++);
   SamplingParams params = request.params();
   if (!params.seed && config_.seed) params.seed = config_.seed;
@@ -247,7 +276,8 @@ bool Engine::HasWork() const {
   return scheduler_->HasWork() || !pending_cancels_.empty();
 }
 
-void Engine::Deliver(const Request& request, StepOutput output) {
+void Engine::Deliver(const Request& request, StepOutput output, const StepCallbacks& callbacks) {
+  if (callbacks.on_output) callbacks.on_output(output);
   if (request.output) request.output->Push(std::move(output));
 }
 
@@ -287,7 +317,14 @@ GenerationOutput Engine::MakeOutput(const Request& request) const {
   return output;
 }
 
-bool Engine::RunStep(std::vector<GenerationOutput>* ended) {
+void Engine::EndWithError(const std::shared_ptr<Request>& request, const std::string& why,
+                          const StepCallbacks& callbacks, bool observe) {
+  if (observe) ObserveEnd(*request, NowS());
+  Deliver(*request, ErrorOutput(*request, why), callbacks);
+  if (callbacks.on_end) callbacks.on_end(MakeOutput(*request));
+}
+
+void Engine::ApplyCancels(const StepCallbacks& callbacks) {
   std::vector<std::shared_ptr<Request>> cancelled;
   {
     std::lock_guard lock(mutex_);
@@ -296,115 +333,128 @@ bool Engine::RunStep(std::vector<GenerationOutput>* ended) {
     }
     pending_cancels_.clear();
   }
-  for (const auto& request : cancelled) {
-    ObserveEnd(*request, NowS());
-    Deliver(*request, ErrorOutput(*request, "cancelled"));
-    if (ended) ended->push_back(MakeOutput(*request));
-  }
-  // Static batching keeps phase 4's prefill: the batch's prompts run as one unit (in calls of
-  // at most max_num_batched_tokens), and their first tokens are delivered together at its end.
-  std::vector<std::pair<std::shared_ptr<Request>, StepOutput>> held;
-  bool ran_any = false;
-  while (true) {
-    SchedulerOutput step;
-    try {
-      std::lock_guard lock(mutex_);
-      step = scheduler_->Schedule(NowS());
-    } catch (const std::exception& e) {
-      // A scheduler invariant broke: fail everything rather than take the process down.
-      spdlog::error("engine: scheduling failed, failing every request: {}", e.what());
-      std::vector<std::shared_ptr<Request>> all;
-      {
-        std::lock_guard lock(mutex_);
-        all = scheduler_->TakeAll();
-      }
-      for (const auto& request : all) {
-        request->state = RequestState::kFailed;
-        request->error = e.what();
-        Deliver(*request, ErrorOutput(*request, e.what()));
-        if (ended) ended->push_back(MakeOutput(*request));
-      }
-      break;
-    }
-    for (const auto& request : step.preempted) {
-      spdlog::debug("{}: preempted (KV blocks ran out), will be recomputed", request->request_id);
-    }
-    for (const auto& request : step.failed) {
-      const std::string why = request->error.value_or("KV block allocation failed");
-      spdlog::warn("{}: failed while scheduling: {}", request->request_id, why);
-      ObserveEnd(*request, NowS());
-      Deliver(*request, ErrorOutput(*request, why));
-      if (ended) ended->push_back(MakeOutput(*request));
-      ran_any = true;  // the queue moved: schedule again at once
-    }
-    if (step.scheduled.empty()) break;
-    ran_any = true;
-    const double start = NowS();
-    for (const ScheduledRequest& s : step.scheduled) {
-      if (s.request->first_scheduled_s < 0) s.request->first_scheduled_s = start;
-    }
-    bool ran = true;
-    try {
-      std::vector<StepOutput> outputs = runner_.Run(step);
-      const double now = NowS();
-      size_t k = 0;
-      for (const ScheduledRequest& s : step.scheduled) {
-        if (s.num_new == 0 || !s.wants_logits) continue;
-        StepOutput& output = outputs.at(k++);
-        output.time_s = now;
-        s.request->token_times_s.push_back(now);
-        ObserveToken(*s.request);
-        held.emplace_back(s.request, std::move(output));
-      }
-    } catch (const std::exception& e) {
-      ran = false;
-      spdlog::warn("engine step failed: {}", e.what());
-      for (const ScheduledRequest& s : step.scheduled) {
-        Request& request = *s.request;
-        if (request.done()) continue;
-        request.state = RequestState::kFailed;
-        request.error = e.what();
-        held.emplace_back(s.request, ErrorOutput(request, e.what()));
-      }
-    }
-    bool static_prefill = false;
+  for (const auto& request : cancelled) EndWithError(request, "cancelled", callbacks, true);
+}
+
+std::optional<SchedulerOutput> Engine::Schedule(const StepCallbacks& callbacks) {
+  SchedulerOutput step;
+  try {
+    std::lock_guard lock(mutex_);
+    step = scheduler_->Schedule(NowS());
+  } catch (const std::exception& e) {
+    // A scheduler invariant broke: fail everything rather than take the process down.
+    spdlog::error("engine: scheduling failed, failing every request: {}", e.what());
+    std::vector<std::shared_ptr<Request>> all;
     {
       std::lock_guard lock(mutex_);
-      scheduler_->Update(step, ran);
-      static_prefill = !config_.continuous() && ran && scheduler_->prefilling();
+      all = scheduler_->TakeAll();
     }
-    const double end = NowS();
-    for (const ScheduledRequest& s : step.scheduled) {
-      if (!s.request->done()) continue;
-      ObserveEnd(*s.request, end);
-      if (ended) ended->push_back(MakeOutput(*s.request));
+    for (const auto& request : all) {
+      request->state = RequestState::kFailed;
+      request->error = e.what();
+      EndWithError(request, e.what(), callbacks, false);
     }
-    if (!static_prefill) break;
+    return std::nullopt;
   }
-  for (auto& [request, output] : held) Deliver(*request, std::move(output));
+  for (const auto& request : step.preempted) {
+    spdlog::debug("{}: preempted (KV blocks ran out), will be recomputed", request->request_id);
+  }
+  for (const auto& request : step.failed) {
+    const std::string why = request->error.value_or("KV block allocation failed");
+    spdlog::warn("{}: failed while scheduling: {}", request->request_id, why);
+    EndWithError(request, why, callbacks, true);
+  }
+  return step;
+}
+
+bool Engine::Execute(const SchedulerOutput& step, Held& held) {
+  const double start = NowS();
+  for (const ScheduledRequest& s : step.scheduled) {
+    if (s.request->first_scheduled_s < 0) s.request->first_scheduled_s = start;
+  }
+  try {
+    std::vector<StepOutput> outputs = runner_.Run(step);
+    const double now = NowS();
+    size_t k = 0;
+    for (const ScheduledRequest& s : step.scheduled) {
+      if (s.num_new == 0 || !s.wants_logits) continue;
+      StepOutput& output = outputs.at(k++);
+      output.time_s = now;
+      s.request->token_times_s.push_back(now);
+      ObserveToken(*s.request);
+      held.emplace_back(s.request, std::move(output));
+    }
+    return true;
+  } catch (const std::exception& e) {
+    spdlog::warn("engine step failed: {}", e.what());
+    for (const ScheduledRequest& s : step.scheduled) {
+      Request& request = *s.request;
+      if (request.done()) continue;
+      request.state = RequestState::kFailed;
+      request.error = e.what();
+      held.emplace_back(s.request, ErrorOutput(request, e.what()));
+    }
+    return false;
+  }
+}
+
+bool Engine::Update(const SchedulerOutput& step, bool ran, const StepCallbacks& callbacks) {
+  bool static_prefill = false;
+  {
+    std::lock_guard lock(mutex_);
+    scheduler_->Update(step, ran);
+    static_prefill = !config_.continuous() && ran && scheduler_->prefilling();
+  }
+  const double end = NowS();
+  for (const ScheduledRequest& s : step.scheduled) {
+    if (!s.request->done()) continue;
+    ObserveEnd(*s.request, end);
+    if (callbacks.on_end) callbacks.on_end(MakeOutput(*s.request));
+  }
+  return static_prefill;
+}
+
+bool Engine::RunStep(const StepCallbacks& callbacks) {
+  ApplyCancels(callbacks);
+  Held held;
+  bool ran_any = false;
+  bool again = true;
+  while (again) {
+    const std::optional<SchedulerOutput> step = Schedule(callbacks);
+    if (!step) break;
+    // A failed request moved the queue: schedule again at once.
+    ran_any = ran_any || !step->failed.empty() || !step->scheduled.empty();
+    if (step->scheduled.empty()) break;
+    const bool ran = Execute(*step, held);
+    again = Update(*step, ran, callbacks);
+  }
+  for (auto& [request, output] : held) Deliver(*request, std::move(output), callbacks);
   return ran_any;
 }
 
 std::vector<GenerationOutput> Engine::Step() {
   std::vector<GenerationOutput> ended;
-  RunStep(&ended);
+  RunStep({nullptr, [&](GenerationOutput output) { ended.push_back(std::move(output)); }});
   return ended;
+}
+
+void Engine::Drive(const std::function<bool()>& done, const StepCallbacks& callbacks) {
+  while (!done()) {
+    if (RunStep(callbacks)) continue;
+    std::unique_lock lock(mutex_);
+    if (stopping_) return;
+    // Idle, or a static batch is forming: sleep until new work, a cancel, or its deadline.
+    const auto deadline = scheduler_->batch_wait_deadline_s();
+    const double wait_s = deadline ? std::max(0.0, *deadline - NowS()) : 0.5;
+    const int64_t added = num_added_;
+    work_.wait_for(lock, std::chrono::duration<double>(wait_s),
+                   [&] { return stopping_ || !pending_cancels_.empty() || num_added_ != added; });
+  }
 }
 
 std::vector<GenerationOutput> Engine::Generate() {
   std::vector<GenerationOutput> all;
-  while (HasWork()) {
-    std::vector<GenerationOutput> ended;
-    if (!RunStep(&ended)) {
-      // Nothing runnable now (a static batch still forming): wait for its deadline.
-      std::unique_lock lock(mutex_);
-      const auto deadline = scheduler_->batch_wait_deadline_s();
-      if (deadline) {
-        work_.wait_for(lock, std::chrono::duration<double>(std::max(0.0, *deadline - NowS())));
-      }
-    }
-    for (auto& output : ended) all.push_back(std::move(output));
-  }
+  RunUntilDone({nullptr, [&](GenerationOutput output) { all.push_back(std::move(output)); }});
   return all;
 }
 
@@ -423,26 +473,12 @@ std::string Engine::GenerateText(const std::string& prompt, int64_t max_tokens,
 void Engine::Start() {
   std::lock_guard lock(mutex_);
   INFER_CHECK(!thread_.joinable() && !stopping_, "engine: already started or stopped");
-  thread_ = std::thread([this] { Loop(); });
-}
-
-void Engine::Loop() {
-  while (true) {
-    {
+  thread_ = std::thread([this] {
+    Drive([this] {
       std::lock_guard lock(mutex_);
-      if (stopping_) return;
-    }
-    if (RunStep(nullptr)) continue;
-    std::unique_lock lock(mutex_);
-    if (stopping_) return;
-    // Idle, or a static batch is forming: sleep until new work, a cancel, or its deadline.
-    const auto deadline = scheduler_->batch_wait_deadline_s();
-    const double wait_s = deadline ? std::max(0.0, *deadline - NowS()) : 0.5;
-    const int64_t added = num_added_;
-    work_.wait_for(lock, std::chrono::duration<double>(wait_s),
-                   [&] { return stopping_ || !pending_cancels_.empty() || num_added_ != added; });
-    if (stopping_) return;
-  }
+      return stopping_;
+    });
+  });
 }
 
 void Engine::Stop(const std::string& reason) {
@@ -458,7 +494,7 @@ void Engine::Stop(const std::string& reason) {
     if (request->done()) continue;
     request->state = RequestState::kFailed;
     request->error = reason;
-    Deliver(*request, ErrorOutput(*request, reason));
+    Deliver(*request, ErrorOutput(*request, reason), {});
   }
 }
 

@@ -1,14 +1,16 @@
-// The engine: the one generation loop of the project. A thread-safe front (AddRequest / Cancel
-// from any thread) over the scheduler (continuous or static batching, paged KV blocks, prefix
-// caching, preemption) and the model runner. Step() runs one batched forward; the server runs it
-// in a loop on the engine's own thread, `infer generate` / `chat` / `bench` call Step() or
-// Generate() directly. Each request's StepOutputs arrive on its OutputChannel.
+// The engine: the one generation loop of the project. A thread-safe front (PreparePrompt, the
+// front door every request passes; AddRequest / Cancel from any thread) over the scheduler
+// (continuous or static batching, paged KV blocks, prefix caching, preemption) and the model
+// runner. Step() runs one step; Drive() is the one run-until-done driver: the server's engine
+// thread (Start), `infer generate` / `chat` / `bench` and seed 004's Generate all run it. Each
+// request's StepOutputs arrive on its OutputChannel (and at the driver's callbacks).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -20,7 +22,9 @@
 #include "infer/engine/engine_config.h"
 #include "infer/engine/language_model.h"
 #include "infer/engine/metrics.h"
+#include "infer/engine/output.h"
 #include "infer/engine/output_channel.h"
+#include "infer/engine/prompt.h"
 #include "infer/engine/request.h"
 #include "infer/engine/runner.h"
 #include "infer/engine/scheduler.h"
@@ -59,21 +63,6 @@ class GenerationRequest {
   int64_t priority_ = 0;
 };
 
-// A finished request (seed 004's GenerationOutput).
-struct GenerationOutput {
-  std::string request_id;
-  std::string prompt;  // the prompt text (decoded from the ids for token prompts)
-  std::vector<int32_t> prompt_token_ids;
-  std::string text;  // generated text, cut before a stop string
-  std::vector<int32_t> token_ids;
-  std::optional<FinishReason> finish_reason;  // none when failed
-  std::optional<std::string> error;
-  int64_t total_tokens = 0;   // prompt + generated
-  int64_t cached_tokens = 0;  // prompt tokens served by the prefix cache
-  int64_t num_preemptions = 0;
-  GenerationTiming timing;
-};
-
 // The KV pool an engine made, for logs and /health.
 struct KvCacheInfo {
   int64_t num_blocks = 0;
@@ -83,12 +72,20 @@ struct KvCacheInfo {
   int64_t capacity_tokens() const { return num_blocks * block_size; }
 };
 
+// What a driver sees of each step: every StepOutput as it is delivered (it also goes to its
+// request's channel), and every request that ended. Either may be empty.
+struct StepCallbacks {
+  std::function<void(const StepOutput&)> on_output;
+  std::function<void(GenerationOutput)> on_end;
+};
+
 class Engine {
  public:
-  // `model` and `tokenizer` (may be null: token-id prompts only) must outlive the engine.
-  // Sizes and allocates the KV pool. Throws infer::Error for an invalid config.
+  // `model`, `tokenizer` (may be null: token-id prompts only) and `chat_template` (may be null:
+  // no chat prompts) must outlive the engine. Sizes and allocates the KV pool. Throws
+  // infer::Error for an invalid config.
   Engine(EngineConfig config, LanguageModel& model, const Tokenizer* tokenizer,
-         std::vector<int32_t> eos_token_ids);
+         std::vector<int32_t> eos_token_ids, const ChatTemplate* chat_template = nullptr);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -105,11 +102,16 @@ class Engine {
   // waiting, prefix cache hit rate, preemptions}: for /health and logs.
   std::string KvCacheSummaryJson() const;
 
-  // Tokenizes (a string prompt, special tokens added) and checks a request without queuing it:
-  // throws infer::Error for invalid sampling params, ids outside the vocab, a prompt that
-  // tokenizes to nothing, or prompt + max_new_tokens beyond max_model_len or the KV pool.
-  std::vector<int32_t> PreparePrompt(const std::variant<std::string, std::vector<int32_t>>& prompt,
-                                     const SamplingParams& params) const;
+  // The front door: every request (the server's protocols, every CLI command, seed 004's
+  // AddRequest) is tokenized (a chat through the chat template) and checked here, once, before
+  // it is queued. Returns the prompt's ids; throws RequestRejected for invalid sampling params,
+  // a prompt that cannot be encoded (no tokenizer, no chat template, the template fails) or
+  // encodes to nothing, ids outside the vocab, or prompt + max_new_tokens beyond max_model_len
+  // or the KV pool. With `fill_context`, params.max_new_tokens is first set to the rest of the
+  // context (OpenAI's unset max_tokens).
+  std::vector<int32_t> PreparePrompt(const Prompt& prompt, SamplingParams& params,
+                                     bool fill_context) const;
+  std::vector<int32_t> PreparePrompt(const Prompt& prompt, const SamplingParams& params) const;
 
   // Queues a prepared request; null when the waiting queue is full (HTTP 503). Its outputs go
   // to `output` when given (several requests may share one channel: their StepOutputs carry
@@ -130,6 +132,14 @@ class Engine {
   // exception in the forward fails the step's requests (error outputs) and the engine goes on.
   std::vector<GenerationOutput> Step();
   bool HasWork() const;
+  // The one driver: runs steps on the calling thread until `done()` (asked before each step).
+  // When nothing can run it sleeps until new work, a cancel, Stop() or a forming static batch's
+  // deadline (at most half a second). Returns at once if the engine is stopped.
+  void Drive(const std::function<bool()>& done, const StepCallbacks& callbacks = {});
+  // Drives until every queued request has ended.
+  void RunUntilDone(const StepCallbacks& callbacks) {
+    Drive([this] { return !HasWork(); }, callbacks);
+  }
   // Steps until every queued request has ended; their outputs in the order they ended.
   std::vector<GenerationOutput> Generate();
   // One request, run to the end: its text.
@@ -147,11 +157,25 @@ class Engine {
 
  private:
   double NowS() const;
-  void Loop();
-  // Runs one step; false when there was nothing to run.
-  bool RunStep(std::vector<GenerationOutput>* ended);
+  // One step, as nano-vllm's step(): schedule, run the model, update, deliver. False when there
+  // was nothing to run.
+  bool RunStep(const StepCallbacks& callbacks);
+  // Its parts. Cancels queued by Cancel(); the step's work (nullopt when scheduling failed and
+  // every request was failed); the forward and sampling (false when it threw: the scheduled
+  // requests are failed), whose outputs are held for Deliver; the scheduler's update and the
+  // requests that ended. Update returns whether the step goes on with another forward: a
+  // static batch prefills as one unit (its first tokens are delivered together).
+  void ApplyCancels(const StepCallbacks& callbacks);
+  std::optional<SchedulerOutput> Schedule(const StepCallbacks& callbacks);
+  using Held = std::vector<std::pair<std::shared_ptr<Request>, StepOutput>>;
+  bool Execute(const SchedulerOutput& step, Held& held);
+  bool Update(const SchedulerOutput& step, bool ran, const StepCallbacks& callbacks);
+  // A request that ended outside a forward (cancelled, failed while scheduling): its error
+  // output, metrics and GenerationOutput.
+  void EndWithError(const std::shared_ptr<Request>& request, const std::string& why,
+                    const StepCallbacks& callbacks, bool observe);
   GenerationOutput MakeOutput(const Request& request) const;
-  static void Deliver(const Request& request, StepOutput output);
+  static void Deliver(const Request& request, StepOutput output, const StepCallbacks& callbacks);
   // Metrics: a token just sampled for `request` at engine time `now`, and a request that ended.
   void ObserveToken(const Request& request);
   void ObserveEnd(const Request& request, double now);
@@ -160,6 +184,8 @@ class Engine {
   const EngineConfig config_;
   LanguageModel& model_;
   const Tokenizer* tokenizer_;
+  const ChatTemplate* chat_template_;
+  mutable std::mutex template_mutex_;  // chat template rendering, one at a time
   KvCacheInfo kv_cache_;
   ModelRunner runner_;
   const std::chrono::steady_clock::time_point start_time_ = std::chrono::steady_clock::now();

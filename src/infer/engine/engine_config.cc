@@ -6,6 +6,33 @@
 
 namespace infer {
 
+BatchingMode ParseBatchingMode(std::string_view name) {
+  if (name == "continuous") return BatchingMode::kContinuous;
+  if (name == "static") return BatchingMode::kStatic;
+  Fail("batching_mode '{}' is not supported (supported: continuous, static)", name);
+}
+
+SchedulerPolicy ParseSchedulerPolicy(std::string_view name) {
+  if (name == "fcfs") return SchedulerPolicy::kFcfs;
+  if (name == "priority") return SchedulerPolicy::kPriority;
+  Fail("scheduler_policy '{}' is not supported (supported: fcfs, priority)", name);
+}
+
+KvCacheBackend ParseKvCacheBackend(std::string_view name) {
+  if (name == "paged") return KvCacheBackend::kPaged;
+  Fail("kv_cache_backend '{}' is not supported (supported: paged)", name);
+}
+
+std::string_view BatchingModeName(BatchingMode mode) {
+  return mode == BatchingMode::kStatic ? "static" : "continuous";
+}
+
+std::string_view SchedulerPolicyName(SchedulerPolicy policy) {
+  return policy == SchedulerPolicy::kPriority ? "priority" : "fcfs";
+}
+
+std::string_view KvCacheBackendName(KvCacheBackend /*backend*/) { return "paged"; }
+
 void EngineConfig::Validate() const {
   INFER_CHECK(max_model_len >= 2, "max_model_len must be at least 2, got {}", max_model_len);
   INFER_CHECK(max_num_seqs >= 1, "max_num_seqs must be at least 1, got {}", max_num_seqs);
@@ -15,13 +42,6 @@ void EngineConfig::Validate() const {
               max_waiting_requests);
   INFER_CHECK(std::isfinite(batch_wait_timeout_s) && batch_wait_timeout_s >= 0,
               "batch_wait_timeout_s must be finite and >= 0, got {}", batch_wait_timeout_s);
-  INFER_CHECK(batching_mode == "continuous" || batching_mode == "static",
-              "batching_mode '{}' is not supported (supported: continuous, static)", batching_mode);
-  INFER_CHECK(scheduler_policy == "fcfs" || scheduler_policy == "priority",
-              "scheduler_policy '{}' is not supported (supported: fcfs, priority)",
-              scheduler_policy);
-  INFER_CHECK(kv_cache_backend == "paged",
-              "kv_cache_backend '{}' is not supported (supported: paged)", kv_cache_backend);
   INFER_CHECK(block_size >= 16 && block_size <= 1024 && block_size % 16 == 0,
               "block_size must be a multiple of 16 in [16, 1024] (the attention kernel reads 16 "
               "positions of one block at a time), got {}",

@@ -6,10 +6,23 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "infer/core/dtype.h"
 
 namespace infer {
+
+// The modes are enums; their names (vLLM's, and the seed's strings) are parsed once, at the
+// edge (the command line, a test), by Parse*, which throw infer::Error naming what is supported.
+enum class BatchingMode { kContinuous, kStatic };
+enum class SchedulerPolicy { kFcfs, kPriority };
+enum class KvCacheBackend { kPaged };
+BatchingMode ParseBatchingMode(std::string_view name);
+SchedulerPolicy ParseSchedulerPolicy(std::string_view name);
+KvCacheBackend ParseKvCacheBackend(std::string_view name);
+std::string_view BatchingModeName(BatchingMode mode);
+std::string_view SchedulerPolicyName(SchedulerPolicy policy);
+std::string_view KvCacheBackendName(KvCacheBackend backend);
 
 struct EngineConfig {
   // The model id clients must name in requests (the folder name or Hugging Face id).
@@ -28,16 +41,16 @@ struct EngineConfig {
   int64_t max_waiting_requests = 64;
   // Default seed for requests that give none; nullopt: OS-seeded.
   std::optional<uint64_t> seed;
-  // "continuous": every step admits and retires requests, decode tokens and prefill chunks in
-  // one forward. "static" (phase 4): a batch forms (full, or batch_wait_timeout_s after its
+  // continuous: every step admits and retires requests, decode tokens and prefill chunks in
+  // one forward. static (phase 4): a batch forms (full, or batch_wait_timeout_s after its
   // first request), prefills, and decodes to completion before the next one forms.
-  std::string batching_mode = "continuous";
-  // "fcfs", or "priority": waiting requests by (priority, arrival), lower value first.
-  std::string scheduler_policy = "fcfs";
+  BatchingMode batching_mode = BatchingMode::kContinuous;
+  // fcfs, or priority: waiting requests by (priority, arrival), lower value first.
+  SchedulerPolicy scheduler_policy = SchedulerPolicy::kFcfs;
   // How long a forming static batch waits to fill before it is dispatched anyway.
   double batch_wait_timeout_s = 0.05;
-  // "paged" only: one pool of fixed-size blocks for every sequence and layer.
-  std::string kv_cache_backend = "paged";
+  // paged only: one pool of fixed-size blocks for every sequence and layer.
+  KvCacheBackend kv_cache_backend = KvCacheBackend::kPaged;
   // Positions per KV block; a multiple of 16 (the attention kernel reads 16 consecutive positions
   // of one block at a time).
   int64_t block_size = 16;
@@ -58,8 +71,8 @@ struct EngineConfig {
   // oracle, --no-kv-cache).
   bool use_kv_cache = true;
 
-  bool continuous() const { return batching_mode == "continuous"; }
-  bool priority_policy() const { return scheduler_policy == "priority"; }
+  bool continuous() const { return batching_mode == BatchingMode::kContinuous; }
+  bool priority_policy() const { return scheduler_policy == SchedulerPolicy::kPriority; }
 
   // Throws infer::Error naming the first unsupported or out-of-range field.
   void Validate() const;

@@ -1,8 +1,6 @@
 #include "infer/engine/generate.h"
 
 #include <algorithm>
-#include <chrono>
-#include <numeric>
 
 #include "infer/core/error.h"
 #include "infer/engine/engine.h"
@@ -11,52 +9,12 @@ namespace infer {
 
 namespace {
 
-void CheckRequest(const LanguageModel& model, const Tokenizer* tokenizer,
-                  std::span<const int32_t> prompt, const SamplingParams& params) {
-  params.Validate();
-  INFER_CHECK(!prompt.empty(), "the prompt is empty: give at least one token");
-  INFER_CHECK(tokenizer != nullptr || params.stop.empty(),
-              "stop strings need a tokenizer (the model folder has no tokenizer.json)");
-  for (const int32_t id : prompt) {
-    INFER_CHECK(id >= 0 && id < model.vocab_size(),
-                "prompt token id {} is outside the vocab [0, {})", id, model.vocab_size());
-  }
-  const auto total = static_cast<int64_t>(prompt.size()) + params.max_new_tokens;
-  INFER_CHECK(
-      total <= model.context_length(),
-      "prompt ({} tokens) + max_new_tokens ({}) = {} exceeds the model's context length ({})",
-      prompt.size(), params.max_new_tokens, total, model.context_length());
-}
-
-}  // namespace
-
-std::string_view FinishReasonName(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kEos:
-      return "eos";
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-  }
-  return "length";
-}
-
-double GenerationTiming::decode_time_s() const {
-  return std::accumulate(decode_times_s.begin(), decode_times_s.end(), 0.0);
-}
-
-GenerationResult Generate(LanguageModel& model, const Tokenizer* tokenizer,
-                          std::span<const int32_t> prompt_ids, const SamplingParams& params,
-                          const GenerateOptions& options) {
-  std::vector<std::vector<int32_t>> prompts{{prompt_ids.begin(), prompt_ids.end()}};
-  return std::move(GenerateBatch(model, tokenizer, prompts, {params}, options).front());
-}
-
-std::vector<GenerationResult> GenerateBatch(LanguageModel& model, const Tokenizer* tokenizer,
-                                            const std::vector<std::vector<int32_t>>& prompts,
-                                            const std::vector<SamplingParams>& params,
-                                            const GenerateOptions& options) {
+// Continuous batching on an engine of `prompts.size()` sequences whose KV pool holds exactly
+// what the prompts may need; each prompt checked by its front door.
+std::vector<GenerationResult> RunBatch(LanguageModel& model, const Tokenizer* tokenizer,
+                                       const std::vector<std::vector<int32_t>>& prompts,
+                                       const std::vector<SamplingParams>& params,
+                                       const GenerateOptions& options) {
   INFER_CHECK(!prompts.empty(), "generate: no prompts");
   INFER_CHECK(params.size() == 1 || params.size() == prompts.size(),
               "generate: {} sampling params for {} prompts (give 1 or one per prompt)",
@@ -73,36 +31,53 @@ std::vector<GenerationResult> GenerateBatch(LanguageModel& model, const Tokenize
   config.use_kv_cache = options.use_kv_cache;
   config.num_blocks = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    CheckRequest(model, tokenizer, prompts[i], params_of(i));
-    const auto total = static_cast<int64_t>(prompts[i].size()) + params_of(i).max_new_tokens;
+    // What it may need; the front door below refuses requests beyond the context.
+    const int64_t total =
+        std::clamp<int64_t>(static_cast<int64_t>(prompts[i].size()) + params_of(i).max_new_tokens,
+                            1, model.context_length());
     config.num_blocks += (total + config.block_size - 1) / config.block_size;
   }
   Engine engine(config, model, tokenizer, options.eos_token_ids);
-  std::vector<std::shared_ptr<OutputChannel>> channels;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    channels.push_back(engine.AddRequest(std::to_string(i), prompts[i], params_of(i)));
-    INFER_CHECK(channels.back() != nullptr, "generate: the engine refused request {}", i);
+    std::vector<int32_t> ids = engine.PreparePrompt(prompts[i], params_of(i));
+    INFER_CHECK(engine.AddRequest(std::to_string(i), std::move(ids), params_of(i)) != nullptr,
+                "generate: the engine refused request {}", i);
   }
   std::vector<GenerationResult> results(prompts.size());
-  while (engine.HasWork()) {
-    for (GenerationOutput& output : engine.Step()) {
-      if (output.error) Fail("{}", *output.error);
-      GenerationResult& result = results[std::stoul(output.request_id)];
-      result.token_ids = std::move(output.token_ids);
-      result.text = std::move(output.text);
-      result.finish_reason = output.finish_reason.value_or(FinishReason::kLength);
-      result.prompt_tokens = static_cast<int64_t>(output.prompt_token_ids.size());
-      result.generated_tokens = static_cast<int64_t>(result.token_ids.size());
-      result.timing = std::move(output.timing);
-    }
-    if (!options.on_text) continue;
-    for (size_t i = 0; i < channels.size(); ++i) {
-      while (auto output = channels[i]->Pop(std::chrono::milliseconds(0))) {
-        if (!output->text_delta.empty()) options.on_text(i, output->text_delta);
-      }
-    }
+  StepCallbacks callbacks;
+  if (options.on_text) {
+    callbacks.on_output = [&](const StepOutput& output) {
+      if (!output.text_delta.empty())
+        options.on_text(std::stoul(output.request_id), output.text_delta);
+    };
   }
+  callbacks.on_end = [&](GenerationOutput output) {
+    if (output.error) Fail("{}", *output.error);
+    GenerationResult& result = results[std::stoul(output.request_id)];
+    result.token_ids = std::move(output.token_ids);
+    result.text = std::move(output.text);
+    result.finish_reason = output.finish_reason.value_or(FinishReason::kLength);
+    result.prompt_tokens = static_cast<int64_t>(output.prompt_token_ids.size());
+    result.generated_tokens = static_cast<int64_t>(result.token_ids.size());
+    result.timing = std::move(output.timing);
+  };
+  engine.RunUntilDone(callbacks);
   return results;
+}
+
+}  // namespace
+
+GenerationResult Generate(LanguageModel& model, const Tokenizer* tokenizer, const Prompt& prompt,
+                          const SamplingParams& params, const GenerateOptions& options) {
+  std::vector<std::vector<int32_t>> prompts{EncodePrompt(prompt, tokenizer, options.chat_template)};
+  return std::move(RunBatch(model, tokenizer, prompts, {params}, options).front());
+}
+
+std::vector<GenerationResult> GenerateBatch(LanguageModel& model, const Tokenizer* tokenizer,
+                                            const std::vector<std::vector<int32_t>>& prompts,
+                                            const std::vector<SamplingParams>& params,
+                                            const GenerateOptions& options) {
+  return RunBatch(model, tokenizer, prompts, params, options);
 }
 
 nlohmann::ordered_json GenerationResultToJson(const GenerationResult& result) {

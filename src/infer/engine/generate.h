@@ -1,6 +1,6 @@
 // One-shot generation on the engine (engine.h): prefill the prompt, then sample one token per
 // step until EOS, a stop string or max_new_tokens; single prompts and batches (rows finish
-// independently). Also the result types every generation path shares.
+// independently).
 #pragma once
 
 #include <cstdint>
@@ -13,25 +13,12 @@
 #include <nlohmann/json.hpp>
 
 #include "infer/engine/language_model.h"
+#include "infer/engine/output.h"
+#include "infer/engine/prompt.h"
 #include "infer/engine/sampling_params.h"
 #include "infer/tokenizer/tokenizer.h"
 
 namespace infer {
-
-enum class FinishReason { kEos, kStop, kLength };
-// "eos", "stop", "length".
-std::string_view FinishReasonName(FinishReason reason);
-
-struct GenerationTiming {
-  // From the request's first step to its first token (time to first token: the prompt's
-  // forward passes and the first sampling).
-  double prefill_time_s = 0.0;
-  // Each later token's step (forward and sampling); generated_tokens - 1 entries.
-  std::vector<double> decode_times_s;
-
-  double decode_time_s() const;
-  double total_time_s() const { return prefill_time_s + decode_time_s(); }
-};
 
 struct GenerationResult {
   std::vector<int32_t> token_ids;  // generated ids (prompt excluded), EOS included when hit
@@ -51,14 +38,16 @@ struct GenerateOptions {
   std::vector<int32_t> eos_token_ids;
   // Receives text of row `row` as soon as it is final (see OutputText::TakeStable).
   std::function<void(size_t row, std::string_view text)> on_text;
+  // Renders chat prompts (may be null: no chat prompts).
+  const ChatTemplate* chat_template = nullptr;
 };
 
-// `tokenizer` may be null: the text is then empty and `params.stop` must be empty. Throws
-// infer::Error for invalid params, an empty prompt, ids outside the vocab, or prompt +
-// max_new_tokens beyond the model's context.
-GenerationResult Generate(LanguageModel& model, const Tokenizer* tokenizer,
-                          std::span<const int32_t> prompt_ids, const SamplingParams& params,
-                          const GenerateOptions& options = {});
+// `tokenizer` may be null: the text is then empty, and the prompt must be token ids and
+// `params.stop` empty. The engine's front door (Engine::PreparePrompt) encodes and checks the
+// prompt: throws RequestRejected for invalid params, a prompt it cannot encode or that is
+// empty, ids outside the vocab, or prompt + max_new_tokens beyond the model's context.
+GenerationResult Generate(LanguageModel& model, const Tokenizer* tokenizer, const Prompt& prompt,
+                          const SamplingParams& params, const GenerateOptions& options = {});
 
 // Runs every prompt as its own request of one engine (continuous batching); a finished row stops
 // running. `params` has one entry per prompt, or one for all. Row i's result equals

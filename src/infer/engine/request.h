@@ -1,6 +1,5 @@
-// One request as the engine tracks it (prompt, sampling, priority, state, generated ids, its KV
-// blocks and how many of its tokens are computed, per-request RNG and output text) and the
-// StepOutput the engine sends its client each step.
+// One request as the engine tracks it: prompt, sampling, priority, state, generated ids, its KV
+// blocks and how many of its tokens are computed, per-request RNG and output text.
 #pragma once
 
 #include <cstdint>
@@ -11,7 +10,7 @@
 #include <vector>
 
 #include "infer/cache/block_manager.h"
-#include "infer/engine/generate.h"
+#include "infer/engine/output.h"
 #include "infer/engine/output_text.h"
 #include "infer/engine/sampler.h"
 #include "infer/engine/sampling_params.h"
@@ -22,22 +21,6 @@ namespace infer {
 // preempted request goes back to kWaiting and is recomputed.
 enum class RequestState { kWaiting, kPrefill, kDecode, kFinished, kFailed };
 std::string_view RequestStateName(RequestState state);
-
-// What one engine step produced for one request.
-struct StepOutput {
-  std::string request_id;
-  std::optional<int32_t> token_id;  // the sampled id; none for error-only outputs
-  std::string text_delta;           // text that became final with this step (may be empty)
-  bool finished = false;
-  std::optional<FinishReason> finish_reason;  // set when finished without error
-  std::optional<std::string> error;           // set when the request failed
-  int64_t prompt_tokens = 0;
-  int64_t completion_tokens = 0;
-  int64_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
-  double time_s = 0.0;        // engine clock when the step ended
-  // The sampled token's logprobs, when the request asked for them.
-  std::optional<TokenLogprobs> logprobs;
-};
 
 class OutputChannel;
 

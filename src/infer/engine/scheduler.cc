@@ -43,11 +43,10 @@ void Scheduler::InsertWaiting(std::shared_ptr<Request> request, bool at_front_of
 
 bool Scheduler::Add(std::shared_ptr<Request> request) {
   INFER_CHECK(request != nullptr, "scheduler: null request");
+  // An invariant, not a check of the request: Engine::PreparePrompt refuses such requests.
   INFER_CHECK(Fits(request->max_total_tokens()),
-              "request {}: prompt + max_tokens = {} tokens can never fit the KV cache ({} blocks "
-              "of {} tokens)",
-              request->request_id, request->max_total_tokens(), blocks_.num_blocks(),
-              blocks_.block_size());
+              "scheduler: request {} ({} tokens) can never fit the pool of {} blocks",
+              request->request_id, request->max_total_tokens(), blocks_.num_blocks());
   if (static_cast<int64_t>(waiting_.size()) >= config_.max_waiting_requests) return false;
   InsertWaiting(std::move(request), /*at_front_of_priority=*/false);
   return true;

@@ -1,6 +1,7 @@
 // The kernel interface the model calls: CPU ops on f32 activations and bf16/f16/f32
 // weights. Each op checks its arguments, then dispatches to the ISA chosen at start-up
-// (cpu/dispatch.h). Kernels know nothing of models, configs or requests.
+// (ActiveIsa() in cpu/isa.h; the per-ISA kernels are declared in cpu/kernels.h). Kernels know
+// nothing of models, configs or requests.
 #pragma once
 
 #include <cstdint>

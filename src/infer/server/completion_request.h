@@ -4,8 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -14,27 +12,9 @@
 #include <nlohmann/json.hpp>
 
 #include "infer/engine/sampling_params.h"
+#include "infer/server/request_fields.h"
 
 namespace infer::server {
-
-// A request the server refuses, with its HTTP status and (optionally) the field at fault.
-class RequestError : public std::runtime_error {
- public:
-  RequestError(int status, const std::string& message, std::string param = {})
-      : std::runtime_error(message), status_(status), param_(std::move(param)) {}
-  int status() const { return status_; }
-  const std::string& param() const { return param_; }
-
- private:
-  int status_;
-  std::string param_;
-};
-
-// An integer, or a float with an integral value (as pydantic's lax mode takes 16.0 for 16);
-// values beyond int64 saturate.
-std::optional<int64_t> JsonInteger(const nlohmann::json& value);
-// A stop field: a string or a list of strings; throws RequestError(400) otherwise.
-std::vector<std::string> ParseStopField(const nlohmann::json& value);
 
 struct CompletionRequest {
   std::string model;

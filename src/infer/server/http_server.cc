@@ -21,11 +21,9 @@
 
 #include "infer/core/error.h"
 #include "infer/server/chat_page.h"
-#include "infer/server/completion_request.h"
 #include "infer/server/connection_pool.h"
-#include "infer/server/openai_api.h"
+#include "infer/server/handlers.h"
 #include "infer/server/parking_server.h"
-#include "infer/server/sse.h"
 
 namespace infer::server {
 namespace {
@@ -34,15 +32,6 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kServiceUnavailable = 503;
-
-// {"error": {"message", "type", "param", "code"}}, as OpenAI answers.
-void SendError(httplib::Response& res, int status, const std::string& message,
-               const std::string& param = {}) {
-  res.status = status;
-  res.set_content(OpenAiErrorJson(status, message, param)
-                      .dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
-                  "application/json");
-}
 
 // a == b in time that depends only on the lengths (the key is not leaked through timing of
 // its first wrong byte).
@@ -58,23 +47,6 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
 // Routes that need the API key: the OpenAI-style API and the metrics.
 bool NeedsKey(const std::string& path) { return path.starts_with("/v1/") || path == "/metrics"; }
 
-// One streaming response: the request's channel and what the HTTP side knows of it.
-struct Stream {
-  std::string request_id;
-  std::shared_ptr<OutputChannel> channel;
-  Clock::time_point last_write = Clock::now();
-  bool finished = false;  // the final event was taken from the channel
-};
-
-// One OpenAI response: its choices' engine requests share one channel.
-struct OpenAiStream {
-  std::shared_ptr<OutputChannel> channel;
-  std::unique_ptr<OpenAiResponse> response;
-  Clock::time_point last_write = Clock::now();
-  bool started = false;
-  bool ended = false;  // [DONE] written
-};
-
 // Worker threads: --http-threads, or enough for every request the engine can hold (running and
 // queued) plus room for requests that are only turned away.
 int HttpThreads(const EngineConfig& config, const ServerOptions& options) {
@@ -83,16 +55,20 @@ int HttpThreads(const EngineConfig& config, const ServerOptions& options) {
       std::min<int64_t>(config.max_num_seqs + config.max_waiting_requests + 16, 1024));
 }
 
-// Idle connections kept open: as many as the open-file limit leaves room for beside the workers
-// (the soft limit is first raised to the hard one, as servers do), at most 16384.
+// Raises the soft open-file limit to the hard one (at most 2^20), as servers do: every parked
+// idle connection holds a descriptor.
+void RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = std::min<rlim_t>(limit.rlim_max, 1 << 20);
+  ::setrlimit(RLIMIT_NOFILE, &limit);
+}
+
+// Idle connections kept open: as many as the open-file limit leaves room for beside the workers,
+// at most 16384.
 size_t MaxIdleConnections(int http_threads) {
   rlimit limit{};
   if (::getrlimit(RLIMIT_NOFILE, &limit) != 0) return 512;
-  if (limit.rlim_cur < limit.rlim_max) {
-    rlimit raised = limit;
-    raised.rlim_cur = std::min<rlim_t>(limit.rlim_max, 1 << 20);
-    if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) limit = raised;
-  }
   const int64_t room = static_cast<int64_t>(std::min<rlim_t>(limit.rlim_cur, 1 << 20)) -
                        2 * static_cast<int64_t>(http_threads) - 256;
   return static_cast<size_t>(std::clamp<int64_t>(room, 64, 16384));
@@ -106,29 +82,27 @@ struct HttpServer::Impl {
         options(std::move(options)),
         http_threads(HttpThreads(engine.config(), this->options)),
         server(static_cast<size_t>(http_threads), this->options.keep_alive_timeout_s,
-               MaxIdleConnections(http_threads)) {}
+               (RaiseOpenFileLimit(), MaxIdleConnections(http_threads))) {}
 
+  // The generation routes (handlers.h) behind the limits of PreRoute.
   void Routes();
+  // /health, the chat page, /metrics, /v1/models.
+  void InfoRoutes();
+  // The access log, and JSON answers for unknown routes and thrown exceptions.
+  void Hooks();
   // Answers what is refused from the headers alone (over capacity, draining, too large, no key).
   httplib::Server::HandlerResponse PreRoute(const httplib::Request& req, httplib::Response& res);
-  void Completions(const httplib::Request& req, httplib::Response& res);
-  bool Pump(Stream& stream, httplib::DataSink& sink);
-  void OpenAi(const httplib::Request& req, httplib::Response& res, OpenAiEndpoint endpoint);
-  bool PumpOpenAi(OpenAiStream& stream, httplib::DataSink& sink);
-  std::vector<int32_t> EncodeChat(const OpenAiRequest& request);
-  void CancelChoices(const OpenAiResponse& response);
 
   Engine& engine;
   const ServerOptions options;
   const int http_threads;  // worker threads: the cap on requests served at once
   ParkingServer server;
-  std::atomic<uint64_t> next_id{0};
   std::atomic<int> open_streams{0};
   std::atomic<bool> draining{false};  // Shutdown() began: new requests get 503
   std::atomic<bool> shutting_down{false};
+  ApiHandlers handlers{engine, options, open_streams, shutting_down};
   std::once_flag shutdown_once;
-  std::mutex template_mutex;  // chat template rendering, one at a time
-  int listen_fd = -1;         // the socket httplib binds, seen through its socket-options hook
+  int listen_fd = -1;  // the socket httplib binds, seen through its socket-options hook
 };
 
 httplib::Server::HandlerResponse HttpServer::Impl::PreRoute(const httplib::Request& req,
@@ -188,15 +162,20 @@ void HttpServer::Impl::Routes() {
     return handled;
   });
   server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    if (options.completions_format == "openai") {
-      OpenAi(req, res, OpenAiEndpoint::kCompletions);
+    if (options.completions_format == CompletionsFormat::kOpenAi) {
+      handlers.OpenAi(req, res, OpenAiEndpoint::kCompletions);
     } else {
-      Completions(req, res);
+      handlers.SeedCompletions(req, res);
     }
   });
   server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    OpenAi(req, res, OpenAiEndpoint::kChatCompletions);
+    handlers.OpenAi(req, res, OpenAiEndpoint::kChatCompletions);
   });
+  InfoRoutes();
+  Hooks();
+}
+
+void HttpServer::Impl::InfoRoutes() {
   server.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (draining) {
       res.status = kServiceUnavailable;
@@ -222,6 +201,9 @@ void HttpServer::Impl::Routes() {
     res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(),
                     "application/json");
   });
+}
+
+void HttpServer::Impl::Hooks() {
   // One access-log line per request, once its response (a whole stream, too) is written.
   server.set_logger([](const httplib::Request& req, const httplib::Response& res) {
     if (req.path == "/health" || req.path == "/metrics") return;  // probes and scrapes
@@ -250,225 +232,6 @@ void HttpServer::Impl::Routes() {
       });
 }
 
-void HttpServer::Impl::Completions(const httplib::Request& req, httplib::Response& res) {
-  CompletionRequest request;
-  std::vector<int32_t> prompt_ids;
-  try {
-    request = ParseCompletionRequest(req.body, engine.config().model);
-    try {
-      prompt_ids = engine.PreparePrompt(request.prompt, request.params);
-    } catch (const Error& e) {
-      throw RequestError(422, e.what());
-    }
-  } catch (const RequestError& e) {
-    return SendError(res, e.status(), e.what());
-  }
-  const std::string request_id = fmt::format("cmpl-{}", next_id++);
-  const auto num_prompt_tokens = prompt_ids.size();
-  auto channel =
-      engine.AddRequest(request_id, std::move(prompt_ids), request.params, request.priority);
-  if (!channel) {
-    return SendError(res, kServiceUnavailable,
-                     shutting_down ? "server shutting down"
-                                   : fmt::format("server overloaded: {} requests already waiting",
-                                                 engine.config().max_waiting_requests));
-  }
-  spdlog::debug("{}: queued, {} prompt tokens, max_tokens {}", request_id, num_prompt_tokens,
-                request.params.max_new_tokens);
-  auto stream = std::make_shared<Stream>(Stream{request_id, std::move(channel)});
-  ++open_streams;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Request-Id", request_id);
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, stream](size_t, httplib::DataSink& sink) { return Pump(*stream, sink); },
-      [this, stream](bool) {
-        // The response is over: if the client left before the end, free its slot.
-        if (!stream->finished) {
-          spdlog::info("{}: client disconnected, cancelling", stream->request_id);
-          engine.Cancel(stream->request_id);
-        }
-        --open_streams;
-      });
-}
-
-// Called by httplib in a loop while it returns true: waits a little for the next output and
-// writes its events; a failed write (the client is gone) ends the response.
-bool HttpServer::Impl::Pump(Stream& stream, httplib::DataSink& sink) {
-  const auto output = stream.channel->Pop(std::chrono::milliseconds(100));
-  const auto now = Clock::now();
-  if (!output) {
-    if (now - stream.last_write < std::chrono::duration<double>(options.heartbeat_s)) return true;
-    stream.last_write = now;
-    static constexpr std::string_view kPing = ": ping\n\n";
-    return sink.write(kPing.data(), kPing.size());
-  }
-  const std::string events = StepOutputEvents(*output);
-  stream.finished = output->finished;
-  if (!events.empty() && !sink.write(events.data(), events.size())) return false;
-  stream.last_write = now;
-  if (stream.finished) sink.done();
-  return true;
-}
-
-std::vector<int32_t> HttpServer::Impl::EncodeChat(const OpenAiRequest& request) {
-  if (options.chat_template == nullptr || engine.tokenizer() == nullptr) {
-    throw RequestError(400,
-                       "this model has no chat template (tokenizer_config.json chat_template or "
-                       "chat_template.jinja): use /v1/completions");
-  }
-  nlohmann::ordered_json variables = request.chat_template_kwargs;
-  variables["add_generation_prompt"] = request.add_generation_prompt;
-  std::string prompt;
-  try {
-    std::lock_guard lock(template_mutex);
-    prompt = options.chat_template->Render(request.messages, variables);
-  } catch (const Error& e) {
-    throw RequestError(400, fmt::format("the chat template failed: {}", e.what()), "messages");
-  }
-  // The template writes BOS itself.
-  return engine.tokenizer()->Encode(prompt, /*add_special_tokens=*/false);
-}
-
-void HttpServer::Impl::CancelChoices(const OpenAiResponse& response) {
-  for (int64_t i = 0; i < response.num_choices(); ++i) {
-    engine.Cancel(OpenAiResponse::ChoiceRequestId(response.id(), i));
-  }
-}
-
-void HttpServer::Impl::OpenAi(const httplib::Request& req, httplib::Response& res,
-                              OpenAiEndpoint endpoint) {
-  const bool chat = endpoint == OpenAiEndpoint::kChatCompletions;
-  OpenAiRequest request;
-  std::vector<OpenAiResponse::PromptInfo> prompts;
-  std::vector<SamplingParams> params;
-  try {
-    const std::string& model = engine.config().model;
-    request = chat ? ParseChatCompletionRequest(req.body, model, options.default_sampling)
-                   : ParseOpenAiCompletionRequest(req.body, model, options.default_sampling);
-    if (!request.ignored_fields.empty()) {
-      spdlog::debug("{} {}: ignoring unknown fields {}", req.method, req.path,
-                    fmt::join(request.ignored_fields, ", "));
-    }
-    if (chat) {
-      prompts.push_back({EncodeChat(request), {}});
-    } else {
-      const Tokenizer* tokenizer = engine.tokenizer();
-      for (const auto& prompt : request.prompts) {
-        OpenAiResponse::PromptInfo info;
-        if (const auto* text = std::get_if<std::string>(&prompt)) {
-          if (tokenizer == nullptr) {
-            throw RequestError(400, "text prompts need a tokenizer (the model folder has none)",
-                               "prompt");
-          }
-          info.ids = tokenizer->Encode(*text, /*add_special_tokens=*/true);
-          info.text = *text;
-        } else {
-          info.ids = std::get<std::vector<int32_t>>(prompt);
-          if (tokenizer != nullptr) info.text = tokenizer->Decode(info.ids, false);
-        }
-        prompts.push_back(std::move(info));
-      }
-    }
-    for (const auto& prompt : prompts) {
-      SamplingParams p = request.params;
-      const int64_t room = engine.max_model_len() - std::ssize(prompt.ids);
-      if (!request.max_tokens && room < 1) {
-        throw RequestError(400,
-                           fmt::format("the prompt ({} tokens) leaves no room to generate within "
-                                       "max_model_len ({})",
-                                       prompt.ids.size(), engine.max_model_len()),
-                           chat ? "messages" : "prompt");
-      }
-      p.max_new_tokens = request.max_tokens.value_or(room);
-      try {
-        engine.PreparePrompt(prompt.ids, p);
-      } catch (const Error& e) {
-        throw RequestError(400, e.what());
-      }
-      params.push_back(std::move(p));
-    }
-  } catch (const RequestError& e) {
-    return SendError(res, e.status(), e.what(), e.param());
-  }
-  const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id++);
-  auto stream = std::make_shared<OpenAiStream>();
-  stream->channel = std::make_shared<OutputChannel>();
-  stream->response = std::make_unique<OpenAiResponse>(
-      request, id, engine.config().model, static_cast<int64_t>(std::time(nullptr)), prompts,
-      engine.tokenizer(), options.reasoning_parser == "qwen3");
-  const OpenAiResponse& response = *stream->response;
-  for (int64_t choice = 0; choice < response.num_choices(); ++choice) {
-    const auto prompt = static_cast<size_t>(choice / request.n);
-    SamplingParams p = params[prompt];
-    // Each choice its own stream of random numbers; with a seed, choice i uses seed + i (vLLM).
-    if (p.seed && choice > 0) p.seed = *p.seed + static_cast<uint64_t>(choice);
-    if (!engine.AddRequest(OpenAiResponse::ChoiceRequestId(id, choice), prompts[prompt].ids, p,
-                           request.priority, stream->channel)) {
-      CancelChoices(response);
-      return SendError(res, kServiceUnavailable,
-                       shutting_down ? "server shutting down"
-                                     : fmt::format("server overloaded: {} requests already waiting",
-                                                   engine.config().max_waiting_requests));
-    }
-  }
-  spdlog::debug("{}: queued {} choice(s), {} prompt tokens", id, response.num_choices(),
-                prompts.front().ids.size());
-  res.set_header("X-Request-Id", id);
-  if (!request.stream) {
-    // Wait for every choice (a client that leaves is noticed only when the answer is written).
-    while (!stream->response->finished()) {
-      if (auto output = stream->channel->Pop(std::chrono::milliseconds(100))) {
-        stream->response->Add(*output);
-      }
-    }
-    if (const auto& error = stream->response->error()) {
-      return SendError(res, shutting_down ? kServiceUnavailable : 500, *error);
-    }
-    res.set_content(stream->response->Final().dump(
-                        -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
-                    "application/json");
-    return;
-  }
-  ++open_streams;
-  res.set_header("Cache-Control", "no-cache");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, stream](size_t, httplib::DataSink& sink) { return PumpOpenAi(*stream, sink); },
-      [this, stream](bool) {
-        if (!stream->response->finished()) {
-          spdlog::info("{}: client disconnected, cancelling", stream->response->id());
-          CancelChoices(*stream->response);
-        }
-        --open_streams;
-      });
-}
-
-bool HttpServer::Impl::PumpOpenAi(OpenAiStream& stream, httplib::DataSink& sink) {
-  const auto write = [&](const std::string& text) {
-    stream.last_write = Clock::now();
-    return text.empty() || sink.write(text.data(), text.size());
-  };
-  if (!stream.started) {
-    stream.started = true;
-    if (!write(stream.response->StreamStart())) return false;
-  }
-  const auto output = stream.channel->Pop(std::chrono::milliseconds(100));
-  if (!output) {
-    if (Clock::now() - stream.last_write < std::chrono::duration<double>(options.heartbeat_s)) {
-      return true;
-    }
-    return write(": ping\n\n");
-  }
-  if (!write(stream.response->Add(*output))) return false;
-  if (stream.response->finished() && !stream.ended) {
-    stream.ended = true;
-    if (!write(stream.response->StreamEnd())) return false;
-    sink.done();
-  }
-  return true;
-}
-
 HttpServer::HttpServer(Engine& engine, ServerOptions options)
     : impl_(std::make_unique<Impl>(engine, std::move(options))) {
   const auto seconds = [](double s) {
@@ -493,45 +256,6 @@ HttpServer::HttpServer(Engine& engine, ServerOptions options)
 }
 
 HttpServer::~HttpServer() { Shutdown(); }
-
-struct LoadingServer::Impl {
-  httplib::Server server;
-  std::thread thread;
-  std::atomic<bool> listen_returned{false};
-};
-
-LoadingServer::LoadingServer(const std::string& host, int port, const std::string& replica_id)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->server.set_pre_routing_handler(
-      [replica_id](const httplib::Request&, httplib::Response& res) {
-        if (!replica_id.empty()) res.set_header("X-Replica-Id", replica_id);
-        res.status = kServiceUnavailable;
-        res.set_header("Retry-After", "5");
-        res.set_content(R"({"status":"loading"})", "application/json");
-        return httplib::Server::HandlerResponse::Handled;
-      });
-  port_ = port == 0 ? impl_->server.bind_to_any_port(host)
-                    : (impl_->server.bind_to_port(host, port) ? port : -1);
-  INFER_CHECK(port_ > 0, "cannot listen on {}:{} (in use, or not an address of this machine)", host,
-              port);
-  impl_->thread = std::thread([impl = impl_.get()] {
-    impl->server.listen_after_bind();
-    impl->listen_returned = true;
-  });
-}
-
-LoadingServer::~LoadingServer() { Stop(); }
-
-void LoadingServer::Stop() {
-  if (!impl_->thread.joinable()) return;
-  // httplib's stop() does nothing before its accept loop runs: wait for it (a model that loads
-  // at once would otherwise leave this thread accepting forever).
-  while (!impl_->server.is_running() && !impl_->listen_returned) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  impl_->server.stop();
-  impl_->thread.join();
-}
 
 int HttpServer::Bind() {
   const ServerOptions& options = impl_->options;

@@ -11,9 +11,14 @@
 
 #include "infer/engine/engine.h"
 #include "infer/engine/sampling_params.h"
-#include "infer/tokenizer/chat_template.h"
 
 namespace infer::server {
+
+// What POST /v1/completions speaks: the seed's phase-4 event stream, or OpenAI's format.
+enum class CompletionsFormat { kSeed, kOpenAi };
+// How chat replies' text is split: kQwen3 returns <think>...</think> as reasoning_content
+// (vLLM's reasoning parser); kNone leaves it in the content.
+enum class ReasoningParser { kNone, kQwen3 };
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -40,38 +45,13 @@ struct ServerOptions {
   std::string api_key;
   // Largest request body: a longer Content-Length is answered 413 from the headers alone.
   size_t max_body_bytes = 4 << 20;
-  // What POST /v1/completions speaks: "seed" (the phase-4 event stream) or "openai".
-  std::string completions_format = "seed";
+  CompletionsFormat completions_format = CompletionsFormat::kSeed;
   // The model's sampling defaults (generation_config.json) for OpenAI requests' unset fields.
   SamplingParams default_sampling;
-  // Renders chat requests; null: /v1/chat/completions answers 400 (the model has no template).
-  const ChatTemplate* chat_template = nullptr;
   // Sent as X-Replica-Id on every response (and in the access log), so that a client or a load
   // balancer can tell which replica answered. Empty: no header.
   std::string replica_id;
-  // "qwen3": <think>...</think> text of chat replies is returned as reasoning_content (vLLM's
-  // reasoning parser); "none": left in the content.
-  std::string reasoning_parser = "none";
-};
-
-// Holds the port while the model loads: every path (/health included) answers 503
-// {"status": "loading"}, so that a load balancer or a readiness probe sees a replica that is not
-// ready rather than a refused connection. Runs on its own thread until Stop().
-class LoadingServer {
- public:
-  // Binds host:port (0: any free port); throws infer::Error if it cannot.
-  LoadingServer(const std::string& host, int port, const std::string& replica_id);
-  ~LoadingServer();
-  LoadingServer(const LoadingServer&) = delete;
-  LoadingServer& operator=(const LoadingServer&) = delete;
-  int port() const { return port_; }
-  // Stops answering and frees the port (idempotent).
-  void Stop();
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-  int port_ = -1;
+  ReasoningParser reasoning_parser = ReasoningParser::kNone;
 };
 
 class HttpServer {

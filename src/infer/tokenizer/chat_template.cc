@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "infer/core/error.h"
-#include "infer/tokenizer/jinja_interpreter.h"
+#include "infer/tokenizer/jinja/interpreter.h"
 
 namespace infer {
 

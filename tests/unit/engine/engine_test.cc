@@ -220,7 +220,7 @@ TEST(EngineTest, StepsRunAtMostMaxNumBatchedTokensMixingDecodeAndPrefill) {
 TEST(EngineTest, StaticBatchPrefillsAsOneUnitAndDeliversFirstTokensTogether) {
   testing::ScriptedModel model(32, {5, 6});
   EngineConfig config = TestConfig();
-  config.batching_mode = "static";
+  config.batching_mode = BatchingMode::kStatic;
   config.max_num_batched_tokens = 4;
   Engine engine(config, model, nullptr, {});
   auto short_one = engine.AddRequest("short", {1, 2, 3}, Params(2));
@@ -238,7 +238,7 @@ TEST(EngineTest, StaticBatchPrefillsAsOneUnitAndDeliversFirstTokensTogether) {
 TEST(EngineTest, BuilderRequestsAndGenerate) {
   testing::ScriptedModel model(32, {5, 6, 7});
   EngineConfig config = TestConfig();
-  config.scheduler_policy = "priority";
+  config.scheduler_policy = SchedulerPolicy::kPriority;
   config.max_num_seqs = 1;
   Engine engine(config, model, nullptr, {7});
   const std::string low = engine.AddRequest(GenerationRequest(std::vector<int32_t>{1, 2})
@@ -333,7 +333,7 @@ TEST_P(EngineFixtureTest, OutputIsTheSameAloneBatchedChunkedCachedAndPreempted) 
   }
   EXPECT_EQ(Run(Config(8), prompts, params), single) << "batched";
   EngineConfig static_batch = Config(8);
-  static_batch.batching_mode = "static";
+  static_batch.batching_mode = BatchingMode::kStatic;
   EXPECT_EQ(Run(static_batch, prompts, params), single) << "static batch";
   EngineConfig chunked = Config(8);
   chunked.max_num_batched_tokens = 4;  // short prompts share a step, long ones are split

@@ -20,7 +20,7 @@ namespace {
 EngineConfig Config(const std::string& mode, int64_t max_num_seqs = 8, int64_t budget = 512,
                     int64_t num_waiting = 64) {
   EngineConfig config;
-  config.batching_mode = mode;
+  config.batching_mode = ParseBatchingMode(mode);
   config.max_num_seqs = max_num_seqs;
   config.max_num_batched_tokens = budget;
   config.max_waiting_requests = num_waiting;
@@ -87,9 +87,9 @@ TEST(RequestTest, StartsWaitingWithNothingGenerated) {
 
 TEST(EngineConfigTest, DefaultsAndValidation) {
   const EngineConfig config;
-  EXPECT_EQ(config.batching_mode, "continuous");
-  EXPECT_EQ(config.scheduler_policy, "fcfs");
-  EXPECT_EQ(config.kv_cache_backend, "paged");
+  EXPECT_EQ(BatchingModeName(config.batching_mode), "continuous");
+  EXPECT_EQ(SchedulerPolicyName(config.scheduler_policy), "fcfs");
+  EXPECT_EQ(KvCacheBackendName(config.kv_cache_backend), "paged");
   EXPECT_EQ(config.block_size, 16);  // seed 004
   EXPECT_EQ(config.max_num_seqs, 256);
   EXPECT_EQ(config.kv_cache_dtype, DType::kBF16);
@@ -101,9 +101,12 @@ TEST(EngineConfigTest, DefaultsAndValidation) {
     mutate(c);
     EXPECT_THROW(c.Validate(), Error);
   };
-  rejects([](EngineConfig& c) { c.batching_mode = "dynamic"; });
-  rejects([](EngineConfig& c) { c.scheduler_policy = "lifo"; });
-  rejects([](EngineConfig& c) { c.kv_cache_backend = "contiguous"; });
+  // The modes are parsed at the edge: unknown names are refused there.
+  EXPECT_THROW(ParseBatchingMode("dynamic"), Error);
+  EXPECT_THROW(ParseSchedulerPolicy("lifo"), Error);
+  EXPECT_THROW(ParseKvCacheBackend("contiguous"), Error);
+  EXPECT_EQ(ParseBatchingMode("static"), BatchingMode::kStatic);
+  EXPECT_EQ(ParseSchedulerPolicy("priority"), SchedulerPolicy::kPriority);
   rejects([](EngineConfig& c) { c.block_size = 24; });
   rejects([](EngineConfig& c) { c.max_num_seqs = 0; });
   rejects([](EngineConfig& c) { c.max_model_len = 1; });
@@ -173,7 +176,7 @@ TEST(SchedulerTest, MaxNumSeqsCapsTheRunningSet) {
 
 TEST(SchedulerTest, PriorityPolicyAdmitsLowerValuesFirstAndTiesInArrivalOrder) {
   EngineConfig config = Config("continuous", 2);
-  config.scheduler_policy = "priority";
+  config.scheduler_policy = SchedulerPolicy::kPriority;
   Scheduler scheduler(config, 64);
   scheduler.Add(MakeRequest("late", Tokens(2), 1, 2, 0.0));
   scheduler.Add(MakeRequest("first", Tokens(2), 1, 0, 1.0));
@@ -185,7 +188,7 @@ TEST(SchedulerTest, PriorityPolicyAdmitsLowerValuesFirstAndTiesInArrivalOrder) {
 
 TEST(SchedulerTest, PreemptionTakesTheLowestPriorityLatestArrival) {
   EngineConfig config = Config("continuous", 8, 64);
-  config.scheduler_policy = "priority";
+  config.scheduler_policy = SchedulerPolicy::kPriority;
   config.enable_preemption = true;
   Scheduler scheduler(config, 6);  // 6 blocks of 16
   auto a = MakeRequest("a", Tokens(16), 40, 0, 0.0);
@@ -213,7 +216,7 @@ TEST(SchedulerTest, PreemptionTakesTheLowestPriorityLatestArrival) {
 
 TEST(SchedulerTest, AMoreUrgentRequestTakesTheBlocksOfALessUrgentOne) {
   EngineConfig config = Config("continuous");
-  config.scheduler_policy = "priority";
+  config.scheduler_policy = SchedulerPolicy::kPriority;
   config.enable_preemption = true;
   Scheduler scheduler(config, 4);
   auto low = MakeRequest("low", Tokens(40), 20, 5, 0.0);

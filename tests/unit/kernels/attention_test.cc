@@ -187,6 +187,7 @@ void CheckAgainstReference(ThreadPool& pool, DType dtype, int64_t block_size, co
 }
 
 TEST(PagedAttentionTest, MatchesReferenceWithGqaWindowsAndManySequences) {
+  INFER_SKIP_WITHOUT_SIMD();
   ThreadPool& pool = TestPool();
   // Prefill from 0, decode, and chunks and decodes after a prefix, in one call.
   const std::vector<Query> queries = {{0, 1}, {0, 5}, {0, 37}, {70, 1}, {90, 3}, {45, 20}};
@@ -208,6 +209,7 @@ TEST(PagedAttentionTest, MatchesReferenceWithGqaWindowsAndManySequences) {
 }
 
 TEST(PagedAttentionTest, MatchesReferenceAtModelShapesAndLongContexts) {
+  INFER_SKIP_WITHOUT_SIMD();
   ThreadPool& pool = TestPool();
   uint32_t seed = 7;
   for (DType dtype : {DType::kF32, DType::kBF16}) {
@@ -312,6 +314,7 @@ void ForEachIsaAndDtype(Fn fn) {
 }
 
 TEST(PagedAttentionTest, RowIsTheSameAloneAndInABatch) {
+  INFER_SKIP_WITHOUT_SIMD();
   ThreadPool& pool = TestPool();
   for (auto [shape, window] : {std::pair<Shape, int64_t>{kLlama, 0}, {kGemma, 512}, {kQwen, 0}}) {
     ForEachIsaAndDtype([&, shape = shape, window = window](Isa isa, DType dtype) {
@@ -331,6 +334,7 @@ TEST(PagedAttentionTest, RowIsTheSameAloneAndInABatch) {
 }
 
 TEST(PagedAttentionTest, PrefillEqualsChunksAndDecodeSteps) {
+  INFER_SKIP_WITHOUT_SIMD();
   ThreadPool& pool = TestPool();
   constexpr int64_t kLength = 200;
   for (auto [shape, window] :
@@ -359,6 +363,7 @@ TEST(PagedAttentionTest, PrefillEqualsChunksAndDecodeSteps) {
 }
 
 TEST(PagedAttentionTest, RowIsTheSameOnOneTwoAndThreeThreads) {
+  INFER_SKIP_WITHOUT_SIMD();
   ThreadPool one(1);
   ThreadPool two(2);
   ThreadPool three(3);
@@ -384,6 +389,7 @@ TEST(PagedAttentionTest, RowIsTheSameOnOneTwoAndThreeThreads) {
 }
 
 TEST(PagedAttentionTest, LongDecodeSplitAcrossTasksEqualsPrefill) {
+  INFER_SKIP_WITHOUT_SIMD();
   // A lone decode over thousands of keys is split into partition ranges across threads; a
   // prefill chunk on one thread folds the same partitions inside one task.
   ThreadPool one(1);

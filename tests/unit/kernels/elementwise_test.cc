@@ -38,6 +38,7 @@ void ExpectNear(const std::vector<float>& got, const std::vector<float>& want, d
 }
 
 TEST(ElementwiseTest, ActivationsAndAdd) {
+  INFER_SKIP_WITHOUT_SIMD();
   for (Isa isa : SimdIsas()) {
     for (int64_t n : Sizes()) {
       for (int64_t offset : kOffsets) {
@@ -77,6 +78,7 @@ TEST(ElementwiseTest, ActivationsAndAdd) {
 }
 
 TEST(ElementwiseTest, ExpMatchesLibmOverItsRange) {
+  INFER_SKIP_WITHOUT_SIMD();
   std::vector<float> x;
   for (float v = -100.0F; v <= 88.0F; v += 0.0037F) x.push_back(v);
   for (float v : {0.0F, -0.0F, 1e-30F, -1e-30F, 1e-8F}) x.push_back(v);
@@ -94,6 +96,7 @@ TEST(ElementwiseTest, ExpMatchesLibmOverItsRange) {
 }
 
 TEST(ElementwiseTest, TanhMatchesLibmIncludingTinyInputs) {
+  INFER_SKIP_WITHOUT_SIMD();
   std::vector<float> x;
   for (float v = -20.0F; v <= 20.0F; v += 0.00071F) x.push_back(v);
   for (float v = 1e-30F; v < 1.0F; v *= 1.37F) {
@@ -116,6 +119,7 @@ TEST(ElementwiseTest, TanhMatchesLibmIncludingTinyInputs) {
 }
 
 TEST(ElementwiseTest, NanPropagatesThroughActivations) {
+  INFER_SKIP_WITHOUT_SIMD();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (Isa isa : SimdIsas()) {
     ScopedIsa scoped(isa);
@@ -130,6 +134,7 @@ TEST(ElementwiseTest, NanPropagatesThroughActivations) {
 }
 
 TEST(ElementwiseTest, RmsNormMatchesReference) {
+  INFER_SKIP_WITHOUT_SIMD();
   for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
     for (int64_t dim : {1, 3, 16, 17, 31, 33, 64, 2048, 4099}) {
       for (float offset : {0.0F, 1.0F}) {
@@ -153,6 +158,7 @@ TEST(ElementwiseTest, RmsNormMatchesReference) {
 }
 
 TEST(ElementwiseTest, RopeMatchesReference) {
+  INFER_SKIP_WITHOUT_SIMD();
   for (int64_t head_dim : {2, 8, 34, 64, 128, 256}) {
     for (int64_t heads : {1, 3}) {
       const int64_t tokens = 5;

@@ -26,6 +26,15 @@ inline std::vector<Isa> SimdIsas() {
   return isas;
 }
 
+// For tests that compare the SIMD levels with the reference (or with each other): on a CPU that
+// runs none of them (no AVX2) they would check nothing, so they are reported skipped instead.
+#define INFER_SKIP_WITHOUT_SIMD()                                                        \
+  do {                                                                                   \
+    if (::infer::kernels::SimdIsas().empty()) {                                          \
+      GTEST_SKIP() << "this CPU runs no SIMD level (AVX2 or above): nothing to compare"; \
+    }                                                                                    \
+  } while (false)
+
 // One two-thread pool for the whole test binary, never destroyed: kernels are exercised
 // across many calls on the same pool, as the model uses it.
 inline ThreadPool& TestPool() {

@@ -90,6 +90,7 @@ class MatMulTest : public ::testing::TestWithParam<DType> {
 };
 
 TEST_P(MatMulTest, SweepsOddShapes) {
+  INFER_SKIP_WITHOUT_SIMD();
   const DType dtype = GetParam();
   uint32_t seed = 10;
   for (int64_t m : {1, 2, 3, 4, 5, 7, 16, 33}) {
@@ -101,6 +102,7 @@ TEST_P(MatMulTest, SweepsOddShapes) {
 }
 
 TEST_P(MatMulTest, LargerShapesCrossBlocks) {
+  INFER_SKIP_WITHOUT_SIMD();
   const DType dtype = GetParam();
   // k over the GEMM k-block and n over its weight block; m over several register tiles.
   CheckMatMul(pool_, dtype, {128, 600, 300}, true, 0, 0, 3);
@@ -111,6 +113,7 @@ TEST_P(MatMulTest, LargerShapesCrossBlocks) {
 }
 
 TEST_P(MatMulTest, StridedRows) {
+  INFER_SKIP_WITHOUT_SIMD();
   const DType dtype = GetParam();
   CheckMatMul(pool_, dtype, {1, 65, 31}, true, 5, 3, 8);
   CheckMatMul(pool_, dtype, {7, 33, 40}, false, 1, 9, 9);
@@ -122,6 +125,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, MatMulTest,
                          [](const auto& info) { return std::string(DTypeName(info.param)); });
 
 TEST(MatMulOpTest, ZeroSizesAndEmptyK) {
+  INFER_SKIP_WITHOUT_SIMD();
   ThreadPool& pool = TestPool();
   Tensor w = Tensor::Empty(DType::kBF16, {3, 0});
   float bias_values[3] = {1, 2, 3};
@@ -139,6 +143,7 @@ TEST(MatMulOpTest, ZeroSizesAndEmptyK) {
 // kBf16 really rounds x for bf16 weights (x = 1 + 2^-10 is 1 in bf16), and leaves f16 / f32
 // weights on the exact path.
 TEST(MatMulOpTest, Bf16PrecisionRoundsActivationsOfBf16WeightsOnly) {
+  INFER_SKIP_WITHOUT_SIMD();
   ThreadPool& pool = TestPool();
   const int64_t k = 64;
   for (int64_t m : {1, 70}) {  // the streaming and the blocked loop order
@@ -164,6 +169,7 @@ TEST(MatMulOpTest, Bf16PrecisionRoundsActivationsOfBf16WeightsOnly) {
 // dtype and precision, with k over several k-blocks. The serving engine's "batched output
 // equals single-request output" rests on this.
 TEST(MatMulOpTest, RowsAreBatchInvariant) {
+  INFER_SKIP_WITHOUT_SIMD();
   ThreadPool& pool = TestPool();
   const int64_t m = 70;
   const int64_t n = 75;
@@ -202,6 +208,7 @@ TEST(MatMulOpTest, RowsAreBatchInvariant) {
 // odd sizes, a bias on one output, k over several blocks, both loop orders, both precisions,
 // every path; weights of different dtypes take one MatMul each.
 TEST(MatMulOpTest, MatMulsEqualOneMatMulPerOutput) {
+  INFER_SKIP_WITHOUT_SIMD();
   const int64_t sizes[] = {75, 33, 1000};
   StoredTensor bias = Store(DType::kF32, {33}, RandomFloats(33, -1, 1, 30));
   for (int64_t k : {161, 1101}) {

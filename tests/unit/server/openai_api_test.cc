@@ -1,7 +1,7 @@
 // OpenAI's request bodies (fields, defaults, vLLM's extensions, refusals with the status and
 // param OpenAI's clients read), the <think> splitting of vLLM's Qwen3 reasoning parser, and the
 // response / chunk shapes of OpenAI's API reference, without a model or sockets.
-#include "infer/server/openai_api.h"
+#include "infer/server/openai_response.h"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "infer/tokenizer/jinja_interpreter.h"
+#include "infer/tokenizer/jinja/interpreter.h"
 #include "infer/tokenizer/tokenizer.h"
 #include "tokenizer_test_util.h"
 

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "infer/core/mapped_file.h"
-#include "infer/tokenizer/jinja_interpreter.h"
-#include "infer/tokenizer/jinja_value.h"
+#include "infer/tokenizer/jinja/interpreter.h"
+#include "infer/tokenizer/jinja/value.h"
 #include "testing/sanitized.h"
 #include "tokenizer_test_util.h"
 

@@ -1,4 +1,4 @@
-// Syntax tree of the Jinja subset that chat templates use (see jinja_parser.h for the grammar).
+// Syntax tree of the Jinja subset that chat templates use (see parser.h for the grammar).
 #pragma once
 
 #include <memory>
@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "infer/tokenizer/jinja_value.h"
+#include "infer/tokenizer/jinja/value.h"
 
 namespace infer::jinja {
 

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "infer/tokenizer/jinja_value.h"
+#include "infer/tokenizer/jinja/value.h"
 
 namespace infer::jinja {
 

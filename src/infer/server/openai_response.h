@@ -1,60 +1,23 @@
-// OpenAI's API on the engine: POST /v1/chat/completions and the OpenAI format of
-// POST /v1/completions. Parsing of the request bodies (OpenAI's fields, vLLM's extensions,
-// unknown fields ignored, output-changing features we lack refused with 400), and the assembly
-// of responses from the engine's StepOutputs: `chat.completion` / `text_completion` objects,
-// or their streamed chunks (`data: {...}` lines closed by `data: [DONE]`). Pure: no sockets.
+// OpenAI's API on the engine, the responses: `chat.completion` / `text_completion` objects
+// assembled from the engine's StepOutputs, or their streamed chunks (`data: {...}` lines closed
+// by `data: [DONE]`), and OpenAI's error shape. Pure: no sockets.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "infer/engine/request.h"
-#include "infer/engine/sampling_params.h"
-#include "infer/server/completion_request.h"
+#include "infer/engine/output.h"
+#include "infer/server/openai_request.h"
 #include "infer/tokenizer/tokenizer.h"
 
 namespace infer::server {
-
-enum class OpenAiEndpoint { kChatCompletions, kCompletions };
-
-struct OpenAiRequest {
-  OpenAiEndpoint endpoint = OpenAiEndpoint::kChatCompletions;
-  std::string model;
-  // Chat: the messages as the chat template reads them ({role, content} with string content),
-  // and the extra template variables (chat_template_kwargs, e.g. enable_thinking).
-  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
-  bool add_generation_prompt = true;
-  // Completions: one or more prompts (text or token ids); each gets `n` choices.
-  std::vector<std::variant<std::string, std::vector<int32_t>>> prompts;
-  // Sampling: the model's defaults (generation_config.json) overridden by the request's fields.
-  // max_tokens unset: the rest of the context (max_model_len - prompt tokens), as vLLM.
-  SamplingParams params;
-  std::optional<int64_t> max_tokens;
-  int64_t n = 1;
-  bool stream = false;
-  bool include_usage = false;     // stream_options.include_usage
-  bool echo = false;              // completions: the prompt text starts each choice's text
-  bool return_token_ids = false;  // vLLM: prompt_token_ids and each choice's token_ids
-  int64_t priority = 0;
-  // Fields this server does not know and ignored (logged at debug level).
-  std::vector<std::string> ignored_fields;
-};
-
-// `defaults`: the model's sampling defaults. Throws RequestError: 400 for malformed or invalid
-// bodies and for features that would change the output but are not supported (tools,
-// response_format with a schema, ...), 404 for another model.
-OpenAiRequest ParseChatCompletionRequest(std::string_view body, std::string_view served_model,
-                                         const SamplingParams& defaults);
-OpenAiRequest ParseOpenAiCompletionRequest(std::string_view body, std::string_view served_model,
-                                           const SamplingParams& defaults);
 
 // {"error": {"message", "type", "param", "code"}}: OpenAI's error shape.
 nlohmann::ordered_json OpenAiErrorJson(int status, std::string_view message,
@@ -123,6 +86,12 @@ class OpenAiResponse {
     int64_t completion_tokens = 0;
   };
   nlohmann::ordered_json ChunkBase() const;
+  // `output`'s text, split into reasoning and content when the response splits them.
+  ReasoningSplitter::Parts SplitText(Choice& choice, const StepOutput& output);
+  // The streamed chunk of one choice's new text, logprobs and token id.
+  std::string DeltaChunk(size_t index, const StepOutput& output,
+                         const ReasoningSplitter::Parts& text,
+                         std::span<const TokenLogprobs> new_logprobs, size_t text_offset) const;
   nlohmann::ordered_json LogprobsJson(std::span<const TokenLogprobs> logprobs,
                                       size_t text_offset) const;
   nlohmann::ordered_json Usage() const;

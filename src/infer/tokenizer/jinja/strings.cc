@@ -1,10 +1,10 @@
 // Python str semantics on UTF-8 strings (code points, Python's whitespace, utf8proc casing).
-#include "infer/tokenizer/jinja_strings.h"
+#include "infer/tokenizer/jinja/strings.h"
 
 #include <utf8proc.h>
 
 #include "infer/core/error.h"
-#include "infer/tokenizer/jinja_builtins.h"
+#include "infer/tokenizer/jinja/builtins.h"
 #include "infer/tokenizer/utf8.h"
 
 namespace infer::jinja {

@@ -1,4 +1,4 @@
-#include "infer/server/sse_client.h"
+#include "testing/sse_client.h"
 
 #include <httplib.h>
 

@@ -1,5 +1,5 @@
 // Python semantics for jinja::Value: truthiness, str/repr, ==/<, json.dumps.
-#include "infer/tokenizer/jinja_value.h"
+#include "infer/tokenizer/jinja/value.h"
 
 #include <utf8proc.h>
 

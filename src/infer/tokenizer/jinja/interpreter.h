@@ -1,4 +1,4 @@
-// Renders a parsed chat template (see jinja_parser.h) against a set of global variables, with
+// Renders a parsed chat template (see parser.h) against a set of global variables, with
 // Jinja2's semantics as transformers configures it (Undefined prints as "", sandboxed, no I/O).
 #pragma once
 
@@ -6,8 +6,8 @@
 #include <string_view>
 
 #include "infer/core/error.h"
-#include "infer/tokenizer/jinja_ast.h"
-#include "infer/tokenizer/jinja_value.h"
+#include "infer/tokenizer/jinja/ast.h"
+#include "infer/tokenizer/jinja/value.h"
 
 namespace infer::jinja {
 

@@ -1,13 +1,13 @@
 // Jinja tests, attribute/item lookup, iteration, `in`, and the Python str/dict methods that chat
 // templates call.
-#include "infer/tokenizer/jinja_builtins.h"
+#include "infer/tokenizer/jinja/builtins.h"
 
 #include <utf8proc.h>
 
 #include <algorithm>
 
 #include "infer/core/error.h"
-#include "infer/tokenizer/jinja_strings.h"
+#include "infer/tokenizer/jinja/strings.h"
 #include "infer/tokenizer/utf8.h"
 
 namespace infer::jinja {

@@ -1,11 +1,11 @@
 // Recursive-descent parser with Jinja2's precedence: condexpr < or < and < not < compare < +,- < ~
 // < *,/,//,% < ** < unary, and filters/tests binding to the unary expression.
-#include "infer/tokenizer/jinja_parser.h"
+#include "infer/tokenizer/jinja/parser.h"
 
 #include <set>
 
 #include "infer/core/error.h"
-#include "infer/tokenizer/jinja_lexer.h"
+#include "infer/tokenizer/jinja/lexer.h"
 
 namespace infer::jinja {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <string_view>
 
-#include "infer/tokenizer/jinja_ast.h"
+#include "infer/tokenizer/jinja/ast.h"
 
 namespace infer::jinja {
 

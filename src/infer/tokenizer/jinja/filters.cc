@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "infer/core/error.h"
-#include "infer/tokenizer/jinja_builtins.h"
-#include "infer/tokenizer/jinja_strings.h"
+#include "infer/tokenizer/jinja/builtins.h"
+#include "infer/tokenizer/jinja/strings.h"
 #include "infer/tokenizer/utf8.h"
 
 namespace infer::jinja {

@@ -1,6 +1,6 @@
 // Tree-walking evaluation of chat templates with Jinja2's scoping: a for-loop iteration gets its
 // own scope (so `set` inside a loop does not leak; namespace() is the way out), `if` does not.
-#include "infer/tokenizer/jinja_interpreter.h"
+#include "infer/tokenizer/jinja/interpreter.h"
 
 #include <cmath>
 #include <ctime>
@@ -9,8 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "infer/tokenizer/jinja_builtins.h"
-#include "infer/tokenizer/jinja_parser.h"
+#include "infer/tokenizer/jinja/builtins.h"
+#include "infer/tokenizer/jinja/parser.h"
 #include "infer/tokenizer/utf8.h"
 
 namespace infer::jinja {

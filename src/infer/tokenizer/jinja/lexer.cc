@@ -1,6 +1,6 @@
 // Jinja2-compatible lexing: `-`/`+` whitespace control, lstrip_blocks for block and comment tags
 // that start a line, trim_blocks after block/comment ends, raw blocks, Python string escapes.
-#include "infer/tokenizer/jinja_lexer.h"
+#include "infer/tokenizer/jinja/lexer.h"
 
 #include <algorithm>
 #include <cctype>

@@ -1,0 +1,371 @@
+#include "infer/server/openai_request.h"
+
+#include <algorithm>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "infer/core/error.h"
+
+namespace infer::server {
+namespace {
+
+using nlohmann::json;
+using ordered_json = nlohmann::ordered_json;
+
+[[noreturn]] void Reject(const std::string& message, const std::string& param = {},
+                         int status = kBadRequest) {
+  throw RequestError(status, message, param);
+}
+
+// Features that change what is generated and that this server does not implement: refused
+// rather than silently ignored.
+void RefuseUnsupported(Fields& fields) {
+  if (const json* tools = fields.Get("tools"); tools && !(tools->is_array() && tools->empty())) {
+    Reject("tool calling ('tools') is not supported by this server", "tools");
+  }
+  if (const json* choice = fields.Get("tool_choice"); choice && *choice != "none") {
+    Reject("tool calling ('tool_choice') is not supported by this server", "tool_choice");
+  }
+  for (const char* name : {"functions", "function_call"}) {
+    if (fields.Get(name)) Reject(fmt::format("'{}' is not supported by this server", name), name);
+  }
+  if (const json* format = fields.Get("response_format")) {
+    const bool text = format->is_object() && format->value("type", "") == "text";
+    if (!text) {
+      Reject(
+          "'response_format' other than {\"type\": \"text\"} (JSON mode, JSON schema) is not "
+          "supported by this server",
+          "response_format");
+    }
+  }
+  for (const char* name : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
+                           "structured_outputs", "prompt_logprobs", "audio", "prediction"}) {
+    if (fields.Get(name)) Reject(fmt::format("'{}' is not supported by this server", name), name);
+  }
+  if (const json* modalities = fields.Get("modalities");
+      modalities && *modalities != json::array({"text"})) {
+    Reject("only the \"text\" modality is supported", "modalities");
+  }
+}
+
+// model: optional, and when given the served one.
+void ParseModel(Fields& fields, OpenAiRequest& request, const std::string& served_model) {
+  if (const json* model = fields.Get("model")) {
+    if (!model->is_string()) Reject("'model' must be a string", "model");
+    request.model = model->get<std::string>();
+    if (request.model != served_model) {
+      Reject(fmt::format("The model `{}` does not exist (this server serves `{}`).", request.model,
+                         served_model),
+             "model", kNotFound);
+    }
+  } else {
+    request.model = served_model;
+  }
+}
+
+// logit_bias: {"token id": bias}.
+void ParseLogitBias(Fields& fields, SamplingParams& params) {
+  const json* value = fields.Get("logit_bias");
+  if (!value) return;
+  if (!value->is_object()) Reject("'logit_bias' must be an object of token id: bias");
+  for (const auto& [key, bias] : value->items()) {
+    int64_t id = -1;
+    try {
+      size_t used = 0;
+      id = std::stoll(key, &used);
+      if (used != key.size()) id = -1;
+    } catch (const std::exception&) {
+      id = -1;
+    }
+    if (id < 0 || id > std::numeric_limits<int32_t>::max()) {
+      Reject(fmt::format("'logit_bias' key '{}' is not a token id", key), "logit_bias");
+    }
+    params.logit_bias[static_cast<int32_t>(id)] = fields.Number(bias, "logit_bias");
+  }
+}
+
+// The sampling fields of both endpoints, over `defaults`.
+void ParseSampling(Fields& fields, OpenAiRequest& request) {
+  SamplingParams& params = request.params;
+  for (const char* name : {"max_tokens", "max_completion_tokens"}) {
+    if (const json* value = fields.Get(name)) {
+      request.max_tokens = fields.Integer(*value, name);
+      if (*request.max_tokens < 1) {
+        Reject(fmt::format("'{}' must be at least 1, got {}", name, *request.max_tokens), name);
+      }
+    }
+  }
+  // Plain numbers and flags (ranges are checked by SamplingParams::Validate).
+  for (const auto& [name, target] :
+       {std::pair{"temperature", &params.temperature}, std::pair{"top_p", &params.top_p},
+        std::pair{"repetition_penalty", &params.repetition_penalty},
+        std::pair{"presence_penalty", &params.presence_penalty},
+        std::pair{"frequency_penalty", &params.frequency_penalty}}) {
+    if (const json* value = fields.Get(name)) *target = fields.Number(*value, name);
+  }
+  for (const auto& [name, target] :
+       {std::pair{"stream", &request.stream}, std::pair{"ignore_eos", &params.ignore_eos},
+        std::pair{"return_token_ids", &request.return_token_ids}}) {
+    if (const json* value = fields.Get(name)) *target = fields.Boolean(*value, name);
+  }
+  if (const json* value = fields.Get("top_k")) {
+    const int64_t top_k = fields.Integer(*value, "top_k");
+    if (top_k < -1) Reject(fmt::format("'top_k' must be >= 1, or 0 / -1 for off, got {}", top_k));
+    params.top_k = top_k >= 1 ? std::optional(top_k) : std::nullopt;
+  }
+  ParseLogitBias(fields, params);
+  if (const json* value = fields.Get("stop")) params.stop = fields.Stop(*value);
+}
+
+// seed, n, stream_options, min_tokens, priority; then the fields accepted without effect.
+void ParseOptions(Fields& fields, OpenAiRequest& request) {
+  SamplingParams& params = request.params;
+  if (const json* value = fields.Get("seed")) {
+    const int64_t seed = fields.Integer(*value, "seed");
+    if (seed < 0) Reject(fmt::format("'seed' must be >= 0, got {}", seed), "seed");
+    params.seed = static_cast<uint64_t>(seed);
+  }
+  if (const json* value = fields.Get("n")) {
+    request.n = fields.Integer(*value, "n");
+    if (request.n < 1 || request.n > 128) {
+      Reject(fmt::format("'n' must be in [1, 128], got {}", request.n), "n");
+    }
+  }
+  if (const json* value = fields.Get("stream_options")) {
+    if (!value->is_object()) Reject("'stream_options' must be an object", "stream_options");
+    if (const auto it = value->find("include_usage"); it != value->end() && !it->is_null()) {
+      request.include_usage = fields.Boolean(*it, "stream_options.include_usage");
+    }
+  }
+  if (const json* value = fields.Get("min_tokens")) {
+    params.min_tokens = fields.Integer(*value, "min_tokens");
+  }
+  if (const json* value = fields.Get("priority")) {
+    request.priority = fields.Integer(*value, "priority");
+    if (request.priority < -(int64_t{1} << 31) || request.priority >= (int64_t{1} << 31)) {
+      Reject(fmt::format("'priority' must fit 32 bits, got {}", request.priority), "priority");
+    }
+  }
+  // Accepted and without effect on the output.
+  for (const char* name : {"user", "metadata", "store", "service_tier", "parallel_tool_calls",
+                           "skip_special_tokens", "spaces_between_special_tokens"}) {
+    fields.Get(name);
+  }
+}
+
+// Validates params once max_tokens is known (a placeholder when it is derived later).
+void ValidateParams(const OpenAiRequest& request) {
+  SamplingParams params = request.params;
+  params.max_new_tokens = request.max_tokens.value_or(std::numeric_limits<int32_t>::max());
+  try {
+    params.Validate();
+  } catch (const Error& e) {
+    Reject(e.what());
+  }
+}
+
+// A message's content as text: a string, or a list of text parts joined with newlines (as
+// vLLM joins them).
+std::string MessageContent(const json& content, size_t index) {
+  const std::string param = fmt::format("messages[{}].content", index);
+  if (content.is_null()) return {};
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) Reject(param + " must be a string or a list of content parts", param);
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const json& part = content[i];
+    if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
+      Reject(fmt::format("{}[{}] must be an object with a 'type'", param, i), param);
+    }
+    const std::string type = part["type"].get<std::string>();
+    if (type != "text") {
+      Reject(
+          fmt::format("{}[{}]: content of type '{}' is not supported (text only)", param, i, type),
+          param);
+    }
+    if (!part.contains("text") || !part["text"].is_string()) {
+      Reject(fmt::format("{}[{}].text must be a string", param, i), param);
+    }
+    if (i > 0) text += '\n';
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+ordered_json ParseMessages(const json& messages) {
+  if (!messages.is_array() || messages.empty()) {
+    Reject("'messages' must be a non-empty list", "messages");
+  }
+  ordered_json out = ordered_json::array();
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const json& message = messages[i];
+    const std::string param = fmt::format("messages[{}]", i);
+    if (!message.is_object()) Reject(param + " must be an object", param);
+    const auto role = message.find("role");
+    if (role == message.end() || !role->is_string()) {
+      Reject(param + ".role must be a string", param + ".role");
+    }
+    std::string name = role->get<std::string>();
+    if (name == "developer") name = "system";  // OpenAI's newer name for the system role
+    if (name == "tool" || name == "function") {
+      Reject(fmt::format("{}: role '{}' needs tool calling, which is not supported", param, name),
+             param + ".role");
+    }
+    if (name != "system" && name != "user" && name != "assistant") {
+      Reject(fmt::format("{}.role must be system, developer, user or assistant, got '{}'", param,
+                         name),
+             param + ".role");
+    }
+    if (message.contains("tool_calls") && !message["tool_calls"].is_null() &&
+        !message["tool_calls"].empty()) {
+      Reject(param + ": tool_calls are not supported", param + ".tool_calls");
+    }
+    const auto content = message.find("content");
+    out.push_back(
+        {{"role", name}, {"content", content == message.end() ? "" : MessageContent(*content, i)}});
+  }
+  return out;
+}
+
+std::variant<std::string, std::vector<int32_t>> TokenPrompt(const json& value) {
+  std::vector<int32_t> ids;
+  for (const json& item : value) {
+    const auto id = JsonInteger(item);
+    if (!id) Reject("'prompt' must be a string, a list of strings or token ids", "prompt");
+    if (*id < 0 || *id > std::numeric_limits<int32_t>::max()) {
+      Reject(fmt::format("prompt token id {} is outside the vocab", *id), "prompt");
+    }
+    ids.push_back(static_cast<int32_t>(*id));
+  }
+  if (ids.empty()) Reject("'prompt' must not be empty", "prompt");
+  return ids;
+}
+
+std::vector<std::variant<std::string, std::vector<int32_t>>> ParsePrompts(const json& value) {
+  const char* const wrong = "'prompt' must be a string, a list of strings or token ids";
+  std::vector<std::variant<std::string, std::vector<int32_t>>> prompts;
+  if (value.is_string()) {
+    prompts.emplace_back(value.get<std::string>());
+  } else if (!value.is_array() || value.empty()) {
+    Reject(value.is_array() ? "'prompt' must not be empty" : wrong, "prompt");
+  } else if (value.front().is_string()) {
+    for (const json& item : value) {
+      if (!item.is_string()) Reject(wrong, "prompt");
+      prompts.emplace_back(item.get<std::string>());
+    }
+  } else if (value.front().is_array()) {
+    for (const json& item : value) {
+      if (!item.is_array()) Reject(wrong, "prompt");
+      prompts.push_back(TokenPrompt(item));
+    }
+  } else {
+    prompts.push_back(TokenPrompt(value));
+  }
+  for (const auto& prompt : prompts) {
+    if (const auto* text = std::get_if<std::string>(&prompt); text && text->empty()) {
+      Reject("'prompt' must not be empty", "prompt");
+    }
+  }
+  return prompts;
+}
+
+// Chat only: logprobs / top_logprobs, the template's variables, continue_final_message.
+void ParseChatFields(Fields& fields, OpenAiRequest& request) {
+  const json* logprobs = fields.Get("logprobs");
+  const bool want_logprobs = logprobs && fields.Boolean(*logprobs, "logprobs");
+  if (const json* value = fields.Get("top_logprobs")) {
+    const int64_t top = fields.Integer(*value, "top_logprobs");
+    if (top < 0 || top > kMaxLogprobs) {
+      Reject(fmt::format("'top_logprobs' must be in [0, {}], got {}", kMaxLogprobs, top),
+             "top_logprobs");
+    }
+    if (top > 0 && !want_logprobs) Reject("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+    request.params.logprobs = top;
+  }
+  if (want_logprobs && !request.params.logprobs) request.params.logprobs = 0;
+  if (!want_logprobs) request.params.logprobs.reset();
+  if (const json* value = fields.Get("chat_template_kwargs")) {
+    if (!value->is_object()) Reject("'chat_template_kwargs' must be an object");
+    request.chat_template_kwargs = *value;
+  }
+  if (const json* value = fields.Get("add_generation_prompt")) {
+    request.add_generation_prompt = fields.Boolean(*value, "add_generation_prompt");
+  }
+  if (const json* value = fields.Get("continue_final_message");
+      value && fields.Boolean(*value, "continue_final_message")) {
+    Reject("'continue_final_message' is not supported by this server", "continue_final_message");
+  }
+}
+
+// Completions only: logprobs (a count), echo, best_of, suffix.
+void ParseCompletionFields(Fields& fields, OpenAiRequest& request) {
+  if (const json* value = fields.Get("logprobs")) {
+    const int64_t top = fields.Integer(*value, "logprobs");
+    if (top < 0 || top > kMaxLogprobs) {
+      Reject(fmt::format("'logprobs' must be in [0, {}], got {}", kMaxLogprobs, top), "logprobs");
+    }
+    request.params.logprobs = top;
+  } else {
+    request.params.logprobs.reset();
+  }
+  if (const json* value = fields.Get("echo")) request.echo = fields.Boolean(*value, "echo");
+  if (request.echo && request.params.logprobs) {
+    Reject("'echo' together with 'logprobs' (prompt logprobs) is not supported", "echo");
+  }
+  if (const json* value = fields.Get("best_of")) {
+    if (fields.Integer(*value, "best_of") != request.n) {
+      Reject("'best_of' other than n is not supported", "best_of");
+    }
+  }
+  if (const json* value = fields.Get("suffix"); value && *value != "") {
+    Reject("'suffix' is not supported by this server", "suffix");
+  }
+}
+
+// Either endpoint's body: the required field (messages, or prompt), the fields both share, then
+// the endpoint's own.
+OpenAiRequest ParseOpenAi(std::string_view body, std::string_view served_model,
+                          const SamplingParams& defaults, OpenAiEndpoint endpoint) {
+  const bool chat = endpoint == OpenAiEndpoint::kChatCompletions;
+  const json root = ParseJsonObject(body);
+  Fields fields(root, /*name_param=*/true);
+  OpenAiRequest request;
+  request.endpoint = endpoint;
+  request.params = defaults;
+  if (!chat) request.max_tokens = 16;  // OpenAI's default for completions
+  RefuseUnsupported(fields);
+  const char* const required = chat ? "messages" : "prompt";
+  const json* value = fields.Get(required);
+  if (!value) Reject(fmt::format("missing required field '{}'", required), required);
+  if (chat) {
+    request.messages = ParseMessages(*value);
+  } else {
+    request.prompts = ParsePrompts(*value);
+  }
+  ParseModel(fields, request, std::string(served_model));
+  ParseSampling(fields, request);
+  ParseOptions(fields, request);
+  if (chat) {
+    ParseChatFields(fields, request);
+  } else {
+    ParseCompletionFields(fields, request);
+  }
+  request.ignored_fields = fields.Unknown();
+  ValidateParams(request);
+  return request;
+}
+
+}  // namespace
+
+OpenAiRequest ParseChatCompletionRequest(std::string_view body, std::string_view served_model,
+                                         const SamplingParams& defaults) {
+  return ParseOpenAi(body, served_model, defaults, OpenAiEndpoint::kChatCompletions);
+}
+
+OpenAiRequest ParseOpenAiCompletionRequest(std::string_view body, std::string_view served_model,
+                                           const SamplingParams& defaults) {
+  return ParseOpenAi(body, served_model, defaults, OpenAiEndpoint::kCompletions);
+}
+
+}  // namespace infer::server

@@ -1,0 +1,69 @@
+// What every protocol's request parser shares (the seed's POST /v1/completions, OpenAI's chat
+// and completions): the error a refused request throws, the JSON body as an object, and one
+// reader of its fields with the same type checks and wordings for all.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace infer::server {
+
+constexpr int kBadRequest = 400;
+constexpr int kNotFound = 404;
+constexpr int kUnprocessable = 422;
+
+// A request the server refuses, with its HTTP status and (optionally) the field at fault.
+class RequestError : public std::runtime_error {
+ public:
+  RequestError(int status, const std::string& message, std::string param = {})
+      : std::runtime_error(message), status_(status), param_(std::move(param)) {}
+  int status() const { return status_; }
+  const std::string& param() const { return param_; }
+
+ private:
+  int status_;
+  std::string param_;
+};
+
+// An integer, or a float with an integral value (as pydantic's lax mode takes 16.0 for 16);
+// values beyond int64 saturate.
+std::optional<int64_t> JsonInteger(const nlohmann::json& value);
+
+// The body as a JSON object; RequestError(400) when it is not valid JSON or not an object.
+nlohmann::json ParseJsonObject(std::string_view body);
+
+// Reads a request's fields. Type errors are RequestError(400) "'name' must be ..."; OpenAI's
+// routes name the field in the error's "param" (`name_param`), the seed protocol's do not.
+class Fields {
+ public:
+  Fields(const nlohmann::json& root, bool name_param) : root_(root), name_param_(name_param) {}
+
+  // The field's value, or null when absent or null (the default then applies). Records the name
+  // as known.
+  const nlohmann::json* Get(const char* name);
+  // The names in the body that no Get() asked for.
+  std::vector<std::string> Unknown() const;
+
+  int64_t Integer(const nlohmann::json& value, const char* name) const;
+  double Number(const nlohmann::json& value, const char* name) const;
+  bool Boolean(const nlohmann::json& value, const char* name) const;
+  // A stop field: a string or a list of strings.
+  std::vector<std::string> Stop(const nlohmann::json& value) const;
+
+  // Throws RequestError(status, message), naming `name` as the param where this protocol does.
+  [[noreturn]] void Reject(const std::string& message, const char* name,
+                           int status = kBadRequest) const;
+
+ private:
+  const nlohmann::json& root_;
+  const bool name_param_;
+  std::vector<std::string> known_;
+};
+
+}  // namespace infer::server
