@@ -425,31 +425,20 @@ int main(int argc, char** argv) {
         "| best GFLOP/s |\n");
     std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   }
-  if (!options.json && options.probe && !kernels::IsaSupported(kernels::Isa::kAvx512) &&
-      kernels::IsaSupported(kernels::Isa::kAvx2)) {
+  if (!options.json && options.probe && kernels::IsaSupported(kernels::Isa::kAvx2)) {
+    const bool avx512 = kernels::IsaSupported(kernels::Isa::kAvx512);
+    const char* probe_isa = avx512 ? "avx512" : "avx2";
     const Tensor buffer = Tensor::Empty(DType::kBF16, {512 << 20}, options.huge_pages);
     Fill(buffer);
     for (int threads : options.threads) {
       ThreadPool pool(threads);
       double best_bw = 0;
       for (int rep = 0; rep < 3; ++rep) best_bw = std::max(best_bw, ReadBandwidthGbs(pool, buffer));
-      std::printf("| probe | read bandwidth | - | avx2 | - | %d | - | - | - | %.1f | - |\n",
-                  threads, best_bw);
-      std::printf("| probe | f32 FMA peak | - | avx2 | - | %d | - | - | - | - | %.1f |\n", threads,
-                  PeakGflops(pool, FmaLoopAvx2, 16));
-    }
-  }
-  if (!options.json && options.probe && kernels::IsaSupported(kernels::Isa::kAvx512)) {
-    const Tensor buffer = Tensor::Empty(DType::kBF16, {512 << 20}, options.huge_pages);
-    Fill(buffer);
-    for (int threads : options.threads) {
-      ThreadPool pool(threads);
-      double best_bw = 0;
-      for (int rep = 0; rep < 3; ++rep) best_bw = std::max(best_bw, ReadBandwidthGbs(pool, buffer));
-      std::printf("| probe | read bandwidth | - | avx512 | - | %d | - | - | - | %.1f | - |\n",
-                  threads, best_bw);
-      std::printf("| probe | f32 FMA peak | - | avx512 | - | %d | - | - | - | - | %.1f |\n",
-                  threads, PeakGflops(pool, FmaLoop, 32));
+      std::printf("| probe | read bandwidth | - | %s | - | %d | - | - | - | %.1f | - |\n",
+                  probe_isa, threads, best_bw);
+      std::printf("| probe | f32 FMA peak | - | %s | - | %d | - | - | - | - | %.1f |\n", probe_isa,
+                  threads,
+                  avx512 ? PeakGflops(pool, FmaLoop, 32) : PeakGflops(pool, FmaLoopAvx2, 16));
       if (kernels::IsaSupported(kernels::Isa::kAvx512Bf16)) {
         std::printf("| probe | bf16 dot peak | - | avx512bf16 | - | %d | - | - | - | - | %.1f |\n",
                     threads, PeakGflops(pool, DotBf16Loop, 64));
