@@ -138,11 +138,11 @@ Json RunConfig(bench::ProgressModel& model, const Tokenizer* tokenizer, const Be
                     warmup ? "warmup" : "trial", warmup ? run + 1 : run - options.warmup + 1,
                     warmup ? options.warmup : options.trials),
         config.gen_tokens);
-    const GenerationResult result = Generate(model, tokenizer, prompt, params, generate_options);
+    const GenerationOutput result = Generate(model, tokenizer, prompt, params, generate_options);
     if (warmup) continue;
     const GenerationTiming& timing = result.timing;
     ttft_s.push_back(timing.prefill_time_s);
-    prompt_tok_s.push_back(static_cast<double>(result.prompt_tokens) / timing.prefill_time_s);
+    prompt_tok_s.push_back(static_cast<double>(result.prompt_tokens()) / timing.prefill_time_s);
     decode_tok_s.push_back(static_cast<double>(timing.decode_times_s.size()) /
                            std::max(timing.decode_time_s(), 1e-12));
     wall_s.push_back(timing.total_time_s());

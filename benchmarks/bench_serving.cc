@@ -522,7 +522,7 @@ PhaseResult RunBaseline(const Workload& workload, cli::GenerationSession& sessio
     RequestRecord record;
     record.send_s = SecondsSince(start);
     try {
-      const GenerationResult result =
+      const GenerationOutput result =
           Generate(model, session.tokenizer(), request.prompt,
                    GreedyParams(request.max_tokens, options.seed), generate_options);
       record.finish_s = SecondsSince(start);
@@ -530,9 +530,9 @@ PhaseResult RunBaseline(const Workload& workload, cli::GenerationSession& sessio
       record.latency_s = record.finish_s - record.send_s;
       record.ttft_s = result.timing.prefill_time_s;
       record.itl_s = result.timing.decode_times_s;
-      record.completion_tokens = result.generated_tokens;
+      record.completion_tokens = result.generated_tokens();
       record.token_ids = result.token_ids;
-      record.finish_reason = FinishReasonName(result.finish_reason);
+      record.finish_reason = FinishReasonName(result.finish_reason.value_or(FinishReason::kLength));
     } catch (const std::exception& e) {
       record.finish_s = SecondsSince(start);
       record.error = e.what();

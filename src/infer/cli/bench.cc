@@ -145,7 +145,7 @@ void RunBench(const BenchArgs& args) {
       options.max_num_batched_tokens = prompt_tokens;  // the whole prompt in one step
       std::vector<double> prefill_tok_s, decode_tok_s;
       for (int rep = 0; rep < args.repetitions; ++rep) {
-        const GenerationResult result = Generate(*model, nullptr, prompt, greedy, options);
+        const GenerationOutput result = Generate(*model, nullptr, prompt, greedy, options);
         prefill_tok_s.push_back(static_cast<double>(prompt_tokens) / result.timing.prefill_time_s);
         decode_tok_s.push_back(static_cast<double>(result.timing.decode_times_s.size()) /
                                result.timing.decode_time_s());

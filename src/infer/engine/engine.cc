@@ -399,11 +399,11 @@ bool Engine::Execute(const SchedulerOutput& step, Held& held) {
 }
 
 bool Engine::Update(const SchedulerOutput& step, bool ran, const StepCallbacks& callbacks) {
-  bool static_prefill = false;
+  bool hold = false;
   {
     std::lock_guard lock(mutex_);
     scheduler_->Update(step, ran);
-    static_prefill = !config_.continuous() && ran && scheduler_->prefilling();
+    hold = ran && scheduler_->holds_outputs();
   }
   const double end = NowS();
   for (const ScheduledRequest& s : step.scheduled) {
@@ -411,7 +411,7 @@ bool Engine::Update(const SchedulerOutput& step, bool ran, const StepCallbacks& 
     ObserveEnd(*s.request, end);
     if (callbacks.on_end) callbacks.on_end(MakeOutput(*s.request));
   }
-  return static_prefill;
+  return hold;
 }
 
 bool Engine::RunStep(const StepCallbacks& callbacks) {
@@ -443,7 +443,7 @@ void Engine::Drive(const std::function<bool()>& done, const StepCallbacks& callb
     if (RunStep(callbacks)) continue;
     std::unique_lock lock(mutex_);
     if (stopping_) return;
-    // Idle, or a static batch is forming: sleep until new work, a cancel, or its deadline.
+    // Idle, or a batch is forming: sleep until new work, a cancel, or its deadline.
     const auto deadline = scheduler_->batch_wait_deadline_s();
     const double wait_s = deadline ? std::max(0.0, *deadline - NowS()) : 0.5;
     const int64_t added = num_added_;

@@ -163,8 +163,8 @@ class Engine {
   // Its parts. Cancels queued by Cancel(); the step's work (nullopt when scheduling failed and
   // every request was failed); the forward and sampling (false when it threw: the scheduled
   // requests are failed), whose outputs are held for Deliver; the scheduler's update and the
-  // requests that ended. Update returns whether the step goes on with another forward: a
-  // static batch prefills as one unit (its first tokens are delivered together).
+  // requests that ended. Update returns whether the step goes on with another forward before
+  // delivering (the batching policy's holds_outputs: a static batch prefills as one unit).
   void ApplyCancels(const StepCallbacks& callbacks);
   std::optional<SchedulerOutput> Schedule(const StepCallbacks& callbacks);
   using Held = std::vector<std::pair<std::shared_ptr<Request>, StepOutput>>;

@@ -71,7 +71,6 @@ struct EngineConfig {
   // oracle, --no-kv-cache).
   bool use_kv_cache = true;
 
-  bool continuous() const { return batching_mode == BatchingMode::kContinuous; }
   bool priority_policy() const { return scheduler_policy == SchedulerPolicy::kPriority; }
 
   // Throws infer::Error naming the first unsupported or out-of-range field.

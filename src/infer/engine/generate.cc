@@ -11,7 +11,7 @@ namespace {
 
 // Continuous batching on an engine of `prompts.size()` sequences whose KV pool holds exactly
 // what the prompts may need; each prompt checked by its front door.
-std::vector<GenerationResult> RunBatch(LanguageModel& model, const Tokenizer* tokenizer,
+std::vector<GenerationOutput> RunBatch(LanguageModel& model, const Tokenizer* tokenizer,
                                        const std::vector<std::vector<int32_t>>& prompts,
                                        const std::vector<SamplingParams>& params,
                                        const GenerateOptions& options) {
@@ -43,7 +43,7 @@ std::vector<GenerationResult> RunBatch(LanguageModel& model, const Tokenizer* to
     INFER_CHECK(engine.AddRequest(std::to_string(i), std::move(ids), params_of(i)) != nullptr,
                 "generate: the engine refused request {}", i);
   }
-  std::vector<GenerationResult> results(prompts.size());
+  std::vector<GenerationOutput> results(prompts.size());
   StepCallbacks callbacks;
   if (options.on_text) {
     callbacks.on_output = [&](const StepOutput& output) {
@@ -53,13 +53,8 @@ std::vector<GenerationResult> RunBatch(LanguageModel& model, const Tokenizer* to
   }
   callbacks.on_end = [&](GenerationOutput output) {
     if (output.error) Fail("{}", *output.error);
-    GenerationResult& result = results[std::stoul(output.request_id)];
-    result.token_ids = std::move(output.token_ids);
-    result.text = std::move(output.text);
-    result.finish_reason = output.finish_reason.value_or(FinishReason::kLength);
-    result.prompt_tokens = static_cast<int64_t>(output.prompt_token_ids.size());
-    result.generated_tokens = static_cast<int64_t>(result.token_ids.size());
-    result.timing = std::move(output.timing);
+    const size_t row = std::stoul(output.request_id);
+    results[row] = std::move(output);
   };
   engine.RunUntilDone(callbacks);
   return results;
@@ -67,28 +62,28 @@ std::vector<GenerationResult> RunBatch(LanguageModel& model, const Tokenizer* to
 
 }  // namespace
 
-GenerationResult Generate(LanguageModel& model, const Tokenizer* tokenizer, const Prompt& prompt,
+GenerationOutput Generate(LanguageModel& model, const Tokenizer* tokenizer, const Prompt& prompt,
                           const SamplingParams& params, const GenerateOptions& options) {
   std::vector<std::vector<int32_t>> prompts{EncodePrompt(prompt, tokenizer, options.chat_template)};
   return std::move(RunBatch(model, tokenizer, prompts, {params}, options).front());
 }
 
-std::vector<GenerationResult> GenerateBatch(LanguageModel& model, const Tokenizer* tokenizer,
+std::vector<GenerationOutput> GenerateBatch(LanguageModel& model, const Tokenizer* tokenizer,
                                             const std::vector<std::vector<int32_t>>& prompts,
                                             const std::vector<SamplingParams>& params,
                                             const GenerateOptions& options) {
   return RunBatch(model, tokenizer, prompts, params, options);
 }
 
-nlohmann::ordered_json GenerationResultToJson(const GenerationResult& result) {
+nlohmann::ordered_json GenerationOutputToJson(const GenerationOutput& output) {
   nlohmann::ordered_json json;
-  json["token_ids"] = result.token_ids;
-  json["text"] = result.text;
-  json["finish_reason"] = FinishReasonName(result.finish_reason);
-  json["prompt_tokens"] = result.prompt_tokens;
-  json["generated_tokens"] = result.generated_tokens;
-  json["timing"] = {{"prefill_time_s", result.timing.prefill_time_s},
-                    {"decode_times_s", result.timing.decode_times_s}};
+  json["token_ids"] = output.token_ids;
+  json["text"] = output.text;
+  json["finish_reason"] = FinishReasonName(output.finish_reason.value_or(FinishReason::kLength));
+  json["prompt_tokens"] = output.prompt_tokens();
+  json["generated_tokens"] = output.generated_tokens();
+  json["timing"] = {{"prefill_time_s", output.timing.prefill_time_s},
+                    {"decode_times_s", output.timing.decode_times_s}};
   return json;
 }
 

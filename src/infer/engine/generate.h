@@ -20,15 +20,6 @@
 
 namespace infer {
 
-struct GenerationResult {
-  std::vector<int32_t> token_ids;  // generated ids (prompt excluded), EOS included when hit
-  std::string text;                // decoded (special tokens skipped), cut before a stop string
-  FinishReason finish_reason = FinishReason::kLength;
-  int64_t prompt_tokens = 0;
-  int64_t generated_tokens = 0;
-  GenerationTiming timing;
-};
-
 struct GenerateOptions {
   bool use_kv_cache = true;
   DType kv_cache_dtype = DType::kBF16;
@@ -46,19 +37,19 @@ struct GenerateOptions {
 // `params.stop` empty. The engine's front door (Engine::PreparePrompt) encodes and checks the
 // prompt: throws RequestRejected for invalid params, a prompt it cannot encode or that is
 // empty, ids outside the vocab, or prompt + max_new_tokens beyond the model's context.
-GenerationResult Generate(LanguageModel& model, const Tokenizer* tokenizer, const Prompt& prompt,
+GenerationOutput Generate(LanguageModel& model, const Tokenizer* tokenizer, const Prompt& prompt,
                           const SamplingParams& params, const GenerateOptions& options = {});
 
 // Runs every prompt as its own request of one engine (continuous batching); a finished row stops
 // running. `params` has one entry per prompt, or one for all. Row i's result equals
 // Generate(prompts[i], params[i]).
-std::vector<GenerationResult> GenerateBatch(LanguageModel& model, const Tokenizer* tokenizer,
+std::vector<GenerationOutput> GenerateBatch(LanguageModel& model, const Tokenizer* tokenizer,
                                             const std::vector<std::vector<int32_t>>& prompts,
                                             const std::vector<SamplingParams>& params,
                                             const GenerateOptions& options = {});
 
 // {token_ids, text, finish_reason, prompt_tokens, generated_tokens,
 //  timing {prefill_time_s, decode_times_s}}: the `infer generate --json` object.
-nlohmann::ordered_json GenerationResultToJson(const GenerationResult& result);
+nlohmann::ordered_json GenerationOutputToJson(const GenerationOutput& output);
 
 }  // namespace infer

@@ -44,7 +44,8 @@ struct StepOutput {
   std::optional<TokenLogprobs> logprobs;
 };
 
-// A finished request (seed 004's GenerationOutput).
+// A finished request (seed 004's GenerationOutput): what every driver returns in the end
+// (Engine::Generate, Generate/GenerateBatch of generate.h, the server's final chunk).
 struct GenerationOutput {
   std::string request_id;
   std::string prompt;  // the prompt text (decoded from the ids for token prompts)
@@ -57,6 +58,9 @@ struct GenerationOutput {
   int64_t cached_tokens = 0;  // prompt tokens served by the prefix cache
   int64_t num_preemptions = 0;
   GenerationTiming timing;
+
+  int64_t prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }
+  int64_t generated_tokens() const { return static_cast<int64_t>(token_ids.size()); }
 };
 
 }  // namespace infer

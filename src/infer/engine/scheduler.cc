@@ -9,9 +9,12 @@ namespace infer {
 
 Scheduler::Scheduler(const EngineConfig& config, int64_t num_blocks)
     : config_(config),
+      policy_(MakeBatchingPolicy(config)),
       blocks_(num_blocks, config.block_size, config.enable_prefix_caching && config.use_kv_cache) {
   config_.Validate();
 }
+
+Scheduler::~Scheduler() = default;
 
 bool Scheduler::Fits(int64_t total_tokens) const {
   return blocks_.BlocksFor(total_tokens) <= blocks_.num_blocks();
@@ -120,7 +123,7 @@ bool Scheduler::Admit(const std::shared_ptr<Request>& request, int64_t budget,
   const int64_t num_new = std::min(request->num_tokens() - cached, budget);
   // With preemption off (and in static mode) a request holds blocks for everything it may
   // generate, so a running request never runs out.
-  const bool reserve_all = !config_.enable_preemption || !config_.continuous();
+  const bool reserve_all = policy_->reserves_all();
   const int64_t reserve =
       reserve_all ? std::max(request->max_total_tokens(), request->num_tokens()) : cached + num_new;
   try {
@@ -152,11 +155,11 @@ bool Scheduler::Admit(const std::shared_ptr<Request>& request, int64_t budget,
   return true;
 }
 
-void Scheduler::AdmitWaiting(int64_t& budget, SchedulerOutput& output, bool wait_for_pending) {
+void Scheduler::AdmitWaiting(int64_t& budget, SchedulerOutput& output) {
   for (auto it = waiting_.begin(); it != waiting_.end() && budget > 0 &&
                                    static_cast<int64_t>(running_.size()) < config_.max_num_seqs;) {
     const std::shared_ptr<Request> request = *it;
-    if (wait_for_pending && blocks_.Match(request->token_ids).next_pending) {
+    if (blocks_.Match(request->token_ids).next_pending) {
       ++it;  // its next prefix block is being computed: share it next step
       continue;
     }
@@ -168,37 +171,11 @@ void Scheduler::AdmitWaiting(int64_t& budget, SchedulerOutput& output, bool wait
   }
 }
 
-SchedulerOutput Scheduler::ScheduleContinuous() {
-  SchedulerOutput output;
-  int64_t budget = config_.max_num_batched_tokens;
-  ScheduleRunning(budget, output, /*prefill_only=*/false);
-  // As vLLM: no admission in a step that had to preempt (memory is short).
-  if (output.preempted.empty()) AdmitWaiting(budget, output, /*wait_for_pending=*/true);
-  return output;
-}
-
-SchedulerOutput Scheduler::ScheduleStatic(double now_s) {
-  SchedulerOutput output;
-  int64_t budget = config_.max_num_batched_tokens;
-  if (running_.empty()) {
-    if (waiting_.empty()) {
-      batch_wait_deadline_s_.reset();
-      return output;
-    }
-    if (!batch_wait_deadline_s_) batch_wait_deadline_s_ = now_s + config_.batch_wait_timeout_s;
-    const bool full = static_cast<int64_t>(waiting_.size()) >= config_.max_num_seqs;
-    if (!full && now_s < *batch_wait_deadline_s_) return output;
-    batch_wait_deadline_s_.reset();
-    // Form the batch: blocks for every member now; the prompts run in the steps below.
-    while (!waiting_.empty() && static_cast<int64_t>(running_.size()) < config_.max_num_seqs) {
-      SchedulerOutput unused;
-      if (!Admit(waiting_.front(), 0, unused)) break;
-      waiting_.pop_front();
-    }
-  }
-  // The batch's prompts first (in chunks under the budget), then one token per member a step.
-  ScheduleRunning(budget, output, prefilling());
-  return output;
+bool Scheduler::AdmitFirstWaiting() {
+  SchedulerOutput unused;  // a budget of 0 schedules nothing
+  if (waiting_.empty() || !Admit(waiting_.front(), 0, unused)) return false;
+  waiting_.pop_front();
+  return true;
 }
 
 bool Scheduler::prefilling() const {
@@ -207,7 +184,8 @@ bool Scheduler::prefilling() const {
 }
 
 SchedulerOutput Scheduler::Schedule(double now_s) {
-  SchedulerOutput output = config_.continuous() ? ScheduleContinuous() : ScheduleStatic(now_s);
+  SchedulerOutput output;
+  policy_->Schedule(*this, now_s, output);
   output.failed = std::move(failed_);
   failed_.clear();
   return output;
@@ -244,7 +222,6 @@ std::shared_ptr<Request> Scheduler::Abort(std::string_view request_id) {
   if (auto it = std::find_if(waiting_.begin(), waiting_.end(), matches); it != waiting_.end()) {
     request = *it;
     waiting_.erase(it);
-    if (waiting_.empty()) batch_wait_deadline_s_.reset();
   } else if (auto run = std::find_if(running_.begin(), running_.end(), matches);
              run != running_.end() && !(*run)->done()) {
     request = *run;
@@ -264,7 +241,6 @@ std::vector<std::shared_ptr<Request>> Scheduler::TakeAll() {
   for (const auto& request : all) blocks_.Free(request->block_table);
   running_.clear();
   waiting_.clear();
-  batch_wait_deadline_s_.reset();
   return all;
 }
 

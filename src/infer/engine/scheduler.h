@@ -2,14 +2,13 @@
 // It owns the block manager and decides, each step, which requests run and how many of their
 // tokens: running requests first (decode tokens, prefill chunks), then waiting ones by policy,
 // under a token budget (max_num_batched_tokens) and max_num_seqs.
-// - continuous (vLLM-style): every step admits and retires requests. With preemption on, blocks
-//   are taken as sequences grow; when none is left the lowest-priority, latest-arrived running
-//   request is preempted by recompute (blocks freed, requeued at the front of its priority).
-//   With preemption off, a request is admitted only with blocks for prompt + max_tokens.
-//   A waiting request whose next prefix block is being computed by a running one waits for it,
-//   so a shared prefix is computed once even when its requests arrive together.
-// - static (phase 4): a batch forms once max_num_seqs wait or batch_wait_timeout_s has passed,
-//   prefills, then decodes to completion before the next one forms.
+// How a step's batch forms is the BatchingPolicy's (batching_policy.h: continuous or static);
+// the scheduler gives it the building blocks below. Under continuous batching with preemption
+// on, blocks are taken as sequences grow; when none is left the lowest-priority, latest-arrived
+// running request is preempted by recompute (blocks freed, requeued at the front of its
+// priority). Otherwise a request is admitted only with blocks for prompt + max_tokens.
+// A waiting request whose next prefix block is being computed by a running one waits for it,
+// so a shared prefix is computed once even when its requests arrive together.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +19,7 @@
 #include <vector>
 
 #include "infer/cache/block_manager.h"
+#include "infer/engine/batching_policy.h"
 #include "infer/engine/engine_config.h"
 #include "infer/engine/request.h"
 
@@ -51,6 +51,7 @@ class Scheduler {
  public:
   // Throws infer::Error for an invalid config.
   Scheduler(const EngineConfig& config, int64_t num_blocks);
+  ~Scheduler();
 
   // Whether a request needing `total_tokens` positions can ever fit the block pool.
   bool Fits(int64_t total_tokens) const;
@@ -76,10 +77,25 @@ class Scheduler {
   size_t num_running() const { return running_.size(); }
   const std::vector<std::shared_ptr<Request>>& running() const { return running_; }
   const std::deque<std::shared_ptr<Request>>& waiting() const { return waiting_; }
-  // Static mode: when the forming batch will be dispatched if it does not fill first.
-  std::optional<double> batch_wait_deadline_s() const { return batch_wait_deadline_s_; }
+  // When an idle engine must schedule again without new work: a forming static batch's
+  // dispatch time if it does not fill first.
+  std::optional<double> batch_wait_deadline_s() const { return policy_->wake_deadline_s(); }
+  // Whether the step just updated is followed at once by another before outputs are delivered
+  // (a static batch's prompts run as one unit).
+  bool holds_outputs() const { return policy_->holds_outputs(*this); }
   const BlockManager& block_manager() const { return blocks_; }
   const SchedulerStats& stats() const { return stats_; }
+
+  // The building blocks of a step, for the BatchingPolicy. Schedules running requests under
+  // `budget` (only those still prefilling when `prefill_only`), allocating blocks as they grow
+  // and preempting when they run out.
+  void ScheduleRunning(int64_t& budget, SchedulerOutput& output, bool prefill_only);
+  // Admits waiting requests in order while budget and max_num_seqs allow; a request whose next
+  // prefix block a running one is computing waits a step to share it.
+  void AdmitWaiting(int64_t& budget, SchedulerOutput& output);
+  // Moves the first waiting request to running with its blocks reserved and nothing scheduled
+  // yet; false if its blocks are not free.
+  bool AdmitFirstWaiting();
 
  private:
   // (priority, arrival, seq_id) under the priority policy; (arrival, seq_id) under fcfs.
@@ -94,16 +110,12 @@ class Scheduler {
   void FailRequest(std::shared_ptr<Request> request, const std::string& why);
   // Takes blocks for a waiting request and moves it to running; false if they are not free.
   bool Admit(const std::shared_ptr<Request>& request, int64_t budget, SchedulerOutput& output);
-  void ScheduleRunning(int64_t& budget, SchedulerOutput& output, bool prefill_only);
-  void AdmitWaiting(int64_t& budget, SchedulerOutput& output, bool wait_for_pending);
-  SchedulerOutput ScheduleContinuous();
-  SchedulerOutput ScheduleStatic(double now_s);
 
   EngineConfig config_;
+  std::unique_ptr<BatchingPolicy> policy_;
   BlockManager blocks_;
   std::deque<std::shared_ptr<Request>> waiting_;
   std::vector<std::shared_ptr<Request>> running_;  // in RunsBefore order
-  std::optional<double> batch_wait_deadline_s_;
   SchedulerStats stats_;
   std::vector<std::shared_ptr<Request>> failed_;  // of the step being scheduled
 };

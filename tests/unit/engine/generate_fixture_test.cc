@@ -30,7 +30,7 @@ class GenerateFixtureTest : public ::testing::TestWithParam<std::string> {
     return reference_[key][field].get<std::vector<int32_t>>();
   }
 
-  GenerationResult Run(const std::vector<int32_t>& prompt, const SamplingParams& params,
+  GenerationOutput Run(const std::vector<int32_t>& prompt, const SamplingParams& params,
                        bool use_cache) {
     GenerateOptions options;
     options.use_kv_cache = use_cache;
@@ -50,8 +50,8 @@ TEST_P(GenerateFixtureTest, GreedyMatchesReferenceWithAndWithoutCache) {
   SamplingParams params;
   params.temperature = 0.0;
   params.max_new_tokens = static_cast<int64_t>(expected.size());
-  const GenerationResult cached = Run(prompt, params, true);
-  const GenerationResult uncached = Run(prompt, params, false);
+  const GenerationOutput cached = Run(prompt, params, true);
+  const GenerationOutput uncached = Run(prompt, params, false);
   EXPECT_EQ(cached.token_ids, expected);
   EXPECT_EQ(uncached.token_ids, cached.token_ids);
   EXPECT_EQ(cached.finish_reason, FinishReason::kLength);
@@ -67,7 +67,7 @@ TEST_P(GenerateFixtureTest, SeededSamplingSameWithAndWithoutCache) {
   params.repetition_penalty = 1.1;
   params.seed = 42;
   params.max_new_tokens = 24;
-  const GenerationResult cached = Run(prompt, params, true);
+  const GenerationOutput cached = Run(prompt, params, true);
   EXPECT_EQ(Run(prompt, params, false).token_ids, cached.token_ids);
   EXPECT_EQ(Run(prompt, params, true).token_ids, cached.token_ids);
   params.seed = 43;

@@ -29,11 +29,11 @@ TEST(GenerateTest, GreedyRunsToLength) {
     options.use_kv_cache = use_cache;
     options.kv_cache_dtype = DType::kF32;  // the float64 references hold at 1e-4 in f32
     const std::vector<int32_t> prompt{1, 2};
-    const GenerationResult result = Generate(model, nullptr, prompt, Greedy(5), options);
+    const GenerationOutput result = Generate(model, nullptr, prompt, Greedy(5), options);
     EXPECT_EQ(result.token_ids, (std::vector<int32_t>{3, 3, 3, 3, 3}));
     EXPECT_EQ(result.finish_reason, FinishReason::kLength);
-    EXPECT_EQ(result.prompt_tokens, 2);
-    EXPECT_EQ(result.generated_tokens, 5);
+    EXPECT_EQ(result.prompt_tokens(), 2);
+    EXPECT_EQ(result.generated_tokens(), 5);
     EXPECT_EQ(result.text, "");
     EXPECT_EQ(model.used_cache(), use_cache);
     // Prefill passes the prompt, every decode step one new token.
@@ -46,10 +46,10 @@ TEST(GenerateTest, StopsAtEos) {
   GenerateOptions options;
   options.eos_token_ids = {6};
   const std::vector<int32_t> prompt{1};
-  GenerationResult result = Generate(model, nullptr, prompt, Greedy(10), options);
+  GenerationOutput result = Generate(model, nullptr, prompt, Greedy(10), options);
   EXPECT_EQ(result.token_ids, (std::vector<int32_t>{4, 5, 6}));
   EXPECT_EQ(result.finish_reason, FinishReason::kEos);
-  EXPECT_EQ(result.generated_tokens, 3);
+  EXPECT_EQ(result.generated_tokens(), 3);
   options.eos_token_ids = {9, 5};  // any id of the set
   result = Generate(model, nullptr, prompt, Greedy(10), options);
   EXPECT_EQ(result.token_ids, (std::vector<int32_t>{4, 5}));
@@ -65,8 +65,8 @@ TEST(GenerateTest, SeedDeterminesTokens) {
   params.max_new_tokens = 16;
   params.seed = 42;
   const std::vector<int32_t> prompt{1, 2, 3};
-  const GenerationResult first = Generate(model, nullptr, prompt, params);
-  const GenerationResult second = Generate(model, nullptr, prompt, params);
+  const GenerationOutput first = Generate(model, nullptr, prompt, params);
+  const GenerationOutput second = Generate(model, nullptr, prompt, params);
   EXPECT_EQ(first.token_ids, second.token_ids);
   params.seed = 43;
   EXPECT_NE(Generate(model, nullptr, prompt, params).token_ids, first.token_ids);
@@ -86,7 +86,7 @@ TEST(GenerateTest, TimingFieldsMeasureTheSteps) {
   SlowModel model;
   const std::vector<int32_t> prompt{1, 2, 3};
   const auto start = std::chrono::steady_clock::now();
-  const GenerationResult result = Generate(model, nullptr, prompt, Greedy(6));
+  const GenerationOutput result = Generate(model, nullptr, prompt, Greedy(6));
   const double wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // The prefill and each decode step include one forward of >= 3 ms, and all of them together
@@ -100,14 +100,14 @@ TEST(GenerateTest, TimingFieldsMeasureTheSteps) {
 TEST(GenerateTest, EdgeCases) {
   ScriptedModel model(10, {7});
   const std::vector<int32_t> one{5};
-  GenerationResult result = Generate(model, nullptr, one, Greedy(1));
+  GenerationOutput result = Generate(model, nullptr, one, Greedy(1));
   EXPECT_EQ(result.token_ids, (std::vector<int32_t>{7}));
   EXPECT_TRUE(result.timing.decode_times_s.empty());
   EXPECT_EQ(result.finish_reason, FinishReason::kLength);
   SamplingParams params = Greedy(3);
   params.stop = {};
   result = Generate(model, nullptr, one, params);
-  EXPECT_EQ(result.generated_tokens, 3);
+  EXPECT_EQ(result.generated_tokens(), 3);
 }
 
 TEST(GenerateTest, RejectsBadRequests) {
@@ -137,14 +137,14 @@ TEST(GenerateTest, BatchRowsStopIndependently) {
   options.eos_token_ids = {6};
   const std::vector<std::vector<int32_t>> prompts{{1}, {2, 3}, {1, 1, 1}};
   std::vector<SamplingParams> params{Greedy(8), Greedy(2), Greedy(8)};
-  const std::vector<GenerationResult> results =
+  const std::vector<GenerationOutput> results =
       GenerateBatch(model, nullptr, prompts, params, options);
   ASSERT_EQ(results.size(), 3U);
   EXPECT_EQ(results[0].token_ids, (std::vector<int32_t>{4, 5, 6}));
   EXPECT_EQ(results[0].finish_reason, FinishReason::kEos);
   EXPECT_EQ(results[1].token_ids, (std::vector<int32_t>{4, 5}));
   EXPECT_EQ(results[1].finish_reason, FinishReason::kLength);
-  EXPECT_EQ(results[2].prompt_tokens, 3);
+  EXPECT_EQ(results[2].prompt_tokens(), 3);
 }
 
 TEST(GenerateTest, BatchEqualsSingleWhenSampling) {
@@ -164,7 +164,7 @@ TEST(GenerateTest, BatchEqualsSingleWhenSampling) {
 TEST(GenerateTest, ResultJson) {
   ScriptedModel model(10, {3});
   const std::vector<int32_t> prompt{1};
-  const auto json = GenerationResultToJson(Generate(model, nullptr, prompt, Greedy(2)));
+  const auto json = GenerationOutputToJson(Generate(model, nullptr, prompt, Greedy(2)));
   EXPECT_EQ(json["token_ids"], nlohmann::ordered_json::array({3, 3}));
   EXPECT_EQ(json["finish_reason"], "length");
   EXPECT_EQ(json["prompt_tokens"], 1);

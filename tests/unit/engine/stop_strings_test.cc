@@ -13,7 +13,7 @@ namespace {
 
 struct Case {
   std::vector<int32_t> script;
-  GenerationResult result;
+  GenerationOutput result;
   std::string streamed;
 };
 
@@ -146,7 +146,7 @@ TEST_P(StopStringsTest, EosBeatsStopString) {
   GenerateOptions options;
   options.eos_token_ids = {script.back()};  // the token completing the stop is also EOS
   const std::vector<int32_t> prompt{1};
-  const GenerationResult result = Generate(model, tokenizer_.get(), prompt, params, options);
+  const GenerationOutput result = Generate(model, tokenizer_.get(), prompt, params, options);
   EXPECT_EQ(result.finish_reason, FinishReason::kEos);
 }
 
