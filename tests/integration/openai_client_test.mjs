@@ -202,7 +202,7 @@ describe('openai npm client against infer serve', () => {
       (error) => error instanceof OpenAI.NotFoundError && /gpt-4/.test(error.message));
     await assert.rejects(
       client.chat.completions.create({
-        model: 'tiny', messages, tools: [{ type: 'function', function: { name: 'f' } }],
+        model: 'tiny', messages, tools: [{ type: 'function', function: { name: 'no spaces' } }],
       }),
       (error) => error instanceof OpenAI.BadRequestError && error.param === 'tools');
     await assert.rejects(

@@ -1,6 +1,8 @@
 #include "infer/cli/generation_session.h"
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include <fmt/format.h>
 
@@ -23,7 +25,45 @@ void AddSamplingOptions(CLI::App& command, SamplingArgs& args) {
                   "KV cache dtype: bf16 (half the memory) or f32 (exact activations)")
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
+  auto* schema = command.add_option("--json-schema", args.json_schema_file,
+                                    "The output is JSON valid under this JSON schema (a file)");
+  auto* regex = command.add_option("--regex", args.regex, "The output matches this regex");
+  auto* grammar = command.add_option("--grammar", args.grammar_file,
+                                     "The output matches this GBNF grammar (llama.cpp's syntax; a file)");
+  auto* choice = command.add_option("--choice", args.choices,
+                                    "The output is one of these strings (comma-separated)")
+                     ->delimiter(',');
+  schema->excludes(regex)->excludes(grammar)->excludes(choice);
+  regex->excludes(grammar)->excludes(choice);
+  grammar->excludes(choice);
 }
+
+namespace {
+
+std::string ReadTextFile(const std::string& path, const char* option) {
+  std::ifstream file(path, std::ios::binary);
+  INFER_CHECK(file, "{}: cannot read '{}'", option, path);
+  return {std::istreambuf_iterator<char>(file), std::istreambuf_iterator<char>()};
+}
+
+std::optional<StructuredOutput> ResolveStructuredOutput(const SamplingArgs& args) {
+  using Kind = StructuredOutput::Kind;
+  if (!args.json_schema_file.empty()) {
+    const auto schema = nlohmann::ordered_json::parse(ReadTextFile(args.json_schema_file, "--json-schema"),
+                                              nullptr, /*allow_exceptions=*/false);
+    INFER_CHECK(!schema.is_discarded(), "--json-schema: '{}' is not valid JSON",
+                args.json_schema_file);
+    return StructuredOutput{Kind::kJsonSchema, schema.dump(), {}};
+  }
+  if (!args.regex.empty()) return StructuredOutput{Kind::kRegex, args.regex, {}};
+  if (!args.grammar_file.empty()) {
+    return StructuredOutput{Kind::kGrammar, ReadTextFile(args.grammar_file, "--grammar"), {}};
+  }
+  if (!args.choices.empty()) return StructuredOutput{Kind::kChoice, "", args.choices};
+  return std::nullopt;
+}
+
+}  // namespace
 
 SamplingParams ResolveSamplingParams(const SamplingArgs& args, const GenerationConfig& config) {
   SamplingParams params = SamplingParamsFromGenerationConfig(config);
@@ -35,6 +75,7 @@ SamplingParams ResolveSamplingParams(const SamplingArgs& args, const GenerationC
   if (args.max_new_tokens) params.max_new_tokens = *args.max_new_tokens;
   params.stop = args.stop;
   params.seed = args.seed;
+  params.structured_output = ResolveStructuredOutput(args);
   params.Validate();
   return params;
 }

@@ -30,6 +30,11 @@ struct SamplingArgs {
   std::optional<uint64_t> seed;
   bool no_kv_cache = false;
   std::string kv_cache_dtype = "bf16";
+  // Structured output (at most one): a JSON schema file, a regex, a GBNF grammar file, choices.
+  std::string json_schema_file;
+  std::string regex;
+  std::string grammar_file;
+  std::vector<std::string> choices;
 };
 
 void AddSamplingOptions(CLI::App& command, SamplingArgs& args);

@@ -70,8 +70,12 @@ Engine::Engine(EngineConfig config, LanguageModel& model, const Tokenizer* token
       model_(model),
       tokenizer_(tokenizer),
       chat_template_(chat_template),
-      runner_(model, std::move(eos_token_ids)) {
+      runner_(model, eos_token_ids) {
   config_.Validate();
+  if (tokenizer_ != nullptr) {
+    structured_ = std::make_unique<StructuredOutputCompiler>(*tokenizer_, std::move(eos_token_ids));
+    constraint_factory_ = [this](const StructuredOutput& spec) { return structured_->Make(spec); };
+  }
   kv_cache_ = SizeKvCache(config_, model_);
   model_.AllocateKvCache(kv_cache_.num_blocks, kv_cache_.block_size, kv_cache_.dtype,
                          config_.use_kv_cache);
@@ -196,6 +200,16 @@ std::vector<int32_t> Engine::PreparePrompt(const Prompt& prompt, SamplingParams&
       Reject(true, "prompt token id {} is outside the vocab [0, {})", id, model_.vocab_size());
     }
   }
+  if (params.structured_output) {
+    if (!constraint_factory_) {
+      Reject(false, "structured output needs a tokenizer (the model folder has no tokenizer.json)");
+    }
+    try {
+      constraint_factory_(*params.structured_output);  // compiled once: later ones hit the cache
+    } catch (const Error& e) {
+      Reject(false, "{}", e.what());
+    }
+  }
   if (fill_context) {
     if (max_model_len() - size < 1) {
       Reject(true, "the prompt ({} tokens) leaves no room to generate within max_model_len ({})",
@@ -222,13 +236,23 @@ std::vector<int32_t> Engine::PreparePrompt(const Prompt& prompt, SamplingParams&
   return ids;
 }
 
+std::shared_ptr<Request> Engine::MakeRequest(std::string id, std::vector<int32_t> prompt_ids,
+                                             SamplingParams params, int64_t priority) const {
+  if (!params.seed && config_.seed) params.seed = config_.seed;
+  auto request = std::make_shared<Request>(std::move(id), std::move(prompt_ids), std::move(params),
+                                           NowS(), tokenizer_, priority);
+  if (request->sampling_params.structured_output) {
+    INFER_CHECK(constraint_factory_, "structured output needs a tokenizer");
+    request->constraint = constraint_factory_(*request->sampling_params.structured_output);
+  }
+  return request;
+}
+
 std::shared_ptr<OutputChannel> Engine::AddRequest(const std::string& request_id,
                                                   std::vector<int32_t> prompt_ids,
                                                   SamplingParams params, int64_t priority,
                                                   std::shared_ptr<OutputChannel> output) {
-  if (!params.seed && config_.seed) params.seed = config_.seed;
-  auto request = std::make_shared<Request>(request_id, std::move(prompt_ids), std::move(params),
-                                           NowS(), tokenizer_, priority);
+  auto request = MakeRequest(request_id, std::move(prompt_ids), std::move(params), priority);
   if (!output) output = std::make_shared<OutputChannel>();
   request->output = output;
   {
@@ -245,10 +269,7 @@ std::string Engine::AddRequest(const GenerationRequest& request) {
   std::vector<int32_t> ids = PreparePrompt(
       std::visit([](const auto& p) { return Prompt(p); }, request.prompt()), request.params());
   std::string id = std::to_string(next_request_number_++);
-  SamplingParams params = request.params();
-  if (!params.seed && config_.seed) params.seed = config_.seed;
-  auto entry = std::make_shared<Request>(id, std::move(ids), std::move(params), NowS(), tokenizer_,
-                                         request.priority_value());
+  auto entry = MakeRequest(id, std::move(ids), request.params(), request.priority_value());
   if (const auto* text = std::get_if<std::string>(&request.prompt())) entry->prompt_text = *text;
   {
     std::lock_guard lock(mutex_);

@@ -28,6 +28,7 @@
 #include "infer/engine/request.h"
 #include "infer/engine/runner.h"
 #include "infer/engine/scheduler.h"
+#include "infer/engine/structured.h"
 #include "infer/tokenizer/tokenizer.h"
 
 namespace infer {
@@ -92,6 +93,7 @@ class Engine {
 
   const EngineConfig& config() const { return config_; }
   const Tokenizer* tokenizer() const { return tokenizer_; }
+  const ChatTemplate* chat_template() const { return chat_template_; }
   const KvCacheInfo& kv_cache() const { return kv_cache_; }
   // The longest prompt + max_tokens a request may ask for: max_model_len, capped by the model
   // and by the KV pool.
@@ -106,8 +108,8 @@ class Engine {
   // AddRequest) is tokenized (a chat through the chat template) and checked here, once, before
   // it is queued. Returns the prompt's ids; throws RequestRejected for invalid sampling params,
   // a prompt that cannot be encoded (no tokenizer, no chat template, the template fails) or
-  // encodes to nothing, ids outside the vocab, or prompt + max_new_tokens beyond max_model_len
-  // or the KV pool. With `fill_context`, params.max_new_tokens is first set to the rest of the
+  // encodes to nothing, ids outside the vocab, prompt + max_new_tokens beyond max_model_len
+  // or the KV pool, or a structured output that does not compile. With `fill_context`, params.max_new_tokens is first set to the rest of the
   // context (OpenAI's unset max_tokens).
   std::vector<int32_t> PreparePrompt(const Prompt& prompt, SamplingParams& params,
                                      bool fill_context) const;
@@ -123,6 +125,14 @@ class Engine {
   // Seed 004: prepares and queues a request; returns its id. Throws infer::Error when it is
   // invalid or the queue is full.
   std::string AddRequest(const GenerationRequest& request);
+
+  // Structured output: makes a request's constraint from its SamplingParams::structured_output
+  // (throws GrammarError for a bad schema, regex, choice list or grammar). The engine compiles
+  // with the grammar engine over the tokenizer's vocabulary; tests put a stand-in here. Set it
+  // before requests arrive.
+  using ConstraintFactory =
+      std::function<std::unique_ptr<TokenConstraint>(const StructuredOutput& spec)>;
+  void SetConstraintFactory(ConstraintFactory factory) { constraint_factory_ = std::move(factory); }
 
   // Cancels a request (its client went away): at the next step it leaves and frees its blocks.
   void Cancel(const std::string& request_id);
@@ -180,6 +190,9 @@ class Engine {
   void ObserveToken(const Request& request);
   void ObserveEnd(const Request& request, double now);
   static StepOutput ErrorOutput(const Request& request, const std::string& message);
+  // A new request, its constraint made when it asks for structured output.
+  std::shared_ptr<Request> MakeRequest(std::string id, std::vector<int32_t> prompt_ids,
+                                       SamplingParams params, int64_t priority) const;
 
   const EngineConfig config_;
   LanguageModel& model_;
@@ -188,6 +201,8 @@ class Engine {
   mutable std::mutex template_mutex_;  // chat template rendering, one at a time
   KvCacheInfo kv_cache_;
   ModelRunner runner_;
+  std::unique_ptr<StructuredOutputCompiler> structured_;  // null without a tokenizer
+  ConstraintFactory constraint_factory_;
   const std::chrono::steady_clock::time_point start_time_ = std::chrono::steady_clock::now();
   int64_t next_seq_id_ = 0;  // guarded by mutex_
   int64_t num_added_ = 0;    // guarded by mutex_: wakes the loop

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "infer/cache/block_manager.h"
+#include "infer/engine/constraint.h"
 #include "infer/engine/output.h"
 #include "infer/engine/output_text.h"
 #include "infer/engine/sampler.h"
@@ -71,6 +72,9 @@ struct Request {
 
   Sampler sampler;                        // seeded from sampling_params.seed: the request's own RNG
   OutputText text;                        // detokenized output, stop strings, streaming hold-back
+  // Structured output: which tokens may come next (null: any). Its state follows the generated
+  // tokens, which a preempted request keeps, so recompute needs no rollback.
+  std::unique_ptr<TokenConstraint> constraint;
   std::shared_ptr<OutputChannel> output;  // where the engine delivers StepOutputs (may be null)
 };
 

@@ -1,9 +1,27 @@
 #include "infer/engine/runner.h"
 
+#include <algorithm>
+
 #include "infer/core/error.h"
 #include "infer/core/fault_injection.h"
 
 namespace infer {
+
+namespace {
+
+// Fails one constrained request of the step (the others go on).
+template <typename... Args>
+StepOutput FailConstrained(Request& request, StepOutput output,
+                           fmt::format_string<Args...> format, Args&&... args) {
+  request.state = RequestState::kFailed;
+  request.error = fmt::format(format, std::forward<Args>(args)...);
+  output.finished = true;
+  output.error = request.error;
+  output.completion_tokens = request.num_generated_tokens();
+  return output;
+}
+
+}  // namespace
 
 ModelRunner::ModelRunner(LanguageModel& model, std::vector<int32_t> eos_token_ids)
     : model_(model),
@@ -45,17 +63,49 @@ StepOutput ModelRunner::TakeToken(Request& request, std::span<float> logits) {
   const bool suppress_eos = request.num_generated_tokens() < params.min_tokens;
   std::optional<TokenLogprobs> logprobs;
   if (params.logprobs) logprobs.emplace();
+  StepOutput output;
+  output.request_id = request.request_id;
+  output.prompt_tokens = request.num_prompt_tokens();
+  output.cached_tokens = request.num_cached_prompt_tokens;
+  if (request.constraint) {
+    // As vLLM: the grammar's mask comes first, so logprobs are of the constrained distribution.
+    mask_.assign((logits.size() + 31) / 32, 0);
+    request.constraint->FillMask(mask_);
+    if (suppress_eos) {
+      for (const int32_t id : eos_ids_) {
+        if (id >= 0 && static_cast<size_t>(id) < logits.size()) mask_[id / 32] &= ~(1U << (id % 32));
+      }
+    }
+    if (std::all_of(mask_.begin(), mask_.end(), [](uint32_t word) { return word == 0; })) {
+      // The grammar allows only the end, which min_tokens forbids: this request fails, the
+      // others of the step go on.
+      return FailConstrained(request, std::move(output),
+                             "structured output: the output is complete after {} tokens but "
+                             "min_tokens is {}",
+                             request.num_generated_tokens(), params.min_tokens);
+    }
+    ApplyTokenMask(logits, mask_);
+  }
   const int32_t token = request.sampler.Sample(
       logits, request.token_ids, request.num_prompt_tokens(),
       suppress_eos ? std::span<const int32_t>(eos_ids_) : std::span<const int32_t>(),
       logprobs ? &*logprobs : nullptr);
+  const bool is_eos = eos_token_ids_.contains(token);
+  if (request.constraint && !is_eos && !request.constraint->Accept(token)) {
+    return FailConstrained(request, std::move(output),
+                           "structured output: the grammar refused token {} its mask allowed",
+                           token);
+  }
   request.token_ids.push_back(token);
   request.generated_token_ids.push_back(token);
   request.state = RequestState::kDecode;
   std::optional<FinishReason> reason;
-  if (eos_token_ids_.contains(token) && !params.ignore_eos) {
+  if (is_eos && !params.ignore_eos) {
     reason = FinishReason::kEos;
   } else if (request.text.Add(token)) {
+    reason = FinishReason::kStop;
+  } else if (request.constraint && request.constraint->Finished()) {
+    // Only the end of generation may follow: end now instead of spending a step on EOS.
     reason = FinishReason::kStop;
   } else if (request.num_generated_tokens() >= request.sampling_params.max_new_tokens) {
     reason = FinishReason::kLength;
@@ -63,13 +113,9 @@ StepOutput ModelRunner::TakeToken(Request& request, std::span<float> logits) {
   if (reason && request.text.Finish() && reason == FinishReason::kLength) {
     reason = FinishReason::kStop;
   }
-  StepOutput output;
-  output.request_id = request.request_id;
   output.token_id = token;
   output.text_delta = request.text.TakeStable();
-  output.prompt_tokens = request.num_prompt_tokens();
   output.completion_tokens = request.num_generated_tokens();
-  output.cached_tokens = request.num_cached_prompt_tokens;
   output.logprobs = std::move(logprobs);
   if (reason) {
     request.state = RequestState::kFinished;

@@ -31,6 +31,7 @@ class ModelRunner {
   std::vector<int32_t> eos_ids_;  // the same ids, as a list to suppress (min_tokens)
   std::vector<SequenceStep> steps_;
   std::vector<float> logits_;
+  std::vector<uint32_t> mask_;  // a constrained request's allowed tokens, one bit each
 };
 
 }  // namespace infer

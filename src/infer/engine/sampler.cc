@@ -89,6 +89,18 @@ void ApplyTopP(std::span<float> logits, double p) {
   for (size_t i = keep; i < order.size(); ++i) logits[static_cast<size_t>(order[i])] = kMasked;
 }
 
+void ApplyTokenMask(std::span<float> logits, std::span<const uint32_t> mask) {
+  const float minus_inf = -std::numeric_limits<float>::infinity();
+  for (size_t word = 0; word * 32 < logits.size(); ++word) {
+    const uint32_t bits = word < mask.size() ? mask[word] : 0;
+    if (bits == 0xFFFFFFFFU) continue;  // the common case away from the grammar's edges
+    const size_t end = std::min(logits.size(), word * 32 + 32);
+    for (size_t i = word * 32; i < end; ++i) {
+      if (((bits >> (i - word * 32)) & 1U) == 0) logits[i] = minus_inf;
+    }
+  }
+}
+
 void ApplyLogitBias(std::span<float> logits, const std::map<int32_t, double>& bias) {
   for (const auto& [id, value] : bias) {
     if (id < 0 || static_cast<size_t>(id) >= logits.size()) continue;

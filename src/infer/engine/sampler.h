@@ -28,6 +28,8 @@ void ApplyTopK(std::span<float> logits, int64_t k);
 // Keeps the most likely tokens, in descending order, up to and including the one at which
 // their cumulative probability reaches `p`. No-op at 1.
 void ApplyTopP(std::span<float> logits, double p);
+// Keeps the tokens whose bit (i % 32) of mask[i / 32] is set (a TokenConstraint's mask).
+void ApplyTokenMask(std::span<float> logits, std::span<const uint32_t> mask);
 // Adds bias[id] to logits[id] (ids outside the vocab are ignored).
 void ApplyLogitBias(std::span<float> logits, const std::map<int32_t, double>& bias);
 // OpenAI's penalties over `generated_ids`: a token that occurs c > 0 times loses

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "infer/grammar/structured_output.h"
 #include "infer/loader/generation_config.h"
 
 namespace infer {
@@ -43,6 +44,10 @@ struct SamplingParams {
   // from the model's raw distribution (before penalties and temperature, as vLLM reports).
   // nullopt: no logprobs.
   std::optional<int64_t> logprobs;
+  // The output must match this (JSON schema, JSON object, regex, choice or GBNF grammar): each
+  // draw is masked to the tokens the grammar allows, and the end of generation is allowed
+  // exactly where the grammar is complete. Compiled by the engine's front door.
+  std::optional<StructuredOutput> structured_output;
 
   // Throws infer::Error naming the first invalid field and its allowed range.
   void Validate() const;

@@ -60,11 +60,18 @@ void ApiHandlers::SeedCompletions(const httplib::Request& req, httplib::Response
 
 namespace {
 
-// The prompts of an OpenAI request, for the engine's front door.
+// The prompts of an OpenAI request, for the engine's front door. With tools, the chat carries
+// them as the template's `tools` variable, or in the generic scheme's system message.
 std::vector<Prompt> Prompts(const OpenAiRequest& request) {
   if (request.endpoint == OpenAiEndpoint::kChatCompletions) {
-    return {
-        ChatPrompt{request.messages, request.chat_template_kwargs, request.add_generation_prompt}};
+    ChatPrompt chat{request.messages, request.chat_template_kwargs, request.add_generation_prompt};
+    if (request.tools) {
+      chat.messages = MessagesForTemplate(request.messages, *request.tools, request.tool_format);
+      if (auto tools = ToolsVariable(*request.tools, request.tool_format); !tools.is_null()) {
+        chat.variables["tools"] = std::move(tools);
+      }
+    }
+    return {std::move(chat)};
   }
   std::vector<Prompt> prompts;
   for (const auto& prompt : request.prompts) {
@@ -75,8 +82,22 @@ std::vector<Prompt> Prompts(const OpenAiRequest& request) {
 
 }  // namespace
 
-ApiHandlers::OpenAiPrompts ApiHandlers::PrepareOpenAi(const OpenAiRequest& request) {
+ApiHandlers::OpenAiPrompts ApiHandlers::PrepareOpenAi(OpenAiRequest& request) {
   const bool chat = request.endpoint == OpenAiEndpoint::kChatCompletions;
+  if (request.tools) {
+    const ChatTemplate* chat_template = engine_.chat_template();
+    request.tool_format = DetectToolCallFormat(chat_template ? chat_template->source() : "");
+    // tool_choice required or a named function: the call is constrained, so it always parses.
+    if (auto constraint = ToolCallConstraint(*request.tools, request.tool_format)) {
+      if (request.params.structured_output) {
+        throw RequestError(kBadRequest,
+                           "a required tool call and a response format both constrain the "
+                           "output: give one",
+                           "tool_choice");
+      }
+      request.params.structured_output = std::move(constraint);
+    }
+  }
   OpenAiPrompts prepared;
   for (const Prompt& prompt : Prompts(request)) {
     SamplingParams params = request.params;

@@ -41,7 +41,7 @@ class ApiHandlers {
     std::vector<SamplingParams> params;
   };
   // Through the engine's front door (Engine::PreparePrompt).
-  OpenAiPrompts PrepareOpenAi(const OpenAiRequest& request);
+  OpenAiPrompts PrepareOpenAi(OpenAiRequest& request);
   // Queues every choice on one channel; false (and none queued) when the engine refuses one.
   bool QueueChoices(const OpenAiRequest& request, const OpenAiPrompts& prepared,
                     const OpenAiResponse& response, const std::shared_ptr<OutputChannel>& channel);

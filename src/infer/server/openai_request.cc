@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 
 #include "infer/core/error.h"
+#include "infer/server/structured_fields.h"
+#include "infer/server/tool_calls.h"
 
 namespace infer::server {
 namespace {
@@ -21,26 +23,10 @@ using ordered_json = nlohmann::ordered_json;
 // Features that change what is generated and that this server does not implement: refused
 // rather than silently ignored.
 void RefuseUnsupported(Fields& fields) {
-  if (const json* tools = fields.Get("tools"); tools && !(tools->is_array() && tools->empty())) {
-    Reject("tool calling ('tools') is not supported by this server", "tools");
-  }
-  if (const json* choice = fields.Get("tool_choice"); choice && *choice != "none") {
-    Reject("tool calling ('tool_choice') is not supported by this server", "tool_choice");
-  }
   for (const char* name : {"functions", "function_call"}) {
     if (fields.Get(name)) Reject(fmt::format("'{}' is not supported by this server", name), name);
   }
-  if (const json* format = fields.Get("response_format")) {
-    const bool text = format->is_object() && format->value("type", "") == "text";
-    if (!text) {
-      Reject(
-          "'response_format' other than {\"type\": \"text\"} (JSON mode, JSON schema) is not "
-          "supported by this server",
-          "response_format");
-    }
-  }
-  for (const char* name : {"guided_json", "guided_regex", "guided_choice", "guided_grammar",
-                           "structured_outputs", "prompt_logprobs", "audio", "prediction"}) {
+  for (const char* name : {"prompt_logprobs", "audio", "prediction"}) {
     if (fields.Get(name)) Reject(fmt::format("'{}' is not supported by this server", name), name);
   }
   if (const json* modalities = fields.Get("modalities");
@@ -148,8 +134,8 @@ void ParseOptions(Fields& fields, OpenAiRequest& request) {
     }
   }
   // Accepted and without effect on the output.
-  for (const char* name : {"user", "metadata", "store", "service_tier", "parallel_tool_calls",
-                           "skip_special_tokens", "spaces_between_special_tokens"}) {
+  for (const char* name : {"user", "metadata", "store", "service_tier", "skip_special_tokens",
+                           "spaces_between_special_tokens"}) {
     fields.Get(name);
   }
 }
@@ -208,22 +194,19 @@ ordered_json ParseMessages(const json& messages) {
     }
     std::string name = role->get<std::string>();
     if (name == "developer") name = "system";  // OpenAI's newer name for the system role
-    if (name == "tool" || name == "function") {
-      Reject(fmt::format("{}: role '{}' needs tool calling, which is not supported", param, name),
+    if (name != "system" && name != "user" && name != "assistant" && name != "tool") {
+      Reject(fmt::format("{}.role must be system, developer, user, assistant or tool, got '{}'",
+                         param, name),
              param + ".role");
-    }
-    if (name != "system" && name != "user" && name != "assistant") {
-      Reject(fmt::format("{}.role must be system, developer, user or assistant, got '{}'", param,
-                         name),
-             param + ".role");
-    }
-    if (message.contains("tool_calls") && !message["tool_calls"].is_null() &&
-        !message["tool_calls"].empty()) {
-      Reject(param + ": tool_calls are not supported", param + ".tool_calls");
     }
     const auto content = message.find("content");
-    out.push_back(
-        {{"role", name}, {"content", content == message.end() ? "" : MessageContent(*content, i)}});
+    std::string text = content == message.end() ? "" : MessageContent(*content, i);
+    if (name == "tool" || (name == "assistant" && message.contains("tool_calls") &&
+                           !message["tool_calls"].is_null())) {
+      out.push_back(ToolTurn(message, name, std::move(text), param));
+    } else {
+      out.push_back({{"role", name}, {"content", std::move(text)}});
+    }
   }
   return out;
 }
@@ -345,8 +328,10 @@ OpenAiRequest ParseOpenAi(std::string_view body, std::string_view served_model,
   }
   ParseModel(fields, request, std::string(served_model));
   ParseSampling(fields, request);
+  request.params.structured_output = ParseStructuredOutput(fields, body);
   ParseOptions(fields, request);
   if (chat) {
+    request.tools = ParseTools(fields, body);
     ParseChatFields(fields, request);
   } else {
     ParseCompletionFields(fields, request);

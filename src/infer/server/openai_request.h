@@ -15,6 +15,7 @@
 
 #include "infer/engine/sampling_params.h"
 #include "infer/server/request_fields.h"
+#include "infer/server/tool_calls.h"
 
 namespace infer::server {
 
@@ -40,13 +41,18 @@ struct OpenAiRequest {
   bool echo = false;              // completions: the prompt text starts each choice's text
   bool return_token_ids = false;  // vLLM: prompt_token_ids and each choice's token_ids
   int64_t priority = 0;
+  // Chat: the tools the model may call and how (tool_choice, parallel_tool_calls), and the call
+  // format of the model's chat template (set by the handler, which knows the template).
+  std::optional<ToolsRequest> tools;
+  ToolCallFormat tool_format = ToolCallFormat::kGeneric;
   // Fields this server does not know and ignored (logged at debug level).
   std::vector<std::string> ignored_fields;
 };
 
 // `defaults`: the model's sampling defaults. Throws RequestError: 400 for malformed or invalid
-// bodies and for features that would change the output but are not supported (tools,
-// response_format with a schema, ...), 404 for another model.
+// bodies and for features that would change the output but are not supported (tools, ...),
+// 404 for another model. A schema, regex or grammar is compiled (and checked) later, by the
+// engine's front door.
 OpenAiRequest ParseChatCompletionRequest(std::string_view body, std::string_view served_model,
                                          const SamplingParams& defaults);
 OpenAiRequest ParseOpenAiCompletionRequest(std::string_view body, std::string_view served_model,

@@ -104,6 +104,11 @@ OpenAiResponse::OpenAiResponse(const OpenAiRequest& request, std::string id, std
       return_token_ids_(request.return_token_ids),
       want_logprobs_(request.params.logprobs.has_value()),
       reasoning_(reasoning && request.endpoint == OpenAiEndpoint::kChatCompletions),
+      tools_(request.endpoint == OpenAiEndpoint::kChatCompletions && request.tools &&
+                     request.tools->choice.mode != ToolChoice::Mode::kNone
+                 ? request.tools
+                 : std::nullopt),
+      tool_format_(request.tool_format),
       prompts_(std::move(prompts)),
       tokenizer_(tokenizer),
       choices_(prompts_.size() * static_cast<size_t>(request.n)) {
@@ -194,7 +199,33 @@ namespace {
 std::string_view OpenAiFinishReason(std::optional<FinishReason> reason) {
   return reason == FinishReason::kLength ? "length" : "stop";  // eos and stop strings: "stop"
 }
+
+ordered_json ToolCallsJson(const std::vector<ToolCall>& calls, bool streamed) {
+  ordered_json out = ordered_json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    ordered_json call;
+    if (streamed) call["index"] = i;
+    call["id"] = calls[i].id;
+    call["type"] = "function";
+    call["function"] = {{"name", calls[i].name}, {"arguments", calls[i].arguments}};
+    out.push_back(std::move(call));
+  }
+  return out;
+}
 }  // namespace
+
+std::string OpenAiResponse::ToolReplyChunk(size_t index, const Choice& choice) const {
+  const ParsedReply reply = ParseToolCalls(choice.text, tool_format_, *tools_);
+  ordered_json delta = ordered_json::object();
+  if (!reply.content.empty()) delta["content"] = reply.content;
+  if (!reply.calls.empty()) delta["tool_calls"] = ToolCallsJson(reply.calls, /*streamed=*/true);
+  ordered_json delta_choice = {{"index", index}, {"delta", std::move(delta)}, {"logprobs", nullptr}};
+  delta_choice["finish_reason"] =
+      reply.calls.empty() ? OpenAiFinishReason(choice.finish_reason) : "tool_calls";
+  ordered_json chunk = ChunkBase();
+  chunk["choices"] = ordered_json::array({std::move(delta_choice)});
+  return DataLine(chunk);
+}
 
 std::string OpenAiResponse::StreamStart() {
   std::string lines;
@@ -255,6 +286,18 @@ std::string OpenAiResponse::Add(const StepOutput& output) {
   if (!stream_) return {};
   if (output.error) {
     return DataLine(OpenAiErrorJson(500, *output.error));
+  }
+  if (tools_) {
+    // The reply may be a call: its text is held and sent whole, as content or as tool_calls,
+    // once the choice ends (reasoning still streams).
+    std::string lines;
+    if (!reasoning.empty()) {
+      StepOutput partial = output;
+      partial.finished = false;
+      lines += DeltaChunk(index, partial, {std::move(reasoning), ""}, {}, text_offset);
+    }
+    if (output.finished) lines += ToolReplyChunk(index, choice);
+    return lines;
   }
   const bool new_token_id = return_token_ids_ && output.token_id.has_value();
   if (content.empty() && reasoning.empty() && new_logprobs.empty() && !new_token_id &&
@@ -321,6 +364,17 @@ ordered_json OpenAiResponse::Final() const {
       ordered_json message;
       message["role"] = "assistant";
       message["content"] = choice.text;
+      std::string_view finish_reason = OpenAiFinishReason(choice.finish_reason);
+      if (tools_) {
+        const ParsedReply reply = ParseToolCalls(choice.text, tool_format_, *tools_);
+        if (!reply.calls.empty()) {
+          message["content"] =
+              reply.content.empty() ? ordered_json(nullptr) : ordered_json(reply.content);
+          message["tool_calls"] = ToolCallsJson(reply.calls, /*streamed=*/false);
+          finish_reason = "tool_calls";
+        }
+      }
+      entry["finish_reason"] = finish_reason;
       if (reasoning_) {
         message["reasoning_content"] =
             choice.reasoning.empty() ? ordered_json(nullptr) : ordered_json(choice.reasoning);
@@ -331,7 +385,9 @@ ordered_json OpenAiResponse::Final() const {
     }
     entry["logprobs"] =
         want_logprobs_ ? LogprobsJson(choice.logprobs, echo_offset) : ordered_json(nullptr);
-    entry["finish_reason"] = OpenAiFinishReason(choice.finish_reason);
+    if (!entry.contains("finish_reason")) {
+      entry["finish_reason"] = OpenAiFinishReason(choice.finish_reason);
+    }
     if (return_token_ids_) entry["token_ids"] = choice.token_ids;
     choices.push_back(std::move(entry));
   }

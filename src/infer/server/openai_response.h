@@ -95,6 +95,8 @@ class OpenAiResponse {
   nlohmann::ordered_json LogprobsJson(std::span<const TokenLogprobs> logprobs,
                                       size_t text_offset) const;
   nlohmann::ordered_json Usage() const;
+  // The end of a choice whose reply may hold tool calls: its text parsed, as one delta.
+  std::string ToolReplyChunk(size_t index, const Choice& choice) const;
   std::string TokenText(int32_t id) const;
   static std::string DataLine(const nlohmann::ordered_json& chunk);
 
@@ -109,6 +111,9 @@ class OpenAiResponse {
   const bool return_token_ids_;
   const bool want_logprobs_;
   const bool reasoning_;
+  // Chat with tools (tool_choice not none): replies are parsed into tool_calls.
+  const std::optional<ToolsRequest> tools_;
+  const ToolCallFormat tool_format_;
   std::vector<PromptInfo> prompts_;
   const Tokenizer* tokenizer_;
   std::vector<Choice> choices_;

@@ -10,7 +10,8 @@
 namespace infer {
 
 ChatTemplate::ChatTemplate(std::string_view source, nlohmann::ordered_json special_tokens)
-    : template_(std::make_unique<jinja::Template>(source)),
+    : source_(source),
+      template_(std::make_unique<jinja::Template>(source)),
       special_tokens_(std::move(special_tokens)) {}
 
 ChatTemplate::~ChatTemplate() = default;

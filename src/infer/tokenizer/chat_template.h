@@ -29,8 +29,11 @@ class ChatTemplate {
   // Throws jinja::TemplateException for raise_exception and infer::Error for other failures.
   std::string Render(const nlohmann::ordered_json& messages,
                      const nlohmann::ordered_json& options) const;
+  // The template's text (what it teaches, e.g. its tool-call format, is read from it).
+  const std::string& source() const { return source_; }
 
  private:
+  std::string source_;
   std::unique_ptr<jinja::Template> template_;
   nlohmann::ordered_json special_tokens_;
 };

@@ -101,9 +101,9 @@ TEST(OpenAiRequest, UnknownFieldsAreIgnoredAndOutputChangingOnesRefused) {
   const std::string messages = R"("messages":[{"role":"user","content":"Hi"}])";
   EXPECT_EQ(Refusal("{" + messages + R"(,"tools":[{"type":"function"}]})"),
             std::make_pair(400, std::string("tools")));
-  EXPECT_EQ(Refusal("{" + messages + R"(,"response_format":{"type":"json_object"}})"),
+  EXPECT_EQ(Refusal("{" + messages + R"(,"response_format":{"type":"xml"}})"),
             std::make_pair(400, std::string("response_format")));
-  EXPECT_EQ(Refusal("{" + messages + R"(,"guided_json":{}})").first, 400);
+  EXPECT_EQ(Refusal("{" + messages + R"(,"guided_json":5})").first, 400);
   EXPECT_EQ(Refusal("{" + messages + R"(,"model":"other"})"),
             std::make_pair(404, std::string("model")));
   EXPECT_EQ(Refusal("{" + messages + R"(,"n":0})"), std::make_pair(400, std::string("n")));

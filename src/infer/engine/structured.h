@@ -1,0 +1,41 @@
+// Structured output on the engine: compiles a request's StructuredOutput (JSON schema, JSON
+// object, regex, choice, GBNF) with the grammar engine over the tokenizer's vocabulary, cached
+// by spec, and gives each request its matcher behind the runner's TokenConstraint.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "infer/engine/constraint.h"
+#include "infer/grammar/grammar_cache.h"
+#include "infer/grammar/structured_output.h"
+#include "infer/grammar/token_mask.h"
+#include "infer/tokenizer/tokenizer.h"
+
+namespace infer {
+
+class StructuredOutputCompiler {
+ public:
+  // `tokenizer` must outlive the compiler; `end_ids` end generation (allowed only where the
+  // grammar is complete). The vocabulary is indexed on first use.
+  StructuredOutputCompiler(const Tokenizer& tokenizer, std::vector<int32_t> end_ids);
+
+  // A new request's constraint (compiled once per spec; later ones hit the cache). Throws
+  // GrammarError for a bad schema, regex, choice list or grammar.
+  std::unique_ptr<TokenConstraint> Make(const StructuredOutput& spec);
+
+  const grammar::GrammarCache& cache() const { return cache_; }
+
+ private:
+  std::shared_ptr<const grammar::VocabularyIndex> Vocabulary();
+
+  const Tokenizer& tokenizer_;
+  const std::vector<int32_t> end_ids_;
+  std::once_flag vocabulary_once_;
+  std::shared_ptr<const grammar::VocabularyIndex> vocabulary_;
+  grammar::GrammarCache cache_;
+};
+
+}  // namespace infer

@@ -1,0 +1,91 @@
+// OpenAI tool calling on a local model (pure: no engine, no sockets): the request's `tools`,
+// `tool_choice` and `parallel_tool_calls`; the conversation's tool turns (assistant messages
+// with tool_calls, role "tool" results) in the form chat templates read; the call format the
+// model's template teaches (Qwen3's <tool_call> tags, Llama 3.x's JSON object, or, for a
+// template that takes no tools such as Gemma 3's, a documented generic scheme given in a system
+// message); the grammar that makes a required or named call always valid; and the reply parsed
+// back into message.tool_calls.
+//
+// The generic scheme (templates without tools), as llama.cpp does for them: the system message
+// lists the tools as JSON and asks for a reply that is only
+//   {"tool_calls": [{"name": "<tool name>", "arguments": {<arguments>}}]}
+// when the model calls tools, and plain text otherwise.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "infer/grammar/structured_output.h"
+#include "infer/server/request_fields.h"
+
+namespace infer::server {
+
+enum class ToolCallFormat {
+  kHermes,     // <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> (Qwen3)
+  kLlama3Json, // {"name": ..., "parameters": {...}} as the whole reply (Llama 3.x)
+  kGeneric,    // {"tool_calls": [{"name": ..., "arguments": {...}}]} (templates without tools)
+};
+// The format a chat template teaches, read from its source.
+ToolCallFormat DetectToolCallFormat(std::string_view chat_template_source);
+
+struct Tool {
+  std::string name;
+  nlohmann::ordered_json parameters;  // a JSON schema ({"type": "object"} when not given)
+  nlohmann::ordered_json spec;        // the whole {"type": "function", "function": {...}}
+};
+
+struct ToolChoice {
+  enum class Mode { kAuto, kNone, kRequired, kNamed };
+  Mode mode = Mode::kAuto;
+  std::string name;  // kNamed
+};
+
+struct ToolsRequest {
+  std::vector<Tool> tools;
+  ToolChoice choice;
+  bool parallel = true;  // parallel_tool_calls
+};
+
+// tools, tool_choice, parallel_tool_calls (`body`: the request's JSON text, whose key order the
+// tools' parameters keep); nullopt when no tools are given (tool_choice must then be absent,
+// "none" or "auto"). Throws RequestError(400) naming the field at fault.
+std::optional<ToolsRequest> ParseTools(Fields& fields, std::string_view body);
+
+// A chat message with tool turns, in the form chat templates read: an assistant message's
+// tool_calls keep {id, type, function {name, arguments}} with the arguments as an object (the
+// Llama 3.x template writes them with tojson; OpenAI sends a JSON string); a tool message keeps
+// tool_call_id. `param` names the message in errors.
+nlohmann::ordered_json ToolTurn(const nlohmann::json& message, const std::string& role,
+                                std::string content, const std::string& param);
+
+// The conversation the template renders: for kGeneric, the tools are described in a system
+// message (merged into the first one when there is one) and tool turns are written as text.
+nlohmann::ordered_json MessagesForTemplate(const nlohmann::ordered_json& messages,
+                                           const ToolsRequest& tools, ToolCallFormat format);
+// The template's `tools` variable: the tools' specs (kGeneric: none).
+nlohmann::ordered_json ToolsVariable(const ToolsRequest& tools, ToolCallFormat format);
+
+// The grammar of the reply when the call is required (tool_choice required or a named function):
+// the call(s) in the model's format, each tool's arguments valid under its parameters.
+// nullopt when the reply is free (auto, none).
+std::optional<StructuredOutput> ToolCallConstraint(const ToolsRequest& tools, ToolCallFormat format);
+
+struct ToolCall {
+  std::string id;         // call_<24 hex digits>
+  std::string name;
+  std::string arguments;  // JSON text
+};
+struct ParsedReply {
+  std::string content;  // the text outside the calls
+  std::vector<ToolCall> calls;
+};
+// The reply split into text and calls to known tools; a reply that does not hold a
+// well-formed call is all content.
+ParsedReply ParseToolCalls(std::string_view text, ToolCallFormat format,
+                           const ToolsRequest& tools);
+
+}  // namespace infer::server
