@@ -1,0 +1,119 @@
+// The byte-level pushdown matcher of a grammar (grammar.h). The grammar is flattened into one
+// array of positions (an element, or the end of an alternative). A matcher state is a SET of
+// stacks (the grammar is nondeterministic); stacks are persistent linked lists of return
+// positions, hash-consed in a pool, so the stacks of a state share their tails and a state is
+// just a sorted list of top-node ids plus a "root may end here" flag. Calls in tail position
+// do not push a frame (`star ::= x star` keeps the stack flat however long the repetition),
+// and every walk is an explicit worklist, so deep nesting never recurses natively.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "infer/grammar/grammar.h"
+
+namespace infer::grammar {
+
+// The grammar as the matcher walks it. Immutable once built; shared by every matcher.
+struct FlatGrammar {
+  static constexpr int32_t kEnd = -1;  // op of the position after an alternative's last element
+  // Per position: >= 0 a byte set id (a terminal position), kEnd, or <= -2 the rule -(op + 2).
+  std::vector<int32_t> op;
+  std::vector<int32_t> alt_begin;   // per rule r: its alternatives are alt_start[alt_begin[r] ..
+  std::vector<int32_t> alt_start;   //   alt_begin[r + 1]), each the position of its first element
+  std::vector<ByteSet> byte_sets;
+  int32_t root = 0;
+
+  explicit FlatGrammar(const Grammar& grammar);
+  static bool IsRule(int32_t op) { return op <= -2; }
+  static int32_t RuleOf(int32_t op) { return -op - 2; }
+};
+
+// Hash-consed stack nodes: (position, parent node). Parents below 0 are sentinels.
+class StackPool {
+ public:
+  static constexpr int32_t kBottom = -1;   // below the root: popping here completes the grammar
+  static constexpr int32_t kUnknown = -2;  // precomputation: the stack below is not known
+
+  struct Node {
+    int32_t pos;
+    int32_t parent;
+  };
+
+  StackPool();
+  int32_t Intern(int32_t pos, int32_t parent);
+  const Node& operator[](int32_t id) const { return nodes_[static_cast<size_t>(id)]; }
+  size_t size() const { return nodes_.size(); }
+
+ private:
+  void Grow();
+  std::vector<Node> nodes_;
+  std::vector<int32_t> slots_;  // open addressing, -1 empty
+  uint32_t shift_ = 0;
+};
+
+// A set of stacks, closed: every top points at a terminal position.
+struct StackSet {
+  std::vector<int32_t> tops;  // sorted node ids
+  bool complete = false;      // a stack popped below the root: the grammar can end here
+  bool escaped = false;       // a stack popped into kUnknown (precomputation only)
+  bool operator==(const StackSet&) const = default;
+};
+
+// The step functions over a pool; `scratch` state reused between calls to avoid allocation.
+class Stepper {
+ public:
+  Stepper(const FlatGrammar& grammar, StackPool& pool) : g_(grammar), pool_(pool) {}
+  // The closure of the stacks whose top is `node`s (any positions).
+  void Close(const int32_t* seeds, size_t n, StackSet& out);
+  // Consumes byte `b` from `in`; out may be empty (b rejected).
+  void Advance(const StackSet& in, uint8_t b, StackSet& out);
+  // The initial state: the root rule called on `parent` (kBottom at run time).
+  StackSet Start(int32_t parent);
+  // A stack set whose only stack is a terminal position with an unknown rest (precomputation).
+  StackSet AtPosition(int32_t pos);
+  // The union of the byte sets at the tops.
+  ByteSet NextBytes(const StackSet& s) const;
+
+ private:
+  const FlatGrammar& g_;
+  StackPool& pool_;
+  std::vector<uint32_t> stamp_;
+  uint32_t generation_ = 0;
+  std::vector<int32_t> work_;
+  std::vector<int32_t> seeds_;
+};
+
+// A matcher over bytes with a history of checkpoints for rollback.
+class ByteMatcher {
+ public:
+  explicit ByteMatcher(std::shared_ptr<const FlatGrammar> grammar);
+  // False (and no change) when the byte or the whole string cannot come next.
+  bool AcceptByte(uint8_t b);
+  bool AcceptString(std::string_view bytes);
+  bool IsComplete() const { return state_.complete; }
+  bool CanContinue() const { return !state_.tops.empty(); }
+  // Saves the current state; Rollback(n) returns to the state saved n checkpoints ago (and
+  // forgets those n checkpoints).
+  void Checkpoint() { history_.push_back(state_); }
+  void Rollback(int n);
+  size_t NumCheckpoints() const { return history_.size(); }
+
+  const StackSet& state() const { return state_; }
+  void set_state(StackSet state) { state_ = std::move(state); }
+  const FlatGrammar& grammar() const { return *grammar_; }
+  StackPool& pool() { return pool_; }
+  Stepper& stepper() { return stepper_; }
+
+ private:
+  std::shared_ptr<const FlatGrammar> grammar_;
+  StackPool pool_;
+  Stepper stepper_;
+  StackSet state_;
+  StackSet next_;
+  std::vector<StackSet> history_;
+};
+
+}  // namespace infer::grammar

@@ -1,0 +1,350 @@
+// Vocabulary index, per-position precomputation and the per-request mask.
+#include "infer/grammar/token_mask.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <numeric>
+
+#include "infer/core/error.h"
+#include "infer/grammar/gbnf.h"
+#include "infer/grammar/grammar_error.h"
+
+namespace infer::grammar {
+
+namespace {
+
+constexpr uint8_t kRegular = 0, kNever = 1, kEndToken = 2;
+
+enum class Verdict : uint8_t { kAccept, kReject, kUncertain };
+
+// Walks the tokens of `ranges` (sorted, disjoint rank ranges) from the stack set `start`,
+// sharing the work of common prefixes (the states per depth of the previous token are kept) and
+// skipping every token under a prefix that no stack survives. Calls emit(begin, end, verdict)
+// for consecutive rank runs. With stacks over kUnknown (precomputation), a token is uncertain
+// when some stack escaped into the unknown rest while bytes of the token remained.
+template <typename Emit>
+void WalkTokens(const VocabularyIndex& vocab, Stepper& stepper, const StackSet& start,
+                const std::vector<RankRange>& ranges, std::vector<StackSet>& states,
+                std::vector<uint8_t>& escaped, size_t& steps, Emit&& emit) {
+  const size_t max_len = vocab.MaxTokenBytes();
+  if (states.size() < max_len + 1) states.resize(max_len + 1);
+  if (escaped.size() < max_len + 1) escaped.resize(max_len + 1);
+  states[0] = start;
+  escaped[0] = start.escaped;
+  std::string_view prev;
+  size_t valid = 0;  // states[0..valid] hold the states after prev's first bytes
+  for (const RankRange range : ranges) {
+    int32_t r = range.begin;
+    while (r < range.end) {
+      const std::string_view tok = vocab.BytesOfRank(r);
+      const size_t len = tok.size();
+      size_t k = 0;
+      const size_t limit = std::min({valid, len, prev.size()});
+      while (k < limit && prev[k] == tok[k]) ++k;
+      while (k < len && !states[k].tops.empty()) {
+        stepper.Advance(states[k], static_cast<uint8_t>(tok[k]), states[k + 1]);
+        escaped[k + 1] = escaped[k] | states[k + 1].escaped;
+        ++steps;
+        ++k;
+      }
+      valid = k;
+      prev = tok;
+      if (k == len) {
+        const StackSet& s = states[len];
+        Verdict v;
+        if (!s.tops.empty() || s.complete || s.escaped) {
+          v = Verdict::kAccept;
+        } else {
+          v = len > 0 && escaped[len - 1] ? Verdict::kUncertain : Verdict::kReject;
+        }
+        emit(r, r + 1, v);
+        ++r;
+        continue;
+      }
+      // No stack survives the first k bytes: every token under that prefix (all longer than k)
+      // gets the same verdict.
+      const int32_t end = std::min(range.end, vocab.PrefixEnd(r, k));
+      emit(r, end, escaped[k] ? Verdict::kUncertain : Verdict::kReject);
+      r = end;
+    }
+  }
+}
+
+void AppendRange(std::vector<RankRange>& out, int32_t begin, int32_t end) {
+  if (!out.empty() && out.back().end == begin) {
+    out.back().end = end;
+  } else {
+    out.push_back({begin, end});
+  }
+}
+
+}  // namespace
+
+VocabularyIndex::VocabularyIndex(Vocabulary vocabulary) : vocab_(std::move(vocabulary)) {
+  num_ids_ = static_cast<int32_t>(vocab_.token_bytes.size());
+  for (int32_t id : vocab_.special_ids) num_ids_ = std::max(num_ids_, id + 1);
+  for (int32_t id : vocab_.end_ids) num_ids_ = std::max(num_ids_, id + 1);
+  kind_.assign(static_cast<size_t>(num_ids_), kRegular);
+  for (size_t id = 0; id < vocab_.token_bytes.size(); ++id) {
+    if (vocab_.token_bytes[id].empty()) kind_[id] = kNever;
+  }
+  for (size_t id = vocab_.token_bytes.size(); id < kind_.size(); ++id) kind_[id] = kNever;
+  for (int32_t id : vocab_.special_ids) {
+    if (id >= 0) kind_[static_cast<size_t>(id)] = kNever;
+  }
+  for (int32_t id : vocab_.end_ids) {
+    if (id >= 0) kind_[static_cast<size_t>(id)] = kEndToken;
+  }
+  for (int32_t id = 0; id < static_cast<int32_t>(vocab_.token_bytes.size()); ++id) {
+    if (kind_[static_cast<size_t>(id)] == kRegular) ids_.push_back(id);
+  }
+  std::sort(ids_.begin(), ids_.end(), [&](int32_t a, int32_t b) {
+    const std::string& x = vocab_.token_bytes[static_cast<size_t>(a)];
+    const std::string& y = vocab_.token_bytes[static_cast<size_t>(b)];
+    return x != y ? x < y : a < b;
+  });
+  offsets_.reserve(ids_.size() + 1);
+  offsets_.push_back(0);
+  for (int32_t id : ids_) {
+    const std::string& bytes = vocab_.token_bytes[static_cast<size_t>(id)];
+    blob_ += bytes;
+    offsets_.push_back(static_cast<uint32_t>(blob_.size()));
+    max_len_ = std::max(max_len_, bytes.size());
+  }
+}
+
+int32_t VocabularyIndex::PrefixEnd(int32_t rank, size_t k) const {
+  const auto n = static_cast<int32_t>(ids_.size());
+  if (k == 0) return n;
+  const std::string_view prefix = BytesOfRank(rank).substr(0, k);
+  int32_t lo = rank + 1, hi = n;  // first rank in [lo, hi) without the prefix
+  while (lo < hi) {
+    const int32_t mid = lo + (hi - lo) / 2;
+    if (BytesOfRank(mid).starts_with(prefix)) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo;
+}
+
+bool VocabularyIndex::IsEnd(int32_t id) const {
+  return id >= 0 && id < num_ids_ && kind_[static_cast<size_t>(id)] == kEndToken;
+}
+
+bool VocabularyIndex::IsRegular(int32_t id) const {
+  return id >= 0 && id < num_ids_ && kind_[static_cast<size_t>(id)] == kRegular;
+}
+
+CompiledGrammar::CompiledGrammar(const Grammar& grammar,
+                                 std::shared_ptr<const VocabularyIndex> vocabulary)
+    : vocab_(std::move(vocabulary)) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ValidateGrammar(grammar);
+  flat_ = std::make_shared<const FlatGrammar>(grammar);
+  const FlatGrammar& g = *flat_;
+  const VocabularyIndex& vocab = *vocab_;
+  const auto num_ranks = static_cast<int32_t>(vocab.NumRanks());
+  const size_t words = GrammarMatcher::BitmaskWords(vocab.NumIds());
+  // Positions with the same elements up to the end of their alternative accept the same
+  // tokens; so do positions whose next K elements are all byte sets, K longer than any token.
+  const size_t k_limit = vocab.MaxTokenBytes() + 1;
+  std::map<std::vector<int32_t>, int32_t> by_key;
+  mask_of_pos_.assign(g.op.size(), -1);
+  StackPool pool;
+  Stepper stepper(g, pool);
+  std::vector<StackSet> states;
+  std::vector<uint8_t> escaped;
+  size_t steps = 0;
+  // The work bound: past it, positions keep every token uncertain (correct, slower per token).
+  constexpr size_t kMaxSteps = 50'000'000;
+  const std::vector<RankRange> all{{0, num_ranks}};
+  for (size_t p = 0; p < g.op.size(); ++p) {
+    if (g.op[p] < 0) continue;
+    ++num_positions_;
+    std::vector<int32_t> key;
+    size_t q = p, run = 0;
+    bool unique = false;
+    while (true) {
+      const int32_t op = g.op[q];
+      key.push_back(op);
+      if (op == FlatGrammar::kEnd) break;
+      run = op >= 0 ? run + 1 : 0;
+      if (run >= k_limit) {
+        key.push_back(-1000);  // truncated: no token gets past here
+        break;
+      }
+      if (key.size() > 4 * k_limit) {
+        unique = true;
+        break;
+      }
+      ++q;
+    }
+    if (!unique) {
+      auto it = by_key.find(key);
+      if (it != by_key.end()) {
+        mask_of_pos_[p] = it->second;
+        continue;
+      }
+    }
+    PositionMask mask;
+    std::vector<RankRange> accepted;
+    if (steps > kMaxSteps) {
+      mask.uncertain = all;
+    } else {
+      const StackSet start = stepper.AtPosition(static_cast<int32_t>(p));
+      WalkTokens(vocab, stepper, start, all, states, escaped, steps,
+                 [&](int32_t b, int32_t e, Verdict v) {
+                   if (v == Verdict::kAccept) AppendRange(accepted, b, e);
+                   if (v == Verdict::kUncertain) AppendRange(mask.uncertain, b, e);
+                 });
+    }
+    size_t count = 0;
+    for (RankRange r : accepted) count += static_cast<size_t>(r.end - r.begin);
+    for (RankRange r : mask.uncertain) num_uncertain_ += static_cast<size_t>(r.end - r.begin);
+    if (count > words) {
+      mask.accepted_bits.assign(words, 0);
+      for (RankRange r : accepted) {
+        for (int32_t i = r.begin; i < r.end; ++i) {
+          const auto id = static_cast<uint32_t>(vocab.IdOfRank(i));
+          mask.accepted_bits[id >> 5] |= 1u << (id & 31);
+        }
+      }
+    } else {
+      for (RankRange r : accepted) {
+        for (int32_t i = r.begin; i < r.end; ++i) mask.accepted_ids.push_back(vocab.IdOfRank(i));
+      }
+    }
+    const auto index = static_cast<int32_t>(masks_.size());
+    masks_.push_back(std::move(mask));
+    mask_of_pos_[p] = index;
+    if (!unique) by_key.emplace(std::move(key), index);
+  }
+  compile_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+std::shared_ptr<const CompiledGrammar> CompiledGrammar::FromGbnf(
+    std::string_view gbnf, std::shared_ptr<const VocabularyIndex> vocabulary) {
+  return std::make_shared<const CompiledGrammar>(ParseGbnf(gbnf), std::move(vocabulary));
+}
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> compiled)
+    : compiled_(std::move(compiled)), bytes_(compiled_->flat_ptr()) {}
+
+void GrammarMatcher::WalkUncertain(std::vector<int32_t>& accepted_ids) {
+  const VocabularyIndex& vocab = compiled_->vocabulary();
+  size_t steps = 0;
+  WalkTokens(vocab, bytes_.stepper(), bytes_.state(), ranges_, depth_states_, escaped_, steps,
+             [&](int32_t b, int32_t e, Verdict v) {
+               if (v != Verdict::kAccept) return;
+               for (int32_t i = b; i < e; ++i) accepted_ids.push_back(vocab.IdOfRank(i));
+             });
+}
+
+void GrammarMatcher::FillNextTokenBitmask(std::span<uint32_t> bitmask) {
+  std::fill(bitmask.begin(), bitmask.end(), 0u);
+  if (terminated_) return;
+  const VocabularyIndex& vocab = compiled_->vocabulary();
+  const size_t limit_ids = std::min<size_t>(bitmask.size() * 32, static_cast<size_t>(vocab.NumIds()));
+  auto set = [&](int32_t id) {
+    if (static_cast<size_t>(id) < limit_ids) bitmask[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+  };
+  const StackSet& state = bytes_.state();
+  const FlatGrammar& g = compiled_->flat();
+  ranges_.clear();
+  const size_t words = std::min(bitmask.size(), limit_ids / 32 + 1);
+  for (int32_t top : state.tops) {
+    const auto& mask = compiled_->MaskAt(bytes_.pool()[top].pos);
+    if (!mask.accepted_bits.empty()) {
+      const size_t n = std::min(words, mask.accepted_bits.size());
+      for (size_t w = 0; w < n; ++w) bitmask[w] |= mask.accepted_bits[w];
+    } else {
+      for (int32_t id : mask.accepted_ids) set(id);
+    }
+    ranges_.insert(ranges_.end(), mask.uncertain.begin(), mask.uncertain.end());
+  }
+  (void)g;
+  if (!ranges_.empty()) {
+    std::sort(ranges_.begin(), ranges_.end(), [](RankRange a, RankRange b) { return a.begin < b.begin; });
+    size_t out = 0;
+    for (size_t i = 1; i < ranges_.size(); ++i) {
+      if (ranges_[i].begin <= ranges_[out].end) {
+        ranges_[out].end = std::max(ranges_[out].end, ranges_[i].end);
+      } else {
+        ranges_[++out] = ranges_[i];
+      }
+    }
+    ranges_.resize(out + 1);
+    std::string key(reinterpret_cast<const char*>(state.tops.data()), state.tops.size() * sizeof(int32_t));
+    key.push_back(state.complete ? '1' : '0');
+    auto it = state_cache_.find(key);
+    if (it == state_cache_.end()) {
+      if (state_cache_.size() >= 4096) state_cache_.clear();
+      std::vector<int32_t> ids;
+      WalkUncertain(ids);
+      it = state_cache_.emplace(std::move(key), std::move(ids)).first;
+    }
+    for (int32_t id : it->second) set(id);
+  }
+  if (state.complete) {
+    for (int32_t id : vocab.vocabulary().end_ids) set(id);
+  }
+}
+
+bool GrammarMatcher::AcceptToken(int32_t id) {
+  if (terminated_) return false;
+  const VocabularyIndex& vocab = compiled_->vocabulary();
+  if (vocab.IsEnd(id)) {
+    if (!bytes_.IsComplete()) return false;
+    bytes_.Checkpoint();
+    terminated_history_.push_back(terminated_);
+    terminated_ = true;
+    return true;
+  }
+  if (!vocab.IsRegular(id)) return false;
+  bytes_.Checkpoint();
+  if (!bytes_.AcceptString(vocab.vocabulary().token_bytes[static_cast<size_t>(id)])) {
+    bytes_.Rollback(1);
+    return false;
+  }
+  terminated_history_.push_back(terminated_);
+  return true;
+}
+
+bool GrammarMatcher::AcceptString(std::string_view bytes) {
+  if (terminated_) return false;
+  return bytes_.AcceptString(bytes);
+}
+
+void GrammarMatcher::Rollback(int num_tokens) {
+  INFER_CHECK(num_tokens >= 0 && static_cast<size_t>(num_tokens) <= terminated_history_.size(),
+              "grammar matcher: cannot roll back {} tokens, {} were accepted", num_tokens,
+              terminated_history_.size());
+  if (num_tokens == 0) return;
+  bytes_.Rollback(num_tokens);
+  terminated_ = terminated_history_[terminated_history_.size() - static_cast<size_t>(num_tokens)];
+  terminated_history_.resize(terminated_history_.size() - static_cast<size_t>(num_tokens));
+}
+
+std::string GrammarMatcher::JumpForwardString() {
+  std::string out;
+  if (terminated_) return out;
+  StackSet state = bytes_.state();
+  StackSet next;
+  constexpr size_t kMaxJump = 4096;
+  while (!state.complete && out.size() < kMaxJump) {
+    const ByteSet next_bytes = bytes_.stepper().NextBytes(state);
+    if (next_bytes.Count() != 1) break;
+    int b = 0;
+    while (!next_bytes.Has(static_cast<uint8_t>(b))) ++b;
+    out.push_back(static_cast<char>(b));
+    bytes_.stepper().Advance(state, static_cast<uint8_t>(b), next);
+    std::swap(state, next);
+  }
+  return out;
+}
+
+}  // namespace infer::grammar

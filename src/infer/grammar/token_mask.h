@@ -1,0 +1,138 @@
+// Token masks for constrained decoding: which vocabulary tokens the grammar allows next.
+// VocabularyIndex (once per model vocabulary): the tokens sorted by their bytes, so tokens that
+// share a prefix are contiguous and a prefix the grammar rejects skips all of them at once.
+// CompiledGrammar (once per grammar x vocabulary, const, shared across requests and threads):
+// as XGrammar does (arXiv 2411.15100), per terminal position of the grammar, the tokens a stack
+// with that top accepts or rejects whatever lies below it (context-independent), and the
+// uncertain rest as ranges of sorted ranks; at run time only the uncertain ones are walked
+// against the real stacks. GrammarMatcher (per request, cheap): the mask, token acceptance,
+// rollback, termination and the jump-forward string.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "infer/grammar/grammar.h"
+#include "infer/grammar/matcher.h"
+
+namespace infer::grammar {
+
+struct Vocabulary {
+  std::vector<std::string> token_bytes;  // per id, raw bytes; empty = never allowed
+  std::vector<int32_t> special_ids;      // never allowed
+  std::vector<int32_t> end_ids;          // allowed only when the grammar is complete
+};
+
+class VocabularyIndex {
+ public:
+  explicit VocabularyIndex(Vocabulary vocabulary);
+  const Vocabulary& vocabulary() const { return vocab_; }
+  // One past the largest id that can ever be allowed.
+  int32_t NumIds() const { return num_ids_; }
+  size_t NumRanks() const { return ids_.size(); }
+  int32_t IdOfRank(int32_t rank) const { return ids_[static_cast<size_t>(rank)]; }
+  std::string_view BytesOfRank(int32_t rank) const {
+    return std::string_view(blob_).substr(offsets_[static_cast<size_t>(rank)],
+                                          offsets_[static_cast<size_t>(rank) + 1] -
+                                              offsets_[static_cast<size_t>(rank)]);
+  }
+  size_t MaxTokenBytes() const { return max_len_; }
+  // The first rank after `rank` whose bytes do not start with the first `k` bytes of `rank`'s.
+  int32_t PrefixEnd(int32_t rank, size_t k) const;
+  bool IsEnd(int32_t id) const;
+  // False for out-of-range, empty, special and end ids.
+  bool IsRegular(int32_t id) const;
+
+ private:
+  Vocabulary vocab_;
+  int32_t num_ids_ = 0;
+  std::vector<int32_t> ids_;  // rank -> id, regular tokens sorted by bytes
+  std::string blob_;
+  std::vector<uint32_t> offsets_;
+  std::vector<uint8_t> kind_;  // per id: 0 regular, 1 never, 2 end
+  size_t max_len_ = 0;
+};
+
+struct RankRange {
+  int32_t begin, end;
+};
+
+class CompiledGrammar {
+ public:
+  // Throws GrammarError (from the grammar checks).
+  CompiledGrammar(const Grammar& grammar, std::shared_ptr<const VocabularyIndex> vocabulary);
+  static std::shared_ptr<const CompiledGrammar> FromGbnf(
+      std::string_view gbnf, std::shared_ptr<const VocabularyIndex> vocabulary);
+
+  const FlatGrammar& flat() const { return *flat_; }
+  std::shared_ptr<const FlatGrammar> flat_ptr() const { return flat_; }
+  const VocabularyIndex& vocabulary() const { return *vocab_; }
+  double compile_ms() const { return compile_ms_; }
+  // Statistics: terminal positions, distinct precomputed ones, uncertain ranks in total.
+  size_t num_positions() const { return num_positions_; }
+  size_t num_masks() const { return masks_.size(); }
+  size_t num_uncertain() const { return num_uncertain_; }
+
+  struct PositionMask {
+    std::vector<uint32_t> accepted_bits;  // by id, when many tokens are accepted
+    std::vector<int32_t> accepted_ids;    // else the ids
+    std::vector<RankRange> uncertain;     // sorted, disjoint
+  };
+  // The precomputed mask of a terminal position.
+  const PositionMask& MaskAt(int32_t pos) const {
+    return masks_[static_cast<size_t>(mask_of_pos_[static_cast<size_t>(pos)])];
+  }
+
+ private:
+  std::shared_ptr<const FlatGrammar> flat_;
+  std::shared_ptr<const VocabularyIndex> vocab_;
+  std::vector<int32_t> mask_of_pos_;
+  std::vector<PositionMask> masks_;
+  size_t num_positions_ = 0;
+  size_t num_uncertain_ = 0;
+  double compile_ms_ = 0;
+};
+
+class GrammarMatcher {
+ public:
+  explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> compiled);
+
+  // Words of a bitmask over `vocab_size` ids.
+  static size_t BitmaskWords(int64_t vocab_size) { return static_cast<size_t>((vocab_size + 31) / 32); }
+  // Bit i set = token i allowed next. The span covers the model's whole vocabulary (it may be
+  // larger than the tokenizer's; extra ids are never allowed). After termination nothing is.
+  void FillNextTokenBitmask(std::span<uint32_t> bitmask);
+  // False (state unchanged) when the token is not allowed.
+  bool AcceptToken(int32_t id);
+  // Accepts raw bytes (e.g. a jump-forward string); all or nothing; not a rollback step.
+  bool AcceptString(std::string_view bytes);
+  // Undoes the last `num_tokens` accepted tokens (end tokens included).
+  void Rollback(int num_tokens);
+  bool IsTerminated() const { return terminated_; }
+  bool IsComplete() const { return bytes_.IsComplete(); }
+  bool CanContinue() const { return bytes_.CanContinue(); }
+  // The bytes every continuation must start with (empty if none or if the grammar may end).
+  std::string JumpForwardString();
+  size_t NumAcceptedTokens() const { return terminated_history_.size(); }
+
+ private:
+  void WalkUncertain(std::vector<int32_t>& accepted_ids);
+
+  std::shared_ptr<const CompiledGrammar> compiled_;
+  ByteMatcher bytes_;
+  bool terminated_ = false;
+  std::vector<bool> terminated_history_;
+  std::vector<RankRange> ranges_;
+  std::vector<StackSet> depth_states_;
+  std::vector<uint8_t> escaped_;
+  // Uncertain tokens the real stacks accept, by state (stack tops), reused when a state recurs
+  // (inside a string the state is the same token after token).
+  std::unordered_map<std::string, std::vector<int32_t>> state_cache_;
+};
+
+}  // namespace infer::grammar

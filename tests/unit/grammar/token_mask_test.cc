@@ -1,0 +1,352 @@
+// Token masks: every mask equals the brute-force set (each token's bytes tried on a byte
+// matcher), on synthetic vocabularies and on the real llama3, qwen3 and gemma3 ones; random
+// walks whose outputs must parse (nlohmann); UTF-8 split across tokens; special and end tokens;
+// rollback; jump-forward; the compiled-grammar cache.
+#include <atomic>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "grammar_test_util.h"
+#include "infer/grammar/grammar_cache.h"
+#include "infer/grammar/grammar_error.h"
+
+namespace infer::grammar {
+namespace {
+
+std::shared_ptr<const VocabularyIndex> MakeVocab(std::vector<std::string> tokens,
+                                                 std::vector<int32_t> special = {},
+                                                 std::vector<int32_t> end = {}) {
+  Vocabulary v;
+  v.token_bytes = std::move(tokens);
+  v.special_ids = std::move(special);
+  v.end_ids = std::move(end);
+  return std::make_shared<const VocabularyIndex>(std::move(v));
+}
+
+std::vector<uint32_t> Mask(GrammarMatcher& m, int64_t vocab_size) {
+  std::vector<uint32_t> bits(GrammarMatcher::BitmaskWords(vocab_size), 0xDEADBEEF);
+  m.FillNextTokenBitmask(bits);
+  return bits;
+}
+
+bool Bit(const std::vector<uint32_t>& bits, int32_t id) { return (bits[id >> 5] >> (id & 31)) & 1; }
+
+// The reference: each token's bytes tried on a byte matcher in the same state.
+std::vector<uint32_t> BruteForceMask(ByteMatcher& bytes, const VocabularyIndex& vocab,
+                                     int64_t vocab_size) {
+  std::vector<uint32_t> bits(GrammarMatcher::BitmaskWords(vocab_size), 0);
+  const auto& v = vocab.vocabulary();
+  for (int32_t id = 0; id < static_cast<int32_t>(v.token_bytes.size()); ++id) {
+    if (!vocab.IsRegular(id)) continue;
+    bytes.Checkpoint();
+    const bool ok = bytes.AcceptString(v.token_bytes[id]);
+    bytes.Rollback(1);
+    if (ok) bits[id >> 5] |= 1u << (id & 31);
+  }
+  if (bytes.IsComplete()) {
+    for (int32_t id : v.end_ids) bits[id >> 5] |= 1u << (id & 31);
+  }
+  return bits;
+}
+
+std::vector<int32_t> Allowed(const std::vector<uint32_t>& bits, int64_t vocab_size) {
+  std::vector<int32_t> ids;
+  for (int32_t id = 0; id < vocab_size; ++id) {
+    if (Bit(bits, id)) ids.push_back(id);
+  }
+  return ids;
+}
+
+// Random walk: uniform among allowed tokens; checks masks against brute force every
+// `check_every` steps; returns the output text, `terminated` says whether an end token came.
+std::string RandomWalk(const std::shared_ptr<const CompiledGrammar>& compiled, uint32_t seed,
+                       int max_tokens, int check_every, bool& terminated) {
+  const VocabularyIndex& vocab = compiled->vocabulary();
+  const int64_t vocab_size = vocab.NumIds() + 100;  // the model's vocab may be larger
+  GrammarMatcher matcher(compiled);
+  ByteMatcher reference(compiled->flat_ptr());
+  std::mt19937 rng(seed);
+  std::string out;
+  terminated = false;
+  for (int step = 0; step < max_tokens && !matcher.IsTerminated(); ++step) {
+    const auto bits = Mask(matcher, vocab_size);
+    for (int32_t id = vocab.NumIds(); id < vocab_size; ++id) EXPECT_FALSE(Bit(bits, id));
+    if (check_every > 0 && step % check_every == 0) {
+      const auto expected = BruteForceMask(reference, vocab, vocab_size);
+      for (size_t w = 0; w < expected.size(); ++w) {
+        if (expected[w] == bits[w]) continue;
+        for (int32_t id = static_cast<int32_t>(w * 32); id < static_cast<int32_t>(w * 32 + 32); ++id) {
+          if (Bit(expected, id) != Bit(bits, id)) {
+            ADD_FAILURE() << "step " << step << " after '" << out << "': token " << id << " '"
+                          << (id < static_cast<int32_t>(vocab.vocabulary().token_bytes.size())
+                                  ? vocab.vocabulary().token_bytes[id]
+                                  : std::string("?"))
+                          << "' expected " << Bit(expected, id);
+            return out;
+          }
+        }
+      }
+    }
+    const auto allowed = Allowed(bits, vocab_size);
+    if (allowed.empty()) {
+      ADD_FAILURE() << "no token allowed after '" << out << "'";
+      return out;
+    }
+    const int32_t id = allowed[rng() % allowed.size()];
+    EXPECT_TRUE(matcher.AcceptToken(id));
+    if (vocab.IsEnd(id)) {
+      EXPECT_TRUE(matcher.IsTerminated());
+      terminated = true;
+      break;
+    }
+    const std::string& bytes = vocab.vocabulary().token_bytes[id];
+    EXPECT_TRUE(reference.AcceptString(bytes));
+    out += bytes;
+  }
+  return out;
+}
+
+// Every string up to 3 characters over a JSON-ish alphabet, plus special and end tokens.
+std::shared_ptr<const VocabularyIndex> SmallJsonVocab(int32_t& end_id, int32_t& special_id) {
+  // Enough letters that every prefix can be completed (true, false, null, \u escapes).
+  const std::string alphabet = "{}[],:\" a1e.-\\nulfrst\xC3\xA9";
+  std::vector<std::string> tokens{""};
+  std::vector<std::string> level{""};
+  for (int len = 1; len <= 3; ++len) {
+    std::vector<std::string> next;
+    for (const auto& p : level) {
+      for (char c : alphabet) next.push_back(p + c);
+    }
+    tokens.insert(tokens.end(), next.begin(), next.end());
+    level = std::move(next);
+  }
+  tokens.push_back("true");
+  tokens.push_back("null");
+  tokens.push_back("\"}");  // duplicates of existing bytes are fine
+  end_id = static_cast<int32_t>(tokens.size());
+  tokens.push_back("</s>");  // bytes of an end token are never used as text
+  special_id = static_cast<int32_t>(tokens.size());
+  tokens.push_back("{");
+  return MakeVocab(tokens, {special_id}, {end_id});
+}
+
+TEST(TokenMaskTest, SyntheticVocabularyMasksEqualBruteForce) {
+  int32_t end_id, special_id;
+  auto vocab = SmallJsonVocab(end_id, special_id);
+  auto compiled = CompiledGrammar::FromGbnf(testing::kJsonGbnf, vocab);
+  int terminated_count = 0;
+  for (uint32_t seed = 0; seed < 40; ++seed) {
+    bool terminated = false;
+    const std::string out = RandomWalk(compiled, seed, 60, 1, terminated);
+    if (HasFailure()) return;
+    if (terminated) {
+      ++terminated_count;
+      EXPECT_TRUE(nlohmann::json::accept(out)) << out;
+    }
+  }
+  EXPECT_GT(terminated_count, 3);
+}
+
+TEST(TokenMaskTest, SpecialTokensNeverEndTokensExactlyWhenComplete) {
+  int32_t end_id, special_id;
+  auto vocab = SmallJsonVocab(end_id, special_id);
+  auto compiled = CompiledGrammar::FromGbnf("root ::= \"{\" \"a\"* \"}\" \" \"?", vocab);
+  GrammarMatcher m(compiled);
+  const int64_t size = vocab->NumIds();
+  auto bits = Mask(m, size);
+  EXPECT_FALSE(Bit(bits, special_id));
+  EXPECT_FALSE(Bit(bits, end_id));
+  EXPECT_FALSE(m.AcceptToken(special_id));
+  EXPECT_FALSE(m.AcceptToken(end_id));
+  ASSERT_TRUE(m.AcceptString("{a"));
+  EXPECT_FALSE(Bit(Mask(m, size), end_id));
+  GrammarMatcher done(compiled);
+  ASSERT_TRUE(done.AcceptString("{aa}"));
+  EXPECT_TRUE(done.IsComplete());
+  EXPECT_TRUE(done.CanContinue());  // the optional space
+  bits = Mask(done, size);
+  EXPECT_TRUE(Bit(bits, end_id));
+  EXPECT_FALSE(Bit(bits, special_id));
+  ASSERT_TRUE(done.AcceptString(" "));
+  EXPECT_FALSE(done.CanContinue());
+  bits = Mask(done, size);
+  EXPECT_EQ(Allowed(bits, size), std::vector<int32_t>{end_id});  // only the end
+  EXPECT_TRUE(done.AcceptToken(end_id));
+  EXPECT_TRUE(done.IsTerminated());
+  bits = Mask(done, size);
+  EXPECT_TRUE(Allowed(bits, size).empty());
+  EXPECT_FALSE(done.AcceptToken(end_id));
+  done.Rollback(1);  // undoes the termination
+  EXPECT_FALSE(done.IsTerminated());
+  EXPECT_EQ(Allowed(Mask(done, size), size), std::vector<int32_t>{end_id});
+}
+
+TEST(TokenMaskTest, MultiByteCharactersSplitAcrossTokens) {
+  // Tokens: whole "€" (E2 82 AC), its bytes alone, its pieces, "é" (C3 A9) and "x".
+  auto vocab = MakeVocab({"\xE2\x82\xAC", "\xE2", "\x82", "\xAC", "\xE2\x82", "\x82\xAC",
+                          "\xC3", "\xA9", "x", "\xAC\xE2"});
+  auto compiled = CompiledGrammar::FromGbnf("root ::= [^x]+", vocab);
+  GrammarMatcher m(compiled);
+  const int64_t size = vocab->NumIds();
+  EXPECT_EQ(Allowed(Mask(m, size), size), (std::vector<int32_t>{0, 1, 4, 6}));
+  ASSERT_TRUE(m.AcceptToken(1));  // E2
+  // Any continuation byte can follow E2 (U+2000..U+2FFF).
+  EXPECT_EQ(Allowed(Mask(m, size), size), (std::vector<int32_t>{2, 3, 5, 7}));
+  ASSERT_TRUE(m.AcceptToken(2));  // 82
+  // Any continuation byte completes E2 82 _ (U+2080..U+20BF).
+  EXPECT_EQ(Allowed(Mask(m, size), size), (std::vector<int32_t>{2, 3, 7, 9}));
+  ASSERT_TRUE(m.AcceptToken(9));  // AC E2
+  EXPECT_FALSE(m.IsComplete());   // inside the second "€"
+  ASSERT_TRUE(m.AcceptToken(5));  // 82 AC
+  EXPECT_TRUE(m.IsComplete());
+  EXPECT_FALSE(m.AcceptToken(7));  // a lone continuation byte
+  EXPECT_FALSE(m.AcceptToken(8));  // "x" is excluded
+}
+
+TEST(TokenMaskTest, RollbackRestoresIdenticalMasks) {
+  int32_t end_id, special_id;
+  auto vocab = SmallJsonVocab(end_id, special_id);
+  auto compiled = CompiledGrammar::FromGbnf(testing::kJsonGbnf, vocab);
+  GrammarMatcher m(compiled);
+  const int64_t size = vocab->NumIds();
+  std::mt19937 rng(7);
+  std::vector<std::vector<uint32_t>> masks;
+  for (int step = 0; step < 30 && !m.IsTerminated(); ++step) {
+    masks.push_back(Mask(m, size));
+    const auto allowed = Allowed(masks.back(), size);
+    ASSERT_FALSE(allowed.empty());
+    ASSERT_TRUE(m.AcceptToken(allowed[rng() % allowed.size()]));
+  }
+  const int n = static_cast<int>(masks.size());
+  m.Rollback(n / 2);
+  EXPECT_EQ(Mask(m, size), masks[n - n / 2]);
+  m.Rollback(n - n / 2);
+  EXPECT_EQ(Mask(m, size), masks[0]);
+  EXPECT_EQ(m.NumAcceptedTokens(), 0u);
+  EXPECT_THROW(m.Rollback(1), infer::Error);
+}
+
+TEST(TokenMaskTest, JumpForwardString) {
+  auto vocab = MakeVocab({"a", "b"});
+  auto compiled = CompiledGrammar::FromGbnf(
+      "root ::= \"{\\\"name\\\": \" ( \"\\\"abc\\\"\" | \"\\\"abd\\\"\" ) \"}\"", vocab);
+  GrammarMatcher m(compiled);
+  EXPECT_EQ(m.JumpForwardString(), "{\"name\": \"ab");
+  ASSERT_TRUE(m.AcceptString("{\"name\": \"abc"));
+  EXPECT_EQ(m.JumpForwardString(), "\"}");
+  ASSERT_TRUE(m.AcceptString("\"}"));
+  EXPECT_EQ(m.JumpForwardString(), "");  // complete: may end
+  auto optional = CompiledGrammar::FromGbnf("root ::= \"x\" \"y\"?", vocab);
+  GrammarMatcher o(optional);
+  EXPECT_EQ(o.JumpForwardString(), "x");
+  ASSERT_TRUE(o.AcceptString("x"));
+  EXPECT_EQ(o.JumpForwardString(), "");
+}
+
+TEST(TokenMaskTest, BitmaskWiderThanTheVocabulary) {
+  auto vocab = MakeVocab({"a", "b", ""});
+  auto compiled = CompiledGrammar::FromGbnf("root ::= [a-z]*", vocab);
+  GrammarMatcher m(compiled);
+  std::vector<uint32_t> bits(8, 0xFFFFFFFF);
+  m.FillNextTokenBitmask(bits);
+  EXPECT_EQ(bits[0], 3u);
+  for (size_t w = 1; w < bits.size(); ++w) EXPECT_EQ(bits[w], 0u);
+  EXPECT_FALSE(m.AcceptToken(2));    // empty bytes: never
+  EXPECT_FALSE(m.AcceptToken(200));  // beyond the vocabulary
+}
+
+// A schema-like grammar whose every walk terminates: fixed keys, an enum, bounded strings,
+// bounded numbers, a bounded nested array.
+constexpr std::string_view kSchemaGbnf = R"(
+root ::= "{" ws "\"name\"" ws ":" ws str ws "," ws "\"age\"" ws ":" ws age ws ","
+         ws "\"kind\"" ws ":" ws kind ws "," ws "\"tags\"" ws ":" ws tags ws "}"
+str  ::= "\"" [a-zA-Z0-9 é]{0,12} "\""
+age  ::= "0" | [1-9] [0-9]{0,2}
+kind ::= "\"cat\"" | "\"dog\"" | "\"catfish\""
+tags ::= "[" ws ( inner ( ws "," ws inner ){0,2} )? ws "]"
+inner ::= "[" ws ( age ( ws "," ws age ){0,2} )? ws "]"
+ws   ::= [ \n]{0,2}
+)";
+
+void RealVocabularyWalks(const std::string& model) {
+  auto vocab = testing::RealVocabulary(model);
+  if (!vocab) GTEST_SKIP() << testing::TokenizerPath(model) << " missing: run scripts/fetch_tokenizers.sh";
+  ASSERT_FALSE(vocab->vocabulary().end_ids.empty());
+  auto schema = CompiledGrammar::FromGbnf(kSchemaGbnf, vocab);
+  for (uint32_t seed = 0; seed < 6; ++seed) {
+    bool terminated = false;
+    const std::string out = RandomWalk(schema, seed, 400, seed < 2 ? 7 : 0, terminated);
+    if (::testing::Test::HasFailure()) return;
+    ASSERT_TRUE(terminated) << out;
+    const auto json = nlohmann::json::parse(out);
+    EXPECT_TRUE(json["name"].is_string());
+    EXPECT_LE(json["age"].get<int>(), 999);
+    EXPECT_TRUE(json["kind"] == "cat" || json["kind"] == "dog" || json["kind"] == "catfish");
+    EXPECT_LE(json["tags"].size(), 3u);
+  }
+  auto json = CompiledGrammar::FromGbnf(testing::kJsonGbnf, vocab);
+  for (uint32_t seed = 0; seed < 3; ++seed) {
+    bool terminated = false;
+    const std::string out = RandomWalk(json, seed, 40, 5, terminated);
+    if (::testing::Test::HasFailure()) return;
+    if (terminated) {
+      EXPECT_TRUE(nlohmann::json::accept(out)) << out;
+    }
+  }
+}
+
+TEST(TokenMaskTest, RealVocabularyLlama3) { RealVocabularyWalks("llama3"); }
+TEST(TokenMaskTest, RealVocabularyQwen3) { RealVocabularyWalks("qwen3"); }
+TEST(TokenMaskTest, RealVocabularyGemma3) { RealVocabularyWalks("gemma3"); }
+
+TEST(GrammarCacheTest, HitsEvictsAndDoesNotCacheErrors) {
+  auto vocab = MakeVocab({"a", "b"});
+  auto other_vocab = MakeVocab({"a", "b"});
+  GrammarCache cache(2);
+  auto a1 = cache.GetGbnf("root ::= \"a\"", vocab);
+  auto a2 = cache.GetGbnf("root ::= \"a\"", vocab);
+  EXPECT_EQ(a1, a2);
+  EXPECT_NE(cache.GetGbnf("root ::= \"a\"", other_vocab), a1);  // another vocabulary
+  cache.GetGbnf("root ::= \"b\"", vocab);                       // evicts the oldest
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_NE(cache.GetGbnf("root ::= \"a\"", vocab), a1);  // a1 was least recently used
+  const size_t misses = cache.misses();
+  EXPECT_THROW(cache.GetGbnf("root ::= undefined", vocab), GrammarError);
+  EXPECT_THROW(cache.GetGbnf("root ::= undefined", vocab), GrammarError);
+  EXPECT_EQ(cache.misses(), misses + 2);  // the error was not cached
+  EXPECT_LE(cache.size(), 2u);
+}
+
+TEST(GrammarCacheTest, ConcurrentRequestsShareOneCompile) {
+  int32_t end_id, special_id;
+  auto vocab = SmallJsonVocab(end_id, special_id);
+  GrammarCache cache(4);
+  std::atomic<int> compiles{0};
+  std::vector<std::shared_ptr<const CompiledGrammar>> results(8);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      results[t] = cache.Get("json", vocab, [&] {
+        ++compiles;
+        return CompiledGrammar::FromGbnf(testing::kJsonGbnf, vocab);
+      });
+      // Matchers over one shared compiled grammar, in parallel.
+      GrammarMatcher m(results[t]);
+      EXPECT_TRUE(m.AcceptString("{\"a\": [1, 2]}"));
+      std::vector<uint32_t> bits(GrammarMatcher::BitmaskWords(vocab->NumIds()));
+      m.FillNextTokenBitmask(bits);
+      EXPECT_TRUE(Bit(bits, end_id));
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(compiles.load(), 1);
+  for (const auto& r : results) EXPECT_EQ(r, results[0]);
+}
+
+}  // namespace
+}  // namespace infer::grammar
