@@ -21,7 +21,11 @@ hf_binding_version="0.6.0"
 openai_version="6.49.0"  # the official client the API tests drive (7.x needs node 22)
 playwright_version="1.65.1"  # drives Debian's chromium in the web chat page's test
 zod_version="4.6.7"  # the openai client's zodResponseFormat (structured-output test)
-hf_jinja_version="0.5.11"  # Hugging Face's Jinja: reference renderings of chat templates with tools
+hf_jinja_version="0.5.11"
+langchain_openai_version="1.5.8"  # LangChain's withStructuredOutput (structured-output test)
+langchain_core_version="1.4.0"
+ai_sdk_version="6.0.326"  # the Vercel AI SDK's generateObject and streamText with tools
+ai_sdk_openai_version="3.0.141"  # Hugging Face's Jinja: reference renderings of chat templates with tools
 
 mkdir -p "${tok_dir}" "${npm_dir}" "${pack_dir}"
 
@@ -79,8 +83,10 @@ fi
 
 # Clients and references of the structured-output and tool-calling tests: zod (the openai
 # client's zodResponseFormat), Hugging Face's own Jinja (@huggingface/jinja, the reference
-# renderer of chat templates with tools).
-for spec in "zod@${zod_version}" "@huggingface/jinja@${hf_jinja_version}"; do
+# renderer of chat templates with tools), LangChain and the Vercel AI SDK.
+for spec in "zod@${zod_version}" "@huggingface/jinja@${hf_jinja_version}" \
+  "@langchain/openai@${langchain_openai_version}" "@langchain/core@${langchain_core_version}" \
+  "ai@${ai_sdk_version}" "@ai-sdk/openai@${ai_sdk_openai_version}"; do
   name="${spec%@*}"
   version="${spec##*@}"
   if [[ -f "${npm_dir}/node_modules/${name}/package.json" ]] &&

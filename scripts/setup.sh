@@ -15,6 +15,7 @@ packages=(
   prometheus  # promtool checks the /metrics exposition in the tests
   chromium    # the web chat page's test drives it headless
   haproxy curl python3  # scripts/cluster.sh and its test
+  python3-jsonschema  # the independent validator of structured outputs (tests, benchmarks)
 )
 
 if [[ "${INFER_SKIP_APT:-0}" != "1" ]]; then

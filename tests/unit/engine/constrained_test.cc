@@ -87,7 +87,7 @@ SamplingParams Choices(std::vector<std::string> choices, int64_t max_new_tokens 
   return params;
 }
 
-std::vector<int32_t> Run(Engine& engine, const std::string& id, const SamplingParams& params,
+std::vector<int32_t> RunOne(Engine& engine, const std::string& id, const SamplingParams& params,
                          std::optional<FinishReason>* reason = nullptr) {
   auto channel = engine.AddRequest(id, engine.PreparePrompt(std::vector<int32_t>{2, 3}, params),
                                    params);
@@ -109,7 +109,7 @@ TEST(ConstrainedTest, EveryDrawFollowsTheConstraintAndEndsWithStop) {
     SamplingParams params = Choices({"5,6,7", "5,9", "40,41,42,43"});
     params.seed = seed;
     std::optional<FinishReason> reason;
-    const std::vector<int32_t> ids = Run(engine, std::to_string(seed), params, &reason);
+    const std::vector<int32_t> ids = RunOne(engine, std::to_string(seed), params, &reason);
     EXPECT_TRUE(ids == std::vector<int32_t>({5, 6, 7}) || ids == std::vector<int32_t>({5, 9}) ||
                 ids == std::vector<int32_t>({40, 41, 42, 43}))
         << "seed " << seed;
@@ -129,7 +129,7 @@ TEST(ConstrainedTest, EosComesOnlyWhereTheOutputMayEnd) {
     SamplingParams params = Choices({"5", "5,6"});
     params.seed = seed;
     std::optional<FinishReason> reason;
-    const std::vector<int32_t> ids = Run(engine, std::to_string(seed), params, &reason);
+    const std::vector<int32_t> ids = RunOne(engine, std::to_string(seed), params, &reason);
     if (ids == std::vector<int32_t>{5, kEos}) {
       EXPECT_EQ(reason, FinishReason::kEos);
     } else {
@@ -213,7 +213,7 @@ TEST(ConstrainedTest, ASeededConstrainedRequestIsTheSameAloneAndBatched) {
     engine.SetConstraintFactory(Factory());
     SamplingParams params = Choices({"5,6,7", "5,9", "40,41"});
     params.seed = seed;
-    return Run(engine, "a", params);
+    return RunOne(engine, "a", params);
   };
   Engine engine(EngineConfig{}, model, nullptr, {kEos});
   engine.SetConstraintFactory(Factory());

@@ -84,7 +84,7 @@ TEST(StructuredFields, MalformedOrConflictingFieldsAre400) {
   EXPECT_EQ(Refusal(R"(,"structured_outputs":{"regex":"a","choice":["a"]})").second,
             "structured_outputs");
   EXPECT_EQ(Refusal(R"(,"structured_outputs":{"xml":"a"})").second, "structured_outputs");
-  EXPECT_EQ(Refusal(R"(,"guided_regex":"a","json_schema":{})").second, "json_schema");
+  EXPECT_EQ(Refusal(R"(,"guided_regex":"a","json_schema":{})").second, "guided_regex");
   EXPECT_EQ(Refusal(R"(,"response_format":{"type":"json_object"},"guided_choice":["a"])").first,
             400);
 }

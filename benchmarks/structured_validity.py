@@ -1,0 +1,175 @@
+#!/usr/bin/python3
+"""Validity of structured output (issue 26): random weights at temperature 1.0 walk each grammar
+at random, the hardest case for a constrained decoder. For every JSON schema in a folder, N
+generations per model through `infer serve`'s chat route (response_format json_schema): every
+output that finishes with `stop` must parse and validate under Debian's python3-jsonschema (run
+this with /usr/bin/python3), and, for schemas whose strings and arrays are bounded, every output
+must finish with `stop`. Regex and choice requests are checked the same way.
+
+The models: the fixtures' tiny shapes with each dev model's real vocabulary, tokenizer and chat
+template (the mask depends on the vocabulary and the grammar, not on the model's size), or with
+--real-size the dev configs at full size (--load-format dummy both ways).
+
+Usage: /usr/bin/python3 benchmarks/structured_validity.py [--models llama3,qwen3,gemma3]
+         [--n 20] [--schemas tests/fixtures/grammar/schemas] [--real-size] [--report FILE]
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import jsonschema
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = {  # fixture architecture, vocab size, eos ids, bos id
+    "llama3": ("llama", 128256, [128001, 128008, 128009], 128000),
+    "qwen3": ("qwen3", 151936, [151645, 151643], None),
+    "gemma3": ("gemma3", 262144, [1, 106], 2),
+}
+DEV = {"llama3": "Llama-3.2-1B-Instruct", "qwen3": "Qwen3-1.7B", "gemma3": "gemma-3-1b-it"}
+
+
+def model_dir(key, real_size, work):
+    if real_size:
+        return os.path.join(ROOT, "models", DEV[key])
+    arch, vocab, eos, bos = TINY[key]
+    folder = os.path.join(work, key)
+    os.makedirs(folder)
+    with open(os.path.join(ROOT, "tests/fixtures/models", arch, "model/config.json")) as f:
+        config = json.load(f)
+    config.update(vocab_size=vocab, eos_token_id=eos)
+    if bos is not None:
+        config["bos_token_id"] = bos
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(ROOT, ".cache/tokenizers", key, name), folder)
+    return folder
+
+
+def start_server(binary, model, log_path):
+    log = open(log_path, "w")
+    child = subprocess.Popen([binary, "serve", "--model", model, "--load-format", "dummy",
+                              "--threads", "2", "--port", "0", "--served-model-name", "m",
+                              "--max-model-len", "2048"], stdout=subprocess.DEVNULL, stderr=log)
+    for _ in range(1200):
+        with open(log_path) as f:
+            match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", f.read())
+        if match:
+            return child, match.group(1)
+        if child.poll() is not None:
+            break
+        time.sleep(0.25)
+    child.kill()
+    raise RuntimeError("infer serve did not start: " + open(log_path).read()[-2000:])
+
+
+def post(url, body):
+    request = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=3600) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
+def bounded(schema):
+    """Whether every string and array the schema allows has a bound and it does not recurse, so
+    that sampling at random must end within max_tokens."""
+    if "$ref" in json.dumps(schema):
+        return False  # a recursive schema may nest without bound
+    def walk(node):
+        if isinstance(node, list):
+            return all(walk(item) for item in node)
+        if not isinstance(node, dict):
+            return True
+        types = node.get("type", [])
+        types = types if isinstance(types, list) else [types]
+        fixed = any(k in node for k in ("enum", "const", "format"))
+        if "string" in types and not fixed and "maxLength" not in node and "pattern" not in node:
+            return False
+        if "array" in types and "maxItems" not in node and "prefixItems" not in node:
+            return False
+        if node == {} or ("object" in types and node.get("additionalProperties") is not False):
+            return False  # free-form values (JSON Schema allows extra keys unless told not to)
+        return all(walk(value) for value in node.values())
+    return walk(schema)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--binary", default=os.path.join(ROOT, "build/infer"))
+    parser.add_argument("--models", default="llama3,qwen3,gemma3")
+    parser.add_argument("--schemas", default=os.path.join(ROOT, "tests/fixtures/grammar/schemas"))
+    parser.add_argument("--n", type=int, default=20)
+    parser.add_argument("--max-tokens", type=int, default=1024)
+    parser.add_argument("--real-size", action="store_true")
+    parser.add_argument("--report", default="")
+    args = parser.parse_args()
+    schemas = sorted(f for f in os.listdir(args.schemas) if f.endswith(".json"))
+    messages = [{"role": "user", "content": "Fill in the form."}]
+    report = {"models": {}, "n": args.n, "schemas": len(schemas)}
+    failures = 0
+    work = tempfile.mkdtemp(prefix="infer-validity-")
+    try:
+        for key in args.models.split(","):
+            model = model_dir(key, args.real_size, work)
+            child, url = start_server(args.binary, model, os.path.join(work, key + ".log"))
+            rows = []
+            try:
+                for name in schemas:
+                    with open(os.path.join(args.schemas, name)) as f:
+                        schema = json.load(f)
+                    start = time.time()
+                    status, reply = post(url, {
+                        "messages": messages, "n": args.n, "temperature": 1.0, "seed": 1,
+                        "max_tokens": args.max_tokens,
+                        "response_format": {"type": "json_schema",
+                                            "json_schema": {"name": "s", "schema": schema}}})
+                    row = {"schema": name, "status": status, "stop": 0, "length": 0,
+                           "invalid": [], "seconds": round(time.time() - start, 2)}
+                    if status != 200:
+                        row["error"] = reply.get("error", {}).get("message")
+                        failures += 1
+                    else:
+                        for choice in reply["choices"]:
+                            text = choice["message"]["content"]
+                            if choice["finish_reason"] != "stop":
+                                row["length"] += 1
+                                continue
+                            row["stop"] += 1
+                            try:
+                                jsonschema.validate(json.loads(text), schema)
+                            except (ValueError, jsonschema.ValidationError) as error:
+                                row["invalid"].append({"text": text, "why": str(error)[:300]})
+                        failures += len(row["invalid"])
+                        if row["length"] and bounded(schema):
+                            failures += 1
+                    rows.append(row)
+                    print(f"{key} {name}: {row['stop']} stop, {row['length']} length, "
+                          f"{len(row['invalid'])} invalid, {row['seconds']} s"
+                          + (f" ERROR {status} {row.get('error')}" if status != 200 else ""),
+                          flush=True)
+            finally:
+                child.terminate()
+                child.wait()
+            report["models"][key] = rows
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    report["failures"] = failures
+    if args.report:
+        with open(args.report, "w") as f:
+            json.dump(report, f, indent=1)
+    print(f"failures: {failures}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
