@@ -986,6 +986,11 @@ class SchemaCompiler {
       if (i >= budget) return need_digit ? std::nullopt : std::optional<std::string>("\"\"");
       return Repeat("[0-9]", need_digit ? 1 : 0, budget - i);
     }
+    if (!low_tight && high_tight && i >= high.size() && high_mode == FracMode::kInclusive) {
+      // Equal to the upper bound so far, which has no digits left: only zeros may follow.
+      if (i >= budget) return need_digit ? std::nullopt : std::optional<std::string>("\"\"");
+      return Repeat("\"0\"", need_digit ? 1 : 0, budget - i);
+    }
     bool can_stop = !need_digit;
     if (low_tight) can_stop = false;  // equal so far to a bound with digits left, or exclusive
     if (high_tight && high_mode == FracMode::kExclusive && i >= high.size()) can_stop = false;
