@@ -583,7 +583,8 @@ class SchemaCompiler {
       const auto ap = side->find("additionalProperties");
       if (ap == side->end() || *ap == true) continue;
       const Json mine = side->value("properties", Json::object());
-      for (const auto& [name, sub] : other->value("properties", Json::object()).items()) {
+      const Json theirs = other->value("properties", Json::object());  // outlives the loop
+      for (const auto& [name, sub] : theirs.items()) {
         if (!mine.contains(name)) {
           Refuse(Child(pointer, "additionalProperties"),
                  fmt::format("allOf: the property '{}' of one branch is excluded by the "
