@@ -583,7 +583,8 @@ class SchemaCompiler {
       const auto ap = side->find("additionalProperties");
       if (ap == side->end() || *ap == true) continue;
       const Json mine = side->value("properties", Json::object());
-      for (const auto& [name, sub] : other->value("properties", Json::object()).items()) {
+      const Json theirs = other->value("properties", Json::object());  // outlives the loop
+      for (const auto& [name, sub] : theirs.items()) {
         if (!mine.contains(name)) {
           Refuse(Child(pointer, "additionalProperties"),
                  fmt::format("allOf: the property '{}' of one branch is excluded by the "
@@ -985,6 +986,11 @@ class SchemaCompiler {
     if (!low_tight && !high_tight) {
       if (i >= budget) return need_digit ? std::nullopt : std::optional<std::string>("\"\"");
       return Repeat("[0-9]", need_digit ? 1 : 0, budget - i);
+    }
+    if (!low_tight && high_tight && i >= high.size() && high_mode == FracMode::kInclusive) {
+      // Equal to the upper bound so far, which has no digits left: only zeros may follow.
+      if (i >= budget) return need_digit ? std::nullopt : std::optional<std::string>("\"\"");
+      return Repeat("\"0\"", need_digit ? 1 : 0, budget - i);
     }
     bool can_stop = !need_digit;
     if (low_tight) can_stop = false;  // equal so far to a bound with digits left, or exclusive

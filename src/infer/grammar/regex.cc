@@ -537,7 +537,8 @@ class Writer {
       case Node::Kind::kRepeat: {
         bool kid_atomic = false;
         std::string inner = Write(*node.kids[0], kid_atomic);
-        if (!kid_atomic) inner = "(" + inner + ")";
+        // A group holding a repetition, "(a+)+", keeps its parentheses: "a++" is not GBNF.
+        if (!kid_atomic || node.kids[0]->kind == Node::Kind::kRepeat) inner = "(" + inner + ")";
         atomic = true;
         if (node.min == 0 && node.max == kUnbounded) return inner + "*";
         if (node.min == 1 && node.max == kUnbounded) return inner + "+";
@@ -562,8 +563,16 @@ std::string JsonStringChar(const CodeSet& set) {
   const CodeSet plain = Subtract(set, specials);
   std::vector<std::string> parts;
   if (!Subtract(plain, {{0xD800, 0xDFFF}}).empty()) parts.push_back(GbnfClass(plain));
+  // All control characters (the common case: a negated class, `.`, \S): \u00XX for each and
+  // the short escapes JSON writers prefer; otherwise one escape per character.
+  const bool all_controls = Subtract({{0, 0x1F}}, set).empty();
+  if (all_controls) {
+    parts.push_back("\"\\\\u00\" [01] [0-9a-fA-F]");
+    parts.push_back("\"\\\\\" [bfnrt]");
+  }
   for (const CodeRange& r : set) {
     for (char32_t cp = r.lo; cp <= r.hi && cp <= 0x5C; ++cp) {
+      if (cp < 0x20 && all_controls) continue;
       if (Contains(specials, cp)) parts.push_back(GbnfLiteral(JsonEscape(cp)));
     }
   }
@@ -583,8 +592,14 @@ CompiledRegex CompileRegex(std::string_view pattern, const RegexOptions& options
   Writer writer(options.json_string);
   // What an unanchored side may add: any character (a JSON string's, escaped, in JSON mode).
   const CodeSet any = Complement({});
-  std::string pad = options.json_string ? JsonStringChar(any) : GbnfClass(any);
-  if (options.json_string) pad.insert(pad.begin(), '(').operator+=(')');  // an alternation
+  std::string pad;
+  if (options.json_string) {
+    pad += '(';  // an alternation
+    pad += JsonStringChar(any);
+    pad += ')';
+  } else {
+    pad += GbnfClass(any);
+  }
   pad += '*';
   CompiledRegex out;
   out.min_length = kUnbounded;
