@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Validates JSON instances against a JSON schema with python3-jsonschema (Debian's), the
 independent validator of the grammar tests: formats are checked too (date, time, date-time,
 uuid, email). Usage: validate_json.py SCHEMA.json < instances, one JSON document per line

@@ -28,7 +28,7 @@ describe('client libraries against infer serve', () => {
 
   before(async () => {
     model = makeLlama3VocabModel();
-    server = await startServer(model, ['--max-model-len', '512']);
+    server = await startServer(model, ['--max-model-len', '1024']);
   });
 
   after(() => {

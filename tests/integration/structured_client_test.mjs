@@ -84,8 +84,10 @@ describe('structured output and tools with the openai npm client', () => {
       assert.ok(['red', 'green', 'blue jay'].includes(choice.choices[0].message.content));
       const json = await client.chat.completions.create({
         model: 'tiny', messages, temperature: 1, seed, max_tokens: 100,
-        json_schema: { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] },
+        json_schema: { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'],
+          additionalProperties: false },
       });
+      assert.equal(json.choices[0].finish_reason, 'stop');
       assert.equal(typeof JSON.parse(json.choices[0].message.content).ok, 'boolean');
     }
   });

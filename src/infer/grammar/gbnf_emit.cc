@@ -175,7 +175,11 @@ std::string GbnfRules::UniqueName(std::string_view hint) {
   if (base.empty()) base.push_back('r');
   if (base == "root") base.append("-r");  // "root" is the start rule's name
   std::string name = base;
-  for (int i = 2; index_.count(name) != 0; ++i) name = fmt::format("{}-{}", base, i);
+  // The next suffix to try per base: many hints share a base (long property names cut at 40
+  // characters), and probing from 2 each time would be quadratic in their number.
+  int& next = next_suffix_[base];
+  if (next < 2) next = 2;
+  while (index_.count(name) != 0) name = fmt::format("{}-{}", base, next++);
   return name;
 }
 

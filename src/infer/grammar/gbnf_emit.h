@@ -72,6 +72,7 @@ class GbnfRules {
   std::vector<std::pair<std::string, std::string>> rules_;  // name, body; empty body: reserved
   std::map<std::string, size_t> index_;                     // name -> position in rules_
   std::map<std::string, std::string> by_body_;              // body -> name
+  std::map<std::string, int> next_suffix_;                  // base name -> next suffix to try
 };
 
 }  // namespace infer::grammar

@@ -812,11 +812,29 @@ class SchemaCompiler {
       return rules_.Add("uuid", fmt::format("{0}{{8}} \"-\" {0}{{4}} \"-\" {0}{{4}} \"-\" {0}{{4}} \"-\" {0}{{12}}", hex));
     }
     if (format == "email") {
-      min_len = 5;
-      max_len = 64 + 1 + 63 + 4 * 64;
-      return rules_.Add("email",
-                        "[a-zA-Z0-9._%+\\x2D]{1,64} \"@\" [a-zA-Z0-9] [a-zA-Z0-9\\x2D]{0,62} "
-                        "(\".\" [a-zA-Z0-9] [a-zA-Z0-9\\x2D]{0,62}){1,4}");
+      // A strict subset of what email validators and the patterns clients send with this
+      // format accept (zod's, HTML's): dot-separated atoms without a leading, trailing or double
+      // dot, an '@', labels that start with a letter or digit, and a top-level domain of 2-6
+      // letters. Sized to `max_len` when the schema bounds the length (as .email().max(n)).
+      const size_t budget = max_len == 0 ? 108 : max_len;
+      if (budget < 8) {
+        Refuse(Child(pointer, "maxLength"), "an email of at most 7 characters cannot be written");
+      }
+      min_len = 6;
+      if (budget >= 108) {
+        max_len = 108;
+        return rules_.Add("email",
+                          "[a-zA-Z0-9_+\\x2D]{1,16} (\".\" [a-zA-Z0-9_+\\x2D]{1,16}){0,2} \"@\" "
+                          "([a-zA-Z0-9] [a-zA-Z0-9\\x2D]{0,14} \".\"){1,3} [a-zA-Z]{2,6}");
+      }
+      // local@label.tld within the budget: tld 2-3 letters, the rest shared.
+      const size_t rest = budget - 5;  // '@', '.', a 3-letter tld
+      const size_t local = std::max<size_t>(1, rest / 2);
+      const size_t label = rest - local;  // >= 1
+      max_len = local + 1 + label + 1 + 3;
+      return rules_.Add("email", fmt::format("[a-zA-Z0-9_+\\x2D]{{1,{}}} \"@\" [a-zA-Z0-9] "
+                                             "[a-zA-Z0-9\\x2D]{{0,{}}} \".\" [a-zA-Z]{{2,3}}",
+                                             local, label - 1));
     }
     Refuse(Child(pointer, "format"), fmt::format("the format '{}' is not supported", format));
   }
@@ -834,13 +852,29 @@ class SchemaCompiler {
     const std::optional<size_t> max = MaxCount(schema, "maxLength", pointer);
     if (max && *max < min) Refuse(Child(pointer, "maxLength"), "maxLength is below minLength");
     const std::string quote = "\"\\\"\"";
-    if (schema.contains("pattern") && schema.contains("format")) {
-      Refuse(Child(pointer, "format"), "pattern together with format is not supported");
+    // A pattern beside a format (zod writes both for .email()): the pattern when it compiles
+    // and implies the length bounds (every validator checks it); else the format, whose
+    // grammars are strict subsets of what such patterns describe (zod 3's email pattern needs
+    // lookaheads, which a grammar lacks; zod 4's has no length bound for .max(n)).
+    bool use_format = schema.contains("format");
+    if (use_format && schema.contains("pattern")) {
+      try {
+        grammar::GbnfRules scratch(options_.max_grammar_bytes);
+        grammar::RegexOptions probe;
+        probe.search = true;
+        probe.json_string = true;
+        const grammar::CompiledRegex compiled = grammar::CompileRegex(
+            schema["pattern"].is_string() ? schema["pattern"].get<std::string>() : "(", probe,
+            scratch);
+        use_format = min > compiled.min_length ||
+                     (max && (!compiled.max_length || *compiled.max_length > *max));
+      } catch (const GrammarError&) {
+      }
     }
-    if (const auto it = schema.find("format"); it != schema.end()) {
+    if (const auto it = schema.find("format"); use_format && it != schema.end()) {
       if (!it->is_string()) Refuse(Child(pointer, "format"), "must be a string");
       size_t fmin = 0;
-      size_t fmax = 0;
+      size_t fmax = max.value_or(0);  // in: the schema's bound (formats that can fit it do)
       const std::string body = Format(it->get<std::string>(), pointer, fmin, fmax);
       if (min > fmin || (max && *max < fmax)) {
         Refuse(Child(pointer, schema.contains("maxLength") ? "maxLength" : "minLength"),

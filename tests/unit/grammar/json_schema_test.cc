@@ -62,7 +62,7 @@ bool Validate(const fs::path& schema, const std::vector<std::string>& instances,
     std::ofstream out(input, std::ios::binary);
     for (const std::string& s : instances) out << s << '\n';
   }
-  const std::string command = std::string("python3 ") + INFER_SOURCE_DIR +
+  const std::string command = std::string("/usr/bin/python3 ") + INFER_SOURCE_DIR +
                               "/tests/grammar/validate_json.py '" + schema.string() + "' < '" +
                               input.string() + "' 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
@@ -324,18 +324,30 @@ TEST(JsonSchemaToGbnf, HostileSchemasAreBoundedErrors) {
     wide["properties"][std::string(60, 'p') + std::to_string(i)] = {{"type", "string"}};
   }
   EXPECT_THROW(JsonSchemaToGbnf(wide), GrammarError);
-  // Exponential blowup through shared $defs stays linear: each definition is one rule.
-  Json defs = {{"$defs", Json::object()}};
-  defs["$defs"]["d0"] = {{"type", "integer"}};
-  for (int i = 1; i < 40; ++i) {
-    const std::string prev = fmt::format("#/$defs/d{}", i - 1);
-    defs["$defs"][fmt::format("d{}", i)] = {
-        {"type", "array"}, {"prefixItems", Json::array({{{"$ref", prev}}, {{"$ref", prev}}})}};
-  }
-  defs["$ref"] = "#/$defs/d39";
-  const auto start = std::chrono::steady_clock::now();
-  EXPECT_NO_THROW(JsonSchemaToGbnf(defs));
+  // Exponential blowup through shared $defs stays linear: each definition is one rule (a chain
+  // of 20 doubling definitions, 2^20 leaves written out, compiles at once)...
+  const auto chain = [](int length) {
+    Json defs = {{"$defs", Json::object()}};
+    defs["$defs"]["d0"] = {{"type", "integer"}};
+    for (int i = 1; i < length; ++i) {
+      const std::string prev = fmt::format("#/$defs/d{}", i - 1);
+      defs["$defs"][fmt::format("d{}", i)] = {
+          {"type", "array"}, {"prefixItems", Json::array({{{"$ref", prev}}, {{"$ref", prev}}})}};
+    }
+    defs["$ref"] = fmt::format("#/$defs/d{}", length - 1);
+    return defs;
+  };
+  auto start = std::chrono::steady_clock::now();
+  EXPECT_NO_THROW(JsonSchemaToGbnf(chain(20)));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  // ...and a chain nested deeper than the limit (each link nests an array) is refused at once.
+  start = std::chrono::steady_clock::now();
+  EXPECT_THROW(JsonSchemaToGbnf(chain(40)), GrammarError);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
+  // Many long property names that share their first 40 characters: linear, not quadratic.
+  start = std::chrono::steady_clock::now();
+  EXPECT_THROW(JsonSchemaToGbnf(wide), GrammarError);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
   // Not JSON.
   EXPECT_THROW(JsonSchemaTextToGbnf("{\"type\":"), GrammarError);
 }
