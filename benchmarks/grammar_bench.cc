@@ -182,6 +182,7 @@ int main(int argc, char** argv) {
                                      {"positions", compiled->num_positions()},
                                      {"precomputed_masks", compiled->num_masks()},
                                      {"uncertain_ranks", compiled->num_uncertain()},
+                                     {"context_masks", compiled->num_context_masks()},
                                      {"tokens", us.size()},
                                      {"mean_us", mean},
                                      {"p50_us", p50},

@@ -147,7 +147,6 @@ CompiledGrammar::CompiledGrammar(const Grammar& grammar,
   const FlatGrammar& g = *flat_;
   const VocabularyIndex& vocab = *vocab_;
   const auto num_ranks = static_cast<int32_t>(vocab.NumRanks());
-  const size_t words = GrammarMatcher::BitmaskWords(vocab.NumIds());
   // Positions with the same elements up to the end of their alternative accept the same
   // tokens; so do positions whose next K elements are all byte sets, K longer than any token.
   const size_t k_limit = vocab.MaxTokenBytes() + 1;
@@ -201,22 +200,8 @@ CompiledGrammar::CompiledGrammar(const Grammar& grammar,
                    if (v == Verdict::kUncertain) AppendRange(mask.uncertain, b, e);
                  });
     }
-    size_t count = 0;
-    for (RankRange r : accepted) count += static_cast<size_t>(r.end - r.begin);
     for (RankRange r : mask.uncertain) num_uncertain_ += static_cast<size_t>(r.end - r.begin);
-    if (count > words) {
-      mask.accepted_bits.assign(words, 0);
-      for (RankRange r : accepted) {
-        for (int32_t i = r.begin; i < r.end; ++i) {
-          const auto id = static_cast<uint32_t>(vocab.IdOfRank(i));
-          mask.accepted_bits[id >> 5] |= 1u << (id & 31);
-        }
-      }
-    } else {
-      for (RankRange r : accepted) {
-        for (int32_t i = r.begin; i < r.end; ++i) mask.accepted_ids.push_back(vocab.IdOfRank(i));
-      }
-    }
+    mask = MakeMask(accepted, std::move(mask.uncertain));
     const auto index = static_cast<int32_t>(masks_.size());
     masks_.push_back(std::move(mask));
     mask_of_pos_[p] = index;
@@ -224,6 +209,74 @@ CompiledGrammar::CompiledGrammar(const Grammar& grammar,
   }
   compile_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+CompiledGrammar::PositionMask CompiledGrammar::MakeMask(const std::vector<RankRange>& accepted,
+                                                       std::vector<RankRange> uncertain) const {
+  const VocabularyIndex& vocab = *vocab_;
+  const size_t words = GrammarMatcher::BitmaskWords(vocab.NumIds());
+  PositionMask mask;
+  mask.uncertain = std::move(uncertain);
+  size_t count = 0;
+  for (RankRange r : accepted) count += static_cast<size_t>(r.end - r.begin);
+  if (count > words) {
+    mask.accepted_bits.assign(words, 0);
+    for (RankRange r : accepted) {
+      for (int32_t i = r.begin; i < r.end; ++i) {
+        const auto id = static_cast<uint32_t>(vocab.IdOfRank(i));
+        mask.accepted_bits[id >> 5] |= 1u << (id & 31);
+      }
+    }
+  } else {
+    for (RankRange r : accepted) {
+      for (int32_t i = r.begin; i < r.end; ++i) mask.accepted_ids.push_back(vocab.IdOfRank(i));
+    }
+  }
+  return mask;
+}
+
+std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ContextMask(
+    const std::vector<int32_t>& chain) const {
+  const std::string key(reinterpret_cast<const char*>(chain.data()), chain.size() * sizeof(int32_t));
+  {
+    std::lock_guard lock(context_mutex_);
+    auto it = context_masks_.find(key);
+    if (it != context_masks_.end()) return it->second;
+    // Bounded: each mask may hold a bitset of the vocabulary.
+    if (context_masks_.size() >= 4096) return nullptr;
+  }
+  // Computed outside the lock with a private pool (two threads may both compute one key; the
+  // results are equal).
+  StackPool pool;
+  Stepper stepper(*flat_, pool);
+  int32_t parent = StackPool::kUnknown;
+  size_t n = chain.size();
+  if (n > 0 && chain[n - 1] == kChainBottom) {
+    parent = StackPool::kBottom;
+    --n;
+  }
+  for (size_t i = n; i-- > 1;) parent = pool.Intern(chain[i], parent);
+  const int32_t top = pool.Intern(chain[0], parent);
+  StackSet start;
+  stepper.Close(&top, 1, start);
+  std::vector<StackSet> states;
+  std::vector<uint8_t> escaped;
+  size_t steps = 0;
+  std::vector<RankRange> accepted, uncertain;
+  const std::vector<RankRange> all{{0, static_cast<int32_t>(vocab_->NumRanks())}};
+  WalkTokens(*vocab_, stepper, start, all, states, escaped, steps,
+             [&](int32_t b, int32_t e, Verdict v) {
+               if (v == Verdict::kAccept) AppendRange(accepted, b, e);
+               if (v == Verdict::kUncertain) AppendRange(uncertain, b, e);
+             });
+  auto mask = std::make_shared<const PositionMask>(MakeMask(accepted, std::move(uncertain)));
+  std::lock_guard lock(context_mutex_);
+  return context_masks_.emplace(key, std::move(mask)).first->second;
+}
+
+size_t CompiledGrammar::num_context_masks() const {
+  std::lock_guard lock(context_mutex_);
+  return context_masks_.size();
 }
 
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::FromGbnf(
@@ -257,7 +310,18 @@ void GrammarMatcher::FillNextTokenBitmask(std::span<uint32_t> bitmask) {
   ranges_.clear();
   const size_t words = std::min(bitmask.size(), limit_ids / 32 + 1);
   for (int32_t top : state.tops) {
-    const auto& mask = compiled_->MaskAt(bytes_.pool()[top].pos);
+    auto found = top_masks_.find(top);
+    if (found == top_masks_.end()) {
+      chain_.clear();
+      int32_t node = top;
+      while (node >= 0 && chain_.size() <= CompiledGrammar::kContextDepth) {
+        chain_.push_back(bytes_.pool()[node].pos);
+        node = bytes_.pool()[node].parent;
+      }
+      if (node == StackPool::kBottom) chain_.push_back(CompiledGrammar::kChainBottom);
+      found = top_masks_.emplace(top, compiled_->ContextMask(chain_)).first;
+    }
+    const auto& mask = found->second ? *found->second : compiled_->MaskAt(bytes_.pool()[top].pos);
     if (!mask.accepted_bits.empty()) {
       const size_t n = std::min(words, mask.accepted_bits.size());
       for (size_t w = 0; w < n; ++w) bitmask[w] |= mask.accepted_bits[w];

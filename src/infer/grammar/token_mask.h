@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -87,8 +88,20 @@ class CompiledGrammar {
   const PositionMask& MaskAt(int32_t pos) const {
     return masks_[static_cast<size_t>(mask_of_pos_[static_cast<size_t>(pos)])];
   }
+  // The mask of a stack whose first return positions are known: `chain` is the top position,
+  // then the positions of up to kContextDepth frames below it, then kChainBottom when the stack
+  // ends there (then the mask is exact). Far fewer tokens stay uncertain than with the top
+  // alone (a token that closes a string and goes on with `",` is decided by the frames below).
+  // Computed on first use, then shared by every matcher (thread-safe); null when the bound on
+  // these masks is reached (the caller uses MaskAt).
+  static constexpr int kContextDepth = 6;
+  static constexpr int32_t kChainBottom = -1;
+  std::shared_ptr<const PositionMask> ContextMask(const std::vector<int32_t>& chain) const;
+  size_t num_context_masks() const;
 
  private:
+  PositionMask MakeMask(const std::vector<RankRange>& accepted,
+                        std::vector<RankRange> uncertain) const;
   std::shared_ptr<const FlatGrammar> flat_;
   std::shared_ptr<const VocabularyIndex> vocab_;
   std::vector<int32_t> mask_of_pos_;
@@ -96,6 +109,8 @@ class CompiledGrammar {
   size_t num_positions_ = 0;
   size_t num_uncertain_ = 0;
   double compile_ms_ = 0;
+  mutable std::mutex context_mutex_;
+  mutable std::unordered_map<std::string, std::shared_ptr<const PositionMask>> context_masks_;
 };
 
 class GrammarMatcher {
@@ -133,6 +148,9 @@ class GrammarMatcher {
   // Uncertain tokens the real stacks accept, by state (stack tops), reused when a state recurs
   // (inside a string the state is the same token after token).
   std::unordered_map<std::string, std::vector<int32_t>> state_cache_;
+  // Per stack-top node: its context mask (node ids are this matcher's, so the map is too).
+  std::unordered_map<int32_t, std::shared_ptr<const CompiledGrammar::PositionMask>> top_masks_;
+  std::vector<int32_t> chain_;
 };
 
 }  // namespace infer::grammar
