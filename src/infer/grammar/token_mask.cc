@@ -243,7 +243,7 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ContextMas
     auto it = context_masks_.find(key);
     if (it != context_masks_.end()) return it->second;
     // Bounded: each mask may hold a bitset of the vocabulary.
-    if (context_masks_.size() >= 4096) return nullptr;
+    if (context_masks_.size() >= 1024) return nullptr;
   }
   // Computed outside the lock with a private pool (two threads may both compute one key; the
   // results are equal).
