@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <numeric>
 
@@ -146,8 +147,8 @@ CompiledGrammar::CompiledGrammar(const Grammar& grammar,
   flat_ = std::make_shared<const FlatGrammar>(grammar);
   const FlatGrammar& g = *flat_;
   const VocabularyIndex& vocab = *vocab_;
+  FindRepetitionChains();
   const auto num_ranks = static_cast<int32_t>(vocab.NumRanks());
-  const size_t words = GrammarMatcher::BitmaskWords(vocab.NumIds());
   // Positions with the same elements up to the end of their alternative accept the same
   // tokens; so do positions whose next K elements are all byte sets, K longer than any token.
   const size_t k_limit = vocab.MaxTokenBytes() + 1;
@@ -201,22 +202,8 @@ CompiledGrammar::CompiledGrammar(const Grammar& grammar,
                    if (v == Verdict::kUncertain) AppendRange(mask.uncertain, b, e);
                  });
     }
-    size_t count = 0;
-    for (RankRange r : accepted) count += static_cast<size_t>(r.end - r.begin);
     for (RankRange r : mask.uncertain) num_uncertain_ += static_cast<size_t>(r.end - r.begin);
-    if (count > words) {
-      mask.accepted_bits.assign(words, 0);
-      for (RankRange r : accepted) {
-        for (int32_t i = r.begin; i < r.end; ++i) {
-          const auto id = static_cast<uint32_t>(vocab.IdOfRank(i));
-          mask.accepted_bits[id >> 5] |= 1u << (id & 31);
-        }
-      }
-    } else {
-      for (RankRange r : accepted) {
-        for (int32_t i = r.begin; i < r.end; ++i) mask.accepted_ids.push_back(vocab.IdOfRank(i));
-      }
-    }
+    mask = MakeMask(accepted, std::move(mask.uncertain));
     const auto index = static_cast<int32_t>(masks_.size());
     masks_.push_back(std::move(mask));
     mask_of_pos_[p] = index;
@@ -224,6 +211,242 @@ CompiledGrammar::CompiledGrammar(const Grammar& grammar,
   }
   compile_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+CompiledGrammar::PositionMask CompiledGrammar::MakeMask(const std::vector<RankRange>& accepted,
+                                                       std::vector<RankRange> uncertain) const {
+  const VocabularyIndex& vocab = *vocab_;
+  const size_t words = GrammarMatcher::BitmaskWords(vocab.NumIds());
+  PositionMask mask;
+  mask.uncertain = std::move(uncertain);
+  mask.accepted_ranks = accepted;
+  for (const std::vector<RankRange>& list : {std::cref(accepted), std::cref(mask.uncertain)}) {
+    for (RankRange r : list) {
+      for (int32_t i = r.begin; i < r.end; ++i) mask.max_open_len = std::max(mask.max_open_len, vocab.BytesOfRank(i).size());
+    }
+  }
+  size_t count = 0;
+  for (RankRange r : accepted) count += static_cast<size_t>(r.end - r.begin);
+  if (count > words) {
+    mask.accepted_bits.assign(words, 0);
+    for (RankRange r : accepted) {
+      for (int32_t i = r.begin; i < r.end; ++i) {
+        const auto id = static_cast<uint32_t>(vocab.IdOfRank(i));
+        mask.accepted_bits[id >> 5] |= 1u << (id & 31);
+      }
+    }
+  } else {
+    for (RankRange r : accepted) {
+      for (int32_t i = r.begin; i < r.end; ++i) mask.accepted_ids.push_back(vocab.IdOfRank(i));
+    }
+  }
+  return mask;
+}
+
+void CompiledGrammar::FindRepetitionChains() {
+  const FlatGrammar& g = *flat_;
+  const auto num_rules = static_cast<int32_t>(g.alt_begin.size()) - 1;
+  // Per rule: its count k (0 = not such a rule; -1 = not yet known) and a rule one larger.
+  std::vector<int32_t> count(static_cast<size_t>(num_rules), -1), parent(static_cast<size_t>(num_rules), -1);
+  auto shape = [&](int32_t r, int32_t& x, int32_t& child) {
+    if (g.alt_begin[r + 1] - g.alt_begin[r] != 2) return false;
+    const int32_t s0 = g.alt_start[g.alt_begin[r]], s1 = g.alt_start[g.alt_begin[r] + 1];
+    if (g.op[s1] != FlatGrammar::kEnd || g.op[s0] == FlatGrammar::kEnd) return false;
+    x = g.op[s0];
+    if (g.op[s0 + 1] == FlatGrammar::kEnd) {
+      child = -1;
+      return true;
+    }
+    if (!FlatGrammar::IsRule(g.op[s0 + 1]) || g.op[s0 + 2] != FlatGrammar::kEnd) return false;
+    child = FlatGrammar::RuleOf(g.op[s0 + 1]);
+    return child != r;
+  };
+  std::vector<int32_t> path, on_path(static_cast<size_t>(num_rules), -1);
+  for (int32_t r = 0; r < num_rules; ++r) {
+    // Down the chain to a rule whose count is known or decided, then the counts back up.
+    path.clear();
+    int32_t cur = r, base = 0;
+    while (true) {
+      const auto c = static_cast<size_t>(cur);
+      if (count[c] >= 0) {
+        base = count[c];
+        break;
+      }
+      if (on_path[c] == r) {  // a cycle
+        base = 0;
+        break;
+      }
+      int32_t x, child, cx, cc;
+      if (!shape(cur, x, child)) {
+        base = count[c] = 0;
+        break;
+      }
+      if (child < 0) {
+        base = count[c] = 1;
+        break;
+      }
+      if (!shape(child, cx, cc) || cx != x) {
+        base = count[c] = 0;
+        break;
+      }
+      on_path[c] = r;
+      path.push_back(cur);
+      cur = child;
+    }
+    for (size_t i = path.size(); i-- > 0;) {
+      base = base > 0 ? base + 1 : 0;
+      count[static_cast<size_t>(path[i])] = base;
+    }
+  }
+  for (int32_t r = 0; r < num_rules; ++r) {
+    int32_t x, child;
+    if (count[static_cast<size_t>(r)] >= 2 && shape(r, x, child) && parent[static_cast<size_t>(child)] < 0)
+      parent[static_cast<size_t>(child)] = r;
+  }
+  // The fewest bytes of each rule (a fixed point; nullable rules 0).
+  constexpr int64_t kInf = int64_t{1} << 40;
+  std::vector<int64_t> min_len(static_cast<size_t>(num_rules), kInf);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int32_t r = 0; r < num_rules; ++r) {
+      for (int32_t a = g.alt_begin[r]; a < g.alt_begin[r + 1]; ++a) {
+        int64_t len = 0;
+        for (int32_t p = g.alt_start[a]; g.op[p] != FlatGrammar::kEnd; ++p)
+          len = std::min(kInf, len + (FlatGrammar::IsRule(g.op[p]) ? min_len[static_cast<size_t>(FlatGrammar::RuleOf(g.op[p]))] : 1));
+        if (len < min_len[static_cast<size_t>(r)]) {
+          min_len[static_cast<size_t>(r)] = len;
+          changed = true;
+        }
+      }
+    }
+  }
+  rep_canon_.assign(g.op.size(), -1);
+  rep_left_.assign(g.op.size(), INT32_MAX);
+  std::vector<int32_t> top(static_cast<size_t>(num_rules), -1);
+  for (int32_t r = 0; r < num_rules; ++r) {
+    const int32_t k = count[static_cast<size_t>(r)];
+    if (k <= 0) continue;
+    int32_t t = r;
+    while (parent[static_cast<size_t>(t)] >= 0 && top[static_cast<size_t>(t)] < 0) t = parent[static_cast<size_t>(t)];
+    if (top[static_cast<size_t>(t)] >= 0) t = top[static_cast<size_t>(t)];
+    top[static_cast<size_t>(r)] = t;
+    const int32_t s0 = g.alt_start[g.alt_begin[r]], t0 = g.alt_start[g.alt_begin[t]];
+    // Going past the chain's end from here takes every x left, each at least `unit` bytes, then
+    // one byte more: tokens no longer than left * unit cannot tell this rule from the largest.
+    const int32_t xop = g.op[static_cast<size_t>(s0)];
+    const int64_t unit = std::max<int64_t>(
+        1, FlatGrammar::IsRule(xop) ? std::min<int64_t>(min_len[static_cast<size_t>(FlatGrammar::RuleOf(xop))], 1 << 20) : 1);
+    auto bytes = [&](int64_t units) { return static_cast<int32_t>(std::min<int64_t>(INT32_MAX, units * unit)); };
+    rep_canon_[static_cast<size_t>(s0)] = t0;
+    rep_left_[static_cast<size_t>(s0)] = bytes(k);
+    if (k >= 2) {
+      rep_canon_[static_cast<size_t>(s0) + 1] = t0 + 1;
+      rep_left_[static_cast<size_t>(s0) + 1] = bytes(k - 1);
+    }
+  }
+}
+
+void CompiledGrammar::WalkChain(const std::vector<int32_t>& chain, const std::vector<RankRange>& ranges,
+                                std::vector<RankRange>& accepted, std::vector<RankRange>& uncertain) const {
+  StackPool pool;
+  Stepper stepper(*flat_, pool);
+  int32_t parent = StackPool::kUnknown;
+  size_t n = chain.size();
+  if (n > 0 && chain[n - 1] == kChainBottom) {
+    parent = StackPool::kBottom;
+    --n;
+  }
+  for (size_t i = n; i-- > 1;) parent = pool.Intern(chain[i], parent);
+  const int32_t top = pool.Intern(chain[0], parent);
+  StackSet start;
+  stepper.Close(&top, 1, start);
+  std::vector<StackSet> states;
+  std::vector<uint8_t> escaped;
+  size_t steps = 0;
+  WalkTokens(*vocab_, stepper, start, ranges, states, escaped, steps,
+             [&](int32_t b, int32_t e, Verdict v) {
+               if (v == Verdict::kAccept) AppendRange(accepted, b, e);
+               if (v == Verdict::kUncertain) AppendRange(uncertain, b, e);
+             });
+}
+
+std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ContextMask(
+    const std::vector<int32_t>& chain) const {
+  const std::string key(reinterpret_cast<const char*>(chain.data()), chain.size() * sizeof(int32_t));
+  {
+    std::lock_guard lock(context_mutex_);
+    auto it = context_masks_.find(key);
+    if (it != context_masks_.end()) return it->second;
+    // Bounded: each mask may hold a bitset of the vocabulary.
+    if (num_owned_masks_ >= kMaxContextMasks || context_masks_.size() >= 16 * kMaxContextMasks) return nullptr;
+  }
+  // Computed outside the lock (two threads may both compute one key; the results are equal).
+  bool owned = false;
+  auto mask = ComputeContextMask(chain, owned);
+  if (!mask) return nullptr;
+  std::lock_guard lock(context_mutex_);
+  const auto [it, inserted] = context_masks_.emplace(key, std::move(mask));
+  if (inserted && owned) ++num_owned_masks_;
+  return it->second;
+}
+
+std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ComputeContextMask(
+    const std::vector<int32_t>& chain, bool& owned) const {
+  owned = true;
+  const auto num_ranks = static_cast<int32_t>(vocab_->NumRanks());
+  // Positions inside bounded repetitions stand for the chain's largest rule, for tokens no
+  // longer than the fewest repetitions left.
+  std::vector<int32_t> canon = chain;
+  int32_t left = INT32_MAX;
+  for (size_t i = 0; i < chain.size(); ++i) {
+    if (chain[i] < 0) continue;
+    const auto p = static_cast<size_t>(chain[i]);
+    if (rep_canon_[p] >= 0) {
+      canon[i] = rep_canon_[p];
+      left = std::min(left, rep_left_[p]);
+    }
+  }
+  std::vector<RankRange> accepted, uncertain;
+  if (canon == chain) {
+    WalkChain(chain, {{0, num_ranks}}, accepted, uncertain);
+    return std::make_shared<const PositionMask>(MakeMask(accepted, std::move(uncertain)));
+  }
+  std::shared_ptr<const PositionMask> base = ContextMask(canon);
+  if (!base) return nullptr;
+  if (static_cast<size_t>(left) >= base->max_open_len) {  // every token it may allow fits
+    owned = false;
+    return base;
+  }
+  // Tokens of at most `left` bytes: the verdict of the canonical chain. Longer ones the
+  // canonical chain rejects: rejected here too (its language holds this one's). The other
+  // longer ones: walked from this chain.
+  std::vector<uint8_t> verdict(static_cast<size_t>(num_ranks), 0);  // 0 reject, 1 accept, 2 uncertain
+  for (RankRange r : base->accepted_ranks) std::fill(verdict.begin() + r.begin, verdict.begin() + r.end, 1);
+  for (RankRange r : base->uncertain) std::fill(verdict.begin() + r.begin, verdict.begin() + r.end, 2);
+  std::vector<RankRange> walk;
+  const VocabularyIndex& vocab = *vocab_;
+  for (int32_t r = 0; r < num_ranks; ++r) {
+    if (verdict[static_cast<size_t>(r)] != 0 && vocab.BytesOfRank(r).size() > static_cast<size_t>(left)) {
+      verdict[static_cast<size_t>(r)] = 0;
+      AppendRange(walk, r, r + 1);
+    }
+  }
+  if (!walk.empty()) {
+    std::vector<RankRange> walk_accepted, walk_uncertain;
+    WalkChain(chain, walk, walk_accepted, walk_uncertain);
+    for (RankRange r : walk_accepted) std::fill(verdict.begin() + r.begin, verdict.begin() + r.end, 1);
+    for (RankRange r : walk_uncertain) std::fill(verdict.begin() + r.begin, verdict.begin() + r.end, 2);
+  }
+  for (int32_t r = 0; r < num_ranks; ++r) {
+    if (verdict[static_cast<size_t>(r)] == 1) AppendRange(accepted, r, r + 1);
+    if (verdict[static_cast<size_t>(r)] == 2) AppendRange(uncertain, r, r + 1);
+  }
+  return std::make_shared<const PositionMask>(MakeMask(accepted, std::move(uncertain)));
+}
+
+size_t CompiledGrammar::num_context_masks() const {
+  std::lock_guard lock(context_mutex_);
+  return context_masks_.size();
 }
 
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::FromGbnf(
@@ -257,7 +480,18 @@ void GrammarMatcher::FillNextTokenBitmask(std::span<uint32_t> bitmask) {
   ranges_.clear();
   const size_t words = std::min(bitmask.size(), limit_ids / 32 + 1);
   for (int32_t top : state.tops) {
-    const auto& mask = compiled_->MaskAt(bytes_.pool()[top].pos);
+    auto found = top_masks_.find(top);
+    if (found == top_masks_.end()) {
+      chain_.clear();
+      int32_t node = top;
+      while (node >= 0 && chain_.size() <= CompiledGrammar::kContextDepth) {
+        chain_.push_back(bytes_.pool()[node].pos);
+        node = bytes_.pool()[node].parent;
+      }
+      if (node == StackPool::kBottom) chain_.push_back(CompiledGrammar::kChainBottom);
+      found = top_masks_.emplace(top, compiled_->ContextMask(chain_)).first;
+    }
+    const auto& mask = found->second ? *found->second : compiled_->MaskAt(bytes_.pool()[top].pos);
     if (!mask.accepted_bits.empty()) {
       const size_t n = std::min(words, mask.accepted_bits.size());
       for (size_t w = 0; w < n; ++w) bitmask[w] |= mask.accepted_bits[w];

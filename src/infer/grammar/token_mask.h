@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -82,13 +83,42 @@ class CompiledGrammar {
     std::vector<uint32_t> accepted_bits;  // by id, when many tokens are accepted
     std::vector<int32_t> accepted_ids;    // else the ids
     std::vector<RankRange> uncertain;     // sorted, disjoint
+    std::vector<RankRange> accepted_ranks;  // the accepted ones as ranks (to derive masks from)
+    size_t max_open_len = 0;  // the longest token accepted or uncertain
   };
   // The precomputed mask of a terminal position.
   const PositionMask& MaskAt(int32_t pos) const {
     return masks_[static_cast<size_t>(mask_of_pos_[static_cast<size_t>(pos)])];
   }
+  // The mask of a stack whose first return positions are known: `chain` is the top position,
+  // then the positions of up to kContextDepth frames below it, then kChainBottom when the stack
+  // ends there (then the mask is exact). Far fewer tokens stay uncertain than with the top
+  // alone (a token that closes a string and goes on with `",` is decided by the frames below).
+  // Computed on first use, then shared by every matcher (thread-safe); null when the bound on
+  // these masks is reached (the caller uses MaskAt).
+  static constexpr int kContextDepth = 6;
+  static constexpr int32_t kChainBottom = -1;
+  // Masks inside bounded repetitions are one per count left, so the bound is generous.
+  static constexpr size_t kMaxContextMasks = 4096;
+  std::shared_ptr<const PositionMask> ContextMask(const std::vector<int32_t>& chain) const;
+  size_t num_context_masks() const;
 
  private:
+  PositionMask MakeMask(const std::vector<RankRange>& accepted,
+                        std::vector<RankRange> uncertain) const;
+  // Bounded repetitions: a rule `opt_k ::= x opt_{k-1} | ""` (`opt_1 ::= x | ""`), as the
+  // parser emits for x{m,n}, is x repeated at most k times. A token of L bytes consumes at most
+  // L non-empty x's, so inside opt_k it gets the same verdict as inside opt_K (K >= k, the
+  // largest rule of the chain) whenever L <= k. Per position of such a rule: the position of
+  // the chain's largest rule it stands for, and how many x's may still come from there
+  // (INT32_MAX elsewhere).
+  void FindRepetitionChains();
+  std::vector<int32_t> rep_canon_;
+  std::vector<int32_t> rep_left_;  // in bytes: x's left times the fewest bytes of one x (>= 1)
+  // The full walk of every token from the stack a chain describes.
+  void WalkChain(const std::vector<int32_t>& chain, const std::vector<RankRange>& ranges,
+                 std::vector<RankRange>& accepted, std::vector<RankRange>& uncertain) const;
+  std::shared_ptr<const PositionMask> ComputeContextMask(const std::vector<int32_t>& chain, bool& owned) const;
   std::shared_ptr<const FlatGrammar> flat_;
   std::shared_ptr<const VocabularyIndex> vocab_;
   std::vector<int32_t> mask_of_pos_;
@@ -96,6 +126,9 @@ class CompiledGrammar {
   size_t num_positions_ = 0;
   size_t num_uncertain_ = 0;
   double compile_ms_ = 0;
+  mutable std::mutex context_mutex_;
+  mutable std::unordered_map<std::string, std::shared_ptr<const PositionMask>> context_masks_;
+  mutable size_t num_owned_masks_ = 0;  // distinct masks among them (the others share one)
 };
 
 class GrammarMatcher {
@@ -133,6 +166,9 @@ class GrammarMatcher {
   // Uncertain tokens the real stacks accept, by state (stack tops), reused when a state recurs
   // (inside a string the state is the same token after token).
   std::unordered_map<std::string, std::vector<int32_t>> state_cache_;
+  // Per stack-top node: its context mask (node ids are this matcher's, so the map is too).
+  std::unordered_map<int32_t, std::shared_ptr<const CompiledGrammar::PositionMask>> top_masks_;
+  std::vector<int32_t> chain_;
 };
 
 }  // namespace infer::grammar

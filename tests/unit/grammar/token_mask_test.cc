@@ -300,6 +300,59 @@ void RealVocabularyWalks(const std::string& model) {
   }
 }
 
+// Bounded repetitions (what a JSON Schema converter emits for maxLength and maxItems): the
+// masks inside them are derived from the chain's largest rule plus a length filter, so they
+// must still equal brute force at every count left, near the bound included.
+constexpr std::string_view kBoundedGbnf = R"(
+root ::= "{" ws "\"s\"" ws ":" ws str ws "," ws "\"a\"" ws ":" ws arr ws "}"
+str  ::= "\"" char{0,6} "\""
+char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
+arr  ::= "[" ws ( item ( ws "," ws item ){0,3} )? ws "]"
+item ::= "\"" [a-z]{0,4} "\"" | [0-9]{1,3}
+ws   ::= [ \n]{0,2}
+)";
+
+constexpr std::string_view kBoundedLongGbnf = R"(
+root ::= "{" ws "\"s\"" ws ":" ws str ws "," ws "\"a\"" ws ":" ws arr ws "}"
+str  ::= "\"" char{0,64} "\""
+char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
+arr  ::= "[" ws ( item ( ws "," ws item ){0,7} )? ws "]"
+item ::= "\"" char{0,16} "\"" | [0-9]{1,6}
+ws   ::= [ \t\n]{0,20}
+)";
+
+TEST(TokenMaskTest, BoundedRepetitionsSyntheticMasksEqualBruteForce) {
+  int32_t end_id, special_id;
+  auto vocab = SmallJsonVocab(end_id, special_id);
+  auto compiled = CompiledGrammar::FromGbnf(kBoundedGbnf, vocab);
+  int terminated_count = 0;
+  for (uint32_t seed = 0; seed < 40; ++seed) {
+    bool terminated = false;
+    const std::string out = RandomWalk(compiled, seed, 80, 1, terminated);
+    if (HasFailure()) return;
+    if (terminated) {
+      ++terminated_count;
+      const auto json = nlohmann::json::parse(out);
+      EXPECT_LE(json["a"].size(), 4u);
+    }
+  }
+  EXPECT_GT(terminated_count, 3);
+}
+
+TEST(TokenMaskTest, BoundedRepetitionsLlama3MasksEqualBruteForce) {
+  auto vocab = testing::RealVocabulary("llama3");
+  if (!vocab) GTEST_SKIP() << testing::TokenizerPath("llama3") << " missing: run scripts/fetch_tokenizers.sh";
+  auto compiled = CompiledGrammar::FromGbnf(kBoundedLongGbnf, vocab);
+  for (uint32_t seed = 0; seed < 3; ++seed) {
+    bool terminated = false;
+    const std::string out = RandomWalk(compiled, seed, 300, 2, terminated);
+    if (HasFailure()) return;
+    ASSERT_TRUE(terminated) << out;
+    const auto json = nlohmann::json::parse(out);
+    EXPECT_LE(json["a"].size(), 8u);
+  }
+}
+
 TEST(TokenMaskTest, RealVocabularyLlama3) { RealVocabularyWalks("llama3"); }
 TEST(TokenMaskTest, RealVocabularyQwen3) { RealVocabularyWalks("qwen3"); }
 TEST(TokenMaskTest, RealVocabularyGemma3) { RealVocabularyWalks("gemma3"); }
