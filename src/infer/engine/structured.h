@@ -35,7 +35,8 @@ class StructuredOutputCompiler {
   const std::vector<int32_t> end_ids_;
   std::once_flag vocabulary_once_;
   std::shared_ptr<const grammar::VocabularyIndex> vocabulary_;
-  grammar::GrammarCache cache_;
+  // At most 16 compiled grammars (each holds up to 2048 context masks of vocab / 8 bytes).
+  grammar::GrammarCache cache_{16};
 };
 
 }  // namespace infer

@@ -98,8 +98,9 @@ class CompiledGrammar {
   // these masks is reached (the caller uses MaskAt).
   static constexpr int kContextDepth = 6;
   static constexpr int32_t kChainBottom = -1;
-  // Masks inside bounded repetitions are one per count left, so the bound is generous.
-  static constexpr size_t kMaxContextMasks = 4096;
+  // Masks inside bounded repetitions are one per count left, so the bound is generous; at most
+  // 2048 x vocab / 8 bytes (32 MiB for a 128k vocabulary) per compiled grammar.
+  static constexpr size_t kMaxContextMasks = 2048;
   std::shared_ptr<const PositionMask> ContextMask(const std::vector<int32_t>& chain) const;
   size_t num_context_masks() const;
 
