@@ -56,24 +56,28 @@ frac   ::= "." [0-9]+
 exp    ::= [eE] [+-]? [0-9]+
 ws     ::= [ \t\n\r]*
 )"},
-    {"object_fixed_keys", R"(root ::= "{" ws "\"id\"" ws ":" ws int ws "," ws "\"name\"" ws ":" ws str ws "," ws "\"email\"" ws ":" ws str ws "," ws "\"active\"" ws ":" ws bool ws "}"
+    {"object_fixed_keys",
+     R"(root ::= "{" ws "\"id\"" ws ":" ws int ws "," ws "\"name\"" ws ":" ws str ws "," ws "\"email\"" ws ":" ws str ws "," ws "\"active\"" ws ":" ws bool ws "}"
 int  ::= "-"? ("0" | [1-9] [0-9]{0,15})
 str  ::= "\"" char{0,64} "\""
 char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
 bool ::= "true" | "false"
 ws   ::= [ \t\n]{0,20}
 )"},
-    {"enum_strings", R"(root ::= "{" ws "\"color\"" ws ":" ws color ws "," ws "\"size\"" ws ":" ws size ws "}"
+    {"enum_strings",
+     R"(root ::= "{" ws "\"color\"" ws ":" ws color ws "," ws "\"size\"" ws ":" ws size ws "}"
 color ::= "\"red\"" | "\"green\"" | "\"blue\"" | "\"light blue\"" | "\"dark green\"" | "\"purple\""
 size  ::= "\"small\"" | "\"medium\"" | "\"large\"" | "\"extra large\""
 ws   ::= [ \t\n]{0,20}
 )"},
-    {"bounded_numbers", R"(root ::= "{" ws "\"lat\"" ws ":" ws num ws "," ws "\"lon\"" ws ":" ws num ws "," ws "\"count\"" ws ":" ws count ws "}"
+    {"bounded_numbers",
+     R"(root ::= "{" ws "\"lat\"" ws ":" ws num ws "," ws "\"lon\"" ws ":" ws num ws "," ws "\"count\"" ws ":" ws count ws "}"
 num   ::= "-"? ("0" | [1-9] [0-9]{0,2}) ("." [0-9]{1,6})?
 count ::= "0" | [1-9] [0-9]{0,5}
 ws   ::= [ \t\n]{0,20}
 )"},
-    {"nested_arrays", R"(root ::= "{" ws "\"matrix\"" ws ":" ws outer ws "," ws "\"labels\"" ws ":" ws labels ws "}"
+    {"nested_arrays",
+     R"(root ::= "{" ws "\"matrix\"" ws ":" ws outer ws "," ws "\"labels\"" ws ":" ws labels ws "}"
 outer  ::= "[" ws ( row ( ws "," ws row ){0,7} )? ws "]"
 row    ::= "[" ws ( num ( ws "," ws num ){0,7} )? ws "]"
 num    ::= "-"? ("0" | [1-9] [0-9]{0,5}) ("." [0-9]{1,4})?
@@ -115,8 +119,9 @@ int main(int argc, char** argv) {
     report["threads"] = 1;
     report["command"] = "grammar_bench --tokens " + std::to_string(tokens_per_grammar);
     report["results"] = nlohmann::json::array();
-    fmt::print("| model | grammar | compile ms | tokens | mean us | p50 us | p99 us | max us | "
-               "walks ended |\n|---|---|---|---|---|---|---|---|---|\n");
+    fmt::print(
+        "| model | grammar | compile ms | tokens | mean us | p50 us | p99 us | max us | "
+        "walks ended |\n|---|---|---|---|---|---|---|---|---|\n");
     for (const std::string& model : models) {
       const auto path = std::filesystem::path(tokenizers_dir) / model / "tokenizer.json";
       auto tokenizer = infer::Tokenizer::FromFile(path);
@@ -140,62 +145,64 @@ int main(int argc, char** argv) {
         // masks computed on first use; pass 1 ("warm") walks again with other seeds on the same
         // compiled grammar, as later requests with a cached grammar do.
         for (int pass = 0; pass < 2; ++pass) {
-        std::vector<double> us;
-        std::vector<uint32_t> bits(GrammarMatcher::BitmaskWords(vocab_size));
-        std::vector<int32_t> allowed;
-        std::mt19937 rng(2026 + pass);
-        int walks = 0, ended = 0;
-        while (static_cast<int>(us.size()) < tokens_per_grammar) {
-          GrammarMatcher matcher(compiled);
-          ++walks;
-          for (int step = 0; step < max_walk; ++step) {
-            const auto t0 = Clock::now();
-            matcher.FillNextTokenBitmask(bits);
-            const auto t1 = Clock::now();
-            allowed.clear();
-            for (size_t w = 0; w < bits.size(); ++w) {
-              for (uint32_t word = bits[w]; word != 0; word &= word - 1)
-                allowed.push_back(static_cast<int32_t>(w * 32 + std::countr_zero(word)));
-            }
-            INFER_CHECK(!allowed.empty(), "{} on {}: no token allowed", grammar.name, model);
-            const int32_t id = allowed[rng() % allowed.size()];
-            const auto t2 = Clock::now();
-            INFER_CHECK(matcher.AcceptToken(id), "{}: allowed token {} refused", grammar.name, id);
-            const auto t3 = Clock::now();
-            us.push_back(std::chrono::duration<double, std::micro>((t1 - t0) + (t3 - t2)).count());
-            if (matcher.IsTerminated()) {
-              ++ended;
-              break;
+          std::vector<double> us;
+          std::vector<uint32_t> bits(GrammarMatcher::BitmaskWords(vocab_size));
+          std::vector<int32_t> allowed;
+          std::mt19937 rng(2026 + pass);
+          int walks = 0, ended = 0;
+          while (static_cast<int>(us.size()) < tokens_per_grammar) {
+            GrammarMatcher matcher(compiled);
+            ++walks;
+            for (int step = 0; step < max_walk; ++step) {
+              const auto t0 = Clock::now();
+              matcher.FillNextTokenBitmask(bits);
+              const auto t1 = Clock::now();
+              allowed.clear();
+              for (size_t w = 0; w < bits.size(); ++w) {
+                for (uint32_t word = bits[w]; word != 0; word &= word - 1)
+                  allowed.push_back(static_cast<int32_t>(w * 32 + std::countr_zero(word)));
+              }
+              INFER_CHECK(!allowed.empty(), "{} on {}: no token allowed", grammar.name, model);
+              const int32_t id = allowed[rng() % allowed.size()];
+              const auto t2 = Clock::now();
+              INFER_CHECK(matcher.AcceptToken(id), "{}: allowed token {} refused", grammar.name,
+                          id);
+              const auto t3 = Clock::now();
+              us.push_back(
+                  std::chrono::duration<double, std::micro>((t1 - t0) + (t3 - t2)).count());
+              if (matcher.IsTerminated()) {
+                ++ended;
+                break;
+              }
             }
           }
-        }
-        std::vector<double> sorted = us;
-        std::sort(sorted.begin(), sorted.end());
-        double mean = 0;
-        for (double v : us) mean += v;
-        mean /= static_cast<double>(us.size());
-        const double p50 = sorted[sorted.size() / 2];
-        const double p99 = sorted[std::min(sorted.size() - 1, sorted.size() * 99 / 100)];
-        fmt::print("| {} | {} ({}) | {:.1f} | {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {}/{} |\n", model,
-                   grammar.name, pass == 0 ? "cold" : "warm", compile_ms, us.size(), mean, p50, p99, sorted.back(), ended,
-                   walks);
-        report["results"].push_back({{"model", model},
-                                     {"vocab_size", vocab_size},
-                                     {"index_ms", index_ms},
-                                     {"grammar", grammar.name},
-                                     {"pass", pass == 0 ? "cold" : "warm"},
-                                     {"compile_ms", compile_ms},
-                                     {"positions", compiled->num_positions()},
-                                     {"precomputed_masks", compiled->num_masks()},
-                                     {"uncertain_ranks", compiled->num_uncertain()},
-                                     {"context_masks", compiled->num_context_masks()},
-                                     {"tokens", us.size()},
-                                     {"mean_us", mean},
-                                     {"p50_us", p50},
-                                     {"p99_us", p99},
-                                     {"max_us", sorted.back()},
-                                     {"walks", walks},
-                                     {"walks_ended", ended}});
+          std::vector<double> sorted = us;
+          std::sort(sorted.begin(), sorted.end());
+          double mean = 0;
+          for (double v : us) mean += v;
+          mean /= static_cast<double>(us.size());
+          const double p50 = sorted[sorted.size() / 2];
+          const double p99 = sorted[std::min(sorted.size() - 1, sorted.size() * 99 / 100)];
+          fmt::print("| {} | {} ({}) | {:.1f} | {} | {:.1f} | {:.1f} | {:.1f} | {:.1f} | {}/{} |\n",
+                     model, grammar.name, pass == 0 ? "cold" : "warm", compile_ms, us.size(), mean,
+                     p50, p99, sorted.back(), ended, walks);
+          report["results"].push_back({{"model", model},
+                                       {"vocab_size", vocab_size},
+                                       {"index_ms", index_ms},
+                                       {"grammar", grammar.name},
+                                       {"pass", pass == 0 ? "cold" : "warm"},
+                                       {"compile_ms", compile_ms},
+                                       {"positions", compiled->num_positions()},
+                                       {"precomputed_masks", compiled->num_masks()},
+                                       {"uncertain_ranks", compiled->num_uncertain()},
+                                       {"context_masks", compiled->num_context_masks()},
+                                       {"tokens", us.size()},
+                                       {"mean_us", mean},
+                                       {"p50_us", p50},
+                                       {"p99_us", p99},
+                                       {"max_us", sorted.back()},
+                                       {"walks", walks},
+                                       {"walks_ended", ended}});
         }
       }
     }

@@ -28,10 +28,12 @@ void AddSamplingOptions(CLI::App& command, SamplingArgs& args) {
   auto* schema = command.add_option("--json-schema", args.json_schema_file,
                                     "The output is JSON valid under this JSON schema (a file)");
   auto* regex = command.add_option("--regex", args.regex, "The output matches this regex");
-  auto* grammar = command.add_option("--grammar", args.grammar_file,
-                                     "The output matches this GBNF grammar (llama.cpp's syntax; a file)");
-  auto* choice = command.add_option("--choice", args.choices,
-                                    "The output is one of these strings (comma-separated)")
+  auto* grammar =
+      command.add_option("--grammar", args.grammar_file,
+                         "The output matches this GBNF grammar (llama.cpp's syntax; a file)");
+  auto* choice = command
+                     .add_option("--choice", args.choices,
+                                 "The output is one of these strings (comma-separated)")
                      ->delimiter(',');
   schema->excludes(regex)->excludes(grammar)->excludes(choice);
   regex->excludes(grammar)->excludes(choice);
@@ -49,8 +51,8 @@ std::string ReadTextFile(const std::string& path, const char* option) {
 std::optional<StructuredOutput> ResolveStructuredOutput(const SamplingArgs& args) {
   using Kind = StructuredOutput::Kind;
   if (!args.json_schema_file.empty()) {
-    const auto schema = nlohmann::ordered_json::parse(ReadTextFile(args.json_schema_file, "--json-schema"),
-                                              nullptr, /*allow_exceptions=*/false);
+    const auto schema = nlohmann::ordered_json::parse(
+        ReadTextFile(args.json_schema_file, "--json-schema"), nullptr, /*allow_exceptions=*/false);
     INFER_CHECK(!schema.is_discarded(), "--json-schema: '{}' is not valid JSON",
                 args.json_schema_file);
     return StructuredOutput{Kind::kJsonSchema, schema.dump(), {}};

@@ -109,8 +109,8 @@ class Engine {
   // it is queued. Returns the prompt's ids; throws RequestRejected for invalid sampling params,
   // a prompt that cannot be encoded (no tokenizer, no chat template, the template fails) or
   // encodes to nothing, ids outside the vocab, prompt + max_new_tokens beyond max_model_len
-  // or the KV pool, or a structured output that does not compile. With `fill_context`, params.max_new_tokens is first set to the rest of the
-  // context (OpenAI's unset max_tokens).
+  // or the KV pool, or a structured output that does not compile. With `fill_context`,
+  // params.max_new_tokens is first set to the rest of the context (OpenAI's unset max_tokens).
   std::vector<int32_t> PreparePrompt(const Prompt& prompt, SamplingParams& params,
                                      bool fill_context) const;
   std::vector<int32_t> PreparePrompt(const Prompt& prompt, const SamplingParams& params) const;

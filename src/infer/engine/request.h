@@ -70,8 +70,8 @@ struct Request {
   double first_scheduled_s = -1.0;    // engine clock of its first step
   std::vector<double> token_times_s;  // engine clock when each generated token came
 
-  Sampler sampler;                        // seeded from sampling_params.seed: the request's own RNG
-  OutputText text;                        // detokenized output, stop strings, streaming hold-back
+  Sampler sampler;  // seeded from sampling_params.seed: the request's own RNG
+  OutputText text;  // detokenized output, stop strings, streaming hold-back
   // Structured output: which tokens may come next (null: any). Its state follows the generated
   // tokens, which a preempted request keeps, so recompute needs no rollback.
   std::unique_ptr<TokenConstraint> constraint;

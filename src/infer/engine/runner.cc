@@ -11,8 +11,8 @@ namespace {
 
 // Fails one constrained request of the step (the others go on).
 template <typename... Args>
-StepOutput FailConstrained(Request& request, StepOutput output,
-                           fmt::format_string<Args...> format, Args&&... args) {
+StepOutput FailConstrained(Request& request, StepOutput output, fmt::format_string<Args...> format,
+                           Args&&... args) {
   request.state = RequestState::kFailed;
   request.error = fmt::format(format, std::forward<Args>(args)...);
   output.finished = true;
@@ -73,7 +73,8 @@ StepOutput ModelRunner::TakeToken(Request& request, std::span<float> logits) {
     request.constraint->FillMask(mask_);
     if (suppress_eos) {
       for (const int32_t id : eos_ids_) {
-        if (id >= 0 && static_cast<size_t>(id) < logits.size()) mask_[id / 32] &= ~(1U << (id % 32));
+        if (id >= 0 && static_cast<size_t>(id) < logits.size())
+          mask_[id / 32] &= ~(1U << (id % 32));
       }
     }
     if (std::all_of(mask_.begin(), mask_.end(), [](uint32_t word) { return word == 0; })) {

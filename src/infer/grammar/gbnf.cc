@@ -79,7 +79,8 @@ std::string Grammar::ToString() const {
       if (rule.alternatives[a].empty()) out += " \"\"";
       for (const Element& e : rule.alternatives[a]) {
         out += ' ';
-        out += e.kind == Element::Kind::kRule ? rules[e.index].name : ByteSetText(byte_sets[e.index]);
+        out +=
+            e.kind == Element::Kind::kRule ? rules[e.index].name : ByteSetText(byte_sets[e.index]);
       }
     }
     out += '\n';
@@ -105,7 +106,9 @@ int Utf8Len(uint32_t cp) { return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 
 
 void EncodeUtf8(uint32_t cp, uint8_t* out) {
   switch (Utf8Len(cp)) {
-    case 1: out[0] = static_cast<uint8_t>(cp); break;
+    case 1:
+      out[0] = static_cast<uint8_t>(cp);
+      break;
     case 2:
       out[0] = static_cast<uint8_t>(0xC0 | (cp >> 6));
       out[1] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
@@ -249,8 +252,8 @@ class Parser {
   bool AtEnd() const { return pos_ >= text_.size(); }
   char Peek() const { return AtEnd() ? '\0' : text_[pos_]; }
   static bool IsNameChar(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
   }
 
   // Whitespace, newlines and # comments.
@@ -282,8 +285,8 @@ class Parser {
     size_t p = pos_;
     while (p < text_.size() && IsNameChar(text_[p])) ++p;
     if (p == pos_) return false;
-    while (p < text_.size() && (text_[p] == ' ' || text_[p] == '\t' || text_[p] == '\n' ||
-                                text_[p] == '\r'))
+    while (p < text_.size() &&
+           (text_[p] == ' ' || text_[p] == '\t' || text_[p] == '\n' || text_[p] == '\r'))
       ++p;
     return text_.substr(p, 3) == "::=";
   }
@@ -433,10 +436,14 @@ class Parser {
           if (AtEnd()) Error(at, "truncated \\{} escape", e);
           const char h = text_[pos_];
           int d;
-          if (h >= '0' && h <= '9') d = h - '0';
-          else if (h >= 'a' && h <= 'f') d = h - 'a' + 10;
-          else if (h >= 'A' && h <= 'F') d = h - 'A' + 10;
-          else Error(pos_, "bad hex digit '{}' in \\{} escape", h, e);
+          if (h >= '0' && h <= '9')
+            d = h - '0';
+          else if (h >= 'a' && h <= 'f')
+            d = h - 'a' + 10;
+          else if (h >= 'A' && h <= 'F')
+            d = h - 'A' + 10;
+          else
+            Error(pos_, "bad hex digit '{}' in \\{} escape", h, e);
           v = v * 16 + static_cast<uint32_t>(d);
           ++pos_;
         }
@@ -445,17 +452,40 @@ class Parser {
         return v;
       };
       switch (e) {
-        case 'n': return '\n';
-        case 'r': return '\r';
-        case 't': return '\t';
-        case '0': return 0;
-        case '\\': case '"': case '\'': case '[': case ']': case '-': case '^': case '/':
-        case '.': case '|': case '(': case ')': case '*': case '+': case '?': case '{': case '}':
+        case 'n':
+          return '\n';
+        case 'r':
+          return '\r';
+        case 't':
+          return '\t';
+        case '0':
+          return 0;
+        case '\\':
+        case '"':
+        case '\'':
+        case '[':
+        case ']':
+        case '-':
+        case '^':
+        case '/':
+        case '.':
+        case '|':
+        case '(':
+        case ')':
+        case '*':
+        case '+':
+        case '?':
+        case '{':
+        case '}':
           return static_cast<uint8_t>(e);
-        case 'x': return hex(2);
-        case 'u': return hex(4);
-        case 'U': return hex(8);
-        default: Error(at, "unknown escape '\\{}'", e);
+        case 'x':
+          return hex(2);
+        case 'u':
+          return hex(4);
+        case 'U':
+          return hex(8);
+        default:
+          Error(at, "unknown escape '\\{}'", e);
       }
     }
     if (c < 0x80) {
@@ -464,7 +494,8 @@ class Parser {
     }
     // A UTF-8 sequence of the grammar text itself.
     const int len = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
-    if (len == 0 || c > 0xF4 || pos_ + len > text_.size()) Error(at, "invalid UTF-8 in the grammar");
+    if (len == 0 || c > 0xF4 || pos_ + len > text_.size())
+      Error(at, "invalid UTF-8 in the grammar");
     uint32_t cp = c & (0x7F >> len);
     for (int i = 1; i < len; ++i) {
       const auto cc = static_cast<uint8_t>(text_[pos_ + i]);
@@ -613,15 +644,16 @@ void ValidateGrammar(const Grammar& g) {
         const bool ok = e.kind == Element::Kind::kRule
                             ? e.index >= 0 && e.index < n
                             : e.index >= 0 && e.index < static_cast<int32_t>(g.byte_sets.size());
-        if (!ok) throw GrammarError(fmt::format("rule '{}' references a missing element", rule.name));
+        if (!ok)
+          throw GrammarError(fmt::format("rule '{}' references a missing element", rule.name));
       }
     }
   }
   // Nullable rules, by a worklist (linear in the grammar size).
   std::vector<bool> nullable(n, false);
-  std::vector<int32_t> alt_rule;                    // per alternative: its rule
-  std::vector<int32_t> remaining;                   // per alternative: refs not yet nullable
-  std::vector<std::vector<int32_t>> uses(n);        // per rule: alternatives referencing it
+  std::vector<int32_t> alt_rule;              // per alternative: its rule
+  std::vector<int32_t> remaining;             // per alternative: refs not yet nullable
+  std::vector<std::vector<int32_t>> uses(n);  // per rule: alternatives referencing it
   std::vector<int32_t> queue;
   for (int32_t r = 0; r < n; ++r) {
     for (const Sequence& seq : g.rules[r].alternatives) {

@@ -14,8 +14,8 @@
 namespace infer::grammar {
 
 struct GbnfLimits {
-  size_t max_elements = 1'000'000;  // total elements after expanding repetitions and classes
-  int max_nesting = 256;            // parenthesis depth (the parser is recursive)
+  size_t max_elements = 1'000'000;    // total elements after expanding repetitions and classes
+  int max_nesting = 256;              // parenthesis depth (the parser is recursive)
   uint32_t max_repetition = 100'000;  // largest m or n of {m,n}
 };
 

@@ -42,9 +42,7 @@ CodeSet Union(const CodeSet& a, const CodeSet& b) {
   return Normalize(std::move(all));
 }
 
-CodeSet Subtract(const CodeSet& a, const CodeSet& b) {
-  return Complement(Union(Complement(a), b));
-}
+CodeSet Subtract(const CodeSet& a, const CodeSet& b) { return Complement(Union(Complement(a), b)); }
 
 bool Contains(const CodeSet& set, char32_t cp) {
   return std::any_of(set.begin(), set.end(),
@@ -82,11 +80,21 @@ std::string GbnfLiteral(std::string_view text) {
   for (const char c : text) {
     const auto byte = static_cast<unsigned char>(c);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         // Bytes >= 0x80 stay raw: the parser decodes the literal as UTF-8 into code points.
         if (byte < 0x20 || byte == 0x7F) {
@@ -106,17 +114,27 @@ namespace {
 // (readable, and the same code point whatever the file's encoding), raw UTF-8 above it.
 std::string ClassChar(char32_t cp) {
   switch (cp) {
-    case '\\': return "\\\\";
+    case '\\':
+      return "\\\\";
     // Only the escapes every GBNF parser knows (llama.cpp's set): class punctuation as \xHH.
-    case ']': return "\\x5D";
-    case '[': return "\\x5B";
-    case '^': return "\\x5E";
-    case '-': return "\\x2D";
-    case '"': return "\\\"";
-    case '\n': return "\\n";
-    case '\r': return "\\r";
-    case '\t': return "\\t";
-    default: break;
+    case ']':
+      return "\\x5D";
+    case '[':
+      return "\\x5B";
+    case '^':
+      return "\\x5E";
+    case '-':
+      return "\\x2D";
+    case '"':
+      return "\\\"";
+    case '\n':
+      return "\\n";
+    case '\r':
+      return "\\r";
+    case '\t':
+      return "\\t";
+    default:
+      break;
   }
   if (cp < 0x20 || cp == 0x7F) return fmt::format("\\x{:02X}", static_cast<unsigned>(cp));
   if (cp < 0x80) return std::string(1, static_cast<char>(cp));

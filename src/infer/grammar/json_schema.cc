@@ -27,15 +27,32 @@ using Json = nlohmann::ordered_json;
 
 // Keywords that never change which instances validate.
 const std::set<std::string, std::less<>> kAnnotations = {
-    "title",    "description", "examples",  "default",  "$schema",  "$id",
-    "$comment", "deprecated",  "readOnly",  "writeOnly", "nullable", "discriminator",
-    "$defs",    "definitions"};
+    "title",      "description", "examples",  "default",  "$schema",       "$id",   "$comment",
+    "deprecated", "readOnly",    "writeOnly", "nullable", "discriminator", "$defs", "definitions"};
 
-const std::set<std::string, std::less<>> kSupported = {
-    "type",      "properties", "required",  "additionalProperties", "items",
-    "prefixItems", "additionalItems", "minItems", "maxItems", "enum", "const", "anyOf", "oneOf",
-    "allOf",     "$ref",       "minLength", "maxLength", "pattern", "format", "minimum",
-    "maximum",   "exclusiveMinimum", "exclusiveMaximum"};
+const std::set<std::string, std::less<>> kSupported = {"type",
+                                                       "properties",
+                                                       "required",
+                                                       "additionalProperties",
+                                                       "items",
+                                                       "prefixItems",
+                                                       "additionalItems",
+                                                       "minItems",
+                                                       "maxItems",
+                                                       "enum",
+                                                       "const",
+                                                       "anyOf",
+                                                       "oneOf",
+                                                       "allOf",
+                                                       "$ref",
+                                                       "minLength",
+                                                       "maxLength",
+                                                       "pattern",
+                                                       "format",
+                                                       "minimum",
+                                                       "maximum",
+                                                       "exclusiveMinimum",
+                                                       "exclusiveMaximum"};
 
 std::string PointerToken(std::string_view key) {
   std::string out;
@@ -118,7 +135,8 @@ Decimal DecimalFromText(std::string_view text) {
 }
 
 Decimal DecimalFromJson(const Json& value, const std::string& pointer) {
-  if (value.is_number_unsigned()) return MakeDecimal(false, std::to_string(value.get<uint64_t>()), "");
+  if (value.is_number_unsigned())
+    return MakeDecimal(false, std::to_string(value.get<uint64_t>()), "");
   if (value.is_number_integer()) {
     const int64_t v = value.get<int64_t>();
     const uint64_t magnitude = v < 0 ? 0 - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
@@ -331,7 +349,8 @@ class SchemaCompiler {
   }
   std::string After() {
     switch (options_.whitespace) {
-      case JsonSchemaOptions::Whitespace::kCompact: return "";
+      case JsonSchemaOptions::Whitespace::kCompact:
+        return "";
       case JsonSchemaOptions::Whitespace::kSingleSpace:
         return fmt::format(" {}", rules_.Add("sp", "\" \"?"));
       case JsonSchemaOptions::Whitespace::kFlexible:
@@ -354,15 +373,17 @@ class SchemaCompiler {
     const std::string hex = rules_.Add("hex", "[0-9a-fA-F]");
     // \u escapes of surrogates are left out: a pair would be one character to a validator but
     // two to the grammar's length count.
-    const std::string u = fmt::format("\"u\" ([0-9a-cA-Ce-fE-F] {0} {0} {0} | [dD] [0-7] {0} {0})", hex);
-    return rules_.Add("char", fmt::format("[^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | {})", u));
+    const std::string u =
+        fmt::format("\"u\" ([0-9a-cA-Ce-fE-F] {0} {0} {0} | [dD] [0-7] {0} {0})", hex);
+    return rules_.Add("char",
+                      fmt::format("[^\"\\\\\\x00-\\x1F] | \"\\\\\" ([\"\\\\/bfnrt] | {})", u));
   }
   std::string AnyString() {
     return rules_.Add("string", "\"\\\"\" " + StringChar() + "* \"\\\"\"");
   }
   std::string AnyNumber() {
-    const std::string integer = fmt::format(
-        "\"-\"? (\"0\" | [1-9] {})", Repeat("[0-9]", 0, options_.max_integer_digits - 1));
+    const std::string integer = fmt::format("\"-\"? (\"0\" | [1-9] {})",
+                                            Repeat("[0-9]", 0, options_.max_integer_digits - 1));
     return rules_.Add(
         "number",
         fmt::format("{} (\".\" {})? ([eE] [-+]? {})?", integer,
@@ -370,8 +391,8 @@ class SchemaCompiler {
                     Repeat("[0-9]", 1, std::max<size_t>(options_.max_exponent_digits, 1))));
   }
   std::string Scalar() {
-    return rules_.Add("scalar", AnyString() + " | " + AnyNumber() +
-                                    " | \"true\" | \"false\" | \"null\"");
+    return rules_.Add("scalar",
+                      AnyString() + " | " + AnyNumber() + " | \"true\" | \"false\" | \"null\"");
   }
   // An object whose values are `value`.
   std::string AnyObjectOf(const std::string& value) {
@@ -389,7 +410,9 @@ class SchemaCompiler {
   }
   std::string AnyValue() { return AnyValue(options_.max_any_depth); }
   std::string AnyObject() {
-    return rules_.Add("object", AnyObjectOf(AnyValue(options_.max_any_depth > 0 ? options_.max_any_depth - 1 : 0)));
+    return rules_.Add(
+        "object",
+        AnyObjectOf(AnyValue(options_.max_any_depth > 0 ? options_.max_any_depth - 1 : 0)));
   }
 
   // ---- Keyword checks. ----
@@ -410,16 +433,15 @@ class SchemaCompiler {
   size_t Count(const Json& schema, const char* key, const std::string& pointer) {
     const auto it = schema.find(key);
     if (it == schema.end()) return 0;
-    if (!it->is_number_unsigned() &&
-        !(it->is_number_integer() && it->get<int64_t>() >= 0) &&
+    if (!it->is_number_unsigned() && !(it->is_number_integer() && it->get<int64_t>() >= 0) &&
         !(it->is_number_float() && it->get<double>() >= 0 &&
           std::floor(it->get<double>()) == it->get<double>())) {
       Refuse(Child(pointer, key), "must be a non-negative integer");
     }
     const double v = it->get<double>();
     if (v > static_cast<double>(options_.max_repetition)) {
-      Refuse(Child(pointer, key), fmt::format("{} is above the limit of {}", key,
-                                              options_.max_repetition));
+      Refuse(Child(pointer, key),
+             fmt::format("{} is above the limit of {}", key, options_.max_repetition));
     }
     return static_cast<size_t>(v);
   }
@@ -441,7 +463,8 @@ class SchemaCompiler {
     // The fragment is URI-encoded: %XX first, then the JSON pointer's ~1 and ~0.
     std::string fragment;
     for (size_t i = 1; i < ref.size(); ++i) {
-      if (ref[i] == '%' && i + 2 < ref.size() && std::isxdigit(static_cast<unsigned char>(ref[i + 1])) &&
+      if (ref[i] == '%' && i + 2 < ref.size() &&
+          std::isxdigit(static_cast<unsigned char>(ref[i + 1])) &&
           std::isxdigit(static_cast<unsigned char>(ref[i + 2]))) {
         fragment += static_cast<char>(std::stoi(ref.substr(i + 1, 2), nullptr, 16));
         i += 2;
@@ -452,11 +475,13 @@ class SchemaCompiler {
     const Json* node = &root_;
     std::string resolved;
     if (fragment.empty()) return {node, resolved};
-    if (fragment[0] != '/') Refuse(where, fmt::format("'{}' is not a JSON pointer (anchors are not supported)", ref));
+    if (fragment[0] != '/')
+      Refuse(where, fmt::format("'{}' is not a JSON pointer (anchors are not supported)", ref));
     size_t start = 1;
     while (true) {
       const size_t slash = fragment.find('/', start);
-      const std::string raw = fragment.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+      const std::string raw =
+          fragment.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
       std::string token;
       for (size_t i = 0; i < raw.size(); ++i) {
         if (raw[i] == '~' && i + 1 < raw.size() && (raw[i + 1] == '0' || raw[i + 1] == '1')) {
@@ -492,8 +517,7 @@ class SchemaCompiler {
     }
     if (const auto it = ref_rules_.find(target_pointer); it != ref_rules_.end()) return it->second;
     const size_t slash = target_pointer.rfind('/');
-    const std::string hint =
-        target_pointer.empty() ? "root-ref" : target_pointer.substr(slash + 1);
+    const std::string hint = target_pointer.empty() ? "root-ref" : target_pointer.substr(slash + 1);
     const std::string name = rules_.Reserve(hint);
     ref_rules_[target_pointer] = name;
     head_open_.insert(target_pointer);
@@ -559,18 +583,23 @@ class SchemaCompiler {
         Json both = Json::array();
         for (const Json& t : as_list(mine)) {
           for (const Json& u : as_list(value)) {
-            if (t == u) both.push_back(t);
-            else if (t == "integer" && u == "number") both.push_back(t);
-            else if (t == "number" && u == "integer") both.push_back(u);
+            if (t == u)
+              both.push_back(t);
+            else if (t == "integer" && u == "number")
+              both.push_back(t);
+            else if (t == "number" && u == "integer")
+              both.push_back(u);
           }
         }
         if (both.empty()) Refuse(pointer, "allOf: the branches' types have nothing in common");
         mine = both;
       } else if ((key == "minLength" || key == "minItems" || key == "minimum" ||
-                  key == "exclusiveMinimum") && mine.is_number() && value.is_number()) {
+                  key == "exclusiveMinimum") &&
+                 mine.is_number() && value.is_number()) {
         if (value > mine) mine = value;
       } else if ((key == "maxLength" || key == "maxItems" || key == "maximum" ||
-                  key == "exclusiveMaximum") && mine.is_number() && value.is_number()) {
+                  key == "exclusiveMaximum") &&
+                 mine.is_number() && value.is_number()) {
         if (value < mine) mine = value;
       } else {
         Refuse(Child(pointer, key),
@@ -598,7 +627,8 @@ class SchemaCompiler {
 
   // ---- The dispatch. ----
   std::string Compile(const Json& schema, const std::string& pointer, std::string_view hint) {
-    if (++depth_ > options_.max_depth) Refuse(pointer, fmt::format("nested more than {} levels deep", options_.max_depth));
+    if (++depth_ > options_.max_depth)
+      Refuse(pointer, fmt::format("nested more than {} levels deep", options_.max_depth));
     std::string out = CompileInner(schema, pointer, hint);
     --depth_;
     return out;
@@ -629,7 +659,8 @@ class SchemaCompiler {
       if (flat.is_boolean()) Refuse(pointer, "allOf: no value is valid");
       return Compile(flat, pointer, hint);
     }
-    if (schema.contains("anyOf") || schema.contains("oneOf")) return CompileAnyOf(schema, pointer, hint);
+    if (schema.contains("anyOf") || schema.contains("oneOf"))
+      return CompileAnyOf(schema, pointer, hint);
     if (schema.contains("enum") || schema.contains("const")) return CompileEnum(schema, pointer);
     return CompileTypes(schema, pointer, hint);
   }
@@ -716,9 +747,8 @@ class SchemaCompiler {
     }
     std::vector<std::string> parts;
     for (const Json& value : values) {
-      if (!types.empty() && std::none_of(types.begin(), types.end(), [&](const std::string& t) {
-            return HasType(value, t);
-          }))
+      if (!types.empty() && std::none_of(types.begin(), types.end(),
+                                         [&](const std::string& t) { return HasType(value, t); }))
         continue;
       const std::string literal = GbnfLiteral(DumpJson(value));
       rules_.Charge(literal.size());
@@ -738,19 +768,23 @@ class SchemaCompiler {
         const std::string name = t.get<std::string>();
         static const std::set<std::string, std::less<>> kTypes = {
             "null", "boolean", "object", "array", "number", "integer", "string", "json_object"};
-        if (kTypes.count(name) == 0) Refuse(Child(pointer, "type"), fmt::format("unknown type '{}'", name));
+        if (kTypes.count(name) == 0)
+          Refuse(Child(pointer, "type"), fmt::format("unknown type '{}'", name));
         if (std::find(types.begin(), types.end(), name) == types.end()) types.push_back(name);
       }
       if (types.empty()) Refuse(Child(pointer, "type"), "an empty list of types");
     } else {
       // No type: the types the keywords are about (a subset of the instances: see the header).
       auto has = [&](std::initializer_list<const char*> keys) {
-        return std::any_of(keys.begin(), keys.end(), [&](const char* k) { return schema.contains(k); });
+        return std::any_of(keys.begin(), keys.end(),
+                           [&](const char* k) { return schema.contains(k); });
       };
       if (has({"properties", "required", "additionalProperties"})) types.push_back("object");
-      if (has({"items", "prefixItems", "additionalItems", "minItems", "maxItems"})) types.push_back("array");
+      if (has({"items", "prefixItems", "additionalItems", "minItems", "maxItems"}))
+        types.push_back("array");
       if (has({"minLength", "maxLength", "pattern", "format"})) types.push_back("string");
-      if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"})) types.push_back("number");
+      if (has({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}))
+        types.push_back("number");
       if (types.empty()) return AnyValue();
     }
     const bool has_number = std::find(types.begin(), types.end(), "number") != types.end();
@@ -786,13 +820,18 @@ class SchemaCompiler {
       // Exact calendar: days per month, 29 February in leap years only, years 0001-9999.
       const std::string mult4 = "(\"0\" [48] | [2468] [048] | [13579] [26])";
       const std::string year = rules_.Add(
-          "year", "\"000\" [1-9] | \"00\" [1-9] [0-9] | \"0\" [1-9] [0-9] [0-9] | [1-9] [0-9] [0-9] [0-9]");
-      const std::string leap = rules_.Add("leap-year", fmt::format("[0-9] [0-9] {0} | {0} \"00\"", mult4));
+          "year",
+          "\"000\" [1-9] | \"00\" [1-9] [0-9] | \"0\" [1-9] [0-9] [0-9] | [1-9] [0-9] [0-9] [0-9]");
+      const std::string leap =
+          rules_.Add("leap-year", fmt::format("[0-9] [0-9] {0} | {0} \"00\"", mult4));
       const std::string date = rules_.Add(
-          "date",
-          year + " \"-\" (\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) | " +
-              year + " \"-\" (\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | " +
-              year + " \"-02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]) | " + leap + " \"-02-29\"");
+          "date", year +
+                      " \"-\" (\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" "
+                      "[01]) | " +
+                      year +
+                      " \"-\" (\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | " +
+                      year + " \"-02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8]) | " + leap +
+                      " \"-02-29\"");
       if (format == "date") {
         min_len = max_len = 10;
         return date;
@@ -809,7 +848,10 @@ class SchemaCompiler {
     if (format == "uuid") {
       min_len = max_len = 36;
       const std::string hex = rules_.Add("hex", "[0-9a-fA-F]");
-      return rules_.Add("uuid", fmt::format("{0}{{8}} \"-\" {0}{{4}} \"-\" {0}{{4}} \"-\" {0}{{4}} \"-\" {0}{{12}}", hex));
+      return rules_.Add(
+          "uuid",
+          fmt::format("{0}{{8}} \"-\" {0}{{4}} \"-\" {0}{{4}} \"-\" {0}{{4}} \"-\" {0}{{12}}",
+                      hex));
     }
     if (format == "email") {
       // A strict subset of what email validators and the patterns clients send with this
@@ -893,7 +935,8 @@ class SchemaCompiler {
       } catch (const GrammarError& e) {
         throw GrammarError(fmt::format("JSON schema {}: {}", Child(pointer, "pattern"), e.what()));
       }
-      if (min > compiled.min_length || (max && (!compiled.max_length || *compiled.max_length > *max))) {
+      if (min > compiled.min_length ||
+          (max && (!compiled.max_length || *compiled.max_length > *max))) {
         Refuse(Child(pointer, schema.contains("maxLength") ? "maxLength" : "minLength"),
                "minLength/maxLength together with a pattern that does not imply them is not "
                "supported (anchor the pattern and bound its repetitions instead)");
@@ -934,11 +977,13 @@ class SchemaCompiler {
   std::string CompileNumber(const Json& schema, const std::string& pointer, bool integer) {
     const std::optional<Bound> lo = ReadBound(schema, pointer, true);
     const std::optional<Bound> hi = ReadBound(schema, pointer, false);
-    const std::string where = Child(pointer, schema.contains("maximum") ? "maximum" : "exclusiveMaximum");
+    const std::string where =
+        Child(pointer, schema.contains("maximum") ? "maximum" : "exclusiveMaximum");
     if (integer) {
       if (!lo && !hi) {
-        return rules_.Add("integer", fmt::format("\"-\"? (\"0\" | [1-9] {})",
-                                                 Repeat("[0-9]", 0, options_.max_integer_digits - 1)));
+        return rules_.Add("integer",
+                          fmt::format("\"-\"? (\"0\" | [1-9] {})",
+                                      Repeat("[0-9]", 0, options_.max_integer_digits - 1)));
       }
       std::optional<Int> low;
       std::optional<Int> high;
@@ -958,7 +1003,8 @@ class SchemaCompiler {
     // x < 0, written as '-' and its magnitude.
     if (!lo || lo->value.negative) {
       Bound mlo{Decimal{}, true};  // magnitude > 0
-      if (hi && hi->value.negative) mlo = {Decimal{false, hi->value.whole, hi->value.frac}, hi->exclusive};
+      if (hi && hi->value.negative)
+        mlo = {Decimal{false, hi->value.whole, hi->value.frac}, hi->exclusive};
       std::optional<Bound> mhi;
       if (lo) mhi = Bound{Decimal{false, lo->value.whole, lo->value.frac}, lo->exclusive};
       if (auto m = MagnitudeRange(mlo, mhi, lo ? &lo->value : nullptr, hi ? &hi->value : nullptr)) {
@@ -989,8 +1035,7 @@ class SchemaCompiler {
   }
 
   std::string IntegerRange(const std::optional<Int>& low, const std::optional<Int>& high) {
-    const size_t cap_digits = std::max({options_.max_integer_digits,
-                                        low ? low->digits.size() : 0,
+    const size_t cap_digits = std::max({options_.max_integer_digits, low ? low->digits.size() : 0,
                                         high ? high->digits.size() : 0});
     const std::string cap(cap_digits, '9');
     std::vector<std::string> parts;
@@ -1131,7 +1176,10 @@ class SchemaCompiler {
       for (size_t i = 0; i < name.size();) {
         const auto lead = static_cast<unsigned char>(name[i]);
         const size_t len = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
-        char32_t cp = len == 1 ? lead : len == 2 ? (lead & 0x1F) : len == 3 ? (lead & 0x0F) : (lead & 0x07);
+        char32_t cp = len == 1   ? lead
+                      : len == 2 ? (lead & 0x1F)
+                      : len == 3 ? (lead & 0x0F)
+                                 : (lead & 0x07);
         for (size_t k = 1; k < len && i + k < name.size(); ++k) {
           cp = (cp << 6) | (static_cast<unsigned char>(name[i + k]) & 0x3F);
         }
@@ -1206,11 +1254,13 @@ class SchemaCompiler {
       names.push_back(name);
       const bool is_required = required.count(name) != 0;
       if (sub.is_boolean() && !sub.get<bool>()) {
-        if (is_required) Refuse(Child(props_pointer, name), "a required property whose schema is false");
+        if (is_required)
+          Refuse(Child(props_pointer, name), "a required property whose schema is false");
         continue;
       }
       const std::string value = Compile(sub, Child(props_pointer, name), name);
-      props.push_back({name, GbnfLiteral(DumpJson(Json(name))) + " " + Colon() + " " + value, is_required});
+      props.push_back(
+          {name, GbnfLiteral(DumpJson(Json(name))) + " " + Colon() + " " + value, is_required});
     }
     // Required names without a schema: any value, after the declared ones, in the given order.
     if (const auto it = schema.find("required"); it != schema.end()) {
@@ -1219,7 +1269,8 @@ class SchemaCompiler {
         if (properties.contains(n)) continue;
         if (std::find(names.begin(), names.end(), n) != names.end()) continue;
         names.push_back(n);
-        props.push_back({n, GbnfLiteral(DumpJson(Json(n))) + " " + Colon() + " " + AnyValue(), true});
+        props.push_back(
+            {n, GbnfLiteral(DumpJson(Json(n))) + " " + Colon() + " " + AnyValue(), true});
       }
     }
     // Extra members.
@@ -1230,7 +1281,8 @@ class SchemaCompiler {
     } else if (ap->is_boolean()) {
       if (ap->get<bool>()) extra_value = AnyValue();
     } else {
-      extra_value = Compile(*ap, Child(pointer, "additionalProperties"), std::string(hint) + "-extra");
+      extra_value =
+          Compile(*ap, Child(pointer, "additionalProperties"), std::string(hint) + "-extra");
     }
     std::string extra_member;
     if (extra_value) {
@@ -1279,7 +1331,8 @@ class SchemaCompiler {
         rest = &*items;
         rest_pointer = Child(pointer, "items");
       }
-    } else if (const auto items = schema.find("items"); items != schema.end() && items->is_array()) {
+    } else if (const auto items = schema.find("items");
+               items != schema.end() && items->is_array()) {
       tuple = &*items;  // draft 4-7 tuple form
       tuple_pointer = Child(pointer, "items");
       if (const auto more = schema.find("additionalItems"); more != schema.end()) {
@@ -1296,7 +1349,8 @@ class SchemaCompiler {
       for (size_t i = 0; i < tuple->size(); ++i) {
         const Json& sub = (*tuple)[i];
         if (sub.is_boolean() && !sub.get<bool>()) break;  // no item from here on
-        prefix.push_back(Compile(sub, Child(tuple_pointer, std::to_string(i)), std::string(hint) + "-item"));
+        prefix.push_back(
+            Compile(sub, Child(tuple_pointer, std::to_string(i)), std::string(hint) + "-item"));
       }
     }
     bool rest_allowed = true;
@@ -1315,7 +1369,8 @@ class SchemaCompiler {
     if (max && *max < min) Refuse(Child(pointer, "maxItems"), "maxItems is below minItems");
     const size_t p = prefix.size();
     if (!item) max = max ? std::min(*max, p) : p;
-    if (min > (max ? *max : min)) Refuse(Child(pointer, "minItems"), "more items than the schema allows");
+    if (min > (max ? *max : min))
+      Refuse(Child(pointer, "minItems"), "more items than the schema allows");
     // Items beyond the prefix: how many, and with or without a leading comma.
     const size_t tail_min = min > p ? min - p : 0;
     std::optional<size_t> tail_max;
@@ -1324,8 +1379,9 @@ class SchemaCompiler {
       if (!item || (tail_max && *tail_max == 0)) return "";
       const std::string sep_item = Group(Seq({Comma(), *item}), "");
       if (comma) return Repeat(sep_item, tail_min, tail_max);
-      const std::string more = Repeat(sep_item, tail_min > 0 ? tail_min - 1 : 0,
-                                      tail_max ? std::optional<size_t>(*tail_max - 1) : std::nullopt);
+      const std::string more =
+          Repeat(sep_item, tail_min > 0 ? tail_min - 1 : 0,
+                 tail_max ? std::optional<size_t>(*tail_max - 1) : std::nullopt);
       const std::string seq = more == "\"\"" ? *item : fmt::format("{} {}", *item, more);
       return tail_min > 0 ? seq : fmt::format("({})?", seq);
     };
@@ -1348,7 +1404,8 @@ class SchemaCompiler {
 
 }  // namespace
 
-std::string JsonSchemaToGbnf(const nlohmann::ordered_json& schema, const JsonSchemaOptions& options) {
+std::string JsonSchemaToGbnf(const nlohmann::ordered_json& schema,
+                             const JsonSchemaOptions& options) {
   SchemaCompiler compiler(schema, options);
   return compiler.Run();
 }

@@ -7,7 +7,8 @@
 
 namespace infer::grammar {
 
-FlatGrammar::FlatGrammar(const Grammar& grammar) : byte_sets(grammar.byte_sets), root(grammar.root) {
+FlatGrammar::FlatGrammar(const Grammar& grammar)
+    : byte_sets(grammar.byte_sets), root(grammar.root) {
   const size_t n = grammar.rules.size();
   alt_begin.reserve(n + 1);
   for (const Rule& rule : grammar.rules) {
@@ -94,8 +95,9 @@ void Stepper::Close(const int32_t* seeds, size_t n, StackSet& out) {
     } else {
       // A call: the return frame, unless the call is the alternative's last element.
       const int32_t rule = FlatGrammar::RuleOf(op);
-      const int32_t ret =
-          g_.op[node.pos + 1] == FlatGrammar::kEnd ? node.parent : pool_.Intern(node.pos + 1, node.parent);
+      const int32_t ret = g_.op[node.pos + 1] == FlatGrammar::kEnd
+                              ? node.parent
+                              : pool_.Intern(node.pos + 1, node.parent);
       for (int32_t a = g_.alt_begin[rule]; a < g_.alt_begin[rule + 1]; ++a)
         work_.push_back(pool_.Intern(g_.alt_start[a], ret));
     }
@@ -107,7 +109,8 @@ void Stepper::Advance(const StackSet& in, uint8_t b, StackSet& out) {
   seeds_.clear();
   for (int32_t id : in.tops) {
     const StackPool::Node node = pool_[id];
-    if (g_.byte_sets[g_.op[node.pos]].Has(b)) seeds_.push_back(pool_.Intern(node.pos + 1, node.parent));
+    if (g_.byte_sets[g_.op[node.pos]].Has(b))
+      seeds_.push_back(pool_.Intern(node.pos + 1, node.parent));
   }
   Close(seeds_.data(), seeds_.size(), out);
 }

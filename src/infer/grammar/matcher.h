@@ -21,8 +21,8 @@ struct FlatGrammar {
   static constexpr int32_t kEnd = -1;  // op of the position after an alternative's last element
   // Per position: >= 0 a byte set id (a terminal position), kEnd, or <= -2 the rule -(op + 2).
   std::vector<int32_t> op;
-  std::vector<int32_t> alt_begin;   // per rule r: its alternatives are alt_start[alt_begin[r] ..
-  std::vector<int32_t> alt_start;   //   alt_begin[r + 1]), each the position of its first element
+  std::vector<int32_t> alt_begin;  // per rule r: its alternatives are alt_start[alt_begin[r] ..
+  std::vector<int32_t> alt_start;  //   alt_begin[r + 1]), each the position of its first element
   std::vector<ByteSet> byte_sets;
   int32_t root = 0;
 

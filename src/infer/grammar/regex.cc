@@ -23,10 +23,10 @@ constexpr size_t kMaxCount = 100000;
 struct Node {
   enum class Kind { kSet, kSeq, kAlt, kRepeat };
   Kind kind = Kind::kSeq;
-  CodeSet set;                               // kSet
-  std::vector<std::unique_ptr<Node>> kids;   // kSeq, kAlt; kRepeat: one
-  size_t min = 0;                            // kRepeat
-  size_t max = 0;                            // kRepeat; kUnbounded for * and +
+  CodeSet set;                              // kSet
+  std::vector<std::unique_ptr<Node>> kids;  // kSeq, kAlt; kRepeat: one
+  size_t min = 0;                           // kRepeat
+  size_t max = 0;                           // kRepeat; kUnbounded for * and +
 };
 
 using NodePtr = std::unique_ptr<Node>;
@@ -43,13 +43,18 @@ CodeSet DigitSet() { return {{'0', '9'}}; }
 CodeSet WordSet() { return Normalize({{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}); }
 // Whitespace to ECMAScript and to Python's str.isspace() alike.
 CodeSet SpaceSet() {
-  return Normalize({{'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A},
-                    {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}});
+  return Normalize({{'\t', '\r'},
+                    {' ', ' '},
+                    {0xA0, 0xA0},
+                    {0x1680, 0x1680},
+                    {0x2000, 0x200A},
+                    {0x2028, 0x2029},
+                    {0x202F, 0x202F},
+                    {0x205F, 0x205F},
+                    {0x3000, 0x3000}});
 }
 // What either dialect calls whitespace: \S must exclude all of it.
-CodeSet AnySpaceSet() {
-  return Union(SpaceSet(), {{0x1C, 0x1F}, {0x85, 0x85}, {0xFEFF, 0xFEFF}});
-}
+CodeSet AnySpaceSet() { return Union(SpaceSet(), {{0x1C, 0x1F}, {0x85, 0x85}, {0xFEFF, 0xFEFF}}); }
 CodeSet DotSet() { return Complement({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}); }
 
 class Parser {
@@ -203,8 +208,7 @@ class Parser {
     } else if (Peek() == '+') {
       Fail(pos_, "possessive quantifiers are not supported");
     }
-    if (Peek() == '*' || Peek() == '+' || Peek() == '?' ||
-        (Peek() == '{' && [&] {
+    if (Peek() == '*' || Peek() == '+' || Peek() == '?' || (Peek() == '{' && [&] {
           size_t a = 0;
           size_t b = 0;
           const size_t save = pos_;
@@ -226,13 +230,19 @@ class Parser {
     const size_t at = pos_;
     const char c = src_[pos_];
     switch (c) {
-      case '(': return ParseGroup();
-      case '[': return ParseClass();
-      case '.': ++pos_; return MakeSet(DotSet());
-      case '\\': return ParseEscape(/*in_class=*/false);
+      case '(':
+        return ParseGroup();
+      case '[':
+        return ParseClass();
+      case '.':
+        ++pos_;
+        return MakeSet(DotSet());
+      case '\\':
+        return ParseEscape(/*in_class=*/false);
       case '*':
       case '+':
-      case '?': Fail(at, "nothing to repeat");
+      case '?':
+        Fail(at, "nothing to repeat");
       case '{': {
         size_t a = 0;
         size_t b = 0;
@@ -240,7 +250,8 @@ class Parser {
         ++pos_;
         return MakeSet({{'{', '{'}});
       }
-      default: break;
+      default:
+        break;
     }
     const char32_t cp = NextCodePoint();
     return MakeSet({{cp, cp}});
@@ -302,18 +313,48 @@ class Parser {
     is_class_escape = false;
     auto one = [](char32_t cp) { return CodeSet{{cp, cp}}; };
     switch (c) {
-      case 'd': ++pos_; is_class_escape = true; return DigitSet();
-      case 'D': ++pos_; is_class_escape = true; return Complement(DigitSet());
-      case 'w': ++pos_; is_class_escape = true; return WordSet();
-      case 'W': ++pos_; is_class_escape = true; return Complement(WordSet());
-      case 's': ++pos_; is_class_escape = true; return SpaceSet();
-      case 'S': ++pos_; is_class_escape = true; return Complement(AnySpaceSet());
-      case 'n': ++pos_; return one('\n');
-      case 't': ++pos_; return one('\t');
-      case 'r': ++pos_; return one('\r');
-      case 'f': ++pos_; return one('\f');
-      case 'v': ++pos_; return one('\v');
-      case 'x': ++pos_; return one(ReadHex(2, at));
+      case 'd':
+        ++pos_;
+        is_class_escape = true;
+        return DigitSet();
+      case 'D':
+        ++pos_;
+        is_class_escape = true;
+        return Complement(DigitSet());
+      case 'w':
+        ++pos_;
+        is_class_escape = true;
+        return WordSet();
+      case 'W':
+        ++pos_;
+        is_class_escape = true;
+        return Complement(WordSet());
+      case 's':
+        ++pos_;
+        is_class_escape = true;
+        return SpaceSet();
+      case 'S':
+        ++pos_;
+        is_class_escape = true;
+        return Complement(AnySpaceSet());
+      case 'n':
+        ++pos_;
+        return one('\n');
+      case 't':
+        ++pos_;
+        return one('\t');
+      case 'r':
+        ++pos_;
+        return one('\r');
+      case 'f':
+        ++pos_;
+        return one('\f');
+      case 'v':
+        ++pos_;
+        return one('\v');
+      case 'x':
+        ++pos_;
+        return one(ReadHex(2, at));
       case 'u': {
         ++pos_;
         if (Peek() == '{') Fail(at, "\\u{...} escapes are not supported (use \\uHHHH)");
@@ -329,15 +370,21 @@ class Parser {
           return one('\b');
         }
         Fail(at, "word boundaries (\\b) are not supported");
-      case 'B': Fail(at, "word boundaries (\\B) are not supported");
+      case 'B':
+        Fail(at, "word boundaries (\\B) are not supported");
       case 'A':
       case 'Z':
-      case 'z': Fail(at, "anchors other than '^' and '$' are not supported");
-      case 'k': Fail(at, "backreferences are not supported");
+      case 'z':
+        Fail(at, "anchors other than '^' and '$' are not supported");
+      case 'k':
+        Fail(at, "backreferences are not supported");
       case 'p':
-      case 'P': Fail(at, "Unicode property escapes are not supported");
-      case 'c': Fail(at, "control escapes (\\cX) are not supported");
-      default: break;
+      case 'P':
+        Fail(at, "Unicode property escapes are not supported");
+      case 'c':
+        Fail(at, "control escapes (\\cX) are not supported");
+      default:
+        break;
     }
     if (c >= '1' && c <= '9') Fail(at, "backreferences are not supported");
     const auto byte = static_cast<unsigned char>(c);
@@ -363,7 +410,9 @@ class Parser {
     }
     // ECMAScript reads "[]" as the empty class and "[^]" as any character; Python reads the ']'
     // as a literal. Refused rather than guessed.
-    if (Peek() == ']') Fail(pos_, "a ']' first in a class means different things in Python and ECMAScript; escape it");
+    if (Peek() == ']')
+      Fail(pos_,
+           "a ']' first in a class means different things in Python and ECMAScript; escape it");
     CodeSet set;
     while (true) {
       if (pos_ >= src_.size()) Fail(at, "unclosed '['");
@@ -419,7 +468,8 @@ size_t SatMul(size_t a, size_t b) {
 Measure MeasureOf(const Node& node) {
   Measure m;
   switch (node.kind) {
-    case Node::Kind::kSet: return {1, 1, 1};
+    case Node::Kind::kSet:
+      return {1, 1, 1};
     case Node::Kind::kSeq:
       for (const auto& kid : node.kids) {
         const Measure k = MeasureOf(*kid);
@@ -452,14 +502,22 @@ Measure MeasureOf(const Node& node) {
 // JSON's escape for one code point inside a string literal, or "" when it is written raw.
 std::string JsonEscape(char32_t cp) {
   switch (cp) {
-    case '"': return "\\\"";
-    case '\\': return "\\\\";
-    case '\n': return "\\n";
-    case '\r': return "\\r";
-    case '\t': return "\\t";
-    case '\b': return "\\b";
-    case '\f': return "\\f";
-    default: break;
+    case '"':
+      return "\\\"";
+    case '\\':
+      return "\\\\";
+    case '\n':
+      return "\\n";
+    case '\r':
+      return "\\r";
+    case '\t':
+      return "\\t";
+    case '\b':
+      return "\\b";
+    case '\f':
+      return "\\f";
+    default:
+      break;
   }
   if (cp < 0x20) return fmt::format("\\u{:04x}", static_cast<unsigned>(cp));
   return "";
@@ -501,7 +559,8 @@ class Writer {
         bool last_atomic = true;
         for (const auto& kid : node.kids) {
           if (kid->kind == Node::Kind::kSet && kid->set.size() == 1 &&
-              kid->set[0].lo == kid->set[0].hi && !(kid->set[0].lo >= 0xD800 && kid->set[0].lo <= 0xDFFF)) {
+              kid->set[0].lo == kid->set[0].hi &&
+              !(kid->set[0].lo >= 0xD800 && kid->set[0].lo <= 0xDFFF)) {
             const char32_t cp = kid->set[0].lo;
             const std::string escaped = json_ ? JsonEscape(cp) : "";
             if (run.empty()) {

@@ -46,14 +46,13 @@ struct RegexOptions {
 };
 
 struct CompiledRegex {
-  std::string expression;             // a GBNF expression (no rules of its own)
-  size_t min_length = 0;              // in code points of the matched (decoded) string
-  std::optional<size_t> max_length;   // none: unbounded
+  std::string expression;            // a GBNF expression (no rules of its own)
+  size_t min_length = 0;             // in code points of the matched (decoded) string
+  std::optional<size_t> max_length;  // none: unbounded
 };
 
 // Throws GrammarError with the byte offset of what it refuses. `rules` is charged for the size.
-CompiledRegex CompileRegex(std::string_view pattern, const RegexOptions& options,
-                           GbnfRules& rules);
+CompiledRegex CompileRegex(std::string_view pattern, const RegexOptions& options, GbnfRules& rules);
 
 // The inside of a JSON string for one code point of `set`: a GBNF expression that writes `"`, `\`
 // and control characters as JSON escapes and every other code point raw.

@@ -47,8 +47,8 @@ std::string JsonSchemaRuleGbnf(std::string_view schema_text, std::string_view ru
   // Renames the rule `root` wherever it stands as a name: outside string literals, character
   // classes and comments, and not as part of a longer name.
   const auto name_char = [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-           c == '-' || c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
   };
   std::string out;
   out.reserve(gbnf.size() + 64);

@@ -214,7 +214,7 @@ CompiledGrammar::CompiledGrammar(const Grammar& grammar,
 }
 
 CompiledGrammar::PositionMask CompiledGrammar::MakeMask(const std::vector<RankRange>& accepted,
-                                                       std::vector<RankRange> uncertain) const {
+                                                        std::vector<RankRange> uncertain) const {
   const VocabularyIndex& vocab = *vocab_;
   const size_t words = GrammarMatcher::BitmaskWords(vocab.NumIds());
   PositionMask mask;
@@ -222,7 +222,8 @@ CompiledGrammar::PositionMask CompiledGrammar::MakeMask(const std::vector<RankRa
   mask.accepted_ranks = accepted;
   for (const std::vector<RankRange>& list : {std::cref(accepted), std::cref(mask.uncertain)}) {
     for (RankRange r : list) {
-      for (int32_t i = r.begin; i < r.end; ++i) mask.max_open_len = std::max(mask.max_open_len, vocab.BytesOfRank(i).size());
+      for (int32_t i = r.begin; i < r.end; ++i)
+        mask.max_open_len = std::max(mask.max_open_len, vocab.BytesOfRank(i).size());
     }
   }
   size_t count = 0;
@@ -247,7 +248,8 @@ void CompiledGrammar::FindRepetitionChains() {
   const FlatGrammar& g = *flat_;
   const auto num_rules = static_cast<int32_t>(g.alt_begin.size()) - 1;
   // Per rule: its count k (0 = not such a rule; -1 = not yet known) and a rule one larger.
-  std::vector<int32_t> count(static_cast<size_t>(num_rules), -1), parent(static_cast<size_t>(num_rules), -1);
+  std::vector<int32_t> count(static_cast<size_t>(num_rules), -1),
+      parent(static_cast<size_t>(num_rules), -1);
   auto shape = [&](int32_t r, int32_t& x, int32_t& child) {
     if (g.alt_begin[r + 1] - g.alt_begin[r] != 2) return false;
     const int32_t s0 = g.alt_start[g.alt_begin[r]], s1 = g.alt_start[g.alt_begin[r] + 1];
@@ -300,7 +302,8 @@ void CompiledGrammar::FindRepetitionChains() {
   }
   for (int32_t r = 0; r < num_rules; ++r) {
     int32_t x, child;
-    if (count[static_cast<size_t>(r)] >= 2 && shape(r, x, child) && parent[static_cast<size_t>(child)] < 0)
+    if (count[static_cast<size_t>(r)] >= 2 && shape(r, x, child) &&
+        parent[static_cast<size_t>(child)] < 0)
       parent[static_cast<size_t>(child)] = r;
   }
   // The fewest bytes of each rule (a fixed point; nullable rules 0).
@@ -312,7 +315,10 @@ void CompiledGrammar::FindRepetitionChains() {
       for (int32_t a = g.alt_begin[r]; a < g.alt_begin[r + 1]; ++a) {
         int64_t len = 0;
         for (int32_t p = g.alt_start[a]; g.op[p] != FlatGrammar::kEnd; ++p)
-          len = std::min(kInf, len + (FlatGrammar::IsRule(g.op[p]) ? min_len[static_cast<size_t>(FlatGrammar::RuleOf(g.op[p]))] : 1));
+          len =
+              std::min(kInf, len + (FlatGrammar::IsRule(g.op[p])
+                                        ? min_len[static_cast<size_t>(FlatGrammar::RuleOf(g.op[p]))]
+                                        : 1));
         if (len < min_len[static_cast<size_t>(r)]) {
           min_len[static_cast<size_t>(r)] = len;
           changed = true;
@@ -327,7 +333,8 @@ void CompiledGrammar::FindRepetitionChains() {
     const int32_t k = count[static_cast<size_t>(r)];
     if (k <= 0) continue;
     int32_t t = r;
-    while (parent[static_cast<size_t>(t)] >= 0 && top[static_cast<size_t>(t)] < 0) t = parent[static_cast<size_t>(t)];
+    while (parent[static_cast<size_t>(t)] >= 0 && top[static_cast<size_t>(t)] < 0)
+      t = parent[static_cast<size_t>(t)];
     if (top[static_cast<size_t>(t)] >= 0) t = top[static_cast<size_t>(t)];
     top[static_cast<size_t>(r)] = t;
     const int32_t s0 = g.alt_start[g.alt_begin[r]], t0 = g.alt_start[g.alt_begin[t]];
@@ -335,8 +342,12 @@ void CompiledGrammar::FindRepetitionChains() {
     // one byte more: tokens no longer than left * unit cannot tell this rule from the largest.
     const int32_t xop = g.op[static_cast<size_t>(s0)];
     const int64_t unit = std::max<int64_t>(
-        1, FlatGrammar::IsRule(xop) ? std::min<int64_t>(min_len[static_cast<size_t>(FlatGrammar::RuleOf(xop))], 1 << 20) : 1);
-    auto bytes = [&](int64_t units) { return static_cast<int32_t>(std::min<int64_t>(INT32_MAX, units * unit)); };
+        1, FlatGrammar::IsRule(xop)
+               ? std::min<int64_t>(min_len[static_cast<size_t>(FlatGrammar::RuleOf(xop))], 1 << 20)
+               : 1);
+    auto bytes = [&](int64_t units) {
+      return static_cast<int32_t>(std::min<int64_t>(INT32_MAX, units * unit));
+    };
     rep_canon_[static_cast<size_t>(s0)] = t0;
     rep_left_[static_cast<size_t>(s0)] = bytes(k);
     if (k >= 2) {
@@ -346,8 +357,10 @@ void CompiledGrammar::FindRepetitionChains() {
   }
 }
 
-void CompiledGrammar::WalkChain(const std::vector<int32_t>& chain, const std::vector<RankRange>& ranges,
-                                std::vector<RankRange>& accepted, std::vector<RankRange>& uncertain) const {
+void CompiledGrammar::WalkChain(const std::vector<int32_t>& chain,
+                                const std::vector<RankRange>& ranges,
+                                std::vector<RankRange>& accepted,
+                                std::vector<RankRange>& uncertain) const {
   StackPool pool;
   Stepper stepper(*flat_, pool);
   int32_t parent = StackPool::kUnknown;
@@ -372,13 +385,15 @@ void CompiledGrammar::WalkChain(const std::vector<int32_t>& chain, const std::ve
 
 std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ContextMask(
     const std::vector<int32_t>& chain) const {
-  const std::string key(reinterpret_cast<const char*>(chain.data()), chain.size() * sizeof(int32_t));
+  const std::string key(reinterpret_cast<const char*>(chain.data()),
+                        chain.size() * sizeof(int32_t));
   {
     std::lock_guard lock(context_mutex_);
     auto it = context_masks_.find(key);
     if (it != context_masks_.end()) return it->second;
     // Bounded: each mask may hold a bitset of the vocabulary.
-    if (num_owned_masks_ >= kMaxContextMasks || context_masks_.size() >= 16 * kMaxContextMasks) return nullptr;
+    if (num_owned_masks_ >= kMaxContextMasks || context_masks_.size() >= 16 * kMaxContextMasks)
+      return nullptr;
   }
   // Computed outside the lock (two threads may both compute one key; the results are equal).
   bool owned = false;
@@ -420,13 +435,17 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ComputeCon
   // Tokens of at most `left` bytes: the verdict of the canonical chain. Longer ones the
   // canonical chain rejects: rejected here too (its language holds this one's). The other
   // longer ones: walked from this chain.
-  std::vector<uint8_t> verdict(static_cast<size_t>(num_ranks), 0);  // 0 reject, 1 accept, 2 uncertain
-  for (RankRange r : base->accepted_ranks) std::fill(verdict.begin() + r.begin, verdict.begin() + r.end, 1);
-  for (RankRange r : base->uncertain) std::fill(verdict.begin() + r.begin, verdict.begin() + r.end, 2);
+  std::vector<uint8_t> verdict(static_cast<size_t>(num_ranks),
+                               0);  // 0 reject, 1 accept, 2 uncertain
+  for (RankRange r : base->accepted_ranks)
+    std::fill(verdict.begin() + r.begin, verdict.begin() + r.end, 1);
+  for (RankRange r : base->uncertain)
+    std::fill(verdict.begin() + r.begin, verdict.begin() + r.end, 2);
   std::vector<RankRange> walk;
   const VocabularyIndex& vocab = *vocab_;
   for (int32_t r = 0; r < num_ranks; ++r) {
-    if (verdict[static_cast<size_t>(r)] != 0 && vocab.BytesOfRank(r).size() > static_cast<size_t>(left)) {
+    if (verdict[static_cast<size_t>(r)] != 0 &&
+        vocab.BytesOfRank(r).size() > static_cast<size_t>(left)) {
       verdict[static_cast<size_t>(r)] = 0;
       AppendRange(walk, r, r + 1);
     }
@@ -434,8 +453,10 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ComputeCon
   if (!walk.empty()) {
     std::vector<RankRange> walk_accepted, walk_uncertain;
     WalkChain(chain, walk, walk_accepted, walk_uncertain);
-    for (RankRange r : walk_accepted) std::fill(verdict.begin() + r.begin, verdict.begin() + r.end, 1);
-    for (RankRange r : walk_uncertain) std::fill(verdict.begin() + r.begin, verdict.begin() + r.end, 2);
+    for (RankRange r : walk_accepted)
+      std::fill(verdict.begin() + r.begin, verdict.begin() + r.end, 1);
+    for (RankRange r : walk_uncertain)
+      std::fill(verdict.begin() + r.begin, verdict.begin() + r.end, 2);
   }
   for (int32_t r = 0; r < num_ranks; ++r) {
     if (verdict[static_cast<size_t>(r)] == 1) AppendRange(accepted, r, r + 1);
@@ -471,9 +492,11 @@ void GrammarMatcher::FillNextTokenBitmask(std::span<uint32_t> bitmask) {
   std::fill(bitmask.begin(), bitmask.end(), 0u);
   if (terminated_) return;
   const VocabularyIndex& vocab = compiled_->vocabulary();
-  const size_t limit_ids = std::min<size_t>(bitmask.size() * 32, static_cast<size_t>(vocab.NumIds()));
+  const size_t limit_ids =
+      std::min<size_t>(bitmask.size() * 32, static_cast<size_t>(vocab.NumIds()));
   auto set = [&](int32_t id) {
-    if (static_cast<size_t>(id) < limit_ids) bitmask[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+    if (static_cast<size_t>(id) < limit_ids)
+      bitmask[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
   };
   const StackSet& state = bytes_.state();
   const FlatGrammar& g = compiled_->flat();
@@ -502,7 +525,8 @@ void GrammarMatcher::FillNextTokenBitmask(std::span<uint32_t> bitmask) {
   }
   (void)g;
   if (!ranges_.empty()) {
-    std::sort(ranges_.begin(), ranges_.end(), [](RankRange a, RankRange b) { return a.begin < b.begin; });
+    std::sort(ranges_.begin(), ranges_.end(),
+              [](RankRange a, RankRange b) { return a.begin < b.begin; });
     size_t out = 0;
     for (size_t i = 1; i < ranges_.size(); ++i) {
       if (ranges_[i].begin <= ranges_[out].end) {
@@ -512,7 +536,8 @@ void GrammarMatcher::FillNextTokenBitmask(std::span<uint32_t> bitmask) {
       }
     }
     ranges_.resize(out + 1);
-    std::string key(reinterpret_cast<const char*>(state.tops.data()), state.tops.size() * sizeof(int32_t));
+    std::string key(reinterpret_cast<const char*>(state.tops.data()),
+                    state.tops.size() * sizeof(int32_t));
     key.push_back(state.complete ? '1' : '0');
     auto it = state_cache_.find(key);
     if (it == state_cache_.end()) {

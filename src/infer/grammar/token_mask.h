@@ -38,9 +38,9 @@ class VocabularyIndex {
   size_t NumRanks() const { return ids_.size(); }
   int32_t IdOfRank(int32_t rank) const { return ids_[static_cast<size_t>(rank)]; }
   std::string_view BytesOfRank(int32_t rank) const {
-    return std::string_view(blob_).substr(offsets_[static_cast<size_t>(rank)],
-                                          offsets_[static_cast<size_t>(rank) + 1] -
-                                              offsets_[static_cast<size_t>(rank)]);
+    return std::string_view(blob_).substr(
+        offsets_[static_cast<size_t>(rank)],
+        offsets_[static_cast<size_t>(rank) + 1] - offsets_[static_cast<size_t>(rank)]);
   }
   size_t MaxTokenBytes() const { return max_len_; }
   // The first rank after `rank` whose bytes do not start with the first `k` bytes of `rank`'s.
@@ -80,11 +80,11 @@ class CompiledGrammar {
   size_t num_uncertain() const { return num_uncertain_; }
 
   struct PositionMask {
-    std::vector<uint32_t> accepted_bits;  // by id, when many tokens are accepted
-    std::vector<int32_t> accepted_ids;    // else the ids
-    std::vector<RankRange> uncertain;     // sorted, disjoint
+    std::vector<uint32_t> accepted_bits;    // by id, when many tokens are accepted
+    std::vector<int32_t> accepted_ids;      // else the ids
+    std::vector<RankRange> uncertain;       // sorted, disjoint
     std::vector<RankRange> accepted_ranks;  // the accepted ones as ranks (to derive masks from)
-    size_t max_open_len = 0;  // the longest token accepted or uncertain
+    size_t max_open_len = 0;                // the longest token accepted or uncertain
   };
   // The precomputed mask of a terminal position.
   const PositionMask& MaskAt(int32_t pos) const {
@@ -119,7 +119,8 @@ class CompiledGrammar {
   // The full walk of every token from the stack a chain describes.
   void WalkChain(const std::vector<int32_t>& chain, const std::vector<RankRange>& ranges,
                  std::vector<RankRange>& accepted, std::vector<RankRange>& uncertain) const;
-  std::shared_ptr<const PositionMask> ComputeContextMask(const std::vector<int32_t>& chain, bool& owned) const;
+  std::shared_ptr<const PositionMask> ComputeContextMask(const std::vector<int32_t>& chain,
+                                                         bool& owned) const;
   std::shared_ptr<const FlatGrammar> flat_;
   std::shared_ptr<const VocabularyIndex> vocab_;
   std::vector<int32_t> mask_of_pos_;
@@ -137,7 +138,9 @@ class GrammarMatcher {
   explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> compiled);
 
   // Words of a bitmask over `vocab_size` ids.
-  static size_t BitmaskWords(int64_t vocab_size) { return static_cast<size_t>((vocab_size + 31) / 32); }
+  static size_t BitmaskWords(int64_t vocab_size) {
+    return static_cast<size_t>((vocab_size + 31) / 32);
+  }
   // Bit i set = token i allowed next. The span covers the model's whole vocabulary (it may be
   // larger than the tokenizer's; extra ids are never allowed). After termination nothing is.
   void FillNextTokenBitmask(std::span<uint32_t> bitmask);

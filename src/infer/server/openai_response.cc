@@ -219,7 +219,8 @@ std::string OpenAiResponse::ToolReplyChunk(size_t index, const Choice& choice) c
   ordered_json delta = ordered_json::object();
   if (!reply.content.empty()) delta["content"] = reply.content;
   if (!reply.calls.empty()) delta["tool_calls"] = ToolCallsJson(reply.calls, /*streamed=*/true);
-  ordered_json delta_choice = {{"index", index}, {"delta", std::move(delta)}, {"logprobs", nullptr}};
+  ordered_json delta_choice = {
+      {"index", index}, {"delta", std::move(delta)}, {"logprobs", nullptr}};
   delta_choice["finish_reason"] =
       reply.calls.empty() ? OpenAiFinishReason(choice.finish_reason) : "tool_calls";
   ordered_json chunk = ChunkBase();

@@ -103,7 +103,8 @@ std::optional<StructuredOutput> StructuredOutputs(const Fields& fields, const js
     } else if (key == "grammar") {
       set(Text(fields, item, Kind::kGrammar, "structured_outputs.grammar"));
     } else if (key == "json_object") {
-      if (!item.is_boolean()) fields.Reject("'structured_outputs.json_object' must be a boolean", name);
+      if (!item.is_boolean())
+        fields.Reject("'structured_outputs.json_object' must be a boolean", name);
       if (item.get<bool>()) set({Kind::kJsonObject, "", {}});
     } else if (key != "disable_any_whitespace" && key != "disable_additional_properties" &&
                key != "whitespace_pattern" && key != "backend") {
@@ -116,9 +117,9 @@ std::optional<StructuredOutput> StructuredOutputs(const Fields& fields, const js
 }  // namespace
 
 std::optional<StructuredOutput> ParseStructuredOutput(Fields& fields, std::string_view body) {
-  static constexpr const char* kNames[] = {"response_format", "structured_outputs", "guided_json",
-                                           "json_schema",     "guided_regex",       "guided_choice",
-                                           "guided_grammar",  "grammar"};
+  static constexpr const char* kNames[] = {
+      "response_format", "structured_outputs", "guided_json",    "json_schema",
+      "guided_regex",    "guided_choice",      "guided_grammar", "grammar"};
   std::vector<const char*> given;
   for (const char* name : kNames) {
     if (fields.Get(name)) given.push_back(name);

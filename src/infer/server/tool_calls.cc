@@ -58,9 +58,9 @@ ToolChoice ParseToolChoice(const Fields& fields, const ordered_json& value) {
     if (mode == "auto") return {ToolChoice::Mode::kAuto, ""};
     if (mode == "none") return {ToolChoice::Mode::kNone, ""};
     if (mode == "required") return {ToolChoice::Mode::kRequired, ""};
-    fields.Reject(fmt::format("'tool_choice' must be none, auto, required or a function, got '{}'",
-                              mode),
-                  name);
+    fields.Reject(
+        fmt::format("'tool_choice' must be none, auto, required or a function, got '{}'", mode),
+        name);
   }
   if (value.is_object() && value.value("type", "") == "function" && value.contains("function") &&
       value["function"].is_object() && value["function"].contains("name") &&
@@ -103,11 +103,11 @@ std::vector<const Tool*> Callable(const ToolsRequest& tools) {
 ordered_json CallSchema(const ToolsRequest& tools, const char* arguments_key) {
   ordered_json any = ordered_json::array();
   for (const Tool* tool : Callable(tools)) {
-    ordered_json call = {{"type", "object"},
-                         {"properties",
-                          {{"name", {{"const", tool->name}}}, {arguments_key, tool->parameters}}},
-                         {"required", {"name", arguments_key}},
-                         {"additionalProperties", false}};
+    ordered_json call = {
+        {"type", "object"},
+        {"properties", {{"name", {{"const", tool->name}}}, {arguments_key, tool->parameters}}},
+        {"required", {"name", arguments_key}},
+        {"additionalProperties", false}};
     any.push_back(std::move(call));
   }
   if (any.size() == 1) return any.front();
@@ -197,8 +197,7 @@ ParsedReply ParseGeneric(std::string_view text, const ToolsRequest& tools) {
 }
 
 std::string GenericSystemText(const ToolsRequest& tools) {
-  std::string text =
-      "You can call these tools (each with a JSON Schema of its arguments):\n";
+  std::string text = "You can call these tools (each with a JSON Schema of its arguments):\n";
   for (const Tool& tool : tools.tools) text += tool.spec.dump() + "\n";
   text +=
       "\nTo call tools, reply with only this JSON object and nothing else:\n"
@@ -251,9 +250,9 @@ std::optional<ToolsRequest> ParseTools(Fields& fields, std::string_view body) {
     bool known = false;
     for (const Tool& tool : request.tools) known = known || tool.name == request.choice.name;
     if (!known) {
-      fields.Reject(fmt::format("'tool_choice' names '{}', which is not in 'tools'",
-                                request.choice.name),
-                    "tool_choice");
+      fields.Reject(
+          fmt::format("'tool_choice' names '{}', which is not in 'tools'", request.choice.name),
+          "tool_choice");
     }
   }
   return request;
@@ -320,13 +319,13 @@ ordered_json MessagesForTemplate(const ordered_json& messages, const ToolsReques
     if (role == "assistant" && message.contains("tool_calls")) {
       ordered_json calls = ordered_json::array();
       for (const ordered_json& call : message["tool_calls"]) {
-        calls.push_back({{"name", call["function"]["name"]},
-                         {"arguments", call["function"]["arguments"]}});
+        calls.push_back(
+            {{"name", call["function"]["name"]}, {"arguments", call["function"]["arguments"]}});
       }
       content = ordered_json{{"tool_calls", calls}}.dump();
     } else if (role == "tool") {
-      append("user", fmt::format("Result of tool call {}: {}", message.value("tool_call_id", ""),
-                                 content));
+      append("user",
+             fmt::format("Result of tool call {}: {}", message.value("tool_call_id", ""), content));
       continue;
     }
     append(role, content);
@@ -348,24 +347,23 @@ std::optional<StructuredOutput> ToolCallConstraint(const ToolsRequest& tools,
   const size_t most = tools.parallel && tools.choice.mode == Mode::kRequired ? 8 : 1;
   switch (format) {
     case ToolCallFormat::kLlama3Json:
-      return StructuredOutput{StructuredOutput::Kind::kJsonSchema,
-                              CallSchema(tools, "parameters").dump(),
-                              {}};
+      return StructuredOutput{
+          StructuredOutput::Kind::kJsonSchema, CallSchema(tools, "parameters").dump(), {}};
     case ToolCallFormat::kGeneric: {
-      const ordered_json schema = {
-          {"type", "object"},
-          {"properties",
-           {{"tool_calls",
-             {{"type", "array"},
-              {"minItems", 1},
-              {"maxItems", most},
-              {"items", CallSchema(tools, "arguments")}}}}},
-          {"required", {"tool_calls"}},
-          {"additionalProperties", false}};
+      const ordered_json schema = {{"type", "object"},
+                                   {"properties",
+                                    {{"tool_calls",
+                                      {{"type", "array"},
+                                       {"minItems", 1},
+                                       {"maxItems", most},
+                                       {"items", CallSchema(tools, "arguments")}}}}},
+                                   {"required", {"tool_calls"}},
+                                   {"additionalProperties", false}};
       return StructuredOutput{StructuredOutput::Kind::kJsonSchema, schema.dump(), {}};
     }
     case ToolCallFormat::kHermes: {
-      std::string gbnf = JsonSchemaRuleGbnf(CallSchema(tools, "arguments").dump(), "tool-call-json");
+      std::string gbnf =
+          JsonSchemaRuleGbnf(CallSchema(tools, "arguments").dump(), "tool-call-json");
       gbnf += fmt::format(
           "\nroot ::= tool-call-tagged (\"\\n\" tool-call-tagged){{0,{}}}\n"
           "tool-call-tagged ::= \"<tool_call>\\n\" tool-call-json \"\\n</tool_call>\"\n",

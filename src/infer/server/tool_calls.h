@@ -25,9 +25,9 @@
 namespace infer::server {
 
 enum class ToolCallFormat {
-  kHermes,     // <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> (Qwen3)
-  kLlama3Json, // {"name": ..., "parameters": {...}} as the whole reply (Llama 3.x)
-  kGeneric,    // {"tool_calls": [{"name": ..., "arguments": {...}}]} (templates without tools)
+  kHermes,      // <tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call> (Qwen3)
+  kLlama3Json,  // {"name": ..., "parameters": {...}} as the whole reply (Llama 3.x)
+  kGeneric,     // {"tool_calls": [{"name": ..., "arguments": {...}}]} (templates without tools)
 };
 // The format a chat template teaches, read from its source.
 ToolCallFormat DetectToolCallFormat(std::string_view chat_template_source);
@@ -72,10 +72,11 @@ nlohmann::ordered_json ToolsVariable(const ToolsRequest& tools, ToolCallFormat f
 // The grammar of the reply when the call is required (tool_choice required or a named function):
 // the call(s) in the model's format, each tool's arguments valid under its parameters.
 // nullopt when the reply is free (auto, none).
-std::optional<StructuredOutput> ToolCallConstraint(const ToolsRequest& tools, ToolCallFormat format);
+std::optional<StructuredOutput> ToolCallConstraint(const ToolsRequest& tools,
+                                                   ToolCallFormat format);
 
 struct ToolCall {
-  std::string id;         // call_<24 hex digits>
+  std::string id;  // call_<24 hex digits>
   std::string name;
   std::string arguments;  // JSON text
 };
@@ -85,7 +86,6 @@ struct ParsedReply {
 };
 // The reply split into text and calls to known tools; a reply that does not hold a
 // well-formed call is all content.
-ParsedReply ParseToolCalls(std::string_view text, ToolCallFormat format,
-                           const ToolsRequest& tools);
+ParsedReply ParseToolCalls(std::string_view text, ToolCallFormat format, const ToolsRequest& tools);
 
 }  // namespace infer::server

@@ -88,9 +88,9 @@ SamplingParams Choices(std::vector<std::string> choices, int64_t max_new_tokens 
 }
 
 std::vector<int32_t> RunOne(Engine& engine, const std::string& id, const SamplingParams& params,
-                         std::optional<FinishReason>* reason = nullptr) {
-  auto channel = engine.AddRequest(id, engine.PreparePrompt(std::vector<int32_t>{2, 3}, params),
-                                   params);
+                            std::optional<FinishReason>* reason = nullptr) {
+  auto channel =
+      engine.AddRequest(id, engine.PreparePrompt(std::vector<int32_t>{2, 3}, params), params);
   std::vector<int32_t> ids;
   while (engine.HasWork()) engine.Step();
   while (auto output = channel->Pop(std::chrono::milliseconds(0))) {

@@ -12,9 +12,16 @@ namespace infer {
 namespace {
 
 TEST(ChoiceToGbnf, AcceptsExactlyTheChoices) {
-  const std::vector<std::string> choices = {"yes", "no", "", "a \"quoted\" \\ word", "line\nbreak",
-                                            "tab\there", "\u00e9t\u00e9 \U0001F600", "#not-a-comment",
-                                            "[x]", "no"};
+  const std::vector<std::string> choices = {"yes",
+                                            "no",
+                                            "",
+                                            "a \"quoted\" \\ word",
+                                            "line\nbreak",
+                                            "tab\there",
+                                            "\u00e9t\u00e9 \U0001F600",
+                                            "#not-a-comment",
+                                            "[x]",
+                                            "no"};
   const testing_gbnf::Grammar grammar(ChoiceToGbnf(choices));
   for (const std::string& choice : choices) EXPECT_TRUE(grammar.Accepts(choice)) << choice;
   for (const char* other : {"ye", "yess", "No", "a \"quoted\" word", "line", "x"}) {

@@ -40,7 +40,10 @@ inline std::u32string DecodeUtf8(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     const auto lead = static_cast<unsigned char>(s[i]);
     const size_t len = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
-    char32_t cp = len == 1 ? lead : len == 2 ? (lead & 0x1F) : len == 3 ? (lead & 0x0F) : (lead & 0x07);
+    char32_t cp = len == 1   ? lead
+                  : len == 2 ? (lead & 0x1F)
+                  : len == 3 ? (lead & 0x0F)
+                             : (lead & 0x07);
     for (size_t k = 1; k < len; ++k) {
       if (i + k >= s.size()) throw std::runtime_error("bad UTF-8");
       cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
@@ -216,7 +219,8 @@ class Grammar {
         }
         if (options.empty()) throw std::runtime_error("cannot sample a terminal");
       }
-      const char32_t cp = options[std::uniform_int_distribution<size_t>(0, options.size() - 1)(rng)];
+      const char32_t cp =
+          options[std::uniform_int_distribution<size_t>(0, options.size() - 1)(rng)];
       if (!parse.Advance(cp)) throw std::runtime_error("sampled a dead end");
       out += EncodeUtf8(cp);
     }
@@ -252,7 +256,8 @@ class Grammar {
   }
 
   static bool IsNameChar(char32_t c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '_';
   }
 
   std::string Name() {
@@ -299,17 +304,28 @@ class Grammar {
       return v;
     };
     switch (e) {
-      case 'n': return '\n';
-      case 'r': return '\r';
-      case 't': return '\t';
-      case '\\': return '\\';
-      case '"': return '"';
-      case '[': return '[';
-      case ']': return ']';
-      case 'x': return hex(2);
-      case 'u': return hex(4);
-      case 'U': return hex(8);
-      default: Fail("unknown escape");
+      case 'n':
+        return '\n';
+      case 'r':
+        return '\r';
+      case 't':
+        return '\t';
+      case '\\':
+        return '\\';
+      case '"':
+        return '"';
+      case '[':
+        return '[';
+      case ']':
+        return ']';
+      case 'x':
+        return hex(2);
+      case 'u':
+        return hex(4);
+      case 'U':
+        return hex(8);
+      default:
+        Fail("unknown escape");
     }
   }
 
@@ -424,7 +440,8 @@ class Grammar {
       auto number = [&] {
         size_t v = 0;
         const size_t start = pos_;
-        while (pos_ < src_.size() && src_[pos_] >= '0' && src_[pos_] <= '9') v = v * 10 + (src_[pos_++] - '0');
+        while (pos_ < src_.size() && src_[pos_] >= '0' && src_[pos_] <= '9')
+          v = v * 10 + (src_[pos_++] - '0');
         if (pos_ == start) Fail("expected a number");
         return v;
       };
@@ -455,7 +472,8 @@ class Grammar {
       for (size_t k = 0; k < static_cast<size_t>(max) - min; ++k) {
         const int next = Fresh();
         productions_.push_back({next, {}});
-        productions_.push_back({next, opt < 0 ? std::vector<Symbol>{x} : std::vector<Symbol>{x, opt}});
+        productions_.push_back(
+            {next, opt < 0 ? std::vector<Symbol>{x} : std::vector<Symbol>{x, opt}});
         opt = next;
       }
       out.push_back(opt);

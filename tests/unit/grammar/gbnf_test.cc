@@ -119,9 +119,9 @@ TEST(GbnfTest, ErrorsSayWhereAndWhat) {
 TEST(GbnfTest, LeftRecursionIsRefused) {
   EXPECT_NE(ErrorOf("root ::= root \"a\" | \"b\"").find("rule 'root' is left-recursive"),
             std::string::npos);
-  EXPECT_NE(ErrorOf("root ::= a \"x\"\na ::= b \"y\" | \"z\"\nb ::= root \"w\"")
-                .find("left-recursive"),
-            std::string::npos);
+  EXPECT_NE(
+      ErrorOf("root ::= a \"x\"\na ::= b \"y\" | \"z\"\nb ::= root \"w\"").find("left-recursive"),
+      std::string::npos);
   // Through a nullable prefix.
   EXPECT_NE(ErrorOf("root ::= e root \"x\" | \"y\"\ne ::= \"a\"?").find("left-recursive"),
             std::string::npos);
@@ -135,8 +135,8 @@ TEST(GbnfTest, LeftRecursionIsRefused) {
 
 TEST(GbnfTest, HostileInputIsBoundedAndFast) {
   const auto start = std::chrono::steady_clock::now();
-  const std::string deep = "root ::= " + std::string(100'000, '(') + "\"a\"" +
-                           std::string(100'000, ')');
+  const std::string deep =
+      "root ::= " + std::string(100'000, '(') + "\"a\"" + std::string(100'000, ')');
   EXPECT_NE(ErrorOf(deep).find("nested deeper"), std::string::npos);
   // Nested bounded repetitions stay small: each level references the one below.
   const Grammar nested = ParseGbnf("root ::= \"x\"{1000}{1000}");

@@ -63,8 +63,8 @@ inline std::shared_ptr<const VocabularyIndex> RealVocabulary(const std::string& 
   Vocabulary vocab;
   vocab.token_bytes = TokenBytes(*tokenizer);
   vocab.special_ids = SpecialTokenIds(*tokenizer);
-  for (const char* eos : {"<|eot_id|>", "<|end_of_text|>", "<|im_end|>", "<|endoftext|>",
-                          "<end_of_turn>", "<eos>"}) {
+  for (const char* eos :
+       {"<|eot_id|>", "<|end_of_text|>", "<|im_end|>", "<|endoftext|>", "<end_of_turn>", "<eos>"}) {
     if (auto id = tokenizer->TokenToId(eos)) vocab.end_ids.push_back(*id);
   }
   auto index = std::make_shared<const VocabularyIndex>(std::move(vocab));

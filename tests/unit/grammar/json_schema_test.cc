@@ -56,8 +56,8 @@ std::vector<std::string> Lines(const std::string& text) {
 // Runs the Python validator on `instances` (one per line); its output, and whether all validate.
 bool Validate(const fs::path& schema, const std::vector<std::string>& instances,
               std::string& report) {
-  const fs::path input = fs::temp_directory_path() /
-                         ("grammar_schema_test_" + std::to_string(::getpid()) + ".jsonl");
+  const fs::path input =
+      fs::temp_directory_path() / ("grammar_schema_test_" + std::to_string(::getpid()) + ".jsonl");
   {
     std::ofstream out(input, std::ios::binary);
     for (const std::string& s : instances) out << s << '\n';
@@ -96,7 +96,8 @@ TEST(JsonSchemaToGbnf, HandWrittenValidInstancesAreAccepted) {
     const std::vector<std::string> instances = Lines(ReadFile(valid));
     ASSERT_FALSE(instances.empty());
     std::string report;
-    ASSERT_TRUE(Validate(file, instances, report)) << "the reference rejects an example\n" << report;
+    ASSERT_TRUE(Validate(file, instances, report)) << "the reference rejects an example\n"
+                                                   << report;
     for (const std::string& instance : instances) {
       EXPECT_TRUE(grammar.Accepts(instance)) << instance << "\n" << gbnf;
     }
@@ -111,7 +112,8 @@ TEST(JsonSchemaToGbnf, RandomWalksEndAndValidate) {
     const std::string text = ReadFile(file);
     const auto start = std::chrono::steady_clock::now();
     const std::string gbnf = JsonSchemaTextToGbnf(text);
-    compile_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    compile_ms +=
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     const Grammar grammar(gbnf);
     std::vector<std::string> outputs;
     for (int i = 0; i < 20; ++i) {
@@ -176,9 +178,12 @@ TEST(JsonSchemaToGbnf, IntegerRangesAreExact) {
   }
   // One side open: the other side is capped at 15 digits (or the bound's own).
   const Grammar lower(JsonSchemaToGbnf(Json{{"type", "integer"}, {"minimum", -3}}));
-  for (const char* yes : {"-3", "0", "7", "999999999999999"}) EXPECT_TRUE(lower.Accepts(yes)) << yes;
-  for (const char* no : {"-4", "-30", "1000000000000000", "1.5"}) EXPECT_FALSE(lower.Accepts(no)) << no;
-  const Grammar big(JsonSchemaToGbnf(Json{{"type", "integer"}, {"minimum", 18446744073709551615ull}}));
+  for (const char* yes : {"-3", "0", "7", "999999999999999"})
+    EXPECT_TRUE(lower.Accepts(yes)) << yes;
+  for (const char* no : {"-4", "-30", "1000000000000000", "1.5"})
+    EXPECT_FALSE(lower.Accepts(no)) << no;
+  const Grammar big(
+      JsonSchemaToGbnf(Json{{"type", "integer"}, {"minimum", 18446744073709551615ull}}));
   EXPECT_TRUE(big.Accepts("18446744073709551615"));
   EXPECT_TRUE(big.Accepts("99999999999999999999"));
   EXPECT_FALSE(big.Accepts("18446744073709551614"));
@@ -221,7 +226,8 @@ TEST(JsonSchemaToGbnf, NumberRangesAreExactOnADecimalGrid) {
       std::snprintf(digits, sizeof digits, "%03ld", frac);
       std::string f = digits;
       while (f.size() > 1 && f.back() == '0') f.pop_back();
-      for (std::string g = f; g.size() <= 3; g += '0') texts.push_back(sign + std::to_string(whole) + "." + g);
+      for (std::string g = f; g.size() <= 3; g += '0')
+        texts.push_back(sign + std::to_string(whole) + "." + g);
       for (const std::string& text : texts) {
         if (v == 0 && text[0] == '-') continue;  // -0: either way
         EXPECT_EQ(grammar.Accepts(text), in) << text << "\n" << gbnf;
@@ -260,7 +266,8 @@ TEST(JsonSchemaToGbnf, AdditionalPropertiesDefaultAndStrictMode) {
 }
 
 TEST(JsonSchemaToGbnf, WhitespaceModes) {
-  const std::string schema = R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}},"required":["a"],"additionalProperties":false})";
+  const std::string schema =
+      R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"integer"}}},"required":["a"],"additionalProperties":false})";
   JsonSchemaOptions compact;
   compact.whitespace = JsonSchemaOptions::Whitespace::kCompact;
   const Grammar c(JsonSchemaTextToGbnf(schema, compact));
@@ -308,7 +315,8 @@ TEST(JsonSchemaToGbnf, DatesAreExactCalendarDates) {
   for (const char* yes : {"2024-02-29", "2000-02-29", "1999-12-31", "0001-01-01", "2023-04-30"}) {
     EXPECT_TRUE(grammar.Accepts(std::string("\"") + yes + "\"")) << yes;
   }
-  for (const char* no : {"2023-02-29", "1900-02-29", "2023-04-31", "0000-01-01", "2023-13-01", "2023-1-01"}) {
+  for (const char* no :
+       {"2023-02-29", "1900-02-29", "2023-04-31", "0000-01-01", "2023-13-01", "2023-1-01"}) {
     EXPECT_FALSE(grammar.Accepts(std::string("\"") + no + "\"")) << no;
   }
 }

@@ -66,19 +66,61 @@ TEST(MatcherTest, PrefixesAreExactlyThoseWithAnExtension) {
     ByteMatcher m(g);
     const bool alive = m.AcceptString(s);
     bool extends = false;
-    for (const std::string& t : AllStrings("abc", 4)) extends = extends || std::regex_match(s + t, re);
+    for (const std::string& t : AllStrings("abc", 4))
+      extends = extends || std::regex_match(s + t, re);
     ASSERT_EQ(alive, extends) << s;
   }
 }
 
 const char* const kHandWrittenJson[] = {
-    "{}", "[]", "0", "-0", "1.5e10", "-1.5E-3", "1e+2", "\"\"", "\"a\\u00e9\\n\\\"\"",
-    "  {\"a\": [1, 2, {\"b\": null}], \"c\": true}  ", "[[[[]]]]", "\"\xC3\xA9\xE2\x82\xAC\"",
-    "true", "false", "null", "[1,2,3]", "{\"k\":\"v\",\"k2\":{}}", "\t\n\r 7 \r\n",
+    "{}",
+    "[]",
+    "0",
+    "-0",
+    "1.5e10",
+    "-1.5E-3",
+    "1e+2",
+    "\"\"",
+    "\"a\\u00e9\\n\\\"\"",
+    "  {\"a\": [1, 2, {\"b\": null}], \"c\": true}  ",
+    "[[[[]]]]",
+    "\"\xC3\xA9\xE2\x82\xAC\"",
+    "true",
+    "false",
+    "null",
+    "[1,2,3]",
+    "{\"k\":\"v\",\"k2\":{}}",
+    "\t\n\r 7 \r\n",
     // Invalid:
-    "", " ", "01", "1.", ".5", "-", "+1", "1e", "[1,]", "{\"a\":1,}", "{a:1}", "'a'", "[1 2]",
-    "\"\\x41\"", "\"\t\"", "\"\\u12G4\"", "nul", "truex", "{\"a\" 1}", "\"abc", "[", "]",
-    "\"\xC3\"", "\"\xFF\"", "{}{}", "1 2", "--1", "1.5.5", "[\"a\":1]",
+    "",
+    " ",
+    "01",
+    "1.",
+    ".5",
+    "-",
+    "+1",
+    "1e",
+    "[1,]",
+    "{\"a\":1,}",
+    "{a:1}",
+    "'a'",
+    "[1 2]",
+    "\"\\x41\"",
+    "\"\t\"",
+    "\"\\u12G4\"",
+    "nul",
+    "truex",
+    "{\"a\" 1}",
+    "\"abc",
+    "[",
+    "]",
+    "\"\xC3\"",
+    "\"\xFF\"",
+    "{}{}",
+    "1 2",
+    "--1",
+    "1.5.5",
+    "[\"a\":1]",
 };
 
 TEST(MatcherTest, JsonGrammarAgreesWithNlohmannOnHandWrittenStrings) {
@@ -96,16 +138,22 @@ std::string RandomJson(std::mt19937& rng, int depth) {
     return std::string(kWs[pick(6)]);
   };
   auto str = [&]() {
-    static const char* const kPieces[] = {"a", "Z", " ", "\\n", "\\\"", "\\\\", "\\u00e9",
-                                          "\\uD83D\\uDE00", "\xC3\xA9", "\xE2\x82\xAC", "/",
-                                          "\\/", "{", "]", ":"};
+    static const char* const kPieces[] = {"a",        "Z",
+                                          " ",        "\\n",
+                                          "\\\"",     "\\\\",
+                                          "\\u00e9",  "\\uD83D\\uDE00",
+                                          "\xC3\xA9", "\xE2\x82\xAC",
+                                          "/",        "\\/",
+                                          "{",        "]",
+                                          ":"};
     std::string s = "\"";
     for (int i = pick(5); i > 0; --i) s += kPieces[pick(15)];
     return s + "\"";
   };
   const int kind = depth > 3 ? pick(4) : pick(6);
   switch (kind) {
-    case 0: return str();
+    case 0:
+      return str();
     case 1: {
       static const char* const kNumbers[] = {"0", "-0", "12", "-3.25", "1e5", "2E-7", "9.0e+3"};
       return kNumbers[pick(7)];
@@ -114,7 +162,8 @@ std::string RandomJson(std::mt19937& rng, int depth) {
       static const char* const kLiterals[] = {"true", "false", "null"};
       return kLiterals[pick(3)];
     }
-    case 3: return "[" + ws() + "]";
+    case 3:
+      return "[" + ws() + "]";
     case 4: {
       std::string s = "[" + ws();
       for (int i = pick(3) + 1; i > 0; --i) {
@@ -146,9 +195,14 @@ TEST(MatcherTest, JsonGrammarAgreesWithNlohmannOnRandomStrings) {
         const size_t at = rng() % (s.size() + 1);
         const char c = kMutations[rng() % (sizeof(kMutations) - 1)];
         switch (rng() % 3) {
-          case 0: s.insert(s.begin() + static_cast<std::ptrdiff_t>(at), c); break;
-          case 1: if (at < s.size()) s.erase(at, 1); break;
-          default: if (at < s.size()) s[at] = c;
+          case 0:
+            s.insert(s.begin() + static_cast<std::ptrdiff_t>(at), c);
+            break;
+          case 1:
+            if (at < s.size()) s.erase(at, 1);
+            break;
+          default:
+            if (at < s.size()) s[at] = c;
         }
       }
     }

@@ -36,13 +36,47 @@ std::vector<std::string> AllStrings(const std::vector<std::string>& alphabet, si
 }
 
 const std::vector<std::string> kPatterns = {
-    "",          "a",          "ab",          "a|b",         "a*",          "a+b",
-    "a?b?",      "(a|b)*",     "(?:ab|ba)+",  "[ab]{2,3}",   "a{0}",        "a{2}",
-    "a{1,}",     "[^a]",       "[^ab]*",      "a.b",         ".*",          "\\d+",
-    "\\D",       "\\w\\W",     "\\s",         "\\S+",        "[a-c]+",      "[\\d-]",
-    "[-a]",      "a|",         "(a|)(b|)",    "^ab$",        "^a|b$",       "(a(b(a)?)?)+",
-    "a*?b",      "(ab)+?",     "[.]",         "\\.",         "a\\-b",
-    "\\x61",     "\\u0062",    "[\\s\\S]",    "(a|ab)(c|bcd)?", "a{1,2}b{0,1}", "\\n|a",
+    "",
+    "a",
+    "ab",
+    "a|b",
+    "a*",
+    "a+b",
+    "a?b?",
+    "(a|b)*",
+    "(?:ab|ba)+",
+    "[ab]{2,3}",
+    "a{0}",
+    "a{2}",
+    "a{1,}",
+    "[^a]",
+    "[^ab]*",
+    "a.b",
+    ".*",
+    "\\d+",
+    "\\D",
+    "\\w\\W",
+    "\\s",
+    "\\S+",
+    "[a-c]+",
+    "[\\d-]",
+    "[-a]",
+    "a|",
+    "(a|)(b|)",
+    "^ab$",
+    "^a|b$",
+    "(a(b(a)?)?)+",
+    "a*?b",
+    "(ab)+?",
+    "[.]",
+    "\\.",
+    "a\\-b",
+    "\\x61",
+    "\\u0062",
+    "[\\s\\S]",
+    "(a|ab)(c|bcd)?",
+    "a{1,2}b{0,1}",
+    "\\n|a",
     "[^\\n]",
 };
 
@@ -65,7 +99,7 @@ TEST(RegexToGbnf, LanguageEqualsStdRegexOnShortStrings) {
 }
 
 TEST(RegexToGbnf, JsonSchemaPatternsHaveSearchSemanticsOverTheJsonEncoding) {
-  const std::vector<std::string> patterns = {"a",   "^a",  "a$",     "^a$",   "^(a|\")+$",
+  const std::vector<std::string> patterns = {"a",    "^a",      "a$",   "^a$",    "^(a|\")+$",
                                              "\\\\", "^[^a]*$", "b.\"", "^\\s*$", "^a|b$"};
   const std::vector<std::string> alphabet = {"a", "b", "\"", "\\", "\n"};
   const std::vector<std::string> strings = AllStrings(alphabet, 4);

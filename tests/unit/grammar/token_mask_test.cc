@@ -80,7 +80,8 @@ std::string RandomWalk(const std::shared_ptr<const CompiledGrammar>& compiled, u
       const auto expected = BruteForceMask(reference, vocab, vocab_size);
       for (size_t w = 0; w < expected.size(); ++w) {
         if (expected[w] == bits[w]) continue;
-        for (int32_t id = static_cast<int32_t>(w * 32); id < static_cast<int32_t>(w * 32 + 32); ++id) {
+        for (int32_t id = static_cast<int32_t>(w * 32); id < static_cast<int32_t>(w * 32 + 32);
+             ++id) {
           if (Bit(expected, id) != Bit(bits, id)) {
             ADD_FAILURE() << "step " << step << " after '" << out << "': token " << id << " '"
                           << (id < static_cast<int32_t>(vocab.vocabulary().token_bytes.size())
@@ -188,8 +189,8 @@ TEST(TokenMaskTest, SpecialTokensNeverEndTokensExactlyWhenComplete) {
 
 TEST(TokenMaskTest, MultiByteCharactersSplitAcrossTokens) {
   // Tokens: whole "€" (E2 82 AC), its bytes alone, its pieces, "é" (C3 A9) and "x".
-  auto vocab = MakeVocab({"\xE2\x82\xAC", "\xE2", "\x82", "\xAC", "\xE2\x82", "\x82\xAC",
-                          "\xC3", "\xA9", "x", "\xAC\xE2"});
+  auto vocab = MakeVocab({"\xE2\x82\xAC", "\xE2", "\x82", "\xAC", "\xE2\x82", "\x82\xAC", "\xC3",
+                          "\xA9", "x", "\xAC\xE2"});
   auto compiled = CompiledGrammar::FromGbnf("root ::= [^x]+", vocab);
   GrammarMatcher m(compiled);
   const int64_t size = vocab->NumIds();
@@ -275,7 +276,8 @@ ws   ::= [ \n]{0,2}
 
 void RealVocabularyWalks(const std::string& model) {
   auto vocab = testing::RealVocabulary(model);
-  if (!vocab) GTEST_SKIP() << testing::TokenizerPath(model) << " missing: run scripts/fetch_tokenizers.sh";
+  if (!vocab)
+    GTEST_SKIP() << testing::TokenizerPath(model) << " missing: run scripts/fetch_tokenizers.sh";
   ASSERT_FALSE(vocab->vocabulary().end_ids.empty());
   auto schema = CompiledGrammar::FromGbnf(kSchemaGbnf, vocab);
   for (uint32_t seed = 0; seed < 6; ++seed) {
@@ -341,7 +343,8 @@ TEST(TokenMaskTest, BoundedRepetitionsSyntheticMasksEqualBruteForce) {
 
 TEST(TokenMaskTest, BoundedRepetitionsLlama3MasksEqualBruteForce) {
   auto vocab = testing::RealVocabulary("llama3");
-  if (!vocab) GTEST_SKIP() << testing::TokenizerPath("llama3") << " missing: run scripts/fetch_tokenizers.sh";
+  if (!vocab)
+    GTEST_SKIP() << testing::TokenizerPath("llama3") << " missing: run scripts/fetch_tokenizers.sh";
   auto compiled = CompiledGrammar::FromGbnf(kBoundedLongGbnf, vocab);
   for (uint32_t seed = 0; seed < 3; ++seed) {
     bool terminated = false;

@@ -38,11 +38,13 @@ std::pair<int, std::string> Refusal(const std::string& fields) {
 TEST(StructuredFields, EveryDialectGivesTheSameSpec) {
   const std::string schema = R"({"type":"object","properties":{"b":{"type":"integer"},"a":{}}})";
   for (const std::string& fields :
-       {R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":)" +
-            schema + "}}",
+       {R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":)" + schema +
+            "}}",
         R"(,"structured_outputs":{"json":)" + schema + "}", R"(,"guided_json":)" + schema,
-        R"(,"json_schema":)" + schema, R"(,"guided_json":")" +
-            std::string(R"({\"type\":\"object\",\"properties\":{\"b\":{\"type\":\"integer\"},\"a\":{}}})") +
+        R"(,"json_schema":)" + schema,
+        R"(,"guided_json":")" +
+            std::string(
+                R"({\"type\":\"object\",\"properties\":{\"b\":{\"type\":\"integer\"},\"a\":{}}})") +
             "\"",
         R"(,"response_format":{"type":"json_object","schema":)" + schema + "}"}) {
     const OpenAiRequest request = Chat(fields);
@@ -63,9 +65,10 @@ TEST(StructuredFields, EveryDialectGivesTheSameSpec) {
   EXPECT_EQ(choice->choices, (std::vector<std::string>{"yes", "no"}));
   EXPECT_EQ(Chat(R"(,"structured_outputs":{"choice":["a"]})").params.structured_output->choices,
             (std::vector<std::string>{"a"}));
-  for (const std::string& fields : {std::string(R"(,"grammar":"root ::= \"x\"")"),
-                                    std::string(R"(,"guided_grammar":"root ::= \"x\"")"),
-                                    std::string(R"(,"structured_outputs":{"grammar":"root ::= \"x\""})")}) {
+  for (const std::string& fields :
+       {std::string(R"(,"grammar":"root ::= \"x\"")"),
+        std::string(R"(,"guided_grammar":"root ::= \"x\"")"),
+        std::string(R"(,"structured_outputs":{"grammar":"root ::= \"x\""})")}) {
     const auto grammar = Chat(fields).params.structured_output;
     EXPECT_EQ(grammar->kind, Kind::kGrammar) << fields;
     EXPECT_EQ(grammar->source, "root ::= \"x\"");
@@ -74,9 +77,9 @@ TEST(StructuredFields, EveryDialectGivesTheSameSpec) {
 
 TEST(StructuredFields, MalformedOrConflictingFieldsAre400) {
   EXPECT_EQ(Refusal(R"(,"response_format":{"type":"json_schema"})").second, "response_format");
-  EXPECT_EQ(Refusal(R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x"}})")
-                .second,
-            "response_format");
+  EXPECT_EQ(
+      Refusal(R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x"}})").second,
+      "response_format");
   EXPECT_EQ(Refusal(R"(,"guided_json":"{not json")").second, "guided_json");
   EXPECT_EQ(Refusal(R"(,"guided_choice":[])").second, "guided_choice");
   EXPECT_EQ(Refusal(R"(,"guided_choice":["a",1])").second, "guided_choice");
@@ -107,8 +110,7 @@ TEST(Tools, ToolsChoiceAndTurnsAreParsed) {
                 .second,
             "tool_choice");
   EXPECT_EQ(Refusal(R"(,"tools":[)" + kWeather + "," + kWeather + "]").second, "tools");
-  EXPECT_EQ(Refusal(R"(,"tools":[{"type":"function","function":{"name":"a b"}}])").second,
-            "tools");
+  EXPECT_EQ(Refusal(R"(,"tools":[{"type":"function","function":{"name":"a b"}}])").second, "tools");
   EXPECT_EQ(Refusal(R"(,"tool_choice":"sometimes")").second, "tool_choice");
 
   // A whole round: the assistant's call (arguments as JSON text) and the tool's result.
@@ -155,19 +157,17 @@ TEST(Tools, RepliesInEachTemplatesFormatParse) {
   EXPECT_EQ(qwen.calls[0].id.rfind("call_", 0), 0U);
   // Llama 3.x's: 'Respond in the format {"name": function name, "parameters": dictionary of
   // argument name and its value}'.
-  ParsedReply llama = ParseToolCalls(
-      R"({"name": "get_weather", "parameters": {"city": "Paris"}})", ToolCallFormat::kLlama3Json,
-      tools);
+  ParsedReply llama = ParseToolCalls(R"({"name": "get_weather", "parameters": {"city": "Paris"}})",
+                                     ToolCallFormat::kLlama3Json, tools);
   ASSERT_EQ(llama.calls.size(), 1U);
   EXPECT_EQ(json::parse(llama.calls[0].arguments), json({{"city", "Paris"}}));
   EXPECT_TRUE(llama.content.empty());
-  ParsedReply generic = ParseToolCalls(
-      R"({"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]})",
-      ToolCallFormat::kGeneric, tools);
+  ParsedReply generic =
+      ParseToolCalls(R"({"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]})",
+                     ToolCallFormat::kGeneric, tools);
   ASSERT_EQ(generic.calls.size(), 1U);
   // Text, unknown tools and broken calls stay text.
-  for (const auto& [text, format] :
-       std::vector<std::pair<std::string, ToolCallFormat>>{
+  for (const auto& [text, format] : std::vector<std::pair<std::string, ToolCallFormat>>{
            {"It is sunny.", ToolCallFormat::kHermes},
            {"<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>",
             ToolCallFormat::kHermes},
@@ -215,23 +215,23 @@ TEST(Tools, TheGenericSchemeMergesTurnsForAlternatingTemplates) {
 
 TEST(Tools, ARequiredCallIsConstrainedAnAutoOneIsNot) {
   EXPECT_FALSE(ToolCallConstraint(Weather(), ToolCallFormat::kHermes));
-  const auto llama = ToolCallConstraint(Weather(ToolChoice::Mode::kRequired),
-                                        ToolCallFormat::kLlama3Json);
+  const auto llama =
+      ToolCallConstraint(Weather(ToolChoice::Mode::kRequired), ToolCallFormat::kLlama3Json);
   ASSERT_TRUE(llama);
   EXPECT_EQ(llama->kind, Kind::kJsonSchema);
   const json schema = json::parse(llama->source);
   EXPECT_EQ(schema["properties"]["name"]["const"], "get_weather");
   EXPECT_EQ(schema["properties"]["parameters"]["required"], json({"city"}));
-  const auto qwen = ToolCallConstraint(Weather(ToolChoice::Mode::kRequired),
-                                       ToolCallFormat::kHermes);
+  const auto qwen =
+      ToolCallConstraint(Weather(ToolChoice::Mode::kRequired), ToolCallFormat::kHermes);
   ASSERT_TRUE(qwen);
   EXPECT_EQ(qwen->kind, Kind::kGrammar);
   EXPECT_NE(qwen->source.find("<tool_call>"), std::string::npos);
 }
 
 OpenAiResponse ToolResponse(bool stream) {
-  OpenAiRequest request = Chat(R"(,"tools":[)" + kWeather + "]" +
-                               (stream ? R"(,"stream":true)" : ""));
+  OpenAiRequest request =
+      Chat(R"(,"tools":[)" + kWeather + "]" + (stream ? R"(,"stream":true)" : ""));
   request.tool_format = ToolCallFormat::kHermes;
   return OpenAiResponse(request, "chatcmpl-1", "m", 0, {{{1, 2}, ""}}, nullptr, false);
 }
@@ -248,7 +248,8 @@ StepOutput Piece(std::string text, bool finished) {
 
 TEST(Tools, TheResponseCarriesToolCallsWholeAndStreamed) {
   const std::string call =
-      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"Paris\"}}\n</tool_call>";
   OpenAiResponse whole = ToolResponse(false);
   whole.Add(Piece(call.substr(0, 20), false));
   whole.Add(Piece(call.substr(20), true));
