@@ -56,7 +56,8 @@ void RunGenerate(const GenerateArgs& args) {
   const double decode_s = result.timing.decode_time_s();
   std::fprintf(
       stderr, "[%lld prompt + %lld generated tokens, %s; prefill %.1f ms, decode %.2f tok/s]\n",
-      static_cast<long long>(result.prompt_tokens()), static_cast<long long>(result.generated_tokens()),
+      static_cast<long long>(result.prompt_tokens()),
+      static_cast<long long>(result.generated_tokens()),
       std::string(FinishReasonName(result.finish_reason.value_or(FinishReason::kLength))).c_str(),
       result.timing.prefill_time_s * 1e3,
       decode_s > 0 ? static_cast<double>(result.timing.decode_times_s.size()) / decode_s : 0.0);

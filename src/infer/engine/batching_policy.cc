@@ -49,9 +49,7 @@ class StaticBatching final : public BatchingPolicy {
   }
   bool reserves_all() const override { return true; }
   std::optional<double> wake_deadline_s() const override { return deadline_s_; }
-  bool holds_outputs(const Scheduler& scheduler) const override {
-    return scheduler.prefilling();
-  }
+  bool holds_outputs(const Scheduler& scheduler) const override { return scheduler.prefilling(); }
 
  private:
   const EngineConfig config_;
@@ -61,7 +59,8 @@ class StaticBatching final : public BatchingPolicy {
 }  // namespace
 
 std::unique_ptr<BatchingPolicy> MakeBatchingPolicy(const EngineConfig& config) {
-  if (config.batching_mode == BatchingMode::kStatic) return std::make_unique<StaticBatching>(config);
+  if (config.batching_mode == BatchingMode::kStatic)
+    return std::make_unique<StaticBatching>(config);
   return std::make_unique<ContinuousBatching>(config);
 }
 
