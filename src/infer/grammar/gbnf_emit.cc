@@ -236,7 +236,12 @@ void GbnfRules::Define(const std::string& name, const std::string& body) {
 
 std::string GbnfRules::Render(const std::string& root_body) const {
   std::string out = "root ::= " + root_body + "\n";
-  for (const auto& [name, body] : rules_) out += name + " ::= " + body + "\n";
+  for (const auto& [name, body] : rules_) {
+    out += name;
+    out += " ::= ";
+    out += body;
+    out += '\n';
+  }
   return out;
 }
 

@@ -518,7 +518,7 @@ class SchemaCompiler {
     if (const auto it = ref_rules_.find(target_pointer); it != ref_rules_.end()) return it->second;
     const size_t slash = target_pointer.rfind('/');
     const std::string hint = target_pointer.empty() ? "root-ref" : target_pointer.substr(slash + 1);
-    const std::string name = rules_.Reserve(hint);
+    std::string name = rules_.Reserve(hint);
     ref_rules_[target_pointer] = name;
     head_open_.insert(target_pointer);
     const std::string body = Compile(*target, target_pointer, hint);
@@ -824,7 +824,7 @@ class SchemaCompiler {
           "\"000\" [1-9] | \"00\" [1-9] [0-9] | \"0\" [1-9] [0-9] [0-9] | [1-9] [0-9] [0-9] [0-9]");
       const std::string leap =
           rules_.Add("leap-year", fmt::format("[0-9] [0-9] {0} | {0} \"00\"", mult4));
-      const std::string date = rules_.Add(
+      std::string date = rules_.Add(
           "date", year +
                       " \"-\" (\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" "
                       "[01]) | " +
@@ -1128,25 +1128,25 @@ class SchemaCompiler {
     const FracMode low_mode = low.exclusive ? FracMode::kExclusive : FracMode::kInclusive;
     const std::string free_fraction =
         "(\".\" " + Repeat("[0-9]", 1, options_.max_fraction_digits) + ")?";
-    const std::string& A = low.value.whole;
+    const std::string& low_whole = low.value.whole;
     std::vector<std::string> parts;
-    if (high && high->value.whole == A) {
+    if (high && high->value.whole == low_whole) {
       const FracMode high_mode = high->exclusive ? FracMode::kExclusive : FracMode::kInclusive;
       if (auto f = Fraction(low.value.frac, low_mode, high->value.frac, high_mode)) {
-        parts.push_back(GbnfLiteral(A) + " " + *f);
+        parts.push_back(GbnfLiteral(low_whole) + " " + *f);
       }
     } else {
-      const std::string B = high ? high->value.whole : std::string(CapDigits(a, b), '9');
+      const std::string high_whole = high ? high->value.whole : std::string(CapDigits(a, b), '9');
       if (auto f = Fraction(low.value.frac, low_mode, "", FracMode::kNone)) {
-        parts.push_back(GbnfLiteral(A) + " " + *f);
+        parts.push_back(GbnfLiteral(low_whole) + " " + *f);
       }
-      const std::string next = Increment(A);
-      const std::string last = high ? DecrementPositive(B) : B;
+      const std::string next = Increment(low_whole);
+      const std::string last = high ? DecrementPositive(high_whole) : high_whole;
       if (!LessDigits(last, next)) parts.push_back(UnsignedRange(next, last) + " " + free_fraction);
       if (high) {
         const FracMode high_mode = high->exclusive ? FracMode::kExclusive : FracMode::kInclusive;
         if (auto f = Fraction("", FracMode::kNone, high->value.frac, high_mode)) {
-          parts.push_back(GbnfLiteral(B) + " " + *f);
+          parts.push_back(GbnfLiteral(high_whole) + " " + *f);
         }
       }
     }
@@ -1165,7 +1165,7 @@ class SchemaCompiler {
   // spelling of a declared name can slip through).
   std::string KeyExcept(const std::vector<std::string>& names) {
     if (names.empty()) return AnyString();
-    // A trie of the names' code points.
+    // low_whole trie of the names' code points.
     struct Node {
       std::map<char32_t, size_t> kids;
       bool terminal = false;

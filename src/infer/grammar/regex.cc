@@ -538,7 +538,7 @@ class Writer {
               "characters)");
         }
         if (!json_) return GbnfClass(node.set);
-        const std::string expr = JsonStringChar(node.set);
+        std::string expr = JsonStringChar(node.set);
         atomic = expr.find(" | ") == std::string::npos;
         return expr;
       }
@@ -573,7 +573,7 @@ class Writer {
           flush();
           bool kid_atomic = false;
           std::string expr = Write(*kid, kid_atomic);
-          if (!kid_atomic && kid->kind != Node::Kind::kSeq) expr = "(" + expr + ")";
+          if (!kid_atomic && kid->kind != Node::Kind::kSeq) expr = fmt::format("({})", expr);
           if (!out.empty()) out += ' ';
           out += expr;
           last_atomic = kid_atomic || kid->kind != Node::Kind::kSeq;
@@ -676,10 +676,10 @@ CompiledRegex CompileRegex(std::string_view pattern, const RegexOptions& options
     }
     bool atomic = false;
     std::string body = writer.Write(*branch.node, atomic);
-    if (branch.node->kind == Node::Kind::kAlt) body = "(" + body + ")";
+    if (branch.node->kind == Node::Kind::kAlt) body = fmt::format("({})", body);
     size_t branch_max = m.max;
     if (options.search && !branch.caret) {
-      body = pad + " " + body;
+      body = fmt::format("{} {}", pad, body);
       branch_max = kUnbounded;
     }
     if (options.search && !branch.dollar) {

@@ -217,8 +217,14 @@ ordered_json ToolCallsJson(const std::vector<ToolCall>& calls, bool streamed) {
 std::string OpenAiResponse::ToolReplyChunk(size_t index, const Choice& choice) const {
   const ParsedReply reply = ParseToolCalls(choice.text, tool_format_, *tools_);
   ordered_json delta = ordered_json::object();
-  if (!reply.content.empty()) delta["content"] = reply.content;
-  if (!reply.calls.empty()) delta["tool_calls"] = ToolCallsJson(reply.calls, /*streamed=*/true);
+  if (reply.calls.empty()) {
+    // No call: the text not streamed yet.
+    if (choice.streamed < choice.text.size())
+      delta["content"] = choice.text.substr(choice.streamed);
+  } else {
+    // Calls: the text before the first one was streamed as content already.
+    delta["tool_calls"] = ToolCallsJson(reply.calls, /*streamed=*/true);
+  }
   ordered_json delta_choice = {
       {"index", index}, {"delta", std::move(delta)}, {"logprobs", nullptr}};
   delta_choice["finish_reason"] =
@@ -289,13 +295,19 @@ std::string OpenAiResponse::Add(const StepOutput& output) {
     return DataLine(OpenAiErrorJson(500, *output.error));
   }
   if (tools_) {
-    // The reply may be a call: its text is held and sent whole, as content or as tool_calls,
-    // once the choice ends (reasoning still streams).
+    // The reply may hold a call: text that cannot be part of one streams as content; from
+    // where a call may start it is held, and sent when the choice ends, parsed into tool_calls
+    // (or as the rest of the content). Reasoning streams as usual.
+    const size_t safe =
+        output.finished ? choice.streamed : StreamableToolText(choice.text, tool_format_);
+    std::string now =
+        safe > choice.streamed ? choice.text.substr(choice.streamed, safe - choice.streamed) : "";
+    choice.streamed = std::max(choice.streamed, safe);
     std::string lines;
-    if (!reasoning.empty()) {
+    if (!reasoning.empty() || !now.empty()) {
       StepOutput partial = output;
       partial.finished = false;
-      lines += DeltaChunk(index, partial, {std::move(reasoning), ""}, {}, text_offset);
+      lines += DeltaChunk(index, partial, {std::move(reasoning), std::move(now)}, {}, text_offset);
     }
     if (output.finished) lines += ToolReplyChunk(index, choice);
     return lines;

@@ -374,6 +374,23 @@ std::optional<StructuredOutput> ToolCallConstraint(const ToolsRequest& tools,
   return {};
 }
 
+size_t StreamableToolText(std::string_view text, ToolCallFormat format) {
+  if (format != ToolCallFormat::kHermes) {
+    const size_t first = text.find_first_not_of(" \t\r\n");
+    if (first == std::string_view::npos || text[first] == '{') return 0;  // may be a call
+    return text.size();
+  }
+  static constexpr std::string_view kOpen = "<tool_call>";
+  if (const size_t open = text.find(kOpen); open != std::string_view::npos) return open;
+  // A '<' near the end that may grow into "<tool_call>" waits.
+  const size_t lt = text.rfind('<');
+  if (lt != std::string_view::npos && text.size() - lt < kOpen.size() &&
+      kOpen.substr(0, text.size() - lt) == text.substr(lt)) {
+    return lt;
+  }
+  return text.size();
+}
+
 ParsedReply ParseToolCalls(std::string_view text, ToolCallFormat format,
                            const ToolsRequest& tools) {
   switch (format) {

@@ -84,6 +84,12 @@ struct ParsedReply {
   std::string content;  // the text outside the calls
   std::vector<ToolCall> calls;
 };
+// How much of a reply in progress can be streamed as content now: all of it when no call can
+// start in it; else up to where a call may start (Qwen3: "<tool_call>" or a prefix of it at
+// the end; Llama 3.x and the generic scheme: nothing once the reply starts with '{', since
+// their call is the whole reply).
+size_t StreamableToolText(std::string_view text, ToolCallFormat format);
+
 // The reply split into text and calls to known tools; a reply that does not hold a
 // well-formed call is all content.
 ParsedReply ParseToolCalls(std::string_view text, ToolCallFormat format, const ToolsRequest& tools);

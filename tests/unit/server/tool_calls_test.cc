@@ -273,11 +273,23 @@ TEST(Tools, TheResponseCarriesToolCallsWholeAndStreamed) {
   EXPECT_EQ(delta["index"], 0);
   EXPECT_EQ(delta["function"]["name"], "get_weather");
 
+  // Text that cannot start a call streams at once; from a '<' that may open one it waits.
   OpenAiResponse text = ToolResponse(true);
-  text.Add(Piece("It is ", false));
-  const json plain = json::parse(text.Add(Piece("sunny.", true)).substr(6));
-  EXPECT_EQ(plain["choices"][0]["delta"]["content"], "It is sunny.");
+  const json first = json::parse(text.Add(Piece("It is <", false)).substr(6));
+  EXPECT_EQ(first["choices"][0]["delta"]["content"], "It is ");
+  const json plain = json::parse(text.Add(Piece("b>sunny</b>.", true)).substr(6));
+  EXPECT_EQ(plain["choices"][0]["delta"]["content"], "<b>sunny</b>.");
   EXPECT_EQ(plain["choices"][0]["finish_reason"], "stop");
+  // Text before a call streams; the call comes whole at the end.
+  OpenAiResponse mixed = ToolResponse(true);
+  const json lead =
+      json::parse(mixed.Add(Piece("Checking.\n" + call.substr(0, 5), false)).substr(6));
+  EXPECT_EQ(lead["choices"][0]["delta"]["content"], "Checking.\n");
+  const json end = json::parse(mixed.Add(Piece(call.substr(5), true)).substr(6));
+  EXPECT_FALSE(end["choices"][0]["delta"].contains("content"));
+  EXPECT_EQ(end["choices"][0]["delta"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(StreamableToolText("  {\"name\"", ToolCallFormat::kLlama3Json), 0U);
+  EXPECT_EQ(StreamableToolText("Hello {", ToolCallFormat::kLlama3Json), 7U);
 }
 
 }  // namespace
