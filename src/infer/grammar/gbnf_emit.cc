@@ -234,8 +234,8 @@ void GbnfRules::Define(const std::string& name, const std::string& body) {
   rules_[index_.at(name)].second = body;
 }
 
-std::string GbnfRules::Render(const std::string& root_body) const {
-  std::string out = "root ::= " + root_body + "\n";
+std::string GbnfRules::Render(const std::string& root_body, std::string_view start) const {
+  std::string out = fmt::format("{} ::= {}\n", start, root_body);
   for (const auto& [name, body] : rules_) {
     out += name;
     out += " ::= ";

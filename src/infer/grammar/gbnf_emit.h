@@ -62,7 +62,8 @@ class GbnfRules {
   void Charge(size_t bytes);
 
   // The grammar text: `root ::= root_body` first, then every rule in the order added.
-  std::string Render(const std::string& root_body) const;
+  // `start` names the first rule ("root" unless the grammar is embedded in a larger one).
+  std::string Render(const std::string& root_body, std::string_view start = "root") const;
 
  private:
   std::string UniqueName(std::string_view hint);

@@ -336,7 +336,7 @@ class SchemaCompiler {
   std::string Run() {
     const std::string body = Compile(root_, "", "root-value");
     const std::string ws = Ws();
-    return rules_.Render(ws.empty() ? body : ws + " " + body + " " + ws);
+    return rules_.Render(ws.empty() ? body : ws + " " + body + " " + ws, options_.start_rule);
   }
 
  private:

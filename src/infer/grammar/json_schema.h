@@ -60,6 +60,8 @@ struct JsonSchemaOptions {
   size_t max_grammar_bytes = size_t{1} << 20;  // the emitted grammar
   size_t max_enum = 10000;                     // values of one enum
   size_t max_repetition = 10000;               // minItems, maxItems, minLength, maxLength
+  // The start rule's name: another than "root" embeds the schema in a larger grammar.
+  std::string start_rule = "root";
 };
 
 // Throws GrammarError. Keeps the order of `properties` as the object holds it: parse the schema

@@ -1,7 +1,5 @@
 #include "infer/grammar/structured_output.h"
 
-#include <algorithm>
-
 #include <nlohmann/json.hpp>
 
 #include "infer/grammar/choice.h"
@@ -43,44 +41,9 @@ std::string StructuredOutputToGbnf(const StructuredOutput& spec) {
 }
 
 std::string JsonSchemaRuleGbnf(std::string_view schema_text, std::string_view rule) {
-  const std::string gbnf = JsonSchemaTextToGbnf(schema_text);
-  // Renames the rule `root` wherever it stands as a name: outside string literals, character
-  // classes and comments, and not as part of a longer name.
-  const auto name_char = [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
-           c == '_';
-  };
-  std::string out;
-  out.reserve(gbnf.size() + 64);
-  for (size_t i = 0; i < gbnf.size();) {
-    const char c = gbnf[i];
-    if (c == '"' || c == '[') {  // a literal or a class: copied with its escapes
-      const char close = c == '"' ? '"' : ']';
-      size_t j = i + 1;
-      while (j < gbnf.size() && gbnf[j] != close) j += gbnf[j] == '\\' ? 2 : 1;
-      j = std::min(j + 1, gbnf.size());
-      out.append(gbnf, i, j - i);
-      i = j;
-    } else if (c == '#') {
-      const size_t j = std::min(gbnf.find('\n', i), gbnf.size());
-      out.append(gbnf, i, j - i);
-      i = j;
-    } else if (name_char(c)) {
-      size_t j = i;
-      while (j < gbnf.size() && name_char(gbnf[j])) ++j;
-      const std::string_view name(gbnf.data() + i, j - i);
-      if (name == "root") {
-        out += rule;
-      } else {
-        out += name;
-      }
-      i = j;
-    } else {
-      out += c;
-      ++i;
-    }
-  }
-  return out;
+  JsonSchemaOptions options;
+  options.start_rule = std::string(rule);
+  return JsonSchemaTextToGbnf(schema_text, options);
 }
 
 }  // namespace infer
