@@ -38,6 +38,7 @@ void RunGenerate(const GenerateArgs& args) {
     options.chat_template = session.chat_template_or_null();
   }
   options.use_kv_cache = !args.sampling.no_kv_cache;
+  options.enable_jump_forward = args.sampling.jump_forward;
   options.kv_cache_dtype = ParseKvCacheDType(args.sampling.kv_cache_dtype);
   options.eos_token_ids = session.eos_token_ids();
   if (!args.json) {

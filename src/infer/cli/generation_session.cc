@@ -35,6 +35,9 @@ void AddSamplingOptions(CLI::App& command, SamplingArgs& args) {
                      .add_option("--choice", args.choices,
                                  "The output is one of these strings (comma-separated)")
                      ->delimiter(',');
+  command.add_flag("--enable-jump-forward,!--no-jump-forward", args.jump_forward,
+                   "Structured output: emit the tokens the grammar forces (fixed keys, "
+                   "punctuation) without a sampling step each (default: on)");
   schema->excludes(regex)->excludes(grammar)->excludes(choice);
   regex->excludes(grammar)->excludes(choice);
   grammar->excludes(choice);

@@ -35,6 +35,7 @@ struct SamplingArgs {
   std::string regex;
   std::string grammar_file;
   std::vector<std::string> choices;
+  bool jump_forward = true;  // structured output: take forced tokens without sampling each
 };
 
 void AddSamplingOptions(CLI::App& command, SamplingArgs& args);

@@ -138,6 +138,7 @@ void RunServe(ServeArgs& args) {
                                                                   : server::ReasoningParser::kNone;
   Engine engine(args.engine, session.model(), session.tokenizer(), session.eos_token_ids(),
                 chat_template);
+  engine.IndexVocabularyInBackground();
   const KvCacheInfo& kv = engine.kv_cache();
   const int64_t max_len = std::min(args.engine.max_model_len, session.model().context_length());
   std::fprintf(stderr,
@@ -227,6 +228,9 @@ void AddServeCommand(CLI::App& app) {
   command->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching",
                     engine.enable_prefix_caching,
                     "Reuse the KV of cached prompt prefixes (default: on)");
+  command->add_flag("--enable-jump-forward,!--no-jump-forward", engine.enable_jump_forward,
+                    "Structured output: emit the tokens the grammar forces (fixed keys, "
+                    "punctuation) without a sampling step each (default: on)");
   command->add_flag("--enable-preemption,!--no-enable-preemption", engine.enable_preemption,
                     "Take KV blocks as requests grow and preempt (recompute) the lowest-priority "
                     "request when they run out; off: reserve prompt + max_tokens at admission "

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace infer {
 
@@ -21,6 +22,10 @@ class TokenConstraint {
   virtual bool Accept(int32_t token) = 0;
   // Nothing but the end of generation may follow: the output is complete.
   virtual bool Finished() const = 0;
+  // Jump-forward: the tokens of the text every continuation must start with, that text
+  // tokenized alone by the model's tokenizer (empty when the next token is a real choice, or
+  // the output may end here). Not accepted yet: the runner Accepts each in turn.
+  virtual std::vector<int32_t> ForcedTokens() { return {}; }
 };
 
 }  // namespace infer

@@ -70,7 +70,7 @@ Engine::Engine(EngineConfig config, LanguageModel& model, const Tokenizer* token
       model_(model),
       tokenizer_(tokenizer),
       chat_template_(chat_template),
-      runner_(model, eos_token_ids) {
+      runner_(model, eos_token_ids, config_.enable_jump_forward) {
   config_.Validate();
   if (tokenizer_ != nullptr) {
     structured_ = std::make_unique<StructuredOutputCompiler>(*tokenizer_, std::move(eos_token_ids));
@@ -394,16 +394,20 @@ bool Engine::Execute(const SchedulerOutput& step, Held& held) {
     if (s.request->first_scheduled_s < 0) s.request->first_scheduled_s = start;
   }
   try {
-    std::vector<StepOutput> outputs = runner_.Run(step);
+    std::vector<std::vector<StepOutput>> outputs = runner_.Run(step);
     const double now = NowS();
     size_t k = 0;
     for (const ScheduledRequest& s : step.scheduled) {
       if (s.num_new == 0 || !s.wants_logits) continue;
-      StepOutput& output = outputs.at(k++);
-      output.time_s = now;
-      s.request->token_times_s.push_back(now);
-      ObserveToken(*s.request);
-      held.emplace_back(s.request, std::move(output));
+      // The sampled token's output, then those of the tokens jump-forward added.
+      for (StepOutput& output : outputs.at(k++)) {
+        output.time_s = now;
+        if (output.token_id) {
+          s.request->token_times_s.push_back(now);
+          ObserveToken(*s.request);
+        }
+        held.emplace_back(s.request, std::move(output));
+      }
     }
     return true;
   } catch (const std::exception& e) {

@@ -133,6 +133,12 @@ class Engine {
   using ConstraintFactory =
       std::function<std::unique_ptr<TokenConstraint>(const StructuredOutput& spec)>;
   void SetConstraintFactory(ConstraintFactory factory) { constraint_factory_ = std::move(factory); }
+  // Starts indexing the vocabulary for structured output on a thread of its own, so that the
+  // first structured request does not wait for it (a server calls it at start; without it the
+  // first such request indexes). Nothing without a tokenizer.
+  void IndexVocabularyInBackground() {
+    if (structured_) structured_->IndexInBackground();
+  }
 
   // Cancels a request (its client went away): at the next step it leaves and frees its blocks.
   void Cancel(const std::string& request_id);

@@ -67,6 +67,11 @@ struct EngineConfig {
   // false (the seed's default): a request is admitted only with blocks for its prompt plus
   // max_tokens, so a running request never runs out.
   bool enable_preemption = false;
+  // Structured output: the tokens a grammar forces (an object's fixed keys, punctuation) join
+  // the request without a sampling step each, computed in the next step's forward as one chunk
+  // (jump-forward). The forced text is tokenized alone by the model's tokenizer, so the tokens
+  // at its edges may differ from what token-by-token decoding would pick; the text is the same.
+  bool enable_jump_forward = true;
   // false: no cache at all, every step recomputes each sequence from its first token (the
   // oracle, --no-kv-cache).
   bool use_kv_cache = true;

@@ -22,6 +22,7 @@ namespace infer {
 
 struct GenerateOptions {
   bool use_kv_cache = true;
+  bool enable_jump_forward = true;  // EngineConfig::enable_jump_forward
   DType kv_cache_dtype = DType::kBF16;
   // Most tokens one step runs (longer prompts are prefilled in chunks).
   int64_t max_num_batched_tokens = 512;

@@ -23,12 +23,14 @@ StepOutput FailConstrained(Request& request, StepOutput output, fmt::format_stri
 
 }  // namespace
 
-ModelRunner::ModelRunner(LanguageModel& model, std::vector<int32_t> eos_token_ids)
+ModelRunner::ModelRunner(LanguageModel& model, std::vector<int32_t> eos_token_ids,
+                         bool jump_forward)
     : model_(model),
       eos_token_ids_(eos_token_ids.begin(), eos_token_ids.end()),
-      eos_ids_(std::move(eos_token_ids)) {}
+      eos_ids_(std::move(eos_token_ids)),
+      jump_forward_(jump_forward) {}
 
-std::vector<StepOutput> ModelRunner::Run(const SchedulerOutput& step) {
+std::vector<std::vector<StepOutput>> ModelRunner::Run(const SchedulerOutput& step) {
   steps_.clear();
   for (const ScheduledRequest& s : step.scheduled) {
     if (s.num_new == 0) continue;
@@ -44,29 +46,34 @@ std::vector<StepOutput> ModelRunner::Run(const SchedulerOutput& step) {
   if (steps_.empty()) return {};
   fault::MaybeThrow("forward");  // tests only (INFER_FAULTS)
   model_.Forward(steps_, logits_);
-  std::vector<StepOutput> outputs;
+  std::vector<std::vector<StepOutput>> outputs;
   const auto vocab = static_cast<size_t>(model_.vocab_size());
   size_t row = 0;
   for (const ScheduledRequest& s : step.scheduled) {
     if (s.num_new == 0 || !s.wants_logits) continue;
     INFER_CHECK((row + 1) * vocab <= logits_.size(), "runner: the model returned {} logits rows",
                 logits_.size() / vocab);
-    outputs.push_back(TakeToken(*s.request, std::span(logits_).subspan(row * vocab, vocab)));
+    TakeToken(*s.request, std::span(logits_).subspan(row * vocab, vocab), outputs.emplace_back());
     ++row;
   }
   return outputs;
 }
 
-StepOutput ModelRunner::TakeToken(Request& request, std::span<float> logits) {
+StepOutput ModelRunner::NewOutput(const Request& request) {
+  StepOutput output;
+  output.request_id = request.request_id;
+  output.prompt_tokens = request.num_prompt_tokens();
+  output.cached_tokens = request.num_cached_prompt_tokens;
+  return output;
+}
+
+void ModelRunner::TakeToken(Request& request, std::span<float> logits,
+                            std::vector<StepOutput>& outputs) {
   const SamplingParams& params = request.sampling_params;
   // EOS cannot come before min_tokens.
   const bool suppress_eos = request.num_generated_tokens() < params.min_tokens;
   std::optional<TokenLogprobs> logprobs;
   if (params.logprobs) logprobs.emplace();
-  StepOutput output;
-  output.request_id = request.request_id;
-  output.prompt_tokens = request.num_prompt_tokens();
-  output.cached_tokens = request.num_cached_prompt_tokens;
   if (request.constraint) {
     // As vLLM: the grammar's mask comes first, so logprobs are of the constrained distribution.
     mask_.assign((logits.size() + 31) / 32, 0);
@@ -80,10 +87,11 @@ StepOutput ModelRunner::TakeToken(Request& request, std::span<float> logits) {
     if (std::all_of(mask_.begin(), mask_.end(), [](uint32_t word) { return word == 0; })) {
       // The grammar allows only the end, which min_tokens forbids: this request fails, the
       // others of the step go on.
-      return FailConstrained(request, std::move(output),
-                             "structured output: the output is complete after {} tokens but "
-                             "min_tokens is {}",
-                             request.num_generated_tokens(), params.min_tokens);
+      outputs.push_back(FailConstrained(request, NewOutput(request),
+                                        "structured output: the output is complete after {} "
+                                        "tokens but min_tokens is {}",
+                                        request.num_generated_tokens(), params.min_tokens));
+      return;
     }
     ApplyTokenMask(logits, mask_);
   }
@@ -93,10 +101,27 @@ StepOutput ModelRunner::TakeToken(Request& request, std::span<float> logits) {
       logprobs ? &*logprobs : nullptr);
   const bool is_eos = eos_token_ids_.contains(token);
   if (request.constraint && !is_eos && !request.constraint->Accept(token)) {
-    return FailConstrained(request, std::move(output),
-                           "structured output: the grammar refused token {} its mask allowed",
-                           token);
+    outputs.push_back(FailConstrained(request, NewOutput(request),
+                                      "structured output: the grammar refused token {} its mask "
+                                      "allowed",
+                                      token));
+    return;
   }
+  outputs.push_back(AppendToken(request, token, is_eos));
+  outputs.back().logprobs = std::move(logprobs);
+  // Jump-forward: the tokens the grammar forces next join the request without a sampling step
+  // each; their KV is computed with the next step's forward (one chunk). Not for requests that
+  // asked logprobs: a forced token was never drawn from a distribution.
+  if (!jump_forward_ || !request.constraint || request.done() || params.logprobs) return;
+  for (const int32_t forced : request.constraint->ForcedTokens()) {
+    if (!request.constraint->Accept(forced)) break;
+    outputs.push_back(AppendToken(request, forced, eos_token_ids_.contains(forced)));
+    if (request.done()) break;
+  }
+}
+
+StepOutput ModelRunner::AppendToken(Request& request, int32_t token, bool is_eos) {
+  const SamplingParams& params = request.sampling_params;
   request.token_ids.push_back(token);
   request.generated_token_ids.push_back(token);
   request.state = RequestState::kDecode;
@@ -108,16 +133,16 @@ StepOutput ModelRunner::TakeToken(Request& request, std::span<float> logits) {
   } else if (request.constraint && request.constraint->Finished()) {
     // Only the end of generation may follow: end now instead of spending a step on EOS.
     reason = FinishReason::kStop;
-  } else if (request.num_generated_tokens() >= request.sampling_params.max_new_tokens) {
+  } else if (request.num_generated_tokens() >= params.max_new_tokens) {
     reason = FinishReason::kLength;
   }
   if (reason && request.text.Finish() && reason == FinishReason::kLength) {
     reason = FinishReason::kStop;
   }
+  StepOutput output = NewOutput(request);
   output.token_id = token;
   output.text_delta = request.text.TakeStable();
   output.completion_tokens = request.num_generated_tokens();
-  output.logprobs = std::move(logprobs);
   if (reason) {
     request.state = RequestState::kFinished;
     request.finish_reason = reason;

@@ -1,9 +1,12 @@
 #include "infer/engine/structured.h"
 
+#include <algorithm>
+#include <chrono>
 #include <string>
 
 #include <spdlog/spdlog.h>
 
+#include "infer/tokenizer/utf8.h"
 #include "infer/tokenizer/vocabulary_bytes.h"
 
 namespace infer {
@@ -13,14 +16,23 @@ namespace {
 // The grammar engine's matcher as the runner sees it.
 class GrammarConstraint final : public TokenConstraint {
  public:
-  explicit GrammarConstraint(std::shared_ptr<const grammar::CompiledGrammar> compiled)
-      : matcher_(std::move(compiled)) {}
+  GrammarConstraint(std::shared_ptr<const grammar::CompiledGrammar> compiled,
+                    const Tokenizer& tokenizer)
+      : matcher_(std::move(compiled)), tokenizer_(tokenizer) {}
   void FillMask(std::span<uint32_t> mask) override { matcher_.FillNextTokenBitmask(mask); }
   bool Accept(int32_t token) override { return matcher_.AcceptToken(token); }
   bool Finished() const override { return matcher_.IsComplete() && !matcher_.CanContinue(); }
+  // The forced bytes up to the last whole UTF-8 character, tokenized alone (no special tokens).
+  std::vector<int32_t> ForcedTokens() override {
+    std::string text = matcher_.JumpForwardString();
+    text.resize(std::min(text.size(), FindInvalidUtf8(text)));
+    if (text.empty()) return {};
+    return tokenizer_.Encode(text, /*add_special_tokens=*/false);
+  }
 
  private:
   grammar::GrammarMatcher matcher_;
+  const Tokenizer& tokenizer_;
 };
 
 // The cache key: the kind and its source (choices joined by a byte no JSON text holds).
@@ -38,15 +50,30 @@ StructuredOutputCompiler::StructuredOutputCompiler(const Tokenizer& tokenizer,
                                                    std::vector<int32_t> end_ids)
     : tokenizer_(tokenizer), end_ids_(std::move(end_ids)) {}
 
+void StructuredOutputCompiler::IndexInBackground() { StartIndex(std::launch::async); }
+
+StructuredOutputCompiler::IndexFuture StructuredOutputCompiler::StartIndex(std::launch policy) {
+  std::lock_guard lock(index_mutex_);
+  if (!index_.valid()) index_ = std::async(policy, [this] { return BuildIndex(); }).share();
+  return index_;
+}
+
 std::shared_ptr<const grammar::VocabularyIndex> StructuredOutputCompiler::Vocabulary() {
-  std::call_once(vocabulary_once_, [this] {
-    grammar::Vocabulary vocabulary;
-    vocabulary.token_bytes = TokenBytes(tokenizer_);
-    vocabulary.special_ids = SpecialTokenIds(tokenizer_);
-    vocabulary.end_ids = end_ids_;
-    vocabulary_ = std::make_shared<const grammar::VocabularyIndex>(std::move(vocabulary));
-  });
-  return vocabulary_;
+  // Deferred when nothing started it: the first caller builds it, the others wait.
+  return StartIndex(std::launch::deferred).get();
+}
+
+std::shared_ptr<const grammar::VocabularyIndex> StructuredOutputCompiler::BuildIndex() const {
+  const auto start = std::chrono::steady_clock::now();
+  grammar::Vocabulary vocabulary;
+  vocabulary.token_bytes = TokenBytes(tokenizer_);
+  vocabulary.special_ids = SpecialTokenIds(tokenizer_);
+  vocabulary.end_ids = end_ids_;
+  auto index = std::make_shared<const grammar::VocabularyIndex>(std::move(vocabulary));
+  spdlog::info("structured output: indexed the vocabulary in {:.0f} ms",
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                   .count());
+  return index;
 }
 
 std::unique_ptr<TokenConstraint> StructuredOutputCompiler::Make(const StructuredOutput& spec) {
@@ -58,7 +85,7 @@ std::unique_ptr<TokenConstraint> StructuredOutputCompiler::Make(const Structured
                  StructuredOutputKindName(spec.kind), gbnf.size(), grammar->compile_ms());
     return grammar;
   });
-  return std::make_unique<GrammarConstraint>(compiled);
+  return std::make_unique<GrammarConstraint>(compiled, tokenizer_);
 }
 
 }  // namespace infer

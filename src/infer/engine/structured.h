@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -19,8 +20,12 @@ namespace infer {
 class StructuredOutputCompiler {
  public:
   // `tokenizer` must outlive the compiler; `end_ids` end generation (allowed only where the
-  // grammar is complete). The vocabulary is indexed on first use.
+  // grammar is complete). The vocabulary is indexed on first use, or by IndexInBackground.
   StructuredOutputCompiler(const Tokenizer& tokenizer, std::vector<int32_t> end_ids);
+
+  // Starts indexing the vocabulary on a thread of its own (a server calls it at start, so that
+  // its first structured request does not wait for it).
+  void IndexInBackground();
 
   // A new request's constraint (compiled once per spec; later ones hit the cache). Throws
   // GrammarError for a bad schema, regex, choice list or grammar.
@@ -29,12 +34,15 @@ class StructuredOutputCompiler {
   const grammar::GrammarCache& cache() const { return cache_; }
 
  private:
+  using IndexFuture = std::shared_future<std::shared_ptr<const grammar::VocabularyIndex>>;
   std::shared_ptr<const grammar::VocabularyIndex> Vocabulary();
+  IndexFuture StartIndex(std::launch policy);
+  std::shared_ptr<const grammar::VocabularyIndex> BuildIndex() const;
 
   const Tokenizer& tokenizer_;
   const std::vector<int32_t> end_ids_;
-  std::once_flag vocabulary_once_;
-  std::shared_ptr<const grammar::VocabularyIndex> vocabulary_;
+  std::mutex index_mutex_;
+  IndexFuture index_;  // guarded by index_mutex_ (valid once started)
   // At most 16 compiled grammars (each holds up to 2048 context masks of vocab / 8 bytes).
   grammar::GrammarCache cache_{16};
 };

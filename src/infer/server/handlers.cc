@@ -87,8 +87,12 @@ ApiHandlers::OpenAiPrompts ApiHandlers::PrepareOpenAi(OpenAiRequest& request) {
   if (request.tools) {
     const ChatTemplate* chat_template = engine_.chat_template();
     request.tool_format = DetectToolCallFormat(chat_template ? chat_template->source() : "");
-    // tool_choice required or a named function: the call is constrained, so it always parses.
-    if (auto constraint = ToolCallConstraint(*request.tools, request.tool_format)) {
+    // Every call is constrained, so it always parses (ToolCallConstraint). With auto, a
+    // response format given beside the tools wins (the reply is the format's).
+    const bool forced = request.tools->choice.mode == ToolChoice::Mode::kRequired ||
+                        request.tools->choice.mode == ToolChoice::Mode::kNamed;
+    auto constraint = ToolCallConstraint(*request.tools, request.tool_format);
+    if (constraint && (forced || !request.params.structured_output)) {
       if (request.params.structured_output) {
         throw RequestError(kBadRequest,
                            "a required tool call and a response format both constrain the "

@@ -340,38 +340,75 @@ ordered_json ToolsVariable(const ToolsRequest& tools, ToolCallFormat format) {
   return specs;
 }
 
+namespace {
+
+// GBNF of text that never holds `word` (whose first character occurs nowhere else in it, so a
+// mismatch restarts the match at 0, or at 1 on that character): rule `<name>-<i>` is the text
+// after a match of word's first i characters.
+std::string TextWithout(std::string_view word, std::string_view name) {
+  std::string gbnf;
+  const auto escape = [](char c) { return c == '\\' || c == ']' || c == '^' || c == '-'; };
+  for (size_t i = 0; i < word.size(); ++i) {
+    const char c = word[i];
+    const auto klass = [&](char a) { return fmt::format("{}{}", escape(a) ? "\\" : "", a); };
+    std::string others = klass(word[0]);
+    if (i > 0) others += klass(c);
+    std::string line = fmt::format("{}-{} ::= \"\" | [^{}] {}-0", name, i, others, name);
+    if (i > 0) line += fmt::format(" | [{}] {}-1", klass(word[0]), name);
+    if (i + 1 < word.size()) line += fmt::format(" | [{}] {}-{}", klass(c), name, i + 1);
+    gbnf += line + "\n";
+  }
+  return gbnf;
+}
+
+}  // namespace
+
 std::optional<StructuredOutput> ToolCallConstraint(const ToolsRequest& tools,
                                                    ToolCallFormat format) {
   using Mode = ToolChoice::Mode;
-  if (tools.choice.mode != Mode::kRequired && tools.choice.mode != Mode::kNamed) return {};
-  const size_t most = tools.parallel && tools.choice.mode == Mode::kRequired ? 8 : 1;
+  if (tools.choice.mode == Mode::kNone || Callable(tools).empty()) return {};
+  const bool forced = tools.choice.mode == Mode::kRequired || tools.choice.mode == Mode::kNamed;
+  const size_t most = tools.parallel && tools.choice.mode != Mode::kNamed ? 8 : 1;
+  ordered_json call;  // the JSON of the reply's call(s), for the JSON formats
   switch (format) {
     case ToolCallFormat::kLlama3Json:
-      return StructuredOutput{
-          StructuredOutput::Kind::kJsonSchema, CallSchema(tools, "parameters").dump(), {}};
-    case ToolCallFormat::kGeneric: {
-      const ordered_json schema = {{"type", "object"},
-                                   {"properties",
-                                    {{"tool_calls",
-                                      {{"type", "array"},
-                                       {"minItems", 1},
-                                       {"maxItems", most},
-                                       {"items", CallSchema(tools, "arguments")}}}}},
-                                   {"required", {"tool_calls"}},
-                                   {"additionalProperties", false}};
-      return StructuredOutput{StructuredOutput::Kind::kJsonSchema, schema.dump(), {}};
-    }
+      call = CallSchema(tools, "parameters");
+      break;
+    case ToolCallFormat::kGeneric:
+      call = {{"type", "object"},
+              {"properties",
+               {{"tool_calls",
+                 {{"type", "array"},
+                  {"minItems", 1},
+                  {"maxItems", most},
+                  {"items", CallSchema(tools, "arguments")}}}}},
+              {"required", {"tool_calls"}},
+              {"additionalProperties", false}};
+      break;
     case ToolCallFormat::kHermes: {
       std::string gbnf =
           JsonSchemaRuleGbnf(CallSchema(tools, "arguments").dump(), "tool-call-json");
       gbnf += fmt::format(
-          "\nroot ::= tool-call-tagged (\"\\n\" tool-call-tagged){{0,{}}}\n"
+          "\ntool-calls ::= tool-call-tagged (\"\\n\" tool-call-tagged){{0,{}}}\n"
           "tool-call-tagged ::= \"<tool_call>\\n\" tool-call-json \"\\n</tool_call>\"\n",
           most - 1);
+      if (forced) {
+        gbnf += "root ::= tool-calls\n";
+      } else {
+        // auto: free text (never "<tool_call>" itself), then maybe the calls.
+        gbnf += "root ::= free-0 tool-calls?\n" + TextWithout("<tool_call>", "free");
+      }
       return StructuredOutput{StructuredOutput::Kind::kGrammar, gbnf, {}};
     }
   }
-  return {};
+  if (forced) return StructuredOutput{StructuredOutput::Kind::kJsonSchema, call.dump(), {}};
+  // auto, a reply that is the call or text: the call, or text whose first character after
+  // any whitespace is not '{'.
+  std::string gbnf = JsonSchemaRuleGbnf(call.dump(), "tool-call-json");
+  gbnf +=
+      "\nroot ::= [ \\t\\r\\n]{0,4} tool-call-json | [ \\t\\r\\n]* free\n"
+      "free ::= \"\" | [^{ \\t\\r\\n] [^\\x00]*\n";
+  return StructuredOutput{StructuredOutput::Kind::kGrammar, gbnf, {}};
 }
 
 size_t StreamableToolText(std::string_view text, ToolCallFormat format) {

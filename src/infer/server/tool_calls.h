@@ -69,9 +69,14 @@ nlohmann::ordered_json MessagesForTemplate(const nlohmann::ordered_json& message
 // The template's `tools` variable: the tools' specs (kGeneric: none).
 nlohmann::ordered_json ToolsVariable(const ToolsRequest& tools, ToolCallFormat format);
 
-// The grammar of the reply when the call is required (tool_choice required or a named function):
-// the call(s) in the model's format, each tool's arguments valid under its parameters.
-// nullopt when the reply is free (auto, none).
+// The grammar of the reply, so that every call it makes is well-formed, in the model's format,
+// each tool's arguments valid under its parameters:
+// - tool_choice required or a named function: the reply is the call(s);
+// - auto: text is free until the model opens a call (Qwen3: any text that does not hold
+//   "<tool_call>", then maybe the tagged calls; Llama 3.x and the generic scheme, whose call is
+//   the whole reply: the call, or text that does not start with '{');
+// - none (or no tool left to call): nullopt, the reply is free.
+// Up to 8 calls with parallel_tool_calls (1 for a named function).
 std::optional<StructuredOutput> ToolCallConstraint(const ToolsRequest& tools,
                                                    ToolCallFormat format);
 

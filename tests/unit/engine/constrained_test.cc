@@ -2,12 +2,14 @@
 // model), as vLLM tests its scheduler: the mask is applied to every constrained request of a
 // step while free requests beside it sample as before; the end of generation comes only where
 // the constraint allows it; a constraint that is complete ends the request with `stop`; a
-// request whose constraint allows nothing fails alone; and the outputs of a seeded constrained
-// request are the same alone and batched.
+// request whose constraint allows nothing fails alone; the outputs of a seeded constrained
+// request are the same alone and batched; and jump-forward takes the tokens the constraint
+// forces without a sampling step each, computing them in the next forward as one chunk.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -41,6 +43,20 @@ class SequencesConstraint : public TokenConstraint {
     }
     taken_.pop_back();
     return false;
+  }
+  // The tokens every live sequence has next, up to where one could end or they part.
+  std::vector<int32_t> ForcedTokens() override {
+    std::vector<int32_t> forced;
+    for (size_t at = taken_.size();; ++at) {
+      std::optional<int32_t> next;
+      for (const auto& sequence : sequences_) {
+        if (!Prefix(sequence)) continue;
+        if (at >= sequence.size() || (next && *next != sequence[at])) return forced;
+        next = sequence[at];
+      }
+      if (!next) return forced;
+      forced.push_back(*next);
+    }
   }
   bool Finished() const override {
     bool complete = false;
@@ -235,6 +251,58 @@ TEST(ConstrainedTest, ASeededConstrainedRequestIsTheSameAloneAndBatched) {
     }
     EXPECT_EQ(ids, alone(seed)) << "seed " << seed;
   }
+}
+
+// A request of choices {"5,6,7,20", "5,6,7,21"} on a model that favours 5 then 21.
+struct JumpForwardRun {
+  std::vector<int32_t> ids;
+  std::optional<FinishReason> reason;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> calls;
+};
+JumpForwardRun RunJumpForward(bool jump_forward, int64_t max_new_tokens = 10,
+                              bool logprobs = false) {
+  testing::ScriptedModel model(64, {5, 5, 5, 21});
+  EngineConfig config;
+  config.enable_jump_forward = jump_forward;
+  Engine engine(config, model, nullptr, {kEos});
+  engine.SetConstraintFactory(Factory());
+  SamplingParams params = Choices({"5,6,7,20", "5,6,7,21"}, max_new_tokens);
+  params.temperature = 0.0;
+  if (logprobs) params.logprobs = 1;
+  JumpForwardRun run;
+  const auto channel = engine.AddRequest("a", {2, 3}, params);
+  while (engine.HasWork()) engine.Step();
+  while (auto output = channel->Pop(std::chrono::milliseconds(0))) {
+    if (output->token_id) run.ids.push_back(*output->token_id);
+    if (output->finished) run.reason = output->finish_reason;
+  }
+  run.calls = model.calls();
+  return run;
+}
+
+TEST(ConstrainedTest, JumpForwardTakesForcedTokensInOneForward) {
+  const JumpForwardRun on = RunJumpForward(true);
+  const JumpForwardRun off = RunJumpForward(false);
+  EXPECT_EQ(on.ids, (std::vector<int32_t>{5, 6, 7, 21}));
+  EXPECT_EQ(off.ids, on.ids);  // one way to go after 5: the same output either way
+  EXPECT_EQ(on.reason, FinishReason::kStop);
+  EXPECT_EQ(off.reason, FinishReason::kStop);
+  // On: the prompt, then 5, 6, 7 together (6 and 7 came without a draw); off: one per token.
+  using Call = std::vector<std::pair<int64_t, int64_t>>;
+  ASSERT_EQ(on.calls.size(), 2U);
+  EXPECT_EQ(on.calls[0], (Call{{on.calls[0][0].first, 2}}));
+  EXPECT_EQ(on.calls[1], (Call{{on.calls[0][0].first, 3}}));
+  EXPECT_EQ(off.calls.size(), 4U);
+}
+
+TEST(ConstrainedTest, JumpForwardStopsAtMaxTokensAndSkipsLogprobRequests) {
+  const JumpForwardRun cut = RunJumpForward(true, /*max_new_tokens=*/2);
+  EXPECT_EQ(cut.ids, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(cut.reason, FinishReason::kLength);
+  // A forced token was never drawn, so a request with logprobs samples each one.
+  const JumpForwardRun logprobs = RunJumpForward(true, 10, /*logprobs=*/true);
+  EXPECT_EQ(logprobs.ids, (std::vector<int32_t>{5, 6, 7, 21}));
+  EXPECT_EQ(logprobs.calls.size(), 4U);
 }
 
 }  // namespace

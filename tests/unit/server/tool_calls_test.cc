@@ -6,8 +6,11 @@
 // message.tool_calls and finish_reason, whole and streamed.
 #include "infer/server/tool_calls.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "infer/grammar/gbnf.h"
+#include "infer/grammar/matcher.h"
 #include "infer/server/openai_request.h"
 #include "infer/server/openai_response.h"
 
@@ -134,9 +137,10 @@ TEST(Tools, ToolsChoiceAndTurnsAreParsed) {
 }
 
 ToolsRequest Weather(ToolChoice::Mode mode = ToolChoice::Mode::kAuto) {
-  return *Chat(R"(,"tools":[)" + kWeather + "]," +
-               (mode == ToolChoice::Mode::kRequired ? R"("tool_choice":"required")"
-                                                    : R"("tool_choice":"auto")"))
+  const char* choice = mode == ToolChoice::Mode::kRequired ? "required"
+                       : mode == ToolChoice::Mode::kNone   ? "none"
+                                                           : "auto";
+  return *Chat(R"(,"tools":[)" + kWeather + fmt::format(R"(],"tool_choice":"{}")", choice))
               .tools;
 }
 
@@ -213,8 +217,15 @@ TEST(Tools, TheGenericSchemeMergesTurnsForAlternatingTemplates) {
   EXPECT_EQ(ToolsVariable(tools, ToolCallFormat::kHermes).size(), 1U);
 }
 
-TEST(Tools, ARequiredCallIsConstrainedAnAutoOneIsNot) {
-  EXPECT_FALSE(ToolCallConstraint(Weather(), ToolCallFormat::kHermes));
+// Whether the tool constraint's grammar takes `reply` whole (the grammar engine's byte matcher).
+bool Takes(const StructuredOutput& spec, std::string_view reply) {
+  grammar::ByteMatcher matcher(
+      std::make_shared<const grammar::FlatGrammar>(grammar::ParseGbnf(StructuredOutputToGbnf(spec))));
+  return matcher.AcceptString(reply) && matcher.IsComplete();
+}
+
+TEST(Tools, EveryCallIsConstrainedAndAutoTextStaysFree) {
+  EXPECT_FALSE(ToolCallConstraint(Weather(ToolChoice::Mode::kNone), ToolCallFormat::kHermes));
   const auto llama =
       ToolCallConstraint(Weather(ToolChoice::Mode::kRequired), ToolCallFormat::kLlama3Json);
   ASSERT_TRUE(llama);
@@ -226,7 +237,38 @@ TEST(Tools, ARequiredCallIsConstrainedAnAutoOneIsNot) {
       ToolCallConstraint(Weather(ToolChoice::Mode::kRequired), ToolCallFormat::kHermes);
   ASSERT_TRUE(qwen);
   EXPECT_EQ(qwen->kind, Kind::kGrammar);
-  EXPECT_NE(qwen->source.find("<tool_call>"), std::string::npos);
+  const std::string paris =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+      "</tool_call>";
+  EXPECT_TRUE(Takes(*qwen, paris));
+  EXPECT_FALSE(Takes(*qwen, "It is sunny."));  // required: a call, not text
+
+  // auto, Qwen3: text, then maybe calls; the text never holds "<tool_call>" unless a call
+  // follows it, and the call's arguments follow the schema.
+  const auto qwen_auto = ToolCallConstraint(Weather(), ToolCallFormat::kHermes);
+  ASSERT_TRUE(qwen_auto);
+  EXPECT_TRUE(Takes(*qwen_auto, "It is sunny in <b>Paris</b> <tool"));
+  EXPECT_TRUE(Takes(*qwen_auto, "Let me check.\n" + paris + "\n" + paris));
+  EXPECT_TRUE(Takes(*qwen_auto, "<think>\nweather\n</think>\n\n" + paris));
+  EXPECT_FALSE(Takes(*qwen_auto, "a <tool_call> b"));
+  EXPECT_FALSE(Takes(*qwen_auto, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n"
+                                 "</tool_call>"));
+  EXPECT_FALSE(Takes(*qwen_auto, paris + "\nand text after"));
+
+  // auto, Llama 3.x and the generic scheme: the call as the whole reply, or text.
+  for (const ToolCallFormat format : {ToolCallFormat::kLlama3Json, ToolCallFormat::kGeneric}) {
+    const auto json_auto = ToolCallConstraint(Weather(), format);
+    ASSERT_TRUE(json_auto);
+    const char* key = format == ToolCallFormat::kLlama3Json ? "parameters" : "arguments";
+    std::string call = fmt::format(R"({{"name": "get_weather", "{}": {{"city": "Oslo"}}}})", key);
+    if (format == ToolCallFormat::kGeneric) call = R"({"tool_calls": [)" + call + "]}";
+    EXPECT_TRUE(Takes(*json_auto, call));
+    EXPECT_TRUE(Takes(*json_auto, "\n" + call));
+    EXPECT_TRUE(Takes(*json_auto, "It is {probably} sunny."));
+    EXPECT_TRUE(Takes(*json_auto, ""));
+    EXPECT_FALSE(Takes(*json_auto, R"({"name": "get_weather", "args": {}})"));
+    EXPECT_FALSE(Takes(*json_auto, " {not a call}"));
+  }
 }
 
 OpenAiResponse ToolResponse(bool stream) {
