@@ -53,11 +53,12 @@ def model_dir(key, real_size, work):
     return folder
 
 
-def start_server(binary, model, log_path):
+def start_server(binary, model, log_path, extra_args=()):
     log = open(log_path, "w")
     child = subprocess.Popen([binary, "serve", "--model", model, "--load-format", "dummy",
                               "--threads", "2", "--port", "0", "--served-model-name", "m",
-                              "--max-model-len", "2048"], stdout=subprocess.DEVNULL, stderr=log)
+                              "--max-model-len", "2048", *extra_args],
+                             stdout=subprocess.DEVNULL, stderr=log)
     for _ in range(1200):
         with open(log_path) as f:
             match = re.search(r"listening on (http://127\.0\.0\.1:\d+)", f.read())

@@ -16,9 +16,8 @@ namespace {
 // The grammar engine's matcher as the runner sees it.
 class GrammarConstraint final : public TokenConstraint {
  public:
-  GrammarConstraint(std::shared_ptr<const grammar::CompiledGrammar> compiled,
-                    const Tokenizer& tokenizer)
-      : matcher_(std::move(compiled)), tokenizer_(tokenizer) {}
+  GrammarConstraint(std::shared_ptr<const grammar::CompiledGrammar> compiled, TextEncoder encode)
+      : matcher_(std::move(compiled)), encode_(std::move(encode)) {}
   void FillMask(std::span<uint32_t> mask) override { matcher_.FillNextTokenBitmask(mask); }
   bool Accept(int32_t token) override { return matcher_.AcceptToken(token); }
   bool Finished() const override { return matcher_.IsComplete() && !matcher_.CanContinue(); }
@@ -27,12 +26,12 @@ class GrammarConstraint final : public TokenConstraint {
     std::string text = matcher_.JumpForwardString();
     text.resize(std::min(text.size(), FindInvalidUtf8(text)));
     if (text.empty()) return {};
-    return tokenizer_.Encode(text, /*add_special_tokens=*/false);
+    return encode_(text);
   }
 
  private:
   grammar::GrammarMatcher matcher_;
-  const Tokenizer& tokenizer_;
+  TextEncoder encode_;
 };
 
 // The cache key: the kind and its source (choices joined by a byte no JSON text holds).
@@ -45,6 +44,11 @@ std::string CacheKey(const StructuredOutput& spec) {
 }
 
 }  // namespace
+
+std::unique_ptr<TokenConstraint> MakeGrammarConstraint(
+    std::shared_ptr<const grammar::CompiledGrammar> compiled, TextEncoder encode) {
+  return std::make_unique<GrammarConstraint>(std::move(compiled), std::move(encode));
+}
 
 StructuredOutputCompiler::StructuredOutputCompiler(const Tokenizer& tokenizer,
                                                    std::vector<int32_t> end_ids)
@@ -85,7 +89,9 @@ std::unique_ptr<TokenConstraint> StructuredOutputCompiler::Make(const Structured
                  StructuredOutputKindName(spec.kind), gbnf.size(), grammar->compile_ms());
     return grammar;
   });
-  return std::make_unique<GrammarConstraint>(compiled, tokenizer_);
+  return MakeGrammarConstraint(compiled, [this](std::string_view text) {
+    return tokenizer_.Encode(text, /*add_special_tokens=*/false);
+  });
 }
 
 }  // namespace infer

@@ -4,9 +4,11 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
+#include <string_view>
 #include <vector>
 
 #include "infer/engine/constraint.h"
@@ -16,6 +18,13 @@
 #include "infer/tokenizer/tokenizer.h"
 
 namespace infer {
+
+// Tokenizes text (jump-forward's forced text) into ids, without special tokens.
+using TextEncoder = std::function<std::vector<int32_t>(std::string_view text)>;
+// The grammar engine's matcher as a TokenConstraint: its mask, its tokens, and as
+// ForcedTokens the jump-forward string up to its last whole UTF-8 character, encoded.
+std::unique_ptr<TokenConstraint> MakeGrammarConstraint(
+    std::shared_ptr<const grammar::CompiledGrammar> compiled, TextEncoder encode);
 
 class StructuredOutputCompiler {
  public:

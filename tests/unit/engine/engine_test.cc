@@ -14,10 +14,13 @@
 #include <tuple>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 #include "infer/core/error.h"
 #include "infer/engine/decoder_model.h"
 #include "infer/engine/generate.h"
+#include "infer/engine/structured.h"
+#include "infer/grammar/structured_output.h"
 #include "mock_model.h"
 
 namespace infer {
@@ -362,6 +365,106 @@ TEST_P(EngineFixtureTest, OutputIsTheSameAloneBatchedChunkedCachedAndPreempted) 
     EXPECT_EQ(Generate(*model_, nullptr, prompts[i], params[i], options).token_ids, single[i])
         << "generate() " << i;
   }
+}
+
+// A 512-token vocabulary for the fixtures (whose tokenizers are not real ones): id 1 ends
+// generation, 2-127 are those ASCII bytes, 128 and 129 the two bytes of "é" apart, then pieces
+// of JSON, "é" whole, the digit pairs and letter pairs.
+std::shared_ptr<const grammar::VocabularyIndex> FixtureVocabulary() {
+  grammar::Vocabulary vocabulary;
+  vocabulary.token_bytes.resize(512);
+  for (int b = 2; b < 128; ++b) vocabulary.token_bytes[b] = std::string(1, static_cast<char>(b));
+  std::vector<std::string> pieces = {"\xC3", "\xA9", "{\"", "\":", "\": ", ", \"", "\"}",
+                                     "true", "false", "name", "tags", "ok", "\"x\"", "\"yy\"",
+                                     "[\"", "\"]", "], ", "\xC3\xA9"};
+  for (int i = 0; i < 100; ++i) pieces.push_back(fmt::format("{:02}", i));
+  for (char a = 'a'; pieces.size() < 512 - 128; ++a) {
+    for (char b = 'a'; b <= 'z' && pieces.size() < 512 - 128; ++b) pieces.push_back({a, b});
+  }
+  for (size_t i = 0; i < pieces.size(); ++i) vocabulary.token_bytes[128 + i] = pieces[i];
+  vocabulary.end_ids = {1};
+  return std::make_shared<const grammar::VocabularyIndex>(std::move(vocabulary));
+}
+
+// Greedy longest match over the vocabulary's regular tokens (jump-forward's encoder here).
+std::vector<int32_t> EncodeGreedy(const grammar::Vocabulary& vocabulary, std::string_view text) {
+  std::vector<int32_t> ids;
+  while (!text.empty()) {
+    int32_t best = -1;
+    for (int32_t id = 2; id < static_cast<int32_t>(vocabulary.token_bytes.size()); ++id) {
+      const std::string& bytes = vocabulary.token_bytes[static_cast<size_t>(id)];
+      if (!bytes.empty() && text.starts_with(bytes) &&
+          (best < 0 || bytes.size() > vocabulary.token_bytes[static_cast<size_t>(best)].size())) {
+        best = id;
+      }
+    }
+    if (best < 0) break;
+    ids.push_back(best);
+    text.remove_prefix(vocabulary.token_bytes[static_cast<size_t>(best)].size());
+  }
+  return ids;
+}
+
+TEST_P(EngineFixtureTest, ConstrainedOutputIsTheSameAloneBatchedChunkedCachedAndPreempted) {
+  // The real grammar engine (with jump-forward) on the fixture model: seeded and greedy
+  // constrained requests beside a free one give the same tokens however they are run, and
+  // every constrained output is a valid object.
+  const auto vocabulary = FixtureVocabulary();
+  const StructuredOutput spec{StructuredOutput::Kind::kJsonSchema, R"({"type": "object",
+      "properties": {"name": {"type": "string", "maxLength": 6},
+                     "n": {"type": "integer", "minimum": 0, "maximum": 500},
+                     "tags": {"type": "array", "items": {"enum": ["x", "yy"]}, "maxItems": 3},
+                     "ok": {"type": "boolean"}},
+      "required": ["name", "n", "tags", "ok"], "additionalProperties": false})",
+                              {}};
+  const auto compiled =
+      grammar::CompiledGrammar::FromGbnf(StructuredOutputToGbnf(spec), vocabulary);
+  const auto factory = [&](const StructuredOutput&) {
+    return MakeGrammarConstraint(compiled, [&](std::string_view text) {
+      return EncodeGreedy(vocabulary->vocabulary(), text);
+    });
+  };
+  std::vector<std::vector<int32_t>> prompts = {{5, 17, 42}, Range(250, 37), {3, 9, 100}, {7}};
+  prompts[1].insert(prompts[1].begin(), prompts[0].begin(), prompts[0].end());
+  std::vector<SamplingParams> params = {Params(80, 1.0), Params(80, 1.0), Params(80), Params(9)};
+  for (size_t i = 0; i < 3; ++i) params[i].structured_output = spec;
+  params[0].seed = 21;
+  params[1].seed = 22;
+  params[1].top_p = 0.9;
+  const auto run = [&](const EngineConfig& config, int passes = 1) {
+    Engine engine(config, *model_, nullptr, {1});
+    engine.SetConstraintFactory(factory);
+    std::vector<std::vector<int32_t>> tokens;
+    for (int pass = 0; pass < passes; ++pass) tokens = RunAll(engine, prompts, params);
+    return std::make_pair(tokens, engine.stats());
+  };
+  std::vector<std::vector<int32_t>> single;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    Engine engine(Config(1), *model_, nullptr, {1});
+    engine.SetConstraintFactory(factory);
+    single.push_back(RunAll(engine, {prompts[i]}, {params[i]}).front());
+  }
+  for (size_t i = 0; i < 3; ++i) {
+    std::string text;
+    for (const int32_t id : single[i]) text += vocabulary->vocabulary().token_bytes[id];
+    const auto object = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(object.is_object()) << text;
+    EXPECT_EQ(object.size(), 4U) << text;
+    EXPECT_LE(object["n"].get<int64_t>(), 500) << text;
+  }
+  EXPECT_EQ(run(Config(8)).first, single) << "batched";
+  EngineConfig chunked = Config(8);
+  chunked.max_num_batched_tokens = 4;
+  EXPECT_EQ(run(chunked).first, single) << "chunked";
+  const auto [cached, cache_stats] = run(Config(8), 2);
+  EXPECT_EQ(cached, single) << "prefix-cache hits";
+  EXPECT_GT(cache_stats.cached_prompt_tokens, 0);
+  EngineConfig tight = Config(8);
+  tight.num_blocks = 8;
+  tight.enable_preemption = true;
+  const auto [preempted, tight_stats] = run(tight);
+  EXPECT_EQ(preempted, single) << "preempted";
+  EXPECT_GT(tight_stats.preemptions, 0);
 }
 
 TEST_P(EngineFixtureTest, KvPoolHoldsTheConfiguredBlocks) {
