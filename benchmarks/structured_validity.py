@@ -4,7 +4,10 @@ at random, the hardest case for a constrained decoder. For every JSON schema in 
 generations per model through `infer serve`'s chat route (response_format json_schema): every
 output that finishes with `stop` must parse and validate under Debian's python3-jsonschema (run
 this with /usr/bin/python3), and, for schemas whose strings and arrays are bounded, every output
-must finish with `stop`. Regex and choice requests are checked the same way.
+must finish with `stop`. Regex and choice requests are checked the same way (each output must
+match the regex in full, or be one of the choices), and tool calls: with tool_choice `required`
+every reply must call a tool and with `auto` any call it makes counts; each call's arguments
+must validate under its tool's parameters.
 
 The models: the fixtures' tiny shapes with each dev model's real vocabulary, tokenizer and chat
 template (the mask depends on the vocabulary and the grammar, not on the model's size), or with
@@ -104,6 +107,61 @@ def bounded(schema):
     return walk(schema)
 
 
+REGEXES = [r"\d{3}-\d{4}", r"[a-z]{1,8}@[a-z]{1,8}\.(com|org)", r"(yes|no|maybe)",
+           r"\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])", r"[A-Z][a-z]{0,10}( [A-Z][a-z]{0,10}){0,2}"]
+CHOICES = [["red", "green", "blue"], ["Paris", "Pau", "Pauillac", "Rome"], ["a", "ab", "abc"]]
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "maxLength": 20}, "unit": {"enum": ["c", "f"]}},
+        "required": ["city"], "additionalProperties": False}}},
+    {"type": "function", "function": {
+        "name": "add", "description": "Adds two integers",
+        "parameters": {"type": "object", "properties": {
+            "a": {"type": "integer", "minimum": -1000, "maximum": 1000},
+            "b": {"type": "integer", "minimum": -1000, "maximum": 1000}},
+            "required": ["a", "b"], "additionalProperties": False}}}]
+
+
+def check_other_kinds(url, n, max_tokens):
+    """Regex, choice and tool-call requests; yields (name, failures, summary)."""
+    messages = [{"role": "user", "content": "Answer."}]
+    for regex in REGEXES:
+        status, reply = post(url, {"messages": messages, "n": n, "temperature": 1.0, "seed": 1,
+                                   "max_tokens": max_tokens, "structured_outputs": {"regex": regex}})
+        bad = [c["message"]["content"] for c in reply.get("choices", [])
+               if c["finish_reason"] != "stop" or not re.fullmatch(regex, c["message"]["content"])]
+        yield f"regex {regex}", (status != 200) + len(bad), f"{len(bad)} bad {bad[:3]}"
+    for choices in CHOICES:
+        status, reply = post(url, {"messages": messages, "n": n, "temperature": 1.0, "seed": 1,
+                                   "max_tokens": max_tokens,
+                                   "structured_outputs": {"choice": choices}})
+        bad = [c["message"]["content"] for c in reply.get("choices", [])
+               if c["message"]["content"] not in choices]
+        yield f"choice {choices}", (status != 200) + len(bad), f"{len(bad)} bad {bad[:3]}"
+    parameters = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    for tool_choice in ("required", "auto"):
+        status, reply = post(url, {"messages": [{"role": "user", "content": "Weather in Oslo?"}],
+                                   "n": n, "temperature": 1.0, "seed": 1,
+                                   "max_tokens": max_tokens, "tools": TOOLS,
+                                   "tool_choice": tool_choice})
+        bad, calls = [], 0
+        for choice in reply.get("choices", []):
+            message = choice["message"]
+            if tool_choice == "required" and not message.get("tool_calls"):
+                bad.append(f"no call ({choice['finish_reason']}): {message.get('content')!r}"[:200])
+            for call in message.get("tool_calls") or []:
+                calls += 1
+                try:
+                    jsonschema.validate(json.loads(call["function"]["arguments"]),
+                                        parameters[call["function"]["name"]])
+                except (ValueError, KeyError, jsonschema.ValidationError) as error:
+                    bad.append(f"{call['function']}: {str(error)[:200]}")
+        yield (f"tools {tool_choice}", (status != 200) + len(bad),
+               f"{calls} calls, {len(bad)} bad {bad[:3]}" +
+               (f" ERROR {status} {reply}" if status != 200 else ""))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--binary", default=os.path.join(ROOT, "build/infer"))
@@ -158,6 +216,10 @@ def main():
                           f"{len(row['invalid'])} invalid, {row['seconds']} s"
                           + (f" ERROR {status} {row.get('error')}" if status != 200 else ""),
                           flush=True)
+                for name, bad, summary in check_other_kinds(url, args.n, args.max_tokens):
+                    failures += bad
+                    rows.append({"check": name, "failures": bad, "summary": summary})
+                    print(f"{key} {name}: {summary}", flush=True)
             finally:
                 child.terminate()
                 child.wait()
