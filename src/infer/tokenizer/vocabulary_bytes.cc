@@ -28,7 +28,7 @@ std::array<int, 512> InverseByteLevelTable() {
 
 // Decodes `token` as GPT-2 byte-level characters; false when a character is not in the table.
 bool ByteLevelBytes(std::string_view token, std::string& out) {
-  static const std::array<int, 512> inverse = InverseByteLevelTable();
+  static const std::array<int, 512> kInverse = InverseByteLevelTable();
   out.clear();
   for (size_t i = 0; i < token.size();) {
     const auto c = static_cast<uint8_t>(token[i]);
@@ -42,8 +42,8 @@ bool ByteLevelBytes(std::string_view token, std::string& out) {
     } else {
       return false;
     }
-    if (cp >= inverse.size() || inverse[cp] < 0) return false;
-    out.push_back(static_cast<char>(inverse[cp]));
+    if (cp >= kInverse.size() || kInverse[cp] < 0) return false;
+    out.push_back(static_cast<char>(kInverse[cp]));
   }
   return true;
 }
