@@ -23,11 +23,13 @@ enum class Verdict : uint8_t { kAccept, kReject, kUncertain };
 // sharing the work of common prefixes (the states per depth of the previous token are kept) and
 // skipping every token under a prefix that no stack survives. Calls emit(begin, end, verdict)
 // for consecutive rank runs. With stacks over kUnknown (precomputation), a token is uncertain
-// when some stack escaped into the unknown rest while bytes of the token remained.
+// when some stack escaped into the unknown rest while bytes of the token remained. Stops (and
+// returns false) once `steps` passes `max_steps`.
 template <typename Emit>
-void WalkTokens(const VocabularyIndex& vocab, Stepper& stepper, const StackSet& start,
+bool WalkTokens(const VocabularyIndex& vocab, Stepper& stepper, const StackSet& start,
                 const std::vector<RankRange>& ranges, std::vector<StackSet>& states,
-                std::vector<uint8_t>& escaped, size_t& steps, Emit&& emit) {
+                std::vector<uint8_t>& escaped, size_t& steps, Emit&& emit,
+                size_t max_steps = SIZE_MAX) {
   const size_t max_len = vocab.MaxTokenBytes();
   if (states.size() < max_len + 1) states.resize(max_len + 1);
   if (escaped.size() < max_len + 1) escaped.resize(max_len + 1);
@@ -38,6 +40,7 @@ void WalkTokens(const VocabularyIndex& vocab, Stepper& stepper, const StackSet& 
   for (const RankRange range : ranges) {
     int32_t r = range.begin;
     while (r < range.end) {
+      if (steps > max_steps) return false;
       const std::string_view tok = vocab.BytesOfRank(r);
       const size_t len = tok.size();
       size_t k = 0;
@@ -70,6 +73,7 @@ void WalkTokens(const VocabularyIndex& vocab, Stepper& stepper, const StackSet& 
       r = end;
     }
   }
+  return true;
 }
 
 void AppendRange(std::vector<RankRange>& out, int32_t begin, int32_t end) {
@@ -162,9 +166,27 @@ CompiledGrammar::CompiledGrammar(const Grammar& grammar,
   // The work bound: past it, positions keep every token uncertain (correct, slower per token).
   constexpr size_t kMaxSteps = 50'000'000;
   const std::vector<RankRange> all{{0, num_ranks}};
+  // Terminal positions inside repetitions whose canonical position is a terminal too: after the
+  // others (their canonical ones among them), sharing its mask when every token it allows fits
+  // in the repetitions left (as for context masks, see ComputeContextMask).
+  std::vector<size_t> order, later;
   for (size_t p = 0; p < g.op.size(); ++p) {
     if (g.op[p] < 0) continue;
+    const int32_t c = rep_canon_[p];
+    const bool deferred =
+        c >= 0 && static_cast<size_t>(c) != p && g.op[static_cast<size_t>(c)] == g.op[p];
+    (deferred ? later : order).push_back(p);
+  }
+  order.insert(order.end(), later.begin(), later.end());
+  for (const size_t p : order) {
     ++num_positions_;
+    if (const int32_t c = rep_canon_[p];
+        c >= 0 && static_cast<size_t>(c) != p && mask_of_pos_[static_cast<size_t>(c)] >= 0 &&
+        static_cast<size_t>(rep_left_[p]) >=
+            masks_[static_cast<size_t>(mask_of_pos_[static_cast<size_t>(c)])].max_open_len) {
+      mask_of_pos_[p] = mask_of_pos_[static_cast<size_t>(c)];
+      continue;
+    }
     std::vector<int32_t> key;
     size_t q = p, run = 0;
     bool unique = false;
@@ -214,21 +236,28 @@ CompiledGrammar::CompiledGrammar(const Grammar& grammar,
 }
 
 CompiledGrammar::PositionMask CompiledGrammar::MakeMask(const std::vector<RankRange>& accepted,
-                                                        std::vector<RankRange> uncertain) const {
+                                                        std::vector<RankRange> uncertain,
+                                                        const PositionMask* parent) const {
   const VocabularyIndex& vocab = *vocab_;
   const size_t words = GrammarMatcher::BitmaskWords(vocab.NumIds());
   PositionMask mask;
+  mask.parent = parent;
   mask.uncertain = std::move(uncertain);
   mask.accepted_ranks = accepted;
-  for (const std::vector<RankRange>& list : {std::cref(accepted), std::cref(mask.uncertain)}) {
-    for (RankRange r : list) {
-      for (int32_t i = r.begin; i < r.end; ++i)
-        mask.max_open_len = std::max(mask.max_open_len, vocab.BytesOfRank(i).size());
-    }
+  mask.max_accepted_len = parent != nullptr ? parent->max_accepted_len : 0;
+  for (RankRange r : accepted) {
+    for (int32_t i = r.begin; i < r.end; ++i)
+      mask.max_accepted_len = std::max(mask.max_accepted_len, vocab.BytesOfRank(i).size());
+  }
+  mask.max_open_len = mask.max_accepted_len;
+  for (RankRange r : mask.uncertain) {
+    for (int32_t i = r.begin; i < r.end; ++i)
+      mask.max_open_len = std::max(mask.max_open_len, vocab.BytesOfRank(i).size());
   }
   size_t count = 0;
   for (RankRange r : accepted) count += static_cast<size_t>(r.end - r.begin);
   if (count > words) {
+    mask.accepted_ranks.clear();  // the bits say it (and take less memory)
     mask.accepted_bits.assign(words, 0);
     for (RankRange r : accepted) {
       for (int32_t i = r.begin; i < r.end; ++i) {
@@ -355,12 +384,40 @@ void CompiledGrammar::FindRepetitionChains() {
       rep_left_[static_cast<size_t>(s0) + 1] = bytes(k - 1);
     }
   }
+  // Fixed runs: x{m} (the parser writes m copies of x in a row, as for minLength) at the copy
+  // with j copies left (that one included) stands for the run's first copy when no token of the
+  // vocabulary has more than j * unit bytes: neither can get past its copies with so few bytes
+  // (no way out of a run before its end), and both follow the same x's until then. (Unlike the
+  // chains above, a shorter run's language is not within a longer one's, so the verdicts must be
+  // equal for every token.)
+  run_canon_.assign(g.op.size(), -1);
+  const size_t max_token = vocab_->MaxTokenBytes();
+  for (const int32_t start : g.alt_start) {
+    int32_t p = start;
+    while (g.op[static_cast<size_t>(p)] != FlatGrammar::kEnd) {
+      const int32_t op = g.op[static_cast<size_t>(p)];
+      int32_t end = p + 1;
+      while (g.op[static_cast<size_t>(end)] == op) ++end;
+      if (end - p >= 2) {
+        const int64_t unit = std::max<int64_t>(
+            1,
+            FlatGrammar::IsRule(op)
+                ? std::min<int64_t>(min_len[static_cast<size_t>(FlatGrammar::RuleOf(op))], 1 << 20)
+                : 1);
+        for (int32_t q = p + 1; q < end; ++q) {
+          if (static_cast<size_t>(std::min<int64_t>(INT32_MAX, (end - q) * unit)) >= max_token)
+            run_canon_[static_cast<size_t>(q)] = p;
+        }
+      }
+      p = end;
+    }
+  }
 }
 
-void CompiledGrammar::WalkChain(const std::vector<int32_t>& chain,
+bool CompiledGrammar::WalkChain(const std::vector<int32_t>& chain,
                                 const std::vector<RankRange>& ranges,
-                                std::vector<RankRange>& accepted,
-                                std::vector<RankRange>& uncertain) const {
+                                std::vector<RankRange>& accepted, std::vector<RankRange>& uncertain,
+                                size_t max_steps) const {
   StackPool pool;
   Stepper stepper(*flat_, pool);
   int32_t parent = StackPool::kUnknown;
@@ -376,11 +433,13 @@ void CompiledGrammar::WalkChain(const std::vector<int32_t>& chain,
   std::vector<StackSet> states;
   std::vector<uint8_t> escaped;
   size_t steps = 0;
-  WalkTokens(*vocab_, stepper, start, ranges, states, escaped, steps,
-             [&](int32_t b, int32_t e, Verdict v) {
-               if (v == Verdict::kAccept) AppendRange(accepted, b, e);
-               if (v == Verdict::kUncertain) AppendRange(uncertain, b, e);
-             });
+  return WalkTokens(
+      *vocab_, stepper, start, ranges, states, escaped, steps,
+      [&](int32_t b, int32_t e, Verdict v) {
+        if (v == Verdict::kAccept) AppendRange(accepted, b, e);
+        if (v == Verdict::kUncertain) AppendRange(uncertain, b, e);
+      },
+      max_steps);
 }
 
 std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ContextMask(
@@ -391,8 +450,8 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ContextMas
     std::lock_guard lock(context_mutex_);
     auto it = context_masks_.find(key);
     if (it != context_masks_.end()) return it->second;
-    // Bounded: each mask may hold a bitset of the vocabulary.
-    if (num_owned_masks_ >= kMaxContextMasks || context_masks_.size() >= 16 * kMaxContextMasks)
+    // Bounded: a mask may hold a bitset of the vocabulary.
+    if (context_bytes_ >= kMaxContextBytes || context_masks_.size() >= kMaxContextEntries)
       return nullptr;
   }
   // Computed outside the lock (two threads may both compute one key; the results are equal).
@@ -401,13 +460,15 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ContextMas
   if (!mask) return nullptr;
   std::lock_guard lock(context_mutex_);
   const auto [it, inserted] = context_masks_.emplace(key, std::move(mask));
-  if (inserted && owned) ++num_owned_masks_;
+  if (inserted && owned) context_bytes_ += it->second->bytes();
   return it->second;
 }
 
 std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ComputeContextMask(
     const std::vector<int32_t>& chain, bool& owned) const {
-  owned = true;
+  owned = false;
+  // The top alone: the precomputed mask (masks_ outlives every context mask).
+  if (chain.size() == 1) return {std::shared_ptr<const void>(), &MaskAt(chain[0])};
   const auto num_ranks = static_cast<int32_t>(vocab_->NumRanks());
   // Positions inside bounded repetitions stand for the chain's largest rule, for tokens no
   // longer than the fewest repetitions left.
@@ -416,33 +477,58 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ComputeCon
   for (size_t i = 0; i < chain.size(); ++i) {
     if (chain[i] < 0) continue;
     const auto p = static_cast<size_t>(chain[i]);
-    if (rep_canon_[p] >= 0) {
+    if (run_canon_[p] >= 0) {
+      canon[i] = run_canon_[p];  // the same verdict for every token
+    } else if (rep_canon_[p] >= 0) {
       canon[i] = rep_canon_[p];
       left = std::min(left, rep_left_[p]);
     }
   }
+  std::shared_ptr<const PositionMask> base;
+  if (canon != chain) {
+    base = ContextMask(canon);
+    if (!base) return nullptr;
+    if (static_cast<size_t>(left) >= base->max_open_len) return base;  // every token it allows fits
+  }
+  // The chain one element shorter (one frame less, or the same frames over an unknown rest):
+  // its accepted tokens are accepted here, its rejected ones rejected, and only its uncertain
+  // ones are walked from this chain's stack.
+  const std::vector<int32_t> shorter(chain.begin(), chain.end() - 1);
+  std::shared_ptr<const PositionMask> parent = ContextMask(shorter);
+  if (!parent) return nullptr;
+  if (parent->uncertain.empty()) return parent;
   std::vector<RankRange> accepted, uncertain;
-  if (canon == chain) {
-    WalkChain(chain, {{0, num_ranks}}, accepted, uncertain);
-    return std::make_shared<const PositionMask>(MakeMask(accepted, std::move(uncertain)));
+  owned = true;
+  // The walk skips every token under a prefix that no stack survives, so it is cheap even over
+  // many open tokens when most die early; with a canonical chain to derive from, it gives up past
+  // a bound (a long string accepts most tokens whole) and the mask is derived instead.
+  if (WalkChain(chain, parent->uncertain, accepted, uncertain,
+                base ? static_cast<size_t>(num_ranks) / 16 : SIZE_MAX)) {
+    return std::make_shared<const PositionMask>(
+        MakeMask(accepted, std::move(uncertain), parent.get()));
   }
-  std::shared_ptr<const PositionMask> base = ContextMask(canon);
-  if (!base) return nullptr;
-  if (static_cast<size_t>(left) >= base->max_open_len) {  // every token it may allow fits
-    owned = false;
-    return base;
-  }
-  // Tokens of at most `left` bytes: the verdict of the canonical chain. Longer ones the
-  // canonical chain rejects: rejected here too (its language holds this one's). The other
-  // longer ones: walked from this chain.
+  accepted.clear();
+  uncertain.clear();
+  // Many tokens open: derived from the canonical chain's mask instead. Tokens of at most `left`
+  // bytes: its verdict. Longer ones it rejects: rejected here too (its language holds this
+  // one's). The other longer ones: walked from this chain.
   std::vector<uint8_t> verdict(static_cast<size_t>(num_ranks),
                                0);  // 0 reject, 1 accept, 2 uncertain
-  for (RankRange r : base->accepted_ranks)
-    std::fill(verdict.begin() + r.begin, verdict.begin() + r.end, 1);
+  const VocabularyIndex& vocab = *vocab_;
+  for (const PositionMask* m = base.get(); m != nullptr; m = m->parent) {
+    if (!m->accepted_bits.empty()) {
+      for (int32_t r = 0; r < num_ranks; ++r) {
+        const auto id = static_cast<uint32_t>(vocab.IdOfRank(r));
+        if ((m->accepted_bits[id >> 5] >> (id & 31)) & 1u) verdict[static_cast<size_t>(r)] = 1;
+      }
+      continue;
+    }
+    for (RankRange r : m->accepted_ranks)
+      std::fill(verdict.begin() + r.begin, verdict.begin() + r.end, 1);
+  }
   for (RankRange r : base->uncertain)
     std::fill(verdict.begin() + r.begin, verdict.begin() + r.end, 2);
   std::vector<RankRange> walk;
-  const VocabularyIndex& vocab = *vocab_;
   for (int32_t r = 0; r < num_ranks; ++r) {
     if (verdict[static_cast<size_t>(r)] != 0 &&
         vocab.BytesOfRank(r).size() > static_cast<size_t>(left)) {
@@ -515,11 +601,14 @@ void GrammarMatcher::FillNextTokenBitmask(std::span<uint32_t> bitmask) {
       found = top_masks_.emplace(top, compiled_->ContextMask(chain_)).first;
     }
     const auto& mask = found->second ? *found->second : compiled_->MaskAt(bytes_.pool()[top].pos);
-    if (!mask.accepted_bits.empty()) {
-      const size_t n = std::min(words, mask.accepted_bits.size());
-      for (size_t w = 0; w < n; ++w) bitmask[w] |= mask.accepted_bits[w];
-    } else {
-      for (int32_t id : mask.accepted_ids) set(id);
+    // The accepted tokens of the mask and of the shorter chains it was computed from.
+    for (const CompiledGrammar::PositionMask* m = &mask; m != nullptr; m = m->parent) {
+      if (!m->accepted_bits.empty()) {
+        const size_t n = std::min(words, m->accepted_bits.size());
+        for (size_t w = 0; w < n; ++w) bitmask[w] |= m->accepted_bits[w];
+      } else {
+        for (int32_t id : m->accepted_ids) set(id);
+      }
     }
     ranges_.insert(ranges_.end(), mask.uncertain.begin(), mask.uncertain.end());
   }

@@ -83,8 +83,20 @@ class CompiledGrammar {
     std::vector<uint32_t> accepted_bits;    // by id, when many tokens are accepted
     std::vector<int32_t> accepted_ids;      // else the ids
     std::vector<RankRange> uncertain;       // sorted, disjoint
-    std::vector<RankRange> accepted_ranks;  // the accepted ones as ranks (to derive masks from)
-    size_t max_open_len = 0;                // the longest token accepted or uncertain
+    std::vector<RankRange> accepted_ranks;  // the accepted ones as ranks (to derive masks from),
+                                            // only without accepted_bits
+    size_t max_open_len = 0;                // the longest token accepted (here or by a parent)
+                                            // or uncertain
+    size_t max_accepted_len = 0;            // the longest token accepted (here or by a parent)
+    // A context mask computed from the mask of its chain one element shorter (the parent, which
+    // outlives it): the parent's accepted tokens are accepted here too, and only the parent's
+    // uncertain ones were walked (the accepted ones of this level are the fields above). Null
+    // for precomputed masks and standalone ones.
+    const PositionMask* parent = nullptr;
+    size_t bytes() const {
+      return accepted_bits.size() * 4 + accepted_ids.size() * 4 +
+             (uncertain.size() + accepted_ranks.size()) * sizeof(RankRange) + sizeof(*this);
+    }
   };
   // The precomputed mask of a terminal position.
   const PositionMask& MaskAt(int32_t pos) const {
@@ -94,19 +106,22 @@ class CompiledGrammar {
   // then the positions of up to kContextDepth frames below it, then kChainBottom when the stack
   // ends there (then the mask is exact). Far fewer tokens stay uncertain than with the top
   // alone (a token that closes a string and goes on with `",` is decided by the frames below).
-  // Computed on first use, then shared by every matcher (thread-safe); null when the bound on
-  // these masks is reached (the caller uses MaskAt).
+  // Computed on first use, level by level (each chain from the chain one element shorter,
+  // walking only the tokens that one left uncertain, so a chain whose shorter chain decides
+  // every token shares its mask), then shared by every matcher (thread-safe); null when the
+  // bound on these masks is reached (the caller uses MaskAt).
   static constexpr int kContextDepth = 6;
   static constexpr int32_t kChainBottom = -1;
-  // Masks inside bounded repetitions are one per count left, so the bound is generous; at most
-  // 2048 x vocab / 8 bytes (32 MiB for a 128k vocabulary) per compiled grammar.
-  static constexpr size_t kMaxContextMasks = 2048;
+  // Masks inside bounded repetitions are one per count left, so the bounds are generous: at most
+  // kMaxContextBytes of masks and kMaxContextEntries chains per compiled grammar.
+  static constexpr size_t kMaxContextBytes = size_t{48} << 20;
+  static constexpr size_t kMaxContextEntries = size_t{1} << 17;
   std::shared_ptr<const PositionMask> ContextMask(const std::vector<int32_t>& chain) const;
   size_t num_context_masks() const;
 
  private:
-  PositionMask MakeMask(const std::vector<RankRange>& accepted,
-                        std::vector<RankRange> uncertain) const;
+  PositionMask MakeMask(const std::vector<RankRange>& accepted, std::vector<RankRange> uncertain,
+                        const PositionMask* parent = nullptr) const;
   // Bounded repetitions: a rule `opt_k ::= x opt_{k-1} | ""` (`opt_1 ::= x | ""`), as the
   // parser emits for x{m,n}, is x repeated at most k times. A token of L bytes consumes at most
   // L non-empty x's, so inside opt_k it gets the same verdict as inside opt_K (K >= k, the
@@ -116,9 +131,14 @@ class CompiledGrammar {
   void FindRepetitionChains();
   std::vector<int32_t> rep_canon_;
   std::vector<int32_t> rep_left_;  // in bytes: x's left times the fewest bytes of one x (>= 1)
-  // The full walk of every token from the stack a chain describes.
-  void WalkChain(const std::vector<int32_t>& chain, const std::vector<RankRange>& ranges,
-                 std::vector<RankRange>& accepted, std::vector<RankRange>& uncertain) const;
+  // Per position inside a fixed run of copies (x x x ... x): the run's first copy when the
+  // copies left are more than any token can get past (then every verdict is the same), else -1.
+  std::vector<int32_t> run_canon_;
+  // The walk of the tokens of `ranges` from the stack a chain describes; false when it gave up
+  // past `max_steps` byte steps (then `accepted` and `uncertain` are partial).
+  bool WalkChain(const std::vector<int32_t>& chain, const std::vector<RankRange>& ranges,
+                 std::vector<RankRange>& accepted, std::vector<RankRange>& uncertain,
+                 size_t max_steps = SIZE_MAX) const;
   std::shared_ptr<const PositionMask> ComputeContextMask(const std::vector<int32_t>& chain,
                                                          bool& owned) const;
   std::shared_ptr<const FlatGrammar> flat_;
@@ -130,7 +150,7 @@ class CompiledGrammar {
   double compile_ms_ = 0;
   mutable std::mutex context_mutex_;
   mutable std::unordered_map<std::string, std::shared_ptr<const PositionMask>> context_masks_;
-  mutable size_t num_owned_masks_ = 0;  // distinct masks among them (the others share one)
+  mutable size_t context_bytes_ = 0;  // of the distinct masks among them (others share one)
 };
 
 class GrammarMatcher {

@@ -86,7 +86,9 @@ std::vector<std::string> TokenBytes(const Tokenizer& tokenizer) {
 
 std::vector<int32_t> SpecialTokenIds(const Tokenizer& tokenizer) {
   std::vector<int32_t> ids;
-  for (int32_t id = 0; id < tokenizer.VocabSize(); ++id) {
+  // VocabSize() scans the added tokens (6415 of them in Gemma 3): once, not once per id.
+  const int32_t n = tokenizer.VocabSize();
+  for (int32_t id = 0; id < n; ++id) {
     if (tokenizer.IsSpecial(id)) ids.push_back(id);
   }
   return ids;

@@ -356,6 +356,67 @@ TEST(TokenMaskTest, BoundedRepetitionsLlama3MasksEqualBruteForce) {
   }
 }
 
+// Nested bounded arrays of bounded numbers (what a schema's matrix compiles to): the context
+// masks are built level by level (each chain from the chain one frame shorter, walking only the
+// tokens that one left uncertain) and shared across matchers, so later walks with the same
+// compiled grammar reuse masks computed by earlier ones; every mask must still equal brute force.
+constexpr std::string_view kNestedArraysGbnf = R"(
+root   ::= "{" ws "\"m\"" ws ":" ws outer ws "," ws "\"l\"" ws ":" ws labels ws "}"
+outer  ::= "[" ws ( row ( ws "," ws row ){0,7} )? ws "]"
+row    ::= "[" ws ( num ( ws "," ws num ){0,7} )? ws "]"
+num    ::= "-"? ("0" | [1-9] [0-9]{0,5}) ("." [0-9]{1,4})?
+labels ::= "[" ws ( str ( ws "," ws str ){0,3} )? ws "]"
+str    ::= "\"" char{0,12} "\""
+char   ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
+ws     ::= [ \t\n]{0,20}
+)";
+
+void NestedArraysWalks(const std::string& model) {
+  auto vocab = testing::RealVocabulary(model);
+  if (!vocab)
+    GTEST_SKIP() << testing::TokenizerPath(model) << " missing: run scripts/fetch_tokenizers.sh";
+  auto compiled = CompiledGrammar::FromGbnf(kNestedArraysGbnf, vocab);
+  for (uint32_t seed = 0; seed < 3; ++seed) {
+    bool terminated = false;
+    const std::string out = RandomWalk(compiled, 100 + seed, 150, 4, terminated);
+    if (::testing::Test::HasFailure()) return;
+    if (terminated) {
+      const auto json = nlohmann::json::parse(out);
+      EXPECT_LE(json["m"].size(), 8u);
+    }
+  }
+  EXPECT_GT(compiled->num_context_masks(), 0u);
+}
+
+TEST(TokenMaskTest, NestedArraysLlama3MasksEqualBruteForce) { NestedArraysWalks("llama3"); }
+TEST(TokenMaskTest, NestedArraysGemma3MasksEqualBruteForce) { NestedArraysWalks("gemma3"); }
+
+// A string with minLength in the hundreds (what minLength compiles to: that many copies of the
+// character rule in a row, then a bounded repetition): a copy with more copies left than any
+// token has bytes shares the run's first copy's masks; the last copies each get their own. The
+// masks must equal brute force all along the run, at its end and past it.
+constexpr std::string_view kFixedRunGbnf = R"(
+root ::= "{" ws "\"t\"" ws ":" ws "\"" char{200,230} "\"" ws "}"
+char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
+ws   ::= [ \n]{0,2}
+)";
+
+TEST(TokenMaskTest, FixedRunLlama3MasksEqualBruteForce) {
+  auto vocab = testing::RealVocabulary("llama3");
+  if (!vocab)
+    GTEST_SKIP() << testing::TokenizerPath("llama3") << " missing: run scripts/fetch_tokenizers.sh";
+  auto compiled = CompiledGrammar::FromGbnf(kFixedRunGbnf, vocab);
+  for (uint32_t seed = 0; seed < 2; ++seed) {
+    bool terminated = false;
+    const std::string out = RandomWalk(compiled, 200 + seed, 260, 3, terminated);
+    if (HasFailure()) return;
+    if (terminated) {
+      const auto json = nlohmann::json::parse(out);
+      EXPECT_GE(json["t"].get<std::string>().size(), 200u);
+    }
+  }
+}
+
 TEST(TokenMaskTest, RealVocabularyLlama3) { RealVocabularyWalks("llama3"); }
 TEST(TokenMaskTest, RealVocabularyQwen3) { RealVocabularyWalks("qwen3"); }
 TEST(TokenMaskTest, RealVocabularyGemma3) { RealVocabularyWalks("gemma3"); }
