@@ -74,9 +74,9 @@ std::shared_ptr<const grammar::VocabularyIndex> StructuredOutputCompiler::BuildI
   vocabulary.special_ids = SpecialTokenIds(tokenizer_);
   vocabulary.end_ids = end_ids_;
   auto index = std::make_shared<const grammar::VocabularyIndex>(std::move(vocabulary));
-  spdlog::info("structured output: indexed the vocabulary in {:.0f} ms",
-               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-                   .count());
+  spdlog::info(
+      "structured output: indexed the vocabulary in {:.0f} ms",
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
   return index;
 }
 

@@ -374,9 +374,9 @@ std::shared_ptr<const grammar::VocabularyIndex> FixtureVocabulary() {
   grammar::Vocabulary vocabulary;
   vocabulary.token_bytes.resize(512);
   for (int b = 2; b < 128; ++b) vocabulary.token_bytes[b] = std::string(1, static_cast<char>(b));
-  std::vector<std::string> pieces = {"\xC3", "\xA9", "{\"", "\":", "\": ", ", \"", "\"}",
-                                     "true", "false", "name", "tags", "ok", "\"x\"", "\"yy\"",
-                                     "[\"", "\"]", "], ", "\xC3\xA9"};
+  std::vector<std::string> pieces = {"\xC3",  "\xA9",   "{\"",   "\":",  "\": ", ", \"",
+                                     "\"}",   "true",   "false", "name", "tags", "ok",
+                                     "\"x\"", "\"yy\"", "[\"",   "\"]",  "], ",  "\xC3\xA9"};
   for (int i = 0; i < 100; ++i) pieces.push_back(fmt::format("{:02}", i));
   for (char a = 'a'; pieces.size() < 512 - 128; ++a) {
     for (char b = 'a'; b <= 'z' && pieces.size() < 512 - 128; ++b) pieces.push_back({a, b});
@@ -410,7 +410,8 @@ TEST_P(EngineFixtureTest, ConstrainedOutputIsTheSameAloneBatchedChunkedCachedAnd
   // constrained requests beside a free one give the same tokens however they are run, and
   // every constrained output is a valid object.
   const auto vocabulary = FixtureVocabulary();
-  const StructuredOutput spec{StructuredOutput::Kind::kJsonSchema, R"({"type": "object",
+  const StructuredOutput spec{StructuredOutput::Kind::kJsonSchema,
+                              R"({"type": "object",
       "properties": {"name": {"type": "string", "maxLength": 6},
                      "n": {"type": "integer", "minimum": 0, "maximum": 500},
                      "tags": {"type": "array", "items": {"enum": ["x", "yy"]}, "maxItems": 3},

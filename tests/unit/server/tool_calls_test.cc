@@ -140,8 +140,7 @@ ToolsRequest Weather(ToolChoice::Mode mode = ToolChoice::Mode::kAuto) {
   const char* choice = mode == ToolChoice::Mode::kRequired ? "required"
                        : mode == ToolChoice::Mode::kNone   ? "none"
                                                            : "auto";
-  return *Chat(R"(,"tools":[)" + kWeather + fmt::format(R"(],"tool_choice":"{}")", choice))
-              .tools;
+  return *Chat(R"(,"tools":[)" + kWeather + fmt::format(R"(],"tool_choice":"{}")", choice)).tools;
 }
 
 TEST(Tools, RepliesInEachTemplatesFormatParse) {
@@ -219,8 +218,8 @@ TEST(Tools, TheGenericSchemeMergesTurnsForAlternatingTemplates) {
 
 // Whether the tool constraint's grammar takes `reply` whole (the grammar engine's byte matcher).
 bool Takes(const StructuredOutput& spec, std::string_view reply) {
-  grammar::ByteMatcher matcher(
-      std::make_shared<const grammar::FlatGrammar>(grammar::ParseGbnf(StructuredOutputToGbnf(spec))));
+  grammar::ByteMatcher matcher(std::make_shared<const grammar::FlatGrammar>(
+      grammar::ParseGbnf(StructuredOutputToGbnf(spec))));
   return matcher.AcceptString(reply) && matcher.IsComplete();
 }
 
@@ -251,8 +250,9 @@ TEST(Tools, EveryCallIsConstrainedAndAutoTextStaysFree) {
   EXPECT_TRUE(Takes(*qwen_auto, "Let me check.\n" + paris + "\n" + paris));
   EXPECT_TRUE(Takes(*qwen_auto, "<think>\nweather\n</think>\n\n" + paris));
   EXPECT_FALSE(Takes(*qwen_auto, "a <tool_call> b"));
-  EXPECT_FALSE(Takes(*qwen_auto, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n"
-                                 "</tool_call>"));
+  EXPECT_FALSE(Takes(*qwen_auto,
+                     "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n"
+                     "</tool_call>"));
   EXPECT_FALSE(Takes(*qwen_auto, paris + "\nand text after"));
 
   // auto, Llama 3.x and the generic scheme: the call as the whole reply, or text.
