@@ -4,6 +4,7 @@
 
 #include "infer/core/error.h"
 #include "infer/core/fault_injection.h"
+#include "infer/grammar/grammar_error.h"
 
 namespace infer {
 
@@ -53,7 +54,15 @@ std::vector<std::vector<StepOutput>> ModelRunner::Run(const SchedulerOutput& ste
     if (s.num_new == 0 || !s.wants_logits) continue;
     INFER_CHECK((row + 1) * vocab <= logits_.size(), "runner: the model returned {} logits rows",
                 logits_.size() / vocab);
-    TakeToken(*s.request, std::span(logits_).subspan(row * vocab, vocab), outputs.emplace_back());
+    std::vector<StepOutput>& request_outputs = outputs.emplace_back();
+    try {
+      TakeToken(*s.request, std::span(logits_).subspan(row * vocab, vocab), request_outputs);
+    } catch (const GrammarError& e) {
+      // A grammar too ambiguous to go on (its matcher's bound): this request fails, the
+      // others of the step go on.
+      request_outputs.push_back(
+          FailConstrained(*s.request, NewOutput(*s.request), "structured output: {}", e.what()));
+    }
     ++row;
   }
   return outputs;

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "infer/core/error.h"
+#include "infer/grammar/grammar_error.h"
 
 namespace infer::grammar {
 
@@ -74,12 +75,19 @@ void Stepper::Close(const int32_t* seeds, size_t n, StackSet& out) {
     generation_ = 1;
   }
   work_.assign(seeds, seeds + n);
+  size_t visited = 0;
   while (!work_.empty()) {
     const int32_t id = work_.back();
     work_.pop_back();
     if (static_cast<size_t>(id) >= stamp_.size()) stamp_.resize(pool_.size() + 1024, 0);
     if (stamp_[id] == generation_) continue;
     stamp_[id] = generation_;
+    if (++visited > kMaxClosure) {
+      throw GrammarError(fmt::format(
+          "grammar: one step reaches more than {} parse stacks (nested repetitions such as "
+          "(x*)* multiply them); simplify the grammar",
+          kMaxClosure));
+    }
     const StackPool::Node node = pool_[id];
     const int32_t op = g_.op[node.pos];
     if (op >= 0) {

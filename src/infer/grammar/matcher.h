@@ -66,7 +66,11 @@ struct StackSet {
 class Stepper {
  public:
   Stepper(const FlatGrammar& grammar, StackPool& pool) : g_(grammar), pool_(pool) {}
-  // The closure of the stacks whose top is `node`s (any positions).
+  // The closure of the stacks whose top is `node`s (any positions). Throws GrammarError past
+  // kMaxClosure stacks: nested repetitions ((x*)*...) multiply the stacks of one step
+  // exponentially, and a grammar from a request must not hang the server (the JSON and schema
+  // grammars stay below a few thousand).
+  static constexpr size_t kMaxClosure = size_t{1} << 17;
   void Close(const int32_t* seeds, size_t n, StackSet& out);
   // Consumes byte `b` from `in`; out may be empty (b rejected).
   void Advance(const StackSet& in, uint8_t b, StackSet& out);

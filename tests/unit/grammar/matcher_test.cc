@@ -10,6 +10,7 @@
 
 #include "grammar_test_util.h"
 #include "infer/core/error.h"
+#include "infer/grammar/grammar_error.h"
 
 namespace infer::grammar {
 namespace {
@@ -223,6 +224,44 @@ TEST(MatcherTest, DeepNestingDoesNotRecurseNatively) {
   const std::string deep = std::string(depth, '[') + std::string(depth, ']');
   EXPECT_TRUE(Matches(g, deep));
   EXPECT_FALSE(Matches(g, std::string(depth, '[') + std::string(depth - 1, ']')));
+}
+
+TEST(MatcherTest, AnExplodingGrammarIsRefusedNotAHang) {
+  // A fuzzer's find (gbnf_fuzz, 30-minute run): stacked repetitions (x****..., (...)+++...)
+  // whose start reaches exponentially many stacks; it ran 85 s before Stepper::kMaxClosure.
+  // Now refused with GrammarError (a 400 for a request) at once, while a few stars still
+  // match as usual.
+  const std::string text(
+      "root ::= [a-z02-9_z02-9\"\"root ::= [a-z02-9_z02-9\"\" .([\\u00e0-\\u00e2] "
+      "*****************************************\n*******[\xce"
+      "\xb1"
+      "-\xcf"
+      "\x89"
+      "]\n*********************************\n*******[\xce"
+      "\xb1"
+      "-\xcf"
+      "\x89"
+      "]\n**[*******a************************rot ::= e ro\x00"
+      "\x00"
+      "\n*******]**********+++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++**",
+      sizeof(
+          "root ::= [a-z02-9_z02-9\"\"root ::= [a-z02-9_z02-9\"\" .([\\u00e0-\\u00e2] "
+          "*****************************************\n*******[\xce"
+          "\xb1"
+          "-\xcf"
+          "\x89"
+          "]\n*********************************\n*******[\xce"
+          "\xb1"
+          "-\xcf"
+          "\x89"
+          "]\n**[*******a************************rot ::= e ro\x00"
+          "\x00"
+          "\n*******]**********+++++++++++++++++++++++++++++++++++++++++++++++++++++++++++++**") -
+          1);
+  EXPECT_THROW(ByteMatcher(Flat(text)), GrammarError);
+  ByteMatcher three(Flat("root ::= \"a\" ***\n"));
+  EXPECT_TRUE(three.AcceptString("aaa"));
+  EXPECT_TRUE(three.IsComplete());
 }
 
 TEST(MatcherTest, LongRepetitionKeepsTheStateSmall) {
