@@ -141,6 +141,30 @@ std::optional<ToolCall> CallFrom(const ordered_json& value, const ToolsRequest& 
   return ToolCall{NewCallId(), name, arguments.dump()};
 }
 
+// The end (one past the closing brace) of the JSON object that opens at text[at], or npos when
+// it does not close: braces inside strings (and escaped quotes) do not count.
+size_t ObjectEnd(std::string_view text, size_t at) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = at; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
 ParsedReply ParseHermes(std::string_view text, const ToolsRequest& tools) {
   static constexpr std::string_view kOpen = "<tool_call>", kClose = "</tool_call>";
   ParsedReply reply;
@@ -149,10 +173,17 @@ ParsedReply ParseHermes(std::string_view text, const ToolsRequest& tools) {
   while (at < text.size()) {
     const size_t open = text.find(kOpen, at);
     if (open == std::string_view::npos) break;
-    const size_t close = text.find(kClose, open + kOpen.size());
+    // The call's JSON ends at its closing brace, so a "</tool_call>" inside an argument's
+    // string does not end it.
+    const size_t body = text.find_first_not_of(" \t\r\n", open + kOpen.size());
+    const size_t body_end = body == std::string_view::npos ? body : ObjectEnd(text, body);
+    if (body_end == std::string_view::npos) break;
+    const size_t close = text.find(kClose, body_end);
     if (close == std::string_view::npos) break;
-    const std::string_view body = text.substr(open + kOpen.size(), close - open - kOpen.size());
-    const auto call = CallFrom(ordered_json::parse(body, nullptr, false), tools);
+    const auto call =
+        CallFrom(ordered_json::parse(text.substr(open + kOpen.size(), close - open - kOpen.size()),
+                                     nullptr, false),
+                 tools);
     if (!call) return {std::string(text), {}};  // a malformed call: all of it is text
     outside += text.substr(at, open - at);
     reply.calls.push_back(*call);
@@ -167,16 +198,21 @@ ParsedReply ParseLlama3Json(std::string_view text, const ToolsRequest& tools) {
   const std::string trimmed = Trim(text);
   if (trimmed.empty() || trimmed.front() != '{') return {std::string(text), {}};
   ParsedReply reply;
-  // One call, or several separated by ';' (as Llama 3.x writes parallel calls).
+  // One call, or several separated by ';' (as Llama 3.x writes parallel calls). A ';' inside
+  // an argument's string is part of the call.
   size_t at = 0;
-  while (at < trimmed.size()) {
-    size_t end = trimmed.find(';', at);
-    if (end == std::string::npos) end = trimmed.size();
+  while (true) {
+    const size_t end = ObjectEnd(trimmed, at);
+    if (end == std::string::npos) return {std::string(text), {}};
     const auto call =
         CallFrom(ordered_json::parse(trimmed.substr(at, end - at), nullptr, false), tools);
     if (!call) return {std::string(text), {}};
     reply.calls.push_back(*call);
-    at = end + 1;
+    at = trimmed.find_first_not_of(" \t\r\n", end);
+    if (at == std::string::npos) break;
+    if (trimmed[at] != ';') return {std::string(text), {}};
+    at = trimmed.find_first_not_of(" \t\r\n", at + 1);
+    if (at == std::string::npos || trimmed[at] != '{') return {std::string(text), {}};
   }
   return reply;
 }

@@ -158,6 +158,12 @@ TEST(Tools, RepliesInEachTemplatesFormatParse) {
   EXPECT_EQ(json::parse(qwen.calls[1].arguments), json({{"city", "Rome"}, {"unit", "c"}}));
   EXPECT_NE(qwen.calls[0].id, qwen.calls[1].id);
   EXPECT_EQ(qwen.calls[0].id.rfind("call_", 0), 0U);
+  ParsedReply tagged = ParseToolCalls(
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+      "\"</tool_call>\"}}\n</tool_call>",
+      ToolCallFormat::kHermes, tools);
+  ASSERT_EQ(tagged.calls.size(), 1U);
+  EXPECT_EQ(json::parse(tagged.calls[0].arguments), json({{"city", "</tool_call>"}}));
   // Llama 3.x's: 'Respond in the format {"name": function name, "parameters": dictionary of
   // argument name and its value}'.
   ParsedReply llama = ParseToolCalls(R"({"name": "get_weather", "parameters": {"city": "Paris"}})",
@@ -165,6 +171,15 @@ TEST(Tools, RepliesInEachTemplatesFormatParse) {
   ASSERT_EQ(llama.calls.size(), 1U);
   EXPECT_EQ(json::parse(llama.calls[0].arguments), json({{"city", "Paris"}}));
   EXPECT_TRUE(llama.content.empty());
+  // A ';' or a brace inside an argument's string is the argument's (CI once saw a sampled
+  // name ";" split the call in two); a ';' between calls separates parallel calls.
+  ParsedReply odd =
+      ParseToolCalls(R"({"name": "get_weather", "parameters": {"city": ";{P\"a;ris}"}} ; )"
+                     R"({"name": "get_weather", "parameters": {"city": "Rome"}})",
+                     ToolCallFormat::kLlama3Json, tools);
+  ASSERT_EQ(odd.calls.size(), 2U);
+  EXPECT_EQ(json::parse(odd.calls[0].arguments), json({{"city", ";{P\"a;ris}"}}));
+  EXPECT_EQ(json::parse(odd.calls[1].arguments), json({{"city", "Rome"}}));
   ParsedReply generic =
       ParseToolCalls(R"({"tool_calls": [{"name": "get_weather", "arguments": {"city": "Oslo"}}]})",
                      ToolCallFormat::kGeneric, tools);
@@ -176,6 +191,8 @@ TEST(Tools, RepliesInEachTemplatesFormatParse) {
             ToolCallFormat::kHermes},
            {"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\n", ToolCallFormat::kHermes},
            {"{\"name\": \"get_weather\"", ToolCallFormat::kLlama3Json},
+           {R"({"name": "get_weather", "parameters": {}} and more)", ToolCallFormat::kLlama3Json},
+           {R"({"name": "get_weather", "parameters": {}};)", ToolCallFormat::kLlama3Json},
            {"{\"answer\": 1}", ToolCallFormat::kGeneric}}) {
     const ParsedReply reply = ParseToolCalls(text, format, tools);
     EXPECT_TRUE(reply.calls.empty()) << text;
