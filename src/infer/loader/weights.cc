@@ -9,6 +9,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "infer/core/dtype.h"
 #include "infer/core/error.h"
 #include "infer/core/mapped_file.h"
 #include "infer/core/memory.h"
@@ -116,12 +117,22 @@ void FillUniform(Tensor& tensor, const std::string& name, uint64_t seed, double 
   const uint64_t stream = SplitMix64(seed ^ Fnv1a(name));
   const auto half_width = static_cast<float>(stddev * std::sqrt(3.0));
   const int64_t count = tensor.numel();
+  const auto value = [&](int64_t i) {
+    const uint64_t bits = SplitMix64(stream + static_cast<uint64_t>(i));
+    const float unit = static_cast<float>(bits >> 40) * (1.0F / 16777216.0F);  // [0, 1)
+    return (2.0F * unit - 1.0F) * half_width;
+  };
+  // The usual dtypes are written directly (a real-size model's billions of elements: the
+  // per-element dtype switch was half of a dummy load).
   RunParallel(pool, count, 1 << 16, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const uint64_t bits = SplitMix64(stream + static_cast<uint64_t>(i));
-      const float unit = static_cast<float>(bits >> 40) * (1.0F / 16777216.0F);  // [0, 1)
-      const float value = (2.0F * unit - 1.0F) * half_width;
-      StoreElementF32(tensor, i, value);
+    if (tensor.dtype() == DType::kBF16) {
+      uint16_t* out = tensor.data<uint16_t>();
+      for (int64_t i = begin; i < end; ++i) out[i] = F32ToBf16(value(i));
+    } else if (tensor.dtype() == DType::kF32) {
+      float* out = tensor.data<float>();
+      for (int64_t i = begin; i < end; ++i) out[i] = value(i);
+    } else {
+      for (int64_t i = begin; i < end; ++i) StoreElementF32(tensor, i, value(i));
     }
   });
 }
