@@ -113,6 +113,56 @@ void Stepper::Close(const int32_t* seeds, size_t n, StackSet& out) {
   std::sort(out.tops.begin(), out.tops.end());
 }
 
+namespace {
+uint64_t HashState(const StackSet& s) {
+  uint64_t hash = 0xcbf29ce484222325ull ^ ((s.complete ? 1u : 0u) | (s.escaped ? 2u : 0u));
+  for (const int32_t x : s.tops) hash = (hash ^ static_cast<uint32_t>(x)) * 0x100000001b3ull;
+  return hash ^ (hash >> 29);
+}
+}  // namespace
+
+int32_t Stepper::InternState(const StackSet& s) {
+  const uint64_t hash = HashState(s);
+  if (2 * (states_.size() + 1) > state_slots_.size()) {  // grow (load at most 1/2)
+    state_slots_.assign(std::max<size_t>(1024, state_slots_.size() * 2), -1);
+    const size_t mask = state_slots_.size() - 1;
+    for (size_t id = 0; id < states_.size(); ++id) {
+      size_t i = state_hashes_[id] & mask;
+      while (state_slots_[i] >= 0) i = (i + 1) & mask;
+      state_slots_[i] = static_cast<int32_t>(id);
+    }
+  }
+  const size_t mask = state_slots_.size() - 1;
+  size_t i = hash & mask;
+  for (; state_slots_[i] >= 0; i = (i + 1) & mask) {
+    const auto id = static_cast<size_t>(state_slots_[i]);
+    if (state_hashes_[id] == hash && states_[id] == s) return state_slots_[i];
+  }
+  state_slots_[i] = static_cast<int32_t>(states_.size());
+  states_.push_back(s);
+  state_hashes_.push_back(hash);
+  if (states_.size() <= kEdgeStates) edges_.resize(states_.size() * 256, -1);
+  return state_slots_[i];
+}
+
+int32_t Stepper::Next(int32_t state, uint8_t b) {
+  const size_t edge = static_cast<size_t>(state) * 256 + b;
+  if (edge < edges_.size() && edges_[edge] >= 0) return edges_[edge];
+  Advance(states_[static_cast<size_t>(state)], b, next_);
+  const int32_t to = InternState(next_);
+  // Past kEdgeStates (a walk may meet more states before TrimStates), steps are not cached.
+  if (edge < edges_.size() && to < kEdgeStates) edges_[edge] = static_cast<int16_t>(to);
+  return to;
+}
+
+void Stepper::TrimStates() {
+  if (states_.size() < kMaxStates) return;
+  states_.clear();
+  state_hashes_.clear();
+  state_slots_.clear();
+  edges_.clear();
+}
+
 void Stepper::Advance(const StackSet& in, uint8_t b, StackSet& out) {
   seeds_.clear();
   for (int32_t id : in.tops) {

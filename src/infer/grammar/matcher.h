@@ -81,6 +81,19 @@ class Stepper {
   // The union of the byte sets at the tops.
   ByteSet NextBytes(const StackSet& s) const;
 
+  // Walks over a vocabulary (token_mask.cc) step through interned states, a lazily built DFA
+  // over stack sets: the stacks are hash-consed, so the same state and byte always lead to the
+  // same state, and a walk reaches the same few states by many prefixes (inside a string, every
+  // token's first characters lead to one state per count of characters), each step after the
+  // first a table lookup.
+  int32_t InternState(const StackSet& s);
+  const StackSet& StateOf(int32_t id) const { return states_[static_cast<size_t>(id)]; }
+  // The state after byte `b` (one whose tops are empty when b is rejected).
+  int32_t Next(int32_t state, uint8_t b);
+  // Forgets the interned states once past a bound; ids from before are then invalid (call
+  // only between walks).
+  void TrimStates();
+
  private:
   const FlatGrammar& g_;
   StackPool& pool_;
@@ -88,6 +101,13 @@ class Stepper {
   uint32_t generation_ = 0;
   std::vector<int32_t> work_;
   std::vector<int32_t> seeds_;
+  static constexpr size_t kMaxStates = size_t{1} << 14;  // kept from walk to walk
+  static constexpr int32_t kEdgeStates = (1 << 15) - 1;  // with cached steps (ids fit 16 bits)
+  std::vector<StackSet> states_;
+  std::vector<uint64_t> state_hashes_;
+  std::vector<int32_t> state_slots_;  // open addressing over states_ (-1 empty)
+  StackSet next_;
+  std::vector<int16_t> edges_;  // 256 per state: the next state, -1 not yet known
 };
 
 // A matcher over bytes with a history of checkpoints for rollback.

@@ -27,13 +27,14 @@ enum class Verdict : uint8_t { kAccept, kReject, kUncertain };
 // returns false) once `steps` passes `max_steps`.
 template <typename Emit>
 bool WalkTokens(const VocabularyIndex& vocab, Stepper& stepper, const StackSet& start,
-                const std::vector<RankRange>& ranges, std::vector<StackSet>& states,
+                const std::vector<RankRange>& ranges, std::vector<int32_t>& states,
                 std::vector<uint8_t>& escaped, size_t& steps, Emit&& emit,
                 size_t max_steps = SIZE_MAX) {
   const size_t max_len = vocab.MaxTokenBytes();
   if (states.size() < max_len + 1) states.resize(max_len + 1);
   if (escaped.size() < max_len + 1) escaped.resize(max_len + 1);
-  states[0] = start;
+  stepper.TrimStates();
+  states[0] = stepper.InternState(start);
   escaped[0] = start.escaped;
   std::string_view prev;
   size_t valid = 0;  // states[0..valid] hold the states after prev's first bytes
@@ -46,16 +47,16 @@ bool WalkTokens(const VocabularyIndex& vocab, Stepper& stepper, const StackSet& 
       size_t k = 0;
       const size_t limit = std::min({valid, len, prev.size()});
       while (k < limit && prev[k] == tok[k]) ++k;
-      while (k < len && !states[k].tops.empty()) {
-        stepper.Advance(states[k], static_cast<uint8_t>(tok[k]), states[k + 1]);
-        escaped[k + 1] = escaped[k] | states[k + 1].escaped;
+      while (k < len && !stepper.StateOf(states[k]).tops.empty()) {
+        states[k + 1] = stepper.Next(states[k], static_cast<uint8_t>(tok[k]));
+        escaped[k + 1] = escaped[k] | stepper.StateOf(states[k + 1]).escaped;
         ++steps;
         ++k;
       }
       valid = k;
       prev = tok;
       if (k == len) {
-        const StackSet& s = states[len];
+        const StackSet& s = stepper.StateOf(states[len]);
         Verdict v;
         if (!s.tops.empty() || s.complete || s.escaped) {
           v = Verdict::kAccept;
@@ -160,7 +161,7 @@ CompiledGrammar::CompiledGrammar(const Grammar& grammar,
   mask_of_pos_.assign(g.op.size(), -1);
   StackPool pool;
   Stepper stepper(g, pool);
-  std::vector<StackSet> states;
+  std::vector<int32_t> states;
   std::vector<uint8_t> escaped;
   size_t steps = 0;
   // The work bound: past it, positions keep every token uncertain (correct, slower per token).
@@ -430,7 +431,7 @@ bool CompiledGrammar::WalkChain(const std::vector<int32_t>& chain,
   const int32_t top = pool.Intern(chain[0], parent);
   StackSet start;
   stepper.Close(&top, 1, start);
-  std::vector<StackSet> states;
+  std::vector<int32_t> states;
   std::vector<uint8_t> escaped;
   size_t steps = 0;
   return WalkTokens(

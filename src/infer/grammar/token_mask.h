@@ -185,7 +185,7 @@ class GrammarMatcher {
   bool terminated_ = false;
   std::vector<bool> terminated_history_;
   std::vector<RankRange> ranges_;
-  std::vector<StackSet> depth_states_;
+  std::vector<int32_t> depth_states_;  // interned states per depth of a walk
   std::vector<uint8_t> escaped_;
   // Uncertain tokens the real stacks accept, by state (stack tops), reused when a state recurs
   // (inside a string the state is the same token after token).
