@@ -272,6 +272,17 @@ TEST(ServeApi, MetricsPassPromtoolAndCountRequests) {
   EXPECT_GT(testing::MetricValue(after, "vllm:e2e_request_latency_seconds_sum" + model), 0);
   EXPECT_EQ(testing::MetricValue(after, "vllm:num_requests_running" + model), 0);
   EXPECT_EQ(testing::MetricValue(after, "vllm:num_requests_waiting" + model), 0);
+  // Requests by route (vLLM's http_requests_total): the two completions, counted once each
+  // response is written (so perhaps just after the client read it); the scrapes are not counted.
+  const std::string completions =
+      R"(http_requests_total{handler="/v1/completions",method="POST",status="2xx"})";
+  double counted = -1;
+  for (int i = 0; i < 100 && (counted = testing::ServerMetric(server.port(), completions)) != 2;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(counted, 2) << after;
+  EXPECT_EQ(after.find(R"(handler="/metrics")"), std::string::npos);
   EXPECT_EQ(server.Stop(SIGTERM), 0) << server.log();
 }
 
