@@ -327,6 +327,16 @@ TEST(ServeApi, OversizedBodyIsRefusedUnread) {
   EXPECT_NE(answer.find("HTTP/1.1 413"), std::string::npos) << answer;
   EXPECT_NE(answer.find("\"request_too_large\""), std::string::npos) << answer;
   EXPECT_LT(seconds, 3.0) << "the server waited for the body";
+  // On Anthropic's routes the same refusal comes in Anthropic's error shape.
+  const std::string anthropic =
+      RawExchange(server.port(),
+                  "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  "Content-Length: 104857600\r\n\r\n{\"model\":",
+                  10);
+  EXPECT_NE(anthropic.find("HTTP/1.1 413"), std::string::npos) << anthropic;
+  EXPECT_NE(anthropic.find(R"({"type":"error","error":{"type":"request_too_large")"),
+            std::string::npos)
+      << anthropic;
   // Just under the limit is read and judged as usual (here: not JSON, 400).
   const std::string fits(1 << 20, ' ');
   EXPECT_EQ(server::PostCompletion("127.0.0.1", server.port(), fits).status, 400);
