@@ -6,24 +6,13 @@
 //
 // Usage: node --test tests/integration/openai_client_test.mjs   (INFER_BINARY=build/infer)
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
-import { promisify } from 'node:util';
 import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 
-import { infer, makeLlama3VocabModel, requireCached, startServer } from './serve_process.mjs';
+import { generate, makeLlama3VocabModel, requireCached, startServer } from './serve_process.mjs';
 
 const { default: OpenAI } = requireCached('openai');
 const key = 'sk-test-key';
-
-// `infer generate --json` with the same model and settings: the reference of every comparison.
-// Asynchronous on purpose: a synchronous child blocks the event loop for seconds under ASan, so
-// undici would miss the server closing an idle keep-alive connection and reuse a dead socket.
-async function generate(model, args) {
-  const { stdout } = await promisify(execFile)(infer, ['generate', '--model', model,
-    '--load-format', 'dummy', '--threads', '1', '--json', ...args], { encoding: 'utf8' });
-  return JSON.parse(stdout.trim().split('\n').pop());
-}
 
 describe('openai npm client against infer serve', () => {
   async function prefixCacheHits() {

@@ -272,6 +272,17 @@ TEST(ServeApi, MetricsPassPromtoolAndCountRequests) {
   EXPECT_GT(testing::MetricValue(after, "vllm:e2e_request_latency_seconds_sum" + model), 0);
   EXPECT_EQ(testing::MetricValue(after, "vllm:num_requests_running" + model), 0);
   EXPECT_EQ(testing::MetricValue(after, "vllm:num_requests_waiting" + model), 0);
+  // Requests by route (vLLM's http_requests_total): the two completions, counted once each
+  // response is written (so perhaps just after the client read it); the scrapes are not counted.
+  const std::string completions =
+      R"(http_requests_total{handler="/v1/completions",method="POST",status="2xx"})";
+  double counted = -1;
+  for (int i = 0; i < 100 && (counted = testing::ServerMetric(server.port(), completions)) != 2;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(counted, 2) << after;
+  EXPECT_EQ(after.find(R"(handler="/metrics")"), std::string::npos);
   EXPECT_EQ(server.Stop(SIGTERM), 0) << server.log();
 }
 
@@ -316,6 +327,16 @@ TEST(ServeApi, OversizedBodyIsRefusedUnread) {
   EXPECT_NE(answer.find("HTTP/1.1 413"), std::string::npos) << answer;
   EXPECT_NE(answer.find("\"request_too_large\""), std::string::npos) << answer;
   EXPECT_LT(seconds, 3.0) << "the server waited for the body";
+  // On Anthropic's routes the same refusal comes in Anthropic's error shape.
+  const std::string anthropic =
+      RawExchange(server.port(),
+                  "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  "Content-Length: 104857600\r\n\r\n{\"model\":",
+                  10);
+  EXPECT_NE(anthropic.find("HTTP/1.1 413"), std::string::npos) << anthropic;
+  EXPECT_NE(anthropic.find(R"({"type":"error","error":{"type":"request_too_large")"),
+            std::string::npos)
+      << anthropic;
   // Just under the limit is read and judged as usual (here: not JSON, 400).
   const std::string fits(1 << 20, ' ');
   EXPECT_EQ(server::PostCompletion("127.0.0.1", server.port(), fits).status, 400);

@@ -1,13 +1,14 @@
 // Helpers of the node tests that drive `infer serve` (openai_client_test.mjs,
 // chat_page_test.mjs): the npm packages from .cache/npm, the tiny Llama model folder with the
 // real Llama 3 vocabulary (as tests/testing/llama3_vocab_model.h builds it for the C++ tests),
-// and a server child process on a free loopback port.
-import { spawn } from 'node:child_process';
+// a server child process on a free loopback port, and `infer generate` as the reference.
+import { execFile, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 
 export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export const infer = process.env.INFER_BINARY ?? path.join(root, 'build/infer');
@@ -53,4 +54,14 @@ export function startServer(model, extra) {
     });
     child.on('exit', (code) => reject(new Error(`server exited with ${code}:\n${log}`)));
   });
+}
+
+// `infer generate --json` with `model` (--load-format dummy, one thread) and `args`: the
+// reference the API tests compare with. Asynchronous on purpose: a synchronous child blocks the
+// event loop for seconds under ASan, so undici would miss the server closing an idle keep-alive
+// connection and reuse a dead socket.
+export async function generate(model, args) {
+  const { stdout } = await promisify(execFile)(infer, ['generate', '--model', model,
+    '--load-format', 'dummy', '--threads', '1', '--json', ...args], { encoding: 'utf8' });
+  return JSON.parse(stdout.trim().split('\n').pop());
 }

@@ -1,10 +1,11 @@
 // A soak of `infer serve` under mixed load (issue 16, item 6): bursty arrivals (a W3-like mix of
-// short and long requests, seed-protocol and OpenAI chat), clients that hang up mid-stream, and
-// bad requests (malformed JSON, bad fields, garbage HTTP), for INFER_SOAK_SECONDS (20 in the
-// suite; scripts/soak.sh runs 1800). Checks: every request answered exactly once (one done event
-// with the tokens asked for, or its 4xx; hang-ups are the engine's aborts), the server's counters
-// agree with what the clients saw, and the process's RSS, threads and open files (from /proc)
-// do not grow between the warm-up and the end.
+// short and long requests, seed-protocol, OpenAI chat and Anthropic messages, streamed and not),
+// clients that hang up mid-stream, and bad requests (malformed JSON, bad fields, garbage HTTP),
+// for INFER_SOAK_SECONDS (20 in the suite; scripts/soak.sh runs 1800). Checks: every request
+// answered exactly once (one done event with the tokens asked for, a whole message, or its 4xx;
+// hang-ups are the engine's aborts), the server's counters agree with what the clients saw, and
+// the process's RSS, threads and open files (from /proc) do not grow between the warm-up and the
+// end.
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -66,6 +67,7 @@ struct Tally {
   int hung_up = 0;    // the client hung up after some tokens
   int rejected = 0;   // a bad request answered with its 4xx
   int chat = 0;       // of the completed, OpenAI chat completions
+  int messages = 0;   // of the completed, Anthropic messages
   std::vector<std::string> problems;
   void Problem(std::string what) {
     std::lock_guard lock(mutex);
@@ -110,6 +112,32 @@ void Client(int port, uint32_t seed, Clock::time_point until, Tally& tally) {
         std::lock_guard lock(tally.mutex);
         ++tally.completed;
       }
+    } else if (draw < 0.70 && unit(rng) < 0.5) {  // an Anthropic message, streamed or not
+      const bool stream = unit(rng) < 0.5;
+      const json body = {{"model", "m"},
+                         {"messages", {{{"role", "user"}, {"content", "Say something."}}}},
+                         {"max_tokens", max_tokens},
+                         {"temperature", 0.7},
+                         {"stream", stream}};
+      const auto [status, text] = server::HttpPost("127.0.0.1", port, "/v1/messages", body.dump());
+      const auto count = [&text](const std::string& what) {
+        size_t n = 0;
+        for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; at += what.size()) ++n;
+        return n;
+      };
+      const json reply = stream ? json() : json::parse(text, nullptr, false);
+      const bool whole = stream ? count("event: message_start\n") == 1 &&
+                                      count("event: message_stop\n") == 1 &&
+                                      count("event: error\n") == 0
+                                : reply.is_object() && reply.value("type", "") == "message" &&
+                                      reply["usage"]["output_tokens"].get<int>() <= max_tokens;
+      if (status != 200 || !whole) {
+        tally.Problem("messages: status " + std::to_string(status) + " " + text.substr(0, 200));
+      } else {
+        std::lock_guard lock(tally.mutex);
+        ++tally.completed;
+        ++tally.messages;
+      }
     } else if (draw < 0.70) {  // an OpenAI chat completion, not streamed
       const json body = {{"model", "m"},
                          {"messages", {{{"role", "user"}, {"content", "Say something."}}}},
@@ -144,7 +172,7 @@ void Client(int port, uint32_t seed, Clock::time_point until, Tally& tally) {
       }
     } else {  // a bad request of some kind
       int status = 0;
-      switch (rng() % 5) {
+      switch (rng() % 6) {
         case 0:
           status = server::HttpPost("127.0.0.1", port, "/v1/completions", "{\"model\": ").first;
           break;
@@ -163,6 +191,13 @@ void Client(int port, uint32_t seed, Clock::time_point until, Tally& tally) {
           status = server::HttpPost("127.0.0.1", port, "/v1/chat/completions",
                                     json{{"model", "m"}, {"messages", "not a list"}}.dump())
                        .first;
+          break;
+        case 4:  // Anthropic requires max_tokens
+          status =
+              server::HttpPost(
+                  "127.0.0.1", port, "/v1/messages",
+                  json{{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}}.dump())
+                  .first;
           break;
         default: {  // not HTTP at all
           const int fd = testing::ConnectLoopback(port);
@@ -231,10 +266,10 @@ TEST(Soak, MixedLoadAnswersEveryRequestOnceAndLeaksNothing) {
   const ProcessUsage end = settled();
 
   std::printf(
-      "[ soak %.0f s: %d completed (%d chat), %d hung up, %d rejected; RSS %ld -> %ld "
-      "KiB, threads %ld -> %ld, fds %ld -> %ld ]\n",
-      seconds, tally.completed, tally.chat, tally.hung_up, tally.rejected, start.rss_kib,
-      end.rss_kib, start.threads, end.threads, start.fds, end.fds);
+      "[ soak %.0f s: %d completed (%d chat, %d messages), %d hung up, %d rejected; RSS %ld -> "
+      "%ld KiB, threads %ld -> %ld, fds %ld -> %ld ]\n",
+      seconds, tally.completed, tally.chat, tally.messages, tally.hung_up, tally.rejected,
+      start.rss_kib, end.rss_kib, start.threads, end.threads, start.fds, end.fds);
   for (const auto& problem : tally.problems) ADD_FAILURE() << problem;
   EXPECT_GT(tally.completed + tally.hung_up + tally.rejected, counted_before);
   EXPECT_GT(tally.hung_up, 0);
@@ -249,6 +284,10 @@ TEST(Soak, MixedLoadAnswersEveryRequestOnceAndLeaksNothing) {
   EXPECT_EQ(testing::ServerMetric(
                 port, R"(vllm:request_success_total{model_name="m",finished_reason="abort"})"),
             tally.hung_up);
+  EXPECT_GT(tally.messages, 0);
+  EXPECT_EQ(testing::ServerMetric(
+                port, R"(http_requests_total{handler="/v1/messages",method="POST",status="2xx"})"),
+            tally.messages);
   // Nothing grows: the thread count and open files come back exactly (the HTTP workers are
   // idle again); RSS within 10% or 16 MiB of the warmed-up figure.
   EXPECT_LE(end.threads, start.threads);

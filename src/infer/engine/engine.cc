@@ -186,6 +186,10 @@ std::vector<int32_t> Engine::PreparePrompt(const Prompt& prompt,
   return PreparePrompt(prompt, checked, /*fill_context=*/false);
 }
 
+std::vector<int32_t> Engine::Tokenize(const Prompt& prompt) const {
+  return EncodePrompt(prompt, tokenizer_, chat_template_, &template_mutex_);
+}
+
 std::vector<int32_t> Engine::PreparePrompt(const Prompt& prompt, SamplingParams& params,
                                            bool fill_context) const {
   if (!fill_context) ValidateParams(params);

@@ -114,6 +114,9 @@ class Engine {
   std::vector<int32_t> PreparePrompt(const Prompt& prompt, SamplingParams& params,
                                      bool fill_context) const;
   std::vector<int32_t> PreparePrompt(const Prompt& prompt, const SamplingParams& params) const;
+  // The prompt's ids only, unchecked (vLLM's /tokenize: no length limit, an empty prompt is
+  // empty). Throws RequestRejected when it cannot be encoded.
+  std::vector<int32_t> Tokenize(const Prompt& prompt) const;
 
   // Queues a prepared request; null when the waiting queue is full (HTTP 503). Its outputs go
   // to `output` when given (several requests may share one channel: their StepOutputs carry

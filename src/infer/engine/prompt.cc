@@ -34,7 +34,7 @@ std::vector<int32_t> EncodePrompt(const Prompt& prompt, const Tokenizer* tokeniz
                           /*about_prompt=*/true);
   }
   // The template writes BOS itself.
-  return tokenizer->Encode(rendered, /*add_special_tokens=*/false);
+  return tokenizer->Encode(rendered, chat.add_special_tokens);
 }
 
 }  // namespace infer

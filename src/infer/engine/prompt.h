@@ -19,10 +19,13 @@ namespace infer {
 
 // A conversation for the model's chat template: the messages ({role, content}), the template's
 // extra variables (chat_template_kwargs, e.g. enable_thinking) and add_generation_prompt.
+// add_special_tokens: the tokenizer adds its special tokens (BOS) to the rendered text too; off
+// by default, since the template writes BOS itself (vLLM's /tokenize can ask for it).
 struct ChatPrompt {
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   nlohmann::ordered_json variables = nlohmann::ordered_json::object();
   bool add_generation_prompt = true;
+  bool add_special_tokens = false;
 };
 
 // Text (encoded with the tokenizer's special tokens, e.g. BOS), token ids, or a chat (rendered by

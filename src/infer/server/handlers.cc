@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infer/core/error.h"
+#include "infer/server/anthropic.h"
 #include "infer/server/completion_request.h"
 #include "infer/server/stream.h"
 
@@ -17,19 +18,26 @@ namespace {
 constexpr int kServiceUnavailable = 503;
 }  // namespace
 
+ErrorShape ErrorShapeOf(std::string_view path) {
+  return path == "/v1/messages" || path.starts_with("/v1/messages/") ? ErrorShape::kAnthropic
+                                                                     : ErrorShape::kOpenAi;
+}
+
 void SendError(httplib::Response& res, int status, const std::string& message,
-               const std::string& param) {
+               const std::string& param, ErrorShape shape) {
   res.status = status;
-  res.set_content(OpenAiErrorJson(status, message, param)
-                      .dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
+  const auto body = shape == ErrorShape::kAnthropic ? AnthropicErrorJson(status, message)
+                                                    : OpenAiErrorJson(status, message, param);
+  res.set_content(body.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
                   "application/json");
 }
 
-void ApiHandlers::SendRefused(httplib::Response& res) {
+void ApiHandlers::SendRefused(httplib::Response& res, ErrorShape shape) {
   SendError(res, kServiceUnavailable,
             shutting_down_ ? "server shutting down"
                            : fmt::format("server overloaded: {} requests already waiting",
-                                         engine_.config().max_waiting_requests));
+                                         engine_.config().max_waiting_requests),
+            {}, shape);
 }
 
 void ApiHandlers::SeedCompletions(const httplib::Request& req, httplib::Response& res) {
@@ -82,11 +90,15 @@ std::vector<Prompt> Prompts(const OpenAiRequest& request) {
 
 }  // namespace
 
+ToolCallFormat ApiHandlers::ToolFormat() const {
+  const ChatTemplate* chat_template = engine_.chat_template();
+  return DetectToolCallFormat(chat_template ? chat_template->source() : "");
+}
+
 ApiHandlers::OpenAiPrompts ApiHandlers::PrepareOpenAi(OpenAiRequest& request) {
   const bool chat = request.endpoint == OpenAiEndpoint::kChatCompletions;
   if (request.tools) {
-    const ChatTemplate* chat_template = engine_.chat_template();
-    request.tool_format = DetectToolCallFormat(chat_template ? chat_template->source() : "");
+    request.tool_format = ToolFormat();
     // Every call is constrained, so it always parses (ToolCallConstraint). With auto, a
     // response format given beside the tools wins (the reply is the format's).
     const bool forced = request.tools->choice.mode == ToolChoice::Mode::kRequired ||
@@ -132,21 +144,51 @@ void ApiHandlers::CancelChoices(const OpenAiResponse& response) {
   }
 }
 
-bool ApiHandlers::QueueChoices(const OpenAiRequest& request, const OpenAiPrompts& prepared,
-                               const OpenAiResponse& response,
-                               const std::shared_ptr<OutputChannel>& channel) {
+std::optional<ApiHandlers::Queued> ApiHandlers::Queue(const OpenAiRequest& request,
+                                                      const OpenAiPrompts& prepared,
+                                                      std::string id) {
+  Queued queued{std::move(id), std::make_shared<OutputChannel>(), nullptr};
+  queued.response = std::make_shared<OpenAiResponse>(
+      request, queued.id, engine_.config().model, static_cast<int64_t>(std::time(nullptr)),
+      prepared.prompts, engine_.tokenizer(), options_.reasoning_parser == ReasoningParser::kQwen3);
+  const OpenAiResponse& response = *queued.response;
   for (int64_t choice = 0; choice < response.num_choices(); ++choice) {
     const auto prompt = static_cast<size_t>(choice / request.n);
     SamplingParams p = prepared.params[prompt];
     // Each choice its own stream of random numbers; with a seed, choice i uses seed + i (vLLM).
     if (p.seed && choice > 0) p.seed = *p.seed + static_cast<uint64_t>(choice);
     if (!engine_.AddRequest(OpenAiResponse::ChoiceRequestId(response.id(), choice),
-                            prepared.prompts[prompt].ids, p, request.priority, channel)) {
+                            prepared.prompts[prompt].ids, p, request.priority, queued.channel)) {
       CancelChoices(response);
-      return false;
+      return std::nullopt;
     }
   }
-  return true;
+  spdlog::debug("{}: queued {} choice(s), {} prompt tokens", response.id(), response.num_choices(),
+                prepared.prompts.front().ids.size());
+  return queued;
+}
+
+void ApiHandlers::Answer(httplib::Response& res, const Queued& queued,
+                         std::unique_ptr<StreamEncoder> encoder, bool stream, ErrorShape shape,
+                         const std::function<nlohmann::ordered_json()>& final) {
+  res.set_header("X-Request-Id", queued.id);
+  if (stream) {
+    std::vector<std::string> request_ids;
+    for (int64_t i = 0; i < queued.response->num_choices(); ++i) {
+      request_ids.push_back(OpenAiResponse::ChoiceRequestId(queued.id, i));
+    }
+    return StreamResponse(res, queued.channel, std::move(encoder), queued.id,
+                          std::move(request_ids), {&engine_, &open_streams_, options_.heartbeat_s});
+  }
+  // Wait for every choice (a client that leaves is noticed only when the answer is written).
+  while (!encoder->finished()) {
+    if (auto output = queued.channel->Pop(std::chrono::milliseconds(100))) encoder->Add(*output);
+  }
+  if (const auto& error = queued.response->error()) {
+    return SendError(res, shutting_down_ ? kServiceUnavailable : 500, *error, {}, shape);
+  }
+  res.set_content(final().dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
+                  "application/json");
 }
 
 void ApiHandlers::OpenAi(const httplib::Request& req, httplib::Response& res,
@@ -166,34 +208,106 @@ void ApiHandlers::OpenAi(const httplib::Request& req, httplib::Response& res,
   } catch (const RequestError& e) {
     return SendError(res, e.status(), e.what(), e.param());
   }
-  const std::string id = fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++);
-  auto channel = std::make_shared<OutputChannel>();
-  auto response = std::make_shared<OpenAiResponse>(
-      request, id, engine_.config().model, static_cast<int64_t>(std::time(nullptr)),
-      prepared.prompts, engine_.tokenizer(), options_.reasoning_parser == ReasoningParser::kQwen3);
-  if (!QueueChoices(request, prepared, *response, channel)) return SendRefused(res);
-  spdlog::debug("{}: queued {} choice(s), {} prompt tokens", id, response->num_choices(),
-                prepared.prompts.front().ids.size());
-  res.set_header("X-Request-Id", id);
-  if (request.stream) {
-    std::vector<std::string> request_ids;
-    for (int64_t i = 0; i < response->num_choices(); ++i) {
-      request_ids.push_back(OpenAiResponse::ChoiceRequestId(id, i));
+  auto queued =
+      Queue(request, prepared, fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++));
+  if (!queued) return SendRefused(res);
+  Answer(res, *queued, std::make_unique<OpenAiChunkEncoder>(queued->response), request.stream,
+         ErrorShape::kOpenAi, [response = queued->response] { return response->Final(); });
+}
+
+void ApiHandlers::Anthropic(const httplib::Request& req, httplib::Response& res,
+                            bool count_tokens) {
+  OpenAiRequest request;
+  OpenAiPrompts prepared;
+  try {
+    std::vector<std::string> ignored;
+    // The Messages body as the chat completion it asks for, served by the chat path.
+    const nlohmann::ordered_json chat = AnthropicToChatBody(req.body, count_tokens, &ignored);
+    if (!ignored.empty()) {
+      spdlog::debug("{} {}: ignoring unknown fields {}", req.method, req.path,
+                    fmt::join(ignored, ", "));
     }
-    return StreamResponse(res, std::move(channel), std::make_unique<OpenAiChunkEncoder>(response),
-                          id, std::move(request_ids),
-                          {&engine_, &open_streams_, options_.heartbeat_s});
+    request =
+        ParseChatCompletionRequest(chat.dump(), engine_.config().model, options_.default_sampling);
+    prepared = PrepareOpenAi(request);
+  } catch (const RequestError& e) {
+    return SendError(res, e.status(), e.what(), {}, ErrorShape::kAnthropic);
   }
-  // Wait for every choice (a client that leaves is noticed only when the answer is written).
-  while (!response->finished()) {
-    if (auto output = channel->Pop(std::chrono::milliseconds(100))) response->Add(*output);
+  const auto input_tokens = std::ssize(prepared.prompts.front().ids);
+  if (count_tokens) {
+    res.set_content(nlohmann::ordered_json{{"input_tokens", input_tokens}}.dump(),
+                    "application/json");
+    return;
   }
-  if (const auto& error = response->error()) {
-    return SendError(res, shutting_down_ ? kServiceUnavailable : 500, *error);
+  const bool stream = request.stream;
+  request.stream = true;  // the chat response's chunks are what the message is made of
+  auto queued = Queue(request, prepared, fmt::format("msg_{:024x}", next_id_++));
+  if (!queued) return SendRefused(res, ErrorShape::kAnthropic);
+  auto message =
+      std::make_unique<AnthropicMessage>(queued->response, queued->id, engine_.config().model,
+                                         input_tokens, request.params.stop, engine_.tokenizer());
+  const AnthropicMessage* reply = message.get();
+  Answer(res, *queued, std::move(message), stream, ErrorShape::kAnthropic,
+         [reply] { return reply->Final(); });
+}
+
+void ApiHandlers::Tokenize(const httplib::Request& req, httplib::Response& res) {
+  std::vector<int32_t> ids;
+  TokenizeRequest request;
+  try {
+    request = ParseTokenizeRequest(req.body, engine_.config().model, options_.default_sampling);
+    try {
+      if (request.chat) {
+        // The chat as the chat path renders it (tools too), through the engine's encoder.
+        if (request.chat->tools) request.chat->tool_format = ToolFormat();
+        auto prompt = std::get<ChatPrompt>(Prompts(*request.chat).front());
+        prompt.add_special_tokens = request.add_special_tokens;
+        ids = engine_.Tokenize(prompt);
+      } else if (request.add_special_tokens) {
+        ids = engine_.Tokenize(request.prompt);
+      } else if (engine_.tokenizer() != nullptr) {
+        ids = engine_.tokenizer()->Encode(request.prompt, /*add_special_tokens=*/false);
+      } else {
+        throw RequestError(kBadRequest, "this model has no tokenizer", "prompt");
+      }
+    } catch (const Error& e) {  // no tokenizer or template, a failed template, invalid UTF-8
+      throw RequestError(kBadRequest, e.what(), request.chat ? "messages" : "prompt");
+    }
+  } catch (const RequestError& e) {
+    return SendError(res, e.status(), e.what(), e.param());
   }
-  res.set_content(
-      response->Final().dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
-      "application/json");
+  nlohmann::ordered_json reply = {
+      {"count", ids.size()}, {"max_model_len", engine_.max_model_len()}, {"tokens", ids}};
+  if (request.return_token_strs) {
+    nlohmann::ordered_json strs = nlohmann::ordered_json::array();
+    for (const int32_t id : ids) strs.push_back(engine_.tokenizer()->IdToToken(id).value_or(""));
+    reply["token_strs"] = std::move(strs);
+  }
+  res.set_content(reply.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
+                  "application/json");
+}
+
+void ApiHandlers::Detokenize(const httplib::Request& req, httplib::Response& res) {
+  std::vector<int32_t> ids;
+  try {
+    ids = ParseDetokenizeRequest(req.body, engine_.config().model);
+    const Tokenizer* tokenizer = engine_.tokenizer();
+    if (tokenizer == nullptr) throw RequestError(kBadRequest, "this model has no tokenizer");
+    for (const int32_t id : ids) {
+      if (id >= tokenizer->VocabSize()) {
+        throw RequestError(
+            kBadRequest,
+            fmt::format("token id {} is outside the vocab [0, {})", id, tokenizer->VocabSize()),
+            "tokens");
+      }
+    }
+  } catch (const RequestError& e) {
+    return SendError(res, e.status(), e.what(), e.param());
+  }
+  const nlohmann::ordered_json reply = {
+      {"prompt", engine_.tokenizer()->Decode(ids, /*skip_special_tokens=*/false)}};
+  res.set_content(reply.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
+                  "application/json");
 }
 
 }  // namespace infer::server

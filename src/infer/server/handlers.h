@@ -1,5 +1,6 @@
-// The routes that run generations: POST /v1/completions in the seed's protocol, and OpenAI's
-// POST /v1/chat/completions and /v1/completions. Each parses its body (request_fields.h and the
+// The routes that run generations: POST /v1/completions in the seed's protocol, OpenAI's
+// POST /v1/chat/completions and /v1/completions, and Anthropic's POST /v1/messages over the chat
+// path; and vLLM's /tokenize and /detokenize. Each parses its body (request_fields.h and the
 // protocol's parser), hands the prompt to the engine, and answers with one JSON object or a
 // stream (stream.h). The transport around them (threads, limits, routes) is http_server.cc's.
 #pragma once
@@ -8,18 +9,28 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "infer/engine/engine.h"
 #include "infer/server/http_server.h"
 #include "infer/server/openai_response.h"
+#include "infer/server/stream.h"
 
 namespace infer::server {
 
-// {"error": {"message", "type", "param", "code"}} with `status`, as OpenAI answers.
+// The error shape of a route: Anthropic's on its Messages routes, OpenAI's everywhere else.
+enum class ErrorShape { kOpenAi, kAnthropic };
+ErrorShape ErrorShapeOf(std::string_view path);
+
+// The error with `status`: {"error": {"message", "type", "param", "code"}} as OpenAI answers, or
+// {"type": "error", "error": {"type", "message"}} as Anthropic does.
 void SendError(httplib::Response& res, int status, const std::string& message,
-               const std::string& param = {});
+               const std::string& param = {}, ErrorShape shape = ErrorShape::kOpenAi);
 
 class ApiHandlers {
  public:
@@ -33,6 +44,11 @@ class ApiHandlers {
 
   void SeedCompletions(const httplib::Request& req, httplib::Response& res);
   void OpenAi(const httplib::Request& req, httplib::Response& res, OpenAiEndpoint endpoint);
+  // Anthropic's POST /v1/messages (anthropic.h), or /v1/messages/count_tokens.
+  void Anthropic(const httplib::Request& req, httplib::Response& res, bool count_tokens);
+  // vLLM's POST /tokenize and POST /detokenize.
+  void Tokenize(const httplib::Request& req, httplib::Response& res);
+  void Detokenize(const httplib::Request& req, httplib::Response& res);
 
  private:
   // An OpenAI request's prompts, tokenized and checked, with each prompt's sampling params.
@@ -40,14 +56,26 @@ class ApiHandlers {
     std::vector<OpenAiResponse::PromptInfo> prompts;
     std::vector<SamplingParams> params;
   };
+  // A response whose choices are queued on one channel.
+  struct Queued {
+    std::string id;
+    std::shared_ptr<OutputChannel> channel;
+    std::shared_ptr<OpenAiResponse> response;
+  };
+  // The tool-call format the model's chat template teaches.
+  ToolCallFormat ToolFormat() const;
   // Through the engine's front door (Engine::PreparePrompt).
   OpenAiPrompts PrepareOpenAi(OpenAiRequest& request);
-  // Queues every choice on one channel; false (and none queued) when the engine refuses one.
-  bool QueueChoices(const OpenAiRequest& request, const OpenAiPrompts& prepared,
-                    const OpenAiResponse& response, const std::shared_ptr<OutputChannel>& channel);
+  // Queues every choice of a prepared request as response `id`; nullopt (and none queued) when
+  // the engine refuses one.
+  std::optional<Queued> Queue(const OpenAiRequest& request, const OpenAiPrompts& prepared,
+                              std::string id);
   void CancelChoices(const OpenAiResponse& response);
+  // Streams the queued response through `encoder`, or waits for its end and answers `final()`.
+  void Answer(httplib::Response& res, const Queued& queued, std::unique_ptr<StreamEncoder> encoder,
+              bool stream, ErrorShape shape, const std::function<nlohmann::ordered_json()>& final);
   // The answer to a request the engine's queue refused.
-  void SendRefused(httplib::Response& res);
+  void SendRefused(httplib::Response& res, ErrorShape shape = ErrorShape::kOpenAi);
 
   Engine& engine_;
   const ServerOptions& options_;

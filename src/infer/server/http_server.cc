@@ -7,13 +7,17 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <mutex>
+#include <string_view>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -44,8 +48,47 @@ bool ConstantTimeEquals(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
-// Routes that need the API key: the OpenAI-style API and the metrics.
-bool NeedsKey(const std::string& path) { return path.starts_with("/v1/") || path == "/metrics"; }
+// Routes that need the API key: the OpenAI- and Anthropic-style APIs, vLLM's tokenizer routes
+// and the metrics.
+bool NeedsKey(const std::string& path) {
+  return path.starts_with("/v1/") || path == "/metrics" || path == "/tokenize" ||
+         path == "/detokenize";
+}
+
+// The routes counted in http_requests_total (as vLLM's instrumentator counts its handlers:
+// not the probes and scrapes, not unknown paths).
+constexpr std::array<std::string_view, 8> kCountedRoutes = {
+    "/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens",
+    "/tokenize",       "/detokenize",          "/v1/models",   "/"};
+
+// Requests answered, by route, method and status class (2xx, 4xx, 5xx).
+class RouteCounter {
+ public:
+  void Count(const httplib::Request& req, const httplib::Response& res) {
+    if (std::find(kCountedRoutes.begin(), kCountedRoutes.end(), req.path) == kCountedRoutes.end()) {
+      return;
+    }
+    const std::lock_guard lock(mutex_);
+    ++counts_[{req.path, req.method, fmt::format("{}xx", res.status / 100)}];
+  }
+  // The Prometheus text of http_requests_total.
+  std::string Text() const {
+    std::string text =
+        "# HELP http_requests_total Total number of requests by method, status and handler.\n"
+        "# TYPE http_requests_total counter\n";
+    const std::lock_guard lock(mutex_);
+    for (const auto& [key, count] : counts_) {
+      const auto& [handler, method, status] = key;
+      text += fmt::format("http_requests_total{{handler=\"{}\",method=\"{}\",status=\"{}\"}} {}\n",
+                          handler, method, status, count);
+    }
+    return text;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::map<std::tuple<std::string, std::string, std::string>, int64_t> counts_;
+};
 
 // Worker threads: --http-threads, or enough for every request the engine can hold (running and
 // queued) plus room for requests that are only turned away.
@@ -101,6 +144,7 @@ struct HttpServer::Impl {
   std::atomic<bool> draining{false};  // Shutdown() began: new requests get 503
   std::atomic<bool> shutting_down{false};
   ApiHandlers handlers{engine, options, open_streams, shutting_down};
+  RouteCounter route_counter;
   std::once_flag shutdown_once;
   int listen_fd = -1;  // the socket httplib binds, seen through its socket-options hook
 };
@@ -108,16 +152,19 @@ struct HttpServer::Impl {
 httplib::Server::HandlerResponse HttpServer::Impl::PreRoute(const httplib::Request& req,
                                                             httplib::Response& res) {
   if (!options.replica_id.empty()) res.set_header("X-Replica-Id", options.replica_id);
+  const ErrorShape shape = ErrorShapeOf(req.path);
   if (ConnectionPool::OverCapacity()) {
     res.set_header("Connection", "close");
     SendError(res, kServiceUnavailable,
               fmt::format("too many open connections: this server serves {} at once "
                           "(--http-threads)",
-                          http_threads));
+                          http_threads),
+              {}, shape);
     return httplib::Server::HandlerResponse::Handled;
   }
   if (draining && req.method == "POST") {
-    SendError(res, kServiceUnavailable, "server is draining (shutting down): try another replica");
+    SendError(res, kServiceUnavailable, "server is draining (shutting down): try another replica",
+              {}, shape);
     return httplib::Server::HandlerResponse::Handled;
   }
   if (req.has_header("Content-Length")) {
@@ -130,21 +177,27 @@ httplib::Server::HandlerResponse HttpServer::Impl::PreRoute(const httplib::Reque
       SendError(res, 413,
                 fmt::format("request body of {} bytes is larger than this server's limit of {} "
                             "bytes (--max-body-size)",
-                            length, options.max_body_bytes));
+                            length, options.max_body_bytes),
+                {}, shape);
       return httplib::Server::HandlerResponse::Handled;
     }
   }
   if (options.api_key.empty() || !NeedsKey(req.path)) {
     return httplib::Server::HandlerResponse::Unhandled;
   }
-  if (ConstantTimeEquals(req.get_header_value("Authorization"), "Bearer " + options.api_key)) {
+  // The key as OpenAI's clients send it, or as Anthropic's do (x-api-key).
+  if (ConstantTimeEquals(req.get_header_value("Authorization"), "Bearer " + options.api_key) ||
+      (req.has_header("x-api-key") &&
+       ConstantTimeEquals(req.get_header_value("x-api-key"), options.api_key))) {
     return httplib::Server::HandlerResponse::Unhandled;
   }
   res.set_header("WWW-Authenticate", "Bearer");
   SendError(res, 401,
-            req.has_header("Authorization")
+            req.has_header("Authorization") || req.has_header("x-api-key")
                 ? "invalid API key"
-                : "missing API key: send the header \"Authorization: Bearer <key>\"");
+                : "missing API key: send the header \"Authorization: Bearer <key>\" (or "
+                  "\"x-api-key: <key>\")",
+            {}, shape);
   return httplib::Server::HandlerResponse::Handled;
 }
 
@@ -171,6 +224,19 @@ void HttpServer::Impl::Routes() {
   server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handlers.OpenAi(req, res, OpenAiEndpoint::kChatCompletions);
   });
+  server.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res) {
+    handlers.Anthropic(req, res, /*count_tokens=*/false);
+  });
+  server.Post("/v1/messages/count_tokens",
+              [this](const httplib::Request& req, httplib::Response& res) {
+                handlers.Anthropic(req, res, /*count_tokens=*/true);
+              });
+  server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    handlers.Tokenize(req, res);
+  });
+  server.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    handlers.Detokenize(req, res);
+  });
   InfoRoutes();
   Hooks();
 }
@@ -190,7 +256,7 @@ void HttpServer::Impl::InfoRoutes() {
     res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
   });
   server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(PrometheusText(engine.metrics(), engine.config().model),
+    res.set_content(PrometheusText(engine.metrics(), engine.config().model) + route_counter.Text(),
                     "text/plain; version=0.0.4; charset=utf-8");
   });
   server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
@@ -205,7 +271,8 @@ void HttpServer::Impl::InfoRoutes() {
 
 void HttpServer::Impl::Hooks() {
   // One access-log line per request, once its response (a whole stream, too) is written.
-  server.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+  server.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    route_counter.Count(req, res);
     if (req.path == "/health" || req.path == "/metrics") return;  // probes and scrapes
     spdlog::info("{} {} {} {}", req.method, req.path, res.status,
                  res.get_header_value("X-Request-Id"));
@@ -216,10 +283,11 @@ void HttpServer::Impl::Hooks() {
     SendError(res, res.status,
               res.status == 404
                   ? fmt::format("{} {} is not a route of this server", req.method, req.path)
-                  : fmt::format("{} {} failed with HTTP {}", req.method, req.path, res.status));
+                  : fmt::format("{} {} failed with HTTP {}", req.method, req.path, res.status),
+              {}, ErrorShapeOf(req.path));
   });
   server.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr error) {
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr error) {
         std::string message = "internal error";
         try {
           std::rethrow_exception(std::move(error));
@@ -228,7 +296,7 @@ void HttpServer::Impl::Hooks() {
         } catch (...) {
         }
         spdlog::error("request handler failed: {}", message);
-        SendError(res, 500, message);
+        SendError(res, 500, message, {}, ErrorShapeOf(req.path));
       });
 }
 

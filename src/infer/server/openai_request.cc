@@ -36,18 +36,16 @@ void RefuseUnsupported(Fields& fields) {
 }
 
 // model: optional, and when given the served one.
-void ParseModel(Fields& fields, OpenAiRequest& request, const std::string& served_model) {
-  if (const json* model = fields.Get("model")) {
-    if (!model->is_string()) Reject("'model' must be a string", "model");
-    request.model = model->get<std::string>();
-    if (request.model != served_model) {
-      Reject(fmt::format("The model `{}` does not exist (this server serves `{}`).", request.model,
-                         served_model),
-             "model", kNotFound);
-    }
-  } else {
-    request.model = served_model;
+std::string ParseModel(Fields& fields, std::string_view served_model) {
+  const json* model = fields.Get("model");
+  if (!model) return std::string(served_model);
+  if (!model->is_string()) Reject("'model' must be a string", "model");
+  if (*model != served_model) {
+    Reject(fmt::format("The model `{}` does not exist (this server serves `{}`).",
+                       model->get<std::string>(), served_model),
+           "model", kNotFound);
   }
+  return model->get<std::string>();
 }
 
 // logit_bias: {"token id": bias}.
@@ -326,7 +324,7 @@ OpenAiRequest ParseOpenAi(std::string_view body, std::string_view served_model,
   } else {
     request.prompts = ParsePrompts(*value);
   }
-  ParseModel(fields, request, std::string(served_model));
+  request.model = ParseModel(fields, served_model);
   ParseSampling(fields, request);
   request.params.structured_output = ParseStructuredOutput(fields, body);
   ParseOptions(fields, request);
@@ -351,6 +349,54 @@ OpenAiRequest ParseChatCompletionRequest(std::string_view body, std::string_view
 OpenAiRequest ParseOpenAiCompletionRequest(std::string_view body, std::string_view served_model,
                                            const SamplingParams& defaults) {
   return ParseOpenAi(body, served_model, defaults, OpenAiEndpoint::kCompletions);
+}
+
+TokenizeRequest ParseTokenizeRequest(std::string_view body, std::string_view served_model,
+                                     const SamplingParams& defaults) {
+  const json root = ParseJsonObject(body);
+  Fields fields(root, /*name_param=*/true);
+  TokenizeRequest request;
+  const json* messages = fields.Get("messages");
+  const json* prompt = fields.Get("prompt");
+  if ((messages == nullptr) == (prompt == nullptr)) {
+    Reject("give one of 'prompt' (a string) and 'messages' (a chat)",
+           messages == nullptr ? "prompt" : "messages");
+  }
+  if (messages != nullptr) {
+    // The chat fields as a chat completion reads them (messages, tools, the template's).
+    request.chat = ParseChatCompletionRequest(body, served_model, defaults);
+  } else {
+    if (!prompt->is_string()) Reject("'prompt' must be a string", "prompt");
+    request.prompt = prompt->get<std::string>();
+    ParseModel(fields, served_model);
+  }
+  // vLLM's defaults: a prompt gets the special tokens (BOS), a chat's template writes its own.
+  request.add_special_tokens = messages == nullptr;
+  if (const json* value = fields.Get("add_special_tokens")) {
+    request.add_special_tokens = fields.Boolean(*value, "add_special_tokens");
+  }
+  if (const json* value = fields.Get("return_token_strs")) {
+    request.return_token_strs = fields.Boolean(*value, "return_token_strs");
+  }
+  return request;
+}
+
+std::vector<int32_t> ParseDetokenizeRequest(std::string_view body, std::string_view served_model) {
+  const json root = ParseJsonObject(body);
+  Fields fields(root, /*name_param=*/true);
+  ParseModel(fields, served_model);
+  const json* tokens = fields.Get("tokens");
+  if (!tokens) Reject("missing required field 'tokens'", "tokens");
+  if (!tokens->is_array()) Reject("'tokens' must be a list of token ids", "tokens");
+  std::vector<int32_t> ids;
+  for (const json& item : *tokens) {
+    const auto id = JsonInteger(item);
+    if (!id || *id < 0 || *id > std::numeric_limits<int32_t>::max()) {
+      Reject("'tokens' must be a list of token ids", "tokens");
+    }
+    ids.push_back(static_cast<int32_t>(*id));
+  }
+  return ids;
 }
 
 }  // namespace infer::server

@@ -58,4 +58,18 @@ OpenAiRequest ParseChatCompletionRequest(std::string_view body, std::string_view
 OpenAiRequest ParseOpenAiCompletionRequest(std::string_view body, std::string_view served_model,
                                            const SamplingParams& defaults);
 
+// vLLM's POST /tokenize: a prompt (text), or a chat (messages, with the chat fields a chat
+// completion takes: tools, chat_template_kwargs, add_generation_prompt); add_special_tokens
+// (default: true for a prompt, false for a chat, whose template writes BOS); return_token_strs.
+struct TokenizeRequest {
+  std::optional<OpenAiRequest> chat;
+  std::string prompt;
+  bool add_special_tokens = true;
+  bool return_token_strs = false;
+};
+TokenizeRequest ParseTokenizeRequest(std::string_view body, std::string_view served_model,
+                                     const SamplingParams& defaults);
+// vLLM's POST /detokenize: {"tokens": [ids]} (and an optional model).
+std::vector<int32_t> ParseDetokenizeRequest(std::string_view body, std::string_view served_model);
+
 }  // namespace infer::server

@@ -214,7 +214,7 @@ ordered_json ToolCallsJson(const std::vector<ToolCall>& calls, bool streamed) {
 }
 }  // namespace
 
-std::string OpenAiResponse::ToolReplyChunk(size_t index, const Choice& choice) const {
+ordered_json OpenAiResponse::ToolReplyChunk(size_t index, const Choice& choice) const {
   const ParsedReply reply = ParseToolCalls(choice.text, tool_format_, *tools_);
   ordered_json delta = ordered_json::object();
   if (reply.calls.empty()) {
@@ -231,7 +231,7 @@ std::string OpenAiResponse::ToolReplyChunk(size_t index, const Choice& choice) c
       reply.calls.empty() ? OpenAiFinishReason(choice.finish_reason) : "tool_calls";
   ordered_json chunk = ChunkBase();
   chunk["choices"] = ordered_json::array({std::move(delta_choice)});
-  return DataLine(chunk);
+  return chunk;
 }
 
 std::string OpenAiResponse::StreamStart() {
@@ -268,6 +268,12 @@ ReasoningSplitter::Parts OpenAiResponse::SplitText(Choice& choice, const StepOut
 }
 
 std::string OpenAiResponse::Add(const StepOutput& output) {
+  std::string lines;
+  for (const ordered_json& chunk : AddChunks(output)) lines += DataLine(chunk);
+  return lines;
+}
+
+std::vector<ordered_json> OpenAiResponse::AddChunks(const StepOutput& output) {
   const auto found = choice_of_request_.find(output.request_id);
   if (found == choice_of_request_.end()) return {};
   const size_t index = found->second;
@@ -291,9 +297,7 @@ std::string OpenAiResponse::Add(const StepOutput& output) {
     if (output.error && !error_) error_ = output.error;
   }
   if (!stream_) return {};
-  if (output.error) {
-    return DataLine(OpenAiErrorJson(500, *output.error));
-  }
+  if (output.error) return {OpenAiErrorJson(500, *output.error)};
   if (tools_) {
     // The reply may hold a call: text that cannot be part of one streams as content; from
     // where a call may start it is held, and sent when the choice ends, parsed into tool_calls
@@ -303,28 +307,29 @@ std::string OpenAiResponse::Add(const StepOutput& output) {
     std::string now =
         safe > choice.streamed ? choice.text.substr(choice.streamed, safe - choice.streamed) : "";
     choice.streamed = std::max(choice.streamed, safe);
-    std::string lines;
+    std::vector<ordered_json> chunks;
     if (!reasoning.empty() || !now.empty()) {
       StepOutput partial = output;
       partial.finished = false;
-      lines += DeltaChunk(index, partial, {std::move(reasoning), std::move(now)}, {}, text_offset);
+      chunks.push_back(
+          DeltaChunk(index, partial, {std::move(reasoning), std::move(now)}, {}, text_offset));
     }
-    if (output.finished) lines += ToolReplyChunk(index, choice);
-    return lines;
+    if (output.finished) chunks.push_back(ToolReplyChunk(index, choice));
+    return chunks;
   }
   const bool new_token_id = return_token_ids_ && output.token_id.has_value();
   if (content.empty() && reasoning.empty() && new_logprobs.empty() && !new_token_id &&
       !output.finished) {
     return {};
   }
-  return DeltaChunk(index, output, {std::move(reasoning), std::move(content)}, new_logprobs,
-                    text_offset);
+  return {DeltaChunk(index, output, {std::move(reasoning), std::move(content)}, new_logprobs,
+                     text_offset)};
 }
 
-std::string OpenAiResponse::DeltaChunk(size_t index, const StepOutput& output,
-                                       const ReasoningSplitter::Parts& text,
-                                       std::span<const TokenLogprobs> new_logprobs,
-                                       size_t text_offset) const {
+ordered_json OpenAiResponse::DeltaChunk(size_t index, const StepOutput& output,
+                                        const ReasoningSplitter::Parts& text,
+                                        std::span<const TokenLogprobs> new_logprobs,
+                                        size_t text_offset) const {
   const std::string& reasoning = text.reasoning;
   const std::string& content = text.content;
   ordered_json chunk = ChunkBase();
@@ -348,7 +353,7 @@ std::string OpenAiResponse::DeltaChunk(size_t index, const StepOutput& output,
                                       ? ordered_json(OpenAiFinishReason(output.finish_reason))
                                       : ordered_json(nullptr);
   chunk["choices"] = ordered_json::array({std::move(delta_choice)});
-  return DataLine(chunk);
+  return chunk;
 }
 
 std::string OpenAiResponse::StreamEnd() {

@@ -69,6 +69,9 @@ class OpenAiResponse {
   std::string StreamStart();
   // Records `output`; when streaming, returns the SSE lines it becomes (possibly none).
   std::string Add(const StepOutput& output);
+  // The same as chunk objects (a failed choice's chunk is OpenAI's error object): what another
+  // protocol translates its stream from.
+  std::vector<nlohmann::ordered_json> AddChunks(const StepOutput& output);
   // Streaming: the usage chunk (when asked) and `data: [DONE]`; call once all choices ended.
   std::string StreamEnd();
   // Non-streaming: the whole response object.
@@ -90,14 +93,15 @@ class OpenAiResponse {
   // `output`'s text, split into reasoning and content when the response splits them.
   ReasoningSplitter::Parts SplitText(Choice& choice, const StepOutput& output);
   // The streamed chunk of one choice's new text, logprobs and token id.
-  std::string DeltaChunk(size_t index, const StepOutput& output,
-                         const ReasoningSplitter::Parts& text,
-                         std::span<const TokenLogprobs> new_logprobs, size_t text_offset) const;
+  nlohmann::ordered_json DeltaChunk(size_t index, const StepOutput& output,
+                                    const ReasoningSplitter::Parts& text,
+                                    std::span<const TokenLogprobs> new_logprobs,
+                                    size_t text_offset) const;
   nlohmann::ordered_json LogprobsJson(std::span<const TokenLogprobs> logprobs,
                                       size_t text_offset) const;
   nlohmann::ordered_json Usage() const;
   // The end of a choice whose reply may hold tool calls: its text parsed, as one delta.
-  std::string ToolReplyChunk(size_t index, const Choice& choice) const;
+  nlohmann::ordered_json ToolReplyChunk(size_t index, const Choice& choice) const;
   std::string TokenText(int32_t id) const;
   static std::string DataLine(const nlohmann::ordered_json& chunk);
 

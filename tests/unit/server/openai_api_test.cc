@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "step_output_util.h"
+
 namespace infer::server {
 namespace {
 
@@ -171,17 +173,7 @@ TEST(ReasoningSplitter, SplitsThinkTagsAcrossPieces) {
   EXPECT_EQ(unfinished.Finish().reasoning, "");
 }
 
-StepOutput Output(const std::string& id, int32_t token, const std::string& text,
-                  int64_t completion_tokens, std::optional<FinishReason> finish = std::nullopt) {
-  StepOutput output;
-  output.request_id = id;
-  output.token_id = token;
-  output.text_delta = text;
-  output.completion_tokens = completion_tokens;
-  output.finished = finish.has_value();
-  output.finish_reason = finish;
-  return output;
-}
+using testing::Output;
 
 // The data lines of a stream, parsed.
 std::vector<json> DataLines(const std::string& stream) {

@@ -1,0 +1,458 @@
+#include "infer/server/anthropic.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "infer/server/request_fields.h"
+
+namespace infer::server {
+namespace {
+
+using nlohmann::json;
+using ordered_json = nlohmann::ordered_json;
+
+[[noreturn]] void Reject(const std::string& message) { throw RequestError(kBadRequest, message); }
+
+// A block list's text blocks joined with newlines; `what` names the list in errors. Anything but
+// text is refused (images, documents: this server reads text only).
+std::string TextOfBlocks(const ordered_json& blocks, const std::string& what) {
+  if (blocks.is_string()) return blocks.get<std::string>();
+  if (!blocks.is_array()) Reject(what + " must be a string or a list of content blocks");
+  std::string text;
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const ordered_json& block = blocks[i];
+    const std::string at = fmt::format("{}[{}]", what, i);
+    if (!block.is_object() || !block.contains("type") || !block["type"].is_string()) {
+      Reject(at + " must be a content block with a 'type'");
+    }
+    if (block["type"] != "text") {
+      Reject(fmt::format("{}: content blocks of type '{}' are not supported here (text only)", at,
+                         block["type"].get<std::string>()));
+    }
+    if (!block.contains("text") || !block["text"].is_string())
+      Reject(at + ".text must be a string");
+    if (!text.empty()) text += '\n';
+    text += block["text"].get<std::string>();
+  }
+  return text;
+}
+
+std::string TypeOf(const ordered_json& block, const std::string& at) {
+  if (!block.is_object() || !block.contains("type") || !block["type"].is_string()) {
+    Reject(at + " must be a content block with a 'type'");
+  }
+  return block["type"].get<std::string>();
+}
+
+// A user turn: its tool_result blocks become role "tool" messages (first, as Anthropic orders
+// them), its text one user message.
+void UserTurn(const ordered_json& content, const std::string& param, ordered_json& out) {
+  if (content.is_string()) {
+    out.push_back({{"role", "user"}, {"content", content}});
+    return;
+  }
+  if (!content.is_array()) Reject(param + " must be a string or a list of content blocks");
+  ordered_json text_blocks = ordered_json::array();
+  bool results = false;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const ordered_json& block = content[i];
+    const std::string at = fmt::format("{}[{}]", param, i);
+    if (TypeOf(block, at) != "tool_result") {
+      text_blocks.push_back(block);
+      continue;
+    }
+    if (!block.contains("tool_use_id") || !block["tool_use_id"].is_string()) {
+      Reject(at + ".tool_use_id must be a string");
+    }
+    const auto result = block.find("content");
+    results = true;
+    out.push_back({{"role", "tool"},
+                   {"tool_call_id", block["tool_use_id"]},
+                   {"content", result == block.end() || result->is_null()
+                                   ? std::string()
+                                   : TextOfBlocks(*result, at + ".content")}});
+  }
+  if (!text_blocks.empty() || !results) {
+    out.push_back({{"role", "user"}, {"content", TextOfBlocks(text_blocks, param)}});
+  }
+}
+
+// An assistant turn: its text, and its tool_use blocks as tool_calls; thinking blocks are
+// dropped (chat templates do not render past reasoning).
+void AssistantTurn(const ordered_json& content, const std::string& param, ordered_json& out) {
+  if (content.is_string()) {
+    out.push_back({{"role", "assistant"}, {"content", content}});
+    return;
+  }
+  if (!content.is_array()) Reject(param + " must be a string or a list of content blocks");
+  ordered_json text_blocks = ordered_json::array();
+  ordered_json calls = ordered_json::array();
+  for (size_t i = 0; i < content.size(); ++i) {
+    const ordered_json& block = content[i];
+    const std::string at = fmt::format("{}[{}]", param, i);
+    const std::string type = TypeOf(block, at);
+    if (type == "thinking" || type == "redacted_thinking") continue;
+    if (type != "tool_use") {
+      text_blocks.push_back(block);
+      continue;
+    }
+    if (!block.contains("id") || !block["id"].is_string() || !block.contains("name") ||
+        !block["name"].is_string()) {
+      Reject(at + " must be {\"type\": \"tool_use\", \"id\", \"name\", \"input\"}");
+    }
+    const auto input = block.find("input");
+    if (input != block.end() && !input->is_object()) Reject(at + ".input must be an object");
+    calls.push_back({{"id", block["id"]},
+                     {"type", "function"},
+                     {"function",
+                      {{"name", block["name"]},
+                       {"arguments", input == block.end() ? ordered_json::object() : *input}}}});
+  }
+  ordered_json turn = {{"role", "assistant"}, {"content", TextOfBlocks(text_blocks, param)}};
+  if (!calls.empty()) turn["tool_calls"] = std::move(calls);
+  out.push_back(std::move(turn));
+}
+
+ordered_json ChatMessages(const ordered_json* system, const ordered_json& messages) {
+  if (!messages.is_array() || messages.empty()) Reject("'messages' must be a non-empty list");
+  ordered_json out = ordered_json::array();
+  if (system != nullptr) {
+    out.push_back({{"role", "system"}, {"content", TextOfBlocks(*system, "system")}});
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ordered_json& message = messages[i];
+    const std::string param = fmt::format("messages[{}]", i);
+    if (!message.is_object()) Reject(param + " must be an object");
+    const auto role = message.find("role");
+    if (role == message.end() || !role->is_string()) Reject(param + ".role must be a string");
+    const auto content = message.find("content");
+    if (content == message.end()) Reject(param + ".content is required");
+    if (*role == "user") {
+      UserTurn(*content, param + ".content", out);
+    } else if (*role == "assistant") {
+      if (i + 1 == messages.size()) {
+        Reject(
+            "a final assistant message (a prefill for the reply to continue) is not supported by "
+            "this server");
+      }
+      AssistantTurn(*content, param + ".content", out);
+    } else {
+      Reject(param + ".role must be \"user\" or \"assistant\"");
+    }
+  }
+  return out;
+}
+
+ordered_json ChatTools(const ordered_json& tools) {
+  if (!tools.is_array()) Reject("'tools' must be a list of tools");
+  ordered_json out = ordered_json::array();
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const ordered_json& tool = tools[i];
+    const std::string at = fmt::format("tools[{}]", i);
+    if (!tool.is_object()) Reject(at + " must be an object");
+    if (const auto type = tool.find("type");
+        type != tool.end() && !type->is_null() && *type != "custom") {
+      Reject(
+          fmt::format("{}: tools of type {} are not supported (custom tools only: name, "
+                      "description, input_schema)",
+                      at, type->dump()));
+    }
+    if (!tool.contains("name") || !tool["name"].is_string()) Reject(at + ".name must be a string");
+    if (!tool.contains("input_schema") || !tool["input_schema"].is_object()) {
+      Reject(at + ".input_schema must be a JSON schema object");
+    }
+    ordered_json function = {{"name", tool["name"]}};
+    if (tool.contains("description") && !tool["description"].is_null()) {
+      if (!tool["description"].is_string()) Reject(at + ".description must be a string");
+      function["description"] = tool["description"];
+    }
+    function["parameters"] = tool["input_schema"];
+    out.push_back({{"type", "function"}, {"function", std::move(function)}});
+  }
+  return out;
+}
+
+// tool_choice {type: auto | any | tool (name) | none, disable_parallel_tool_use} into `chat`.
+void ChatToolChoice(const ordered_json& choice, ordered_json& chat) {
+  const char* const wrong =
+      "'tool_choice' must be {\"type\": \"auto\"}, {\"type\": \"any\"}, {\"type\": \"tool\", "
+      "\"name\": ...} or {\"type\": \"none\"}";
+  if (!choice.is_object() || !choice.contains("type") || !choice["type"].is_string()) {
+    Reject(wrong);
+  }
+  const std::string type = choice["type"].get<std::string>();
+  if (type == "auto" || type == "none") {
+    chat["tool_choice"] = type;
+  } else if (type == "any") {
+    chat["tool_choice"] = "required";
+  } else if (type == "tool" && choice.contains("name") && choice["name"].is_string()) {
+    chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", choice["name"]}}}};
+  } else {
+    Reject(wrong);
+  }
+  if (const auto single = choice.find("disable_parallel_tool_use");
+      single != choice.end() && !single->is_null()) {
+    if (!single->is_boolean()) Reject("'tool_choice.disable_parallel_tool_use' must be a boolean");
+    chat["parallel_tool_calls"] = !single->get<bool>();
+  }
+}
+
+// thinking {type: enabled (budget_tokens) | disabled | adaptive}: Qwen3's enable_thinking.
+bool EnableThinking(const ordered_json& thinking) {
+  if (thinking.is_object() && thinking.contains("type") && thinking["type"].is_string()) {
+    const std::string type = thinking["type"].get<std::string>();
+    if (type == "enabled" || type == "adaptive") return true;
+    if (type == "disabled") return false;
+  }
+  Reject(
+      "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or {\"type\": "
+      "\"disabled\"}");
+}
+
+std::string ToolUseId(const std::string& call_id) {
+  return "toolu_" + (call_id.starts_with("call_") ? call_id.substr(5) : call_id);
+}
+
+}  // namespace
+
+ordered_json AnthropicErrorJson(int status, std::string_view message) {
+  std::string_view type = "api_error";
+  switch (status) {
+    case 400:
+    case 422:
+      type = "invalid_request_error";
+      break;
+    case 401:
+      type = "authentication_error";
+      break;
+    case 403:
+      type = "permission_error";
+      break;
+    case 404:
+      type = "not_found_error";
+      break;
+    case 413:
+      type = "request_too_large";
+      break;
+    case 429:
+      type = "rate_limit_error";
+      break;
+    case 503:
+    case 529:
+      type = "overloaded_error";
+      break;
+    default:
+      break;
+  }
+  return ordered_json{{"type", "error"}, {"error", {{"type", type}, {"message", message}}}};
+}
+
+ordered_json AnthropicToChatBody(std::string_view body, bool count_tokens,
+                                 std::vector<std::string>* ignored) {
+  const json root = ParseJsonObject(body);
+  // Again in key order: tool schemas and tool_use inputs keep their order.
+  const ordered_json ordered = ordered_json::parse(body);
+  Fields fields(root, /*name_param=*/false);
+  ordered_json chat = ordered_json::object();
+  if (!fields.Get("model")) Reject("missing required field 'model'");
+  chat["model"] = ordered["model"];
+  const json* messages = fields.Get("messages");
+  if (!messages) Reject("missing required field 'messages'");
+  chat["messages"] =
+      ChatMessages(fields.Get("system") ? &ordered["system"] : nullptr, ordered["messages"]);
+  // count_tokens counts the prompt only: max_tokens and stream play no part.
+  if (fields.Get("max_tokens")) {
+    if (!count_tokens) chat["max_tokens"] = ordered["max_tokens"];
+  } else if (!count_tokens) {
+    Reject("missing required field 'max_tokens'");
+  }
+  for (const char* name : {"temperature", "top_p", "top_k", "stream"}) {
+    if (fields.Get(name) && !(count_tokens && std::string_view(name) == "stream")) {
+      chat[name] = ordered[name];
+    }
+  }
+  if (const json* stop = fields.Get("stop_sequences")) {
+    if (!stop->is_array() ||
+        !std::all_of(stop->begin(), stop->end(), [](const json& s) { return s.is_string(); })) {
+      Reject("'stop_sequences' must be a list of strings");
+    }
+    chat["stop"] = ordered["stop_sequences"];
+  }
+  if (fields.Get("tools")) chat["tools"] = ChatTools(ordered["tools"]);
+  if (fields.Get("tool_choice")) ChatToolChoice(ordered["tool_choice"], chat);
+  if (fields.Get("thinking")) {
+    chat["chat_template_kwargs"] = {{"enable_thinking", EnableThinking(ordered["thinking"])}};
+  }
+  if (fields.Get("mcp_servers")) Reject("'mcp_servers' is not supported by this server");
+  if (fields.Get("container")) Reject("'container' is not supported by this server");
+  // Accepted and without effect on the output.
+  for (const char* name : {"metadata", "service_tier", "cache_control"}) fields.Get(name);
+  if (ignored != nullptr) *ignored = fields.Unknown();
+  return chat;
+}
+
+std::optional<std::string> MatchedStopSequence(const Tokenizer* tokenizer,
+                                               const std::vector<int32_t>& ids,
+                                               const std::vector<std::string>& stop) {
+  if (tokenizer == nullptr || stop.empty()) return std::nullopt;
+  const std::string text = tokenizer->Decode(ids, /*skip_special_tokens=*/true);
+  std::optional<std::string> matched;
+  size_t matched_end = std::string::npos;
+  for (const std::string& candidate : stop) {
+    const size_t at = text.find(candidate);
+    if (candidate.empty() || at == std::string::npos) continue;
+    if (at + candidate.size() < matched_end) {
+      matched = candidate;
+      matched_end = at + candidate.size();
+    }
+  }
+  return matched;
+}
+
+// AnthropicMessage --------------------------------------------------------------------------
+
+AnthropicMessage::AnthropicMessage(std::shared_ptr<OpenAiResponse> chat, std::string id,
+                                   std::string model, int64_t input_tokens,
+                                   std::vector<std::string> stop_sequences,
+                                   const Tokenizer* tokenizer)
+    : chat_(std::move(chat)),
+      id_(std::move(id)),
+      model_(std::move(model)),
+      input_tokens_(input_tokens),
+      stop_sequences_(std::move(stop_sequences)),
+      tokenizer_(tokenizer) {}
+
+std::string AnthropicMessage::Event(std::string_view name, const ordered_json& data) {
+  return fmt::format("event: {}\ndata: {}\n\n", name,
+                     data.dump(-1, ' ', false, ordered_json::error_handler_t::replace));
+}
+
+ordered_json AnthropicMessage::Usage() const {
+  return {{"input_tokens", input_tokens_}, {"output_tokens", output_tokens_}};
+}
+
+std::string AnthropicMessage::Start() {
+  ordered_json message = {{"id", id_},
+                          {"type", "message"},
+                          {"role", "assistant"},
+                          {"model", model_},
+                          {"content", ordered_json::array()},
+                          {"stop_reason", nullptr},
+                          {"stop_sequence", nullptr},
+                          {"usage", Usage()}};
+  return Event("message_start", {{"type", "message_start"}, {"message", std::move(message)}}) +
+         Event("ping", {{"type", "ping"}});
+}
+
+std::string AnthropicMessage::CloseBlock() {
+  if (!block_open_) return {};
+  block_open_ = false;
+  return Event("content_block_stop",
+               {{"type", "content_block_stop"}, {"index", blocks_.size() - 1}});
+}
+
+std::string AnthropicMessage::AppendText(const std::string& type, const std::string& text) {
+  if (text.empty()) return {};
+  std::string events;
+  if (!block_open_ || blocks_.back()["type"] != type) {
+    events += CloseBlock();
+    ordered_json block =
+        type == "text" ? ordered_json{{"type", "text"}, {"text", ""}}
+                       : ordered_json{{"type", "thinking"}, {"thinking", ""}, {"signature", ""}};
+    events += Event(
+        "content_block_start",
+        {{"type", "content_block_start"}, {"index", blocks_.size()}, {"content_block", block}});
+    blocks_.push_back(std::move(block));
+    block_open_ = true;
+  }
+  ordered_json& field = blocks_.back()[type];
+  field = field.get<std::string>() + text;
+  return events +
+         Event("content_block_delta", {{"type", "content_block_delta"},
+                                       {"index", blocks_.size() - 1},
+                                       {"delta", {{"type", type + "_delta"}, {type, text}}}});
+}
+
+std::string AnthropicMessage::Translate(const ordered_json& chunk) {
+  if (chunk.contains("error")) {
+    failed_ = true;
+    return Event("error", AnthropicErrorJson(500, chunk["error"].value("message", "")));
+  }
+  const ordered_json& choice = chunk["choices"].at(0);
+  const ordered_json& delta = choice["delta"];
+  std::string events;
+  if (delta.contains("reasoning_content")) {
+    events += AppendText("thinking", delta["reasoning_content"].get<std::string>());
+  }
+  if (delta.contains("content")) events += AppendText("text", delta["content"].get<std::string>());
+  if (delta.contains("tool_calls")) {
+    events += CloseBlock();
+    for (const ordered_json& call : delta["tool_calls"]) {
+      const std::string arguments = call["function"]["arguments"].get<std::string>();
+      const size_t index = blocks_.size();
+      events += Event("content_block_start", {{"type", "content_block_start"},
+                                              {"index", index},
+                                              {"content_block",
+                                               {{"type", "tool_use"},
+                                                {"id", ToolUseId(call["id"].get<std::string>())},
+                                                {"name", call["function"]["name"]},
+                                                {"input", ordered_json::object()}}}});
+      events += Event("content_block_delta",
+                      {{"type", "content_block_delta"},
+                       {"index", index},
+                       {"delta", {{"type", "input_json_delta"}, {"partial_json", arguments}}}});
+      events += Event("content_block_stop", {{"type", "content_block_stop"}, {"index", index}});
+      blocks_.push_back({{"type", "tool_use"},
+                         {"id", ToolUseId(call["id"].get<std::string>())},
+                         {"name", call["function"]["name"]},
+                         {"input", ordered_json::parse(arguments)}});
+    }
+  }
+  if (const auto& finish = choice["finish_reason"]; !finish.is_null()) {
+    events += CloseBlock();
+    if (finish == "tool_calls") {
+      stop_reason_ = "tool_use";
+    } else if (finish == "length") {
+      stop_reason_ = "max_tokens";
+    } else {
+      stop_sequence_ = MatchedStopSequence(tokenizer_, token_ids_, stop_sequences_);
+      if (stop_sequence_) stop_reason_ = "stop_sequence";
+    }
+  }
+  return events;
+}
+
+std::string AnthropicMessage::Add(const StepOutput& output) {
+  if (!output.error) {
+    if (output.token_id) token_ids_.push_back(*output.token_id);
+    output_tokens_ = output.completion_tokens;
+  }
+  std::string events;
+  for (const ordered_json& chunk : chat_->AddChunks(output)) events += Translate(chunk);
+  return events;
+}
+
+std::string AnthropicMessage::End() {
+  if (failed_) return {};
+  return Event("message_delta",
+               {{"type", "message_delta"},
+                {"delta",
+                 {{"stop_reason", stop_reason_},
+                  {"stop_sequence", stop_sequence_ ? ordered_json(*stop_sequence_) : nullptr}}},
+                {"usage", {{"output_tokens", output_tokens_}}}}) +
+         Event("message_stop", {{"type", "message_stop"}});
+}
+
+ordered_json AnthropicMessage::Final() const {
+  return {{"id", id_},
+          {"type", "message"},
+          {"role", "assistant"},
+          {"model", model_},
+          {"content", blocks_},
+          {"stop_reason", stop_reason_},
+          {"stop_sequence", stop_sequence_ ? ordered_json(*stop_sequence_) : nullptr},
+          {"usage", Usage()}};
+}
+
+}  // namespace infer::server

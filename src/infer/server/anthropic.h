@@ -1,0 +1,91 @@
+// Anthropic's Messages API (POST /v1/messages, /v1/messages/count_tokens) as a translation
+// layer over the chat path, as llama.cpp and vLLM build it: the request becomes the body of an
+// OpenAI chat completion (which the chat parser, the engine's front door, the chat template, the
+// tool-call constraint and parser then serve as for OpenAI's clients), and the chat response's
+// chunks become Anthropic's content blocks and named events. Pure: no engine, no sockets.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "infer/server/openai_response.h"
+#include "infer/server/stream.h"
+#include "infer/tokenizer/tokenizer.h"
+
+namespace infer::server {
+
+// {"type": "error", "error": {"type", "message"}}: Anthropic's error shape (the type from the
+// status: invalid_request_error, authentication_error, not_found_error, request_too_large,
+// overloaded_error, api_error, ...).
+nlohmann::ordered_json AnthropicErrorJson(int status, std::string_view message);
+
+// An Anthropic Messages body as the OpenAI chat completion body it asks for: system (a string
+// or text blocks) as the first message; messages with string or block content (text, tool_use
+// as the assistant's tool_calls, tool_result as role "tool" messages); max_tokens (required,
+// except for count_tokens), temperature, top_p, top_k, stop_sequences (as stop), stream; tools
+// ({name, description, input_schema}) as function tools; tool_choice (auto, any as required,
+// tool as a named function, none; disable_parallel_tool_use); thinking (Qwen3's
+// enable_thinking); metadata accepted. Throws RequestError(400) for what Anthropic's API refuses
+// or this server cannot do (images, documents, server tools, an assistant prefill); the chat
+// parser then checks the rest. `ignored`: fields this server does not know.
+nlohmann::ordered_json AnthropicToChatBody(std::string_view body, bool count_tokens,
+                                           std::vector<std::string>* ignored = nullptr);
+
+// Which of `stop` ended a reply whose generated tokens are `ids` (the one whose first
+// occurrence ends earliest in their text, as the engine's stop search finds it), or nullopt.
+std::optional<std::string> MatchedStopSequence(const Tokenizer* tokenizer,
+                                               const std::vector<int32_t>& ids,
+                                               const std::vector<std::string>& stop);
+
+// One Anthropic message under assembly from a one-choice chat response, which must stream
+// (its chunks are what is translated): content blocks (thinking from the reasoning split, text,
+// tool_use from the parsed tool calls), stop_reason (end_turn, max_tokens, stop_sequence,
+// tool_use), stop_sequence and usage. As a StreamEncoder it writes Anthropic's named events
+// (message_start, ping, content_block_start / _delta / _stop, message_delta, message_stop; a
+// failure mid-stream is an `error` event); Final() is the non-streaming reply.
+class AnthropicMessage final : public StreamEncoder {
+ public:
+  AnthropicMessage(std::shared_ptr<OpenAiResponse> chat, std::string id, std::string model,
+                   int64_t input_tokens, std::vector<std::string> stop_sequences,
+                   const Tokenizer* tokenizer);
+
+  std::string Start() override;
+  std::string Add(const StepOutput& output) override;
+  bool finished() const override { return chat_->finished(); }
+  std::string End() override;
+
+  // The whole message (once finished).
+  nlohmann::ordered_json Final() const;
+  const std::optional<std::string>& error() const { return chat_->error(); }
+
+ private:
+  // Events for one chunk of the chat response.
+  std::string Translate(const nlohmann::ordered_json& chunk);
+  // Appends to the open block of `type` (thinking or text), opening it first.
+  std::string AppendText(const std::string& type, const std::string& text);
+  std::string CloseBlock();
+  nlohmann::ordered_json Usage() const;
+  static std::string Event(std::string_view name, const nlohmann::ordered_json& data);
+
+  std::shared_ptr<OpenAiResponse> chat_;
+  const std::string id_;
+  const std::string model_;
+  const int64_t input_tokens_;
+  const std::vector<std::string> stop_sequences_;
+  const Tokenizer* tokenizer_;
+  nlohmann::ordered_json blocks_ = nlohmann::ordered_json::array();
+  bool block_open_ = false;  // blocks_.back() still takes deltas
+  std::vector<int32_t> token_ids_;
+  int64_t output_tokens_ = 0;
+  std::string stop_reason_ = "end_turn";
+  std::optional<std::string> stop_sequence_;
+  bool failed_ = false;  // an error event was written
+};
+
+}  // namespace infer::server

@@ -1,0 +1,317 @@
+// Anthropic's Messages API as a translation over the chat path, without a model or sockets: the
+// request into the OpenAI chat body the chat parser reads (and what that parser then makes of
+// it), refusals, the chat response's chunks into Anthropic's content blocks, stop reasons and
+// named events, and Anthropic's error shape. The shapes are those of Anthropic's API reference.
+#include "infer/server/anthropic.h"
+
+#include <gtest/gtest.h>
+
+#include "infer/server/openai_request.h"
+#include "step_output_util.h"
+#include "unit/tokenizer/tokenizer_test_util.h"
+
+namespace infer::server {
+namespace {
+
+using nlohmann::json;
+using ordered_json = nlohmann::ordered_json;
+
+json Plain(const ordered_json& value) { return json::parse(value.dump()); }
+
+// The status a body is refused with (200 when accepted).
+int Refusal(const std::string& body, bool count_tokens = false) {
+  try {
+    AnthropicToChatBody(body, count_tokens);
+  } catch (const RequestError& e) {
+    return e.status();
+  }
+  return 200;
+}
+
+TEST(AnthropicRequest, TranslatesEveryFieldToTheChatBody) {
+  std::vector<std::string> ignored;
+  const ordered_json chat = AnthropicToChatBody(R"({
+      "model": "m", "max_tokens": 64, "temperature": 0.5, "top_p": 0.9, "top_k": 20,
+      "stop_sequences": ["END", "\n\n"], "stream": true, "metadata": {"user_id": "u"},
+      "system": [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Be kind."}],
+      "thinking": {"type": "enabled", "budget_tokens": 1024}, "unknown_field": 1,
+      "tools": [{"name": "get_weather", "description": "Weather",
+                 "input_schema": {"type": "object", "properties": {"z": {}, "a": {}}}}],
+      "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
+      "messages": [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": [
+          {"type": "thinking", "thinking": "hm", "signature": ""},
+          {"type": "text", "text": "Let me look."},
+          {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
+        {"role": "user", "content": [
+          {"type": "tool_result", "tool_use_id": "toolu_1",
+           "content": [{"type": "text", "text": "18 C"}]},
+          {"type": "text", "text": "And tomorrow?"}]}]})",
+                                                /*count_tokens=*/false, &ignored);
+  EXPECT_EQ(ignored, std::vector<std::string>{"unknown_field"});
+  EXPECT_EQ(Plain(chat), json::parse(R"({
+      "model": "m", "max_tokens": 64, "temperature": 0.5, "top_p": 0.9, "top_k": 20,
+      "stream": true, "stop": ["END", "\n\n"],
+      "chat_template_kwargs": {"enable_thinking": true},
+      "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
+                 "parameters": {"type": "object", "properties": {"z": {}, "a": {}}}}}],
+      "tool_choice": "required", "parallel_tool_calls": false,
+      "messages": [
+        {"role": "system", "content": "Be brief.\nBe kind."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "Let me look.", "tool_calls": [
+          {"id": "toolu_1", "type": "function",
+           "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+        {"role": "tool", "tool_call_id": "toolu_1", "content": "18 C"},
+        {"role": "user", "content": "And tomorrow?"}]})"));
+  // The schema keeps the client's key order (the grammar writes properties in that order).
+  EXPECT_EQ(chat["tools"][0]["function"]["parameters"]["properties"].begin().key(), "z");
+
+  // What the chat path makes of it.
+  const OpenAiRequest request = ParseChatCompletionRequest(chat.dump(), "m", {});
+  EXPECT_EQ(request.max_tokens, 64);
+  EXPECT_EQ(request.params.temperature, 0.5);
+  EXPECT_EQ(request.params.top_k, 20);
+  EXPECT_EQ(request.params.stop, (std::vector<std::string>{"END", "\n\n"}));
+  EXPECT_TRUE(request.stream);
+  ASSERT_TRUE(request.tools.has_value());
+  EXPECT_EQ(request.tools->choice.mode, ToolChoice::Mode::kRequired);
+  EXPECT_FALSE(request.tools->parallel);
+  EXPECT_EQ(request.messages.size(), 5U);
+  EXPECT_EQ(request.messages[3]["role"], "tool");
+  EXPECT_EQ(request.messages[3]["tool_call_id"], "toolu_1");
+  EXPECT_EQ(request.chat_template_kwargs["enable_thinking"], true);
+}
+
+TEST(AnthropicRequest, ToolChoicesAndThinkingModes) {
+  const auto chat_of = [](const std::string& extra) {
+    return Plain(AnthropicToChatBody(
+        R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"x"}],)" + extra + "}",
+        false));
+  };
+  EXPECT_EQ(chat_of(R"("tool_choice":{"type":"auto"})")["tool_choice"], "auto");
+  EXPECT_EQ(chat_of(R"("tool_choice":{"type":"none"})")["tool_choice"], "none");
+  EXPECT_EQ(chat_of(R"("tool_choice":{"type":"tool","name":"f"})")["tool_choice"],
+            json::parse(R"({"type":"function","function":{"name":"f"}})"));
+  EXPECT_EQ(chat_of(R"("thinking":{"type":"disabled"})")["chat_template_kwargs"],
+            json::parse(R"({"enable_thinking":false})"));
+  EXPECT_EQ(chat_of(R"("system":"S")")["messages"],
+            json::parse(R"([{"role":"system","content":"S"},{"role":"user","content":"x"}])"));
+  // A user turn of tool results only is no user message.
+  const json turns = Plain(AnthropicToChatBody(R"({"model":"m","max_tokens":4,"messages":[
+      {"role":"user","content":"x"},
+      {"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{}}]},
+      {"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"42"},
+                                {"type":"tool_result","tool_use_id":"t2"}]}]})",
+                                               false))["messages"];
+  EXPECT_EQ(turns, json::parse(R"([{"role":"user","content":"x"},
+      {"role":"assistant","content":"","tool_calls":[
+        {"id":"t1","type":"function","function":{"name":"f","arguments":{}}}]},
+      {"role":"tool","tool_call_id":"t1","content":"42"},
+      {"role":"tool","tool_call_id":"t2","content":""}])"));
+}
+
+TEST(AnthropicRequest, CountTokensNeedsNoMaxTokensAndDropsStream) {
+  const ordered_json chat = AnthropicToChatBody(
+      R"({"model":"m","stream":true,"max_tokens":9,"messages":[{"role":"user","content":"x"}]})",
+      /*count_tokens=*/true);
+  EXPECT_FALSE(chat.contains("max_tokens"));
+  EXPECT_FALSE(chat.contains("stream"));
+  EXPECT_EQ(Refusal(R"({"model":"m","messages":[{"role":"user","content":"x"}]})", true), 200);
+}
+
+TEST(AnthropicRequest, RefusesWhatAnthropicOrThisServerCannotServe) {
+  const std::string user = R"("messages":[{"role":"user","content":"x"}])";
+  EXPECT_EQ(Refusal(R"({"model":"m",)" + user + "}"), 400);     // max_tokens is required
+  EXPECT_EQ(Refusal(R"({"max_tokens":4,)" + user + "}"), 400);  // so is model
+  EXPECT_EQ(Refusal(R"({"model":"m","max_tokens":4})"), 400);
+  EXPECT_EQ(Refusal(R"({"model":"m","max_tokens":4,"messages":[]})"), 400);
+  EXPECT_EQ(Refusal("[1]"), 400);
+  EXPECT_EQ(Refusal("{nope"), 400);
+  for (
+      const char* bad : {
+          R"("messages":[{"role":"system","content":"x"}])",
+          R"("messages":[{"role":"user","content":[{"type":"image","source":{}}]}])",
+          R"("messages":[{"role":"user","content":7}])",
+          R"("messages":[{"role":"user","content":"x"},{"role":"assistant","content":"pre"}])",
+          R"("messages":[{"role":"user","content":[{"type":"tool_result"}]}])",
+          R"("messages":[{"role":"user","content":"x"}],"tools":[{"type":"web_search_20250305","name":"web_search"}])",
+          R"("messages":[{"role":"user","content":"x"}],"tools":[{"name":"f"}])",
+          R"("messages":[{"role":"user","content":"x"}],"tool_choice":{"type":"required"})",
+          R"("messages":[{"role":"user","content":"x"}],"stop_sequences":"END")",
+          R"("messages":[{"role":"user","content":"x"}],"thinking":{"type":"maybe"})",
+          R"("messages":[{"role":"user","content":"x"}],"system":[{"type":"image"}])",
+      }) {
+    EXPECT_EQ(Refusal(std::string(R"({"model":"m","max_tokens":4,)") + bad + "}"), 400) << bad;
+  }
+}
+
+TEST(AnthropicError, ShapeAndTypeByStatus) {
+  EXPECT_EQ(Plain(AnthropicErrorJson(400, "bad")),
+            json::parse(R"({"type":"error","error":{"type":"invalid_request_error",
+                            "message":"bad"}})"));
+  EXPECT_EQ(AnthropicErrorJson(401, "")["error"]["type"], "authentication_error");
+  EXPECT_EQ(AnthropicErrorJson(404, "")["error"]["type"], "not_found_error");
+  EXPECT_EQ(AnthropicErrorJson(413, "")["error"]["type"], "request_too_large");
+  EXPECT_EQ(AnthropicErrorJson(500, "")["error"]["type"], "api_error");
+  EXPECT_EQ(AnthropicErrorJson(503, "")["error"]["type"], "overloaded_error");
+}
+
+using testing::Output;
+
+// A stream's events as {name, data}, checking each is "event: NAME\ndata: JSON\n\n".
+std::vector<std::pair<std::string, json>> Events(const std::string& stream) {
+  std::vector<std::pair<std::string, json>> events;
+  size_t start = 0;
+  for (size_t end; (end = stream.find("\n\n", start)) != std::string::npos; start = end + 2) {
+    const std::string event = stream.substr(start, end - start);
+    const size_t newline = event.find('\n');
+    EXPECT_EQ(event.rfind("event: ", 0), 0U) << event;
+    EXPECT_EQ(event.substr(newline + 1, 6), "data: ") << event;
+    const json data = json::parse(event.substr(newline + 7));
+    EXPECT_EQ(data["type"], event.substr(7, newline - 7));  // the data names its event
+    events.emplace_back(event.substr(7, newline - 7), data);
+  }
+  EXPECT_EQ(start, stream.size());
+  return events;
+}
+
+// A message under assembly for `body` (Anthropic's), as the handler makes it.
+struct Assembly {
+  Assembly(const std::string& body, ToolCallFormat format = ToolCallFormat::kHermes,
+           const Tokenizer* tokenizer = nullptr) {
+    OpenAiRequest request =
+        ParseChatCompletionRequest(AnthropicToChatBody(body, false).dump(), "m", {});
+    request.stream = true;
+    request.tool_format = format;
+    auto chat = std::make_shared<OpenAiResponse>(
+        request, "msg_1", "m", 0, std::vector<OpenAiResponse::PromptInfo>{{{1, 2}, ""}}, tokenizer,
+        /*reasoning=*/true);
+    message =
+        std::make_unique<AnthropicMessage>(chat, "msg_1", "m", 2, request.params.stop, tokenizer);
+  }
+  std::string id = OpenAiResponse::ChoiceRequestId("msg_1", 0);
+  std::unique_ptr<AnthropicMessage> message;
+};
+
+TEST(AnthropicMessage, ThinkingAndTextBlocksStreamAsNamedEvents) {
+  Assembly a(R"({"model":"m","max_tokens":9,"messages":[{"role":"user","content":"Hi"}]})");
+  std::string stream = a.message->Start();
+  stream += a.message->Add(Output(a.id, 5, "<think>hm", 1));
+  stream += a.message->Add(Output(a.id, 6, "m</think>Hel", 2));
+  stream += a.message->Add(Output(a.id, 7, "lo", 3, FinishReason::kEos));
+  ASSERT_TRUE(a.message->finished());
+  stream += a.message->End();
+  const auto events = Events(stream);
+  std::vector<std::string> names;
+  for (const auto& [name, data] : events) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "message_start", "ping", "content_block_start", "content_block_delta",
+                       "content_block_delta", "content_block_stop", "content_block_start",
+                       "content_block_delta", "content_block_delta", "content_block_stop",
+                       "message_delta", "message_stop"}));
+  EXPECT_EQ(events[0].second["message"], json::parse(R"({"id":"msg_1","type":"message",
+      "role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,
+      "usage":{"input_tokens":2,"output_tokens":0}})"));
+  EXPECT_EQ(events[2].second, json::parse(R"({"type":"content_block_start","index":0,
+      "content_block":{"type":"thinking","thinking":"","signature":""}})"));
+  EXPECT_EQ(events[3].second["delta"], json::parse(R"({"type":"thinking_delta","thinking":"hm"})"));
+  EXPECT_EQ(events[6].second["content_block"], json::parse(R"({"type":"text","text":""})"));
+  EXPECT_EQ(events[7].second, json::parse(R"({"type":"content_block_delta","index":1,
+      "delta":{"type":"text_delta","text":"Hel"}})"));
+  EXPECT_EQ(events[9].second, json::parse(R"({"type":"content_block_stop","index":1})"));
+  EXPECT_EQ(events[10].second, json::parse(R"({"type":"message_delta",
+      "delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":3}})"));
+  EXPECT_EQ(Plain(a.message->Final()), json::parse(R"({"id":"msg_1","type":"message",
+      "role":"assistant","model":"m","content":[
+        {"type":"thinking","thinking":"hmm","signature":""},{"type":"text","text":"Hello"}],
+      "stop_reason":"end_turn","stop_sequence":null,
+      "usage":{"input_tokens":2,"output_tokens":3}})"));
+}
+
+TEST(AnthropicMessage, ToolCallsBecomeToolUseBlocks) {
+  Assembly a(R"({"model":"m","max_tokens":99,"messages":[{"role":"user","content":"Weather?"}],
+      "tools":[{"name":"get_weather","input_schema":{"type":"object"}}]})");
+  std::string stream = a.message->Start();
+  stream += a.message->Add(Output(a.id, 5, "Sure. <tool_", 1));
+  stream +=
+      a.message->Add(Output(a.id, 6, "call>\n{\"name\": \"get_weather\", \"arguments\": ", 2));
+  stream += a.message->Add(
+      Output(a.id, 7, "{\"city\": \"Paris\"}}\n</tool_call>", 3, FinishReason::kStop));
+  stream += a.message->End();
+  const auto events = Events(stream);
+  ASSERT_EQ(events.size(), 10U);
+  // The text before the call streams at once; the call is held and sent whole at the end.
+  EXPECT_EQ(events[3].second["delta"], json::parse(R"({"type":"text_delta","text":"Sure. "})"));
+  EXPECT_EQ(events[4].first, "content_block_stop");
+  EXPECT_EQ(events[5].second["index"], 1);
+  const json& start = events[5].second["content_block"];
+  EXPECT_EQ(start["type"], "tool_use");
+  EXPECT_EQ(start["name"], "get_weather");
+  EXPECT_EQ(start["input"], json::object());
+  EXPECT_EQ(start["id"].get<std::string>().rfind("toolu_", 0), 0U);
+  EXPECT_EQ(events[6].second["delta"]["type"], "input_json_delta");
+  EXPECT_EQ(json::parse(events[6].second["delta"]["partial_json"].get<std::string>()),
+            json::parse(R"({"city":"Paris"})"));
+  EXPECT_EQ(events[7].first, "content_block_stop");
+  EXPECT_EQ(events[8].second["delta"]["stop_reason"], "tool_use");
+  const json final = Plain(a.message->Final());
+  EXPECT_EQ(final["stop_reason"], "tool_use");
+  ASSERT_EQ(final["content"].size(), 2U);
+  EXPECT_EQ(final["content"][0], json::parse(R"({"type":"text","text":"Sure. "})"));
+  EXPECT_EQ(final["content"][1]["input"], json::parse(R"({"city":"Paris"})"));
+  EXPECT_EQ(final["content"][1]["id"], start["id"]);
+}
+
+TEST(AnthropicMessage, LengthIsMaxTokensAndAFailureIsAnErrorEvent) {
+  Assembly cut(R"({"model":"m","max_tokens":1,"messages":[{"role":"user","content":"Hi"}]})");
+  cut.message->Add(Output(cut.id, 5, "Hi", 1, FinishReason::kLength));
+  EXPECT_EQ(cut.message->Final()["stop_reason"], "max_tokens");
+
+  Assembly failed(R"({"model":"m","max_tokens":9,"messages":[{"role":"user","content":"Hi"}]})");
+  StepOutput error;
+  error.request_id = failed.id;
+  error.finished = true;
+  error.error = "server shutting down";
+  const auto events = Events(failed.message->Add(error));
+  ASSERT_EQ(events.size(), 1U);
+  EXPECT_EQ(events[0].second, json::parse(R"({"type":"error","error":{"type":"api_error",
+      "message":"server shutting down"}})"));
+  EXPECT_TRUE(failed.message->finished());
+  EXPECT_EQ(failed.message->End(), "");  // no message_delta after an error
+  EXPECT_EQ(failed.message->error(), "server shutting down");
+}
+
+TEST(AnthropicMessage, StopSequenceNamesTheOneThatEndedTheReply) {
+  if (!testing::RequireRealTokenizer("llama3")) return;
+  const auto tokenizer =
+      Tokenizer::FromFile(testing::RealTokenizerDir("llama3") / "tokenizer.json");
+  // The engine cuts the text before the stop; the generated ids hold it.
+  const std::vector<int32_t> ids = tokenizer->Encode("Hello you. Stop here, then more", false);
+  // Both occur; "Stop" ends first, so the engine's search stops there.
+  EXPECT_EQ(MatchedStopSequence(tokenizer.get(), ids, {"xyz", "here", "Stop"}), "Stop");
+  EXPECT_FALSE(MatchedStopSequence(tokenizer.get(), ids, {"xyz"}).has_value());
+  EXPECT_FALSE(MatchedStopSequence(nullptr, ids, {"Stop"}).has_value());
+
+  Assembly a(R"({"model":"m","max_tokens":99,"stop_sequences":["zzz","Stop"],
+      "messages":[{"role":"user","content":"Hi"}]})",
+             ToolCallFormat::kHermes, tokenizer.get());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const bool last = i + 1 == ids.size();
+    a.message->Add(Output(a.id, ids[i], "", static_cast<int64_t>(i + 1),
+                          last ? std::optional(FinishReason::kStop) : std::nullopt));
+  }
+  EXPECT_EQ(a.message->Final()["stop_reason"], "stop_sequence");
+  EXPECT_EQ(a.message->Final()["stop_sequence"], "Stop");
+  // An end without a stop sequence in the text (EOS, or a finished grammar) is end_turn.
+  Assembly eos(R"({"model":"m","max_tokens":99,"stop_sequences":["zzz"],
+      "messages":[{"role":"user","content":"Hi"}]})",
+               ToolCallFormat::kHermes, tokenizer.get());
+  eos.message->Add(Output(eos.id, ids[0], "Hello", 1, FinishReason::kStop));
+  EXPECT_EQ(eos.message->Final()["stop_reason"], "end_turn");
+  EXPECT_TRUE(eos.message->Final()["stop_sequence"].is_null());
+}
+
+}  // namespace
+}  // namespace infer::server
