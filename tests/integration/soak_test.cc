@@ -119,7 +119,9 @@ void Client(int port, uint32_t seed, Clock::time_point until, Tally& tally) {
                          {"max_tokens", max_tokens},
                          {"temperature", 0.7},
                          {"stream", stream}};
-      const auto [status, text] = server::HttpPost("127.0.0.1", port, "/v1/messages", body.dump());
+      const auto answer = server::HttpPost("127.0.0.1", port, "/v1/messages", body.dump());
+      const int status = answer.first;
+      const std::string& text = answer.second;  // (clang 14 cannot capture a structured binding)
       const auto count = [&text](const std::string& what) {
         size_t n = 0;
         for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; at += what.size()) ++n;
