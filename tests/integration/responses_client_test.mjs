@@ -279,6 +279,18 @@ describe('openai client.responses against infer serve', () => {
     assert.equal(count(text, '/v1/responses/{response_id}', 'DELETE', '4xx'), 1, text);
   });
 
+  test('a body over --max-body-size is a 413 in OpenAI\'s error shape', async () => {
+    const reply = await fetch(`${server.url}/v1/responses`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${key}`, 'Content-Type': 'application/json' },
+      body: JSON.stringify({ model: 'tiny', input: 'x'.repeat(5 << 20) }),
+    });
+    assert.equal(reply.status, 413);
+    const body = await reply.json();
+    assert.equal(body.error.type, 'request_too_large');
+    assert.equal(typeof body.error.message, 'string');
+  });
+
   test('@openai/agents: an agent with one function tool runs to completion', async () => {
     const {
       Agent, run, setDefaultOpenAIClient, setOpenAIAPI, setTracingDisabled, tool,
