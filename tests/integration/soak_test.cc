@@ -78,6 +78,13 @@ struct Tally {
   }
 };
 
+// How often `what` occurs in `text` (a stream's named events).
+size_t Occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; at += what.size()) ++n;
+  return n;
+}
+
 // One client: requests at random (exponential) gaps, with bursts; the kind drawn per request.
 void Client(int port, uint32_t seed, Clock::time_point until, Tally& tally) {
   std::mt19937 rng(seed);
@@ -123,15 +130,10 @@ void Client(int port, uint32_t seed, Clock::time_point until, Tally& tally) {
                          {"temperature", 0.7},
                          {"stream", stream}};
       const auto [status, text] = server::HttpPost("127.0.0.1", port, "/v1/messages", body.dump());
-      const auto count = [&text](const std::string& what) {
-        size_t n = 0;
-        for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; at += what.size()) ++n;
-        return n;
-      };
       const json reply = stream ? json() : json::parse(text, nullptr, false);
-      const bool whole = stream ? count("event: message_start\n") == 1 &&
-                                      count("event: message_stop\n") == 1 &&
-                                      count("event: error\n") == 0
+      const bool whole = stream ? Occurrences(text, "event: message_start\n") == 1 &&
+                                      Occurrences(text, "event: message_stop\n") == 1 &&
+                                      Occurrences(text, "event: error\n") == 0
                                 : reply.is_object() && reply.value("type", "") == "message" &&
                                       reply["usage"]["output_tokens"].get<int>() <= max_tokens;
       if (status != 200 || !whole) {
@@ -147,17 +149,12 @@ void Client(int port, uint32_t seed, Clock::time_point until, Tally& tally) {
           {"model", "m"},       {"input", "Say something."}, {"max_output_tokens", max_tokens},
           {"temperature", 0.7}, {"store", unit(rng) < 0.5},  {"stream", stream}};
       const auto [status, text] = server::HttpPost("127.0.0.1", port, "/v1/responses", body.dump());
-      const auto count = [&text](const std::string& what) {
-        size_t n = 0;
-        for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; at += what.size()) ++n;
-        return n;
-      };
       const json reply = stream ? json() : json::parse(text, nullptr, false);
-      const bool whole = stream ? count("event: response.created\n") == 1 &&
-                                      count("event: response.completed\n") +
-                                              count("event: response.incomplete\n") ==
+      const bool whole = stream ? Occurrences(text, "event: response.created\n") == 1 &&
+                                      Occurrences(text, "event: response.completed\n") +
+                                              Occurrences(text, "event: response.incomplete\n") ==
                                           1 &&
-                                      count("event: error\n") == 0
+                                      Occurrences(text, "event: error\n") == 0
                                 : reply.is_object() && reply.value("object", "") == "response" &&
                                       reply["usage"]["output_tokens"].get<int>() <= max_tokens;
       if (status != 200 || !whole) {
@@ -276,6 +273,7 @@ TEST(Soak, MixedLoadAnswersEveryRequestOnceAndLeaksNothing) {
     const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                           std::chrono::duration<double>(duration_s));
     std::vector<std::thread> clients;
+    clients.reserve(kClients);
     for (int i = 0; i < kClients; ++i) {
       clients.emplace_back(Client, port, seed + static_cast<uint32_t>(i), until, std::ref(tally));
     }
