@@ -10,6 +10,7 @@
 #   .cache/npm/node_modules/openai                 (tests/integration/openai_client_test.mjs)
 #   .cache/npm/node_modules/playwright-core        (tests/integration/chat_page_test.mjs)
 #   .cache/npm/node_modules/@anthropic-ai/sdk      (tests/integration/anthropic_client_test.mjs)
+#   .cache/npm/node_modules/@openai/agents         (tests/integration/responses_client_test.mjs)
 set -euo pipefail
 
 repo_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -28,6 +29,9 @@ langchain_core_version="1.4.0"
 ai_sdk_version="6.0.326"  # the Vercel AI SDK's generateObject and streamText with tools
 ai_sdk_openai_version="3.0.141"  # Hugging Face's Jinja: reference renderings of chat templates with tools
 anthropic_sdk_version="1.14.0"  # the official Anthropic client (Messages API test)
+# The OpenAI Agents SDK (Responses API test); 0.14.3 is its last release on openai 6.x (0.15 on
+# need openai 7, which needs node 22).
+openai_agents_version="0.14.3"
 
 mkdir -p "${tok_dir}" "${npm_dir}" "${pack_dir}"
 
@@ -85,11 +89,12 @@ fi
 
 # Clients and references of the structured-output and tool-calling tests: zod (the openai
 # client's zodResponseFormat), Hugging Face's own Jinja (@huggingface/jinja, the reference
-# renderer of chat templates with tools), LangChain, the Vercel AI SDK and Anthropic's client.
+# renderer of chat templates with tools), LangChain, the Vercel AI SDK, Anthropic's client and
+# OpenAI's Agents SDK.
 for spec in "zod@${zod_version}" "@huggingface/jinja@${hf_jinja_version}" \
   "@langchain/openai@${langchain_openai_version}" "@langchain/core@${langchain_core_version}" \
   "ai@${ai_sdk_version}" "@ai-sdk/openai@${ai_sdk_openai_version}" \
-  "@anthropic-ai/sdk@${anthropic_sdk_version}"; do
+  "@anthropic-ai/sdk@${anthropic_sdk_version}" "@openai/agents@${openai_agents_version}"; do
   name="${spec%@*}"
   version="${spec##*@}"
   if [[ -f "${npm_dir}/node_modules/${name}/package.json" ]] &&

@@ -1,8 +1,10 @@
 // A soak of `infer serve` under mixed load (issue 16, item 6): bursty arrivals (a W3-like mix of
-// short and long requests, seed-protocol, OpenAI chat and Anthropic messages, streamed and not),
+// short and long requests, seed-protocol, OpenAI chat and responses, Anthropic messages, streamed
+// and not),
 // clients that hang up mid-stream, and bad requests (malformed JSON, bad fields, garbage HTTP),
 // for INFER_SOAK_SECONDS (20 in the suite; scripts/soak.sh runs 1800). Checks: every request
-// answered exactly once (one done event with the tokens asked for, a whole message, or its 4xx;
+// answered exactly once (one done event with the tokens asked for, a whole message or response,
+// or its 4xx;
 // hang-ups are the engine's aborts), the server's counters agree with what the clients saw, and
 // the process's RSS, threads and open files (from /proc) do not grow between the warm-up and the
 // end.
@@ -68,12 +70,20 @@ struct Tally {
   int rejected = 0;   // a bad request answered with its 4xx
   int chat = 0;       // of the completed, OpenAI chat completions
   int messages = 0;   // of the completed, Anthropic messages
+  int responses = 0;  // of the completed, OpenAI responses
   std::vector<std::string> problems;
   void Problem(std::string what) {
     std::lock_guard lock(mutex);
     if (problems.size() < 20) problems.push_back(std::move(what));
   }
 };
+
+// How often `what` occurs in `text` (a stream's named events).
+size_t Occurrences(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; at += what.size()) ++n;
+  return n;
+}
 
 // One client: requests at random (exponential) gaps, with bursts; the kind drawn per request.
 void Client(int port, uint32_t seed, Clock::time_point until, Tally& tally) {
@@ -119,18 +129,11 @@ void Client(int port, uint32_t seed, Clock::time_point until, Tally& tally) {
                          {"max_tokens", max_tokens},
                          {"temperature", 0.7},
                          {"stream", stream}};
-      const auto answer = server::HttpPost("127.0.0.1", port, "/v1/messages", body.dump());
-      const int status = answer.first;
-      const std::string& text = answer.second;  // (clang 14 cannot capture a structured binding)
-      const auto count = [&text](const std::string& what) {
-        size_t n = 0;
-        for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; at += what.size()) ++n;
-        return n;
-      };
+      const auto [status, text] = server::HttpPost("127.0.0.1", port, "/v1/messages", body.dump());
       const json reply = stream ? json() : json::parse(text, nullptr, false);
-      const bool whole = stream ? count("event: message_start\n") == 1 &&
-                                      count("event: message_stop\n") == 1 &&
-                                      count("event: error\n") == 0
+      const bool whole = stream ? Occurrences(text, "event: message_start\n") == 1 &&
+                                      Occurrences(text, "event: message_stop\n") == 1 &&
+                                      Occurrences(text, "event: error\n") == 0
                                 : reply.is_object() && reply.value("type", "") == "message" &&
                                       reply["usage"]["output_tokens"].get<int>() <= max_tokens;
       if (status != 200 || !whole) {
@@ -139,6 +142,27 @@ void Client(int port, uint32_t seed, Clock::time_point until, Tally& tally) {
         std::lock_guard lock(tally.mutex);
         ++tally.completed;
         ++tally.messages;
+      }
+    } else if (draw < 0.70 && unit(rng) < 0.5) {  // an OpenAI response, streamed or not
+      const bool stream = unit(rng) < 0.5;
+      const json body = {
+          {"model", "m"},       {"input", "Say something."}, {"max_output_tokens", max_tokens},
+          {"temperature", 0.7}, {"store", unit(rng) < 0.5},  {"stream", stream}};
+      const auto [status, text] = server::HttpPost("127.0.0.1", port, "/v1/responses", body.dump());
+      const json reply = stream ? json() : json::parse(text, nullptr, false);
+      const bool whole = stream ? Occurrences(text, "event: response.created\n") == 1 &&
+                                      Occurrences(text, "event: response.completed\n") +
+                                              Occurrences(text, "event: response.incomplete\n") ==
+                                          1 &&
+                                      Occurrences(text, "event: error\n") == 0
+                                : reply.is_object() && reply.value("object", "") == "response" &&
+                                      reply["usage"]["output_tokens"].get<int>() <= max_tokens;
+      if (status != 200 || !whole) {
+        tally.Problem("responses: status " + std::to_string(status) + " " + text.substr(0, 200));
+      } else {
+        std::lock_guard lock(tally.mutex);
+        ++tally.completed;
+        ++tally.responses;
       }
     } else if (draw < 0.70) {  // an OpenAI chat completion, not streamed
       const json body = {{"model", "m"},
@@ -174,7 +198,7 @@ void Client(int port, uint32_t seed, Clock::time_point until, Tally& tally) {
       }
     } else {  // a bad request of some kind
       int status = 0;
-      switch (rng() % 6) {
+      switch (rng() % 7) {
         case 0:
           status = server::HttpPost("127.0.0.1", port, "/v1/completions", "{\"model\": ").first;
           break;
@@ -199,6 +223,14 @@ void Client(int port, uint32_t seed, Clock::time_point until, Tally& tally) {
               server::HttpPost(
                   "127.0.0.1", port, "/v1/messages",
                   json{{"model", "m"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}}.dump())
+                  .first;
+          break;
+        case 5:  // a previous_response_id this server never stored
+          status =
+              server::HttpPost(
+                  "127.0.0.1", port, "/v1/responses",
+                  json{{"model", "m"}, {"input", "x"}, {"previous_response_id", "resp_unknown"}}
+                      .dump())
                   .first;
           break;
         default: {  // not HTTP at all
@@ -241,6 +273,7 @@ TEST(Soak, MixedLoadAnswersEveryRequestOnceAndLeaksNothing) {
     const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                           std::chrono::duration<double>(duration_s));
     std::vector<std::thread> clients;
+    clients.reserve(kClients);
     for (int i = 0; i < kClients; ++i) {
       clients.emplace_back(Client, port, seed + static_cast<uint32_t>(i), until, std::ref(tally));
     }
@@ -268,10 +301,10 @@ TEST(Soak, MixedLoadAnswersEveryRequestOnceAndLeaksNothing) {
   const ProcessUsage end = settled();
 
   std::printf(
-      "[ soak %.0f s: %d completed (%d chat, %d messages), %d hung up, %d rejected; RSS %ld -> "
-      "%ld KiB, threads %ld -> %ld, fds %ld -> %ld ]\n",
-      seconds, tally.completed, tally.chat, tally.messages, tally.hung_up, tally.rejected,
-      start.rss_kib, end.rss_kib, start.threads, end.threads, start.fds, end.fds);
+      "[ soak %.0f s: %d completed (%d chat, %d messages, %d responses), %d hung up, %d "
+      "rejected; RSS %ld -> %ld KiB, threads %ld -> %ld, fds %ld -> %ld ]\n",
+      seconds, tally.completed, tally.chat, tally.messages, tally.responses, tally.hung_up,
+      tally.rejected, start.rss_kib, end.rss_kib, start.threads, end.threads, start.fds, end.fds);
   for (const auto& problem : tally.problems) ADD_FAILURE() << problem;
   EXPECT_GT(tally.completed + tally.hung_up + tally.rejected, counted_before);
   EXPECT_GT(tally.hung_up, 0);
@@ -290,6 +323,10 @@ TEST(Soak, MixedLoadAnswersEveryRequestOnceAndLeaksNothing) {
   EXPECT_EQ(testing::ServerMetric(
                 port, R"(http_requests_total{handler="/v1/messages",method="POST",status="2xx"})"),
             tally.messages);
+  EXPECT_GT(tally.responses, 0);
+  EXPECT_EQ(testing::ServerMetric(
+                port, R"(http_requests_total{handler="/v1/responses",method="POST",status="2xx"})"),
+            tally.responses);
   // Nothing grows: the thread count and open files come back exactly (the HTTP workers are
   // idle again); RSS within 10% or 16 MiB of the warmed-up figure.
   EXPECT_LE(end.threads, start.threads);

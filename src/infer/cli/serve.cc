@@ -30,6 +30,7 @@ struct ServeArgs {
   EngineConfig engine;
   server::ServerOptions server;
   std::string max_body_size = "4MiB";
+  std::string responses_store_size = "64MiB";
   std::string served_model_name;
   std::string kv_cache_dtype = "bf16";
   std::string kv_cache_memory;
@@ -105,6 +106,9 @@ void RunServe(ServeArgs& args) {
   const int64_t max_body = ParseByteSize(args.max_body_size, "--max-body-size");
   INFER_CHECK(max_body > 0, "--max-body-size must be positive");
   args.server.max_body_bytes = static_cast<size_t>(max_body);
+  const int64_t store_bytes = ParseByteSize(args.responses_store_size, "--responses-store-size");
+  INFER_CHECK(store_bytes >= 0, "--responses-store-size must not be negative");
+  args.server.responses_store_bytes = static_cast<size_t>(store_bytes);
   args.engine.batching_mode = ParseBatchingMode(args.batching_mode);
   args.engine.scheduler_policy = ParseSchedulerPolicy(args.scheduling_policy);
   args.server.completions_format = args.completions_format == "openai"
@@ -264,6 +268,16 @@ void AddServeCommand(CLI::App& app) {
   command
       ->add_option("--max-body-size", args->max_body_size,
                    "Largest request body (e.g. 4MiB); larger ones get 413 unread")
+      ->capture_default_str();
+  command
+      ->add_option("--responses-store-entries", args->server.responses_store_entries,
+                   "Responses API: stored responses kept (store: true) for GET /v1/responses/ID "
+                   "and previous_response_id; the oldest are evicted first (0: none kept)")
+      ->capture_default_str();
+  command
+      ->add_option("--responses-store-size", args->responses_store_size,
+                   "Responses API: bytes of stored responses' JSON kept (e.g. 64MiB); the oldest "
+                   "are evicted first")
       ->capture_default_str();
   command->add_option("--api-key", args->server.api_key,
                       "Require \"Authorization: Bearer KEY\" on /v1/* and /metrics (401 "

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "infer/server/request_fields.h"
+#include "infer/server/sse.h"
 
 namespace infer::server {
 namespace {
@@ -324,8 +325,7 @@ AnthropicMessage::AnthropicMessage(std::shared_ptr<OpenAiResponse> chat, std::st
       tokenizer_(tokenizer) {}
 
 std::string AnthropicMessage::Event(std::string_view name, const ordered_json& data) {
-  return fmt::format("event: {}\ndata: {}\n\n", name,
-                     data.dump(-1, ' ', false, ordered_json::error_handler_t::replace));
+  return FormatSseEvent(name, data.dump(-1, ' ', false, ordered_json::error_handler_t::replace));
 }
 
 ordered_json AnthropicMessage::Usage() const {

@@ -251,6 +251,53 @@ void ApiHandlers::Anthropic(const httplib::Request& req, httplib::Response& res,
          [reply] { return reply->Final(); });
 }
 
+void ApiHandlers::Responses(const httplib::Request& req, httplib::Response& res) {
+  ResponsesRequest responses;
+  OpenAiRequest request;
+  OpenAiPrompts prepared;
+  try {
+    std::vector<std::string> ignored;
+    // The Responses body as the chat completion it asks for, served by the chat path.
+    responses = ResponsesToChatBody(req.body, responses_, &ignored);
+    if (!ignored.empty()) {
+      spdlog::debug("{} {}: ignoring unknown fields {}", req.method, req.path,
+                    fmt::join(ignored, ", "));
+    }
+    request = ParseChatCompletionRequest(responses.chat.dump(), engine_.config().model,
+                                         options_.default_sampling);
+    prepared = PrepareOpenAi(request);
+  } catch (const RequestError& e) {
+    return SendError(res, e.status(), e.what(), e.param());
+  }
+  // The sampling the response ran with (the model's defaults where the request gave none).
+  responses.echo["temperature"] = request.params.temperature;
+  responses.echo["top_p"] = request.params.top_p;
+  const bool stream = responses.stream;
+  auto queued = Queue(request, prepared, NewResponseId());
+  if (!queued) return SendRefused(res);
+  auto reply = std::make_unique<ResponsesReply>(
+      queued->response, queued->id, engine_.config().model,
+      static_cast<int64_t>(std::time(nullptr)), std::ssize(prepared.prompts.front().ids),
+      std::move(responses), &responses_);
+  const ResponsesReply* final = reply.get();
+  Answer(res, *queued, std::move(reply), stream, ErrorShape::kOpenAi,
+         [final] { return final->Final(); });
+}
+
+void ApiHandlers::ResponseById(const httplib::Request& req, httplib::Response& res,
+                               const std::string& id) {
+  const auto stored = responses_.Get(id);
+  if (stored == nullptr || (req.method == "DELETE" && !responses_.Erase(id))) {
+    return SendError(res, kNotFound, fmt::format("Response with id '{}' not found.", id));
+  }
+  const nlohmann::ordered_json reply =
+      req.method == "DELETE"
+          ? nlohmann::ordered_json{{"id", id}, {"object", "response"}, {"deleted", true}}
+          : stored->response;
+  res.set_content(reply.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
+                  "application/json");
+}
+
 void ApiHandlers::Tokenize(const httplib::Request& req, httplib::Response& res) {
   std::vector<int32_t> ids;
   TokenizeRequest request;

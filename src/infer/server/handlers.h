@@ -19,6 +19,7 @@
 #include "infer/engine/engine.h"
 #include "infer/server/http_server.h"
 #include "infer/server/openai_response.h"
+#include "infer/server/responses.h"
 #include "infer/server/stream.h"
 
 namespace infer::server {
@@ -40,12 +41,17 @@ class ApiHandlers {
       : engine_(engine),
         options_(options),
         open_streams_(open_streams),
-        shutting_down_(shutting_down) {}
+        shutting_down_(shutting_down),
+        responses_(options.responses_store_entries, options.responses_store_bytes) {}
 
   void SeedCompletions(const httplib::Request& req, httplib::Response& res);
   void OpenAi(const httplib::Request& req, httplib::Response& res, OpenAiEndpoint endpoint);
   // Anthropic's POST /v1/messages (anthropic.h), or /v1/messages/count_tokens.
   void Anthropic(const httplib::Request& req, httplib::Response& res, bool count_tokens);
+  // OpenAI's POST /v1/responses (responses.h), and GET / DELETE /v1/responses/{id} of a stored
+  // response.
+  void Responses(const httplib::Request& req, httplib::Response& res);
+  void ResponseById(const httplib::Request& req, httplib::Response& res, const std::string& id);
   // vLLM's POST /tokenize and POST /detokenize.
   void Tokenize(const httplib::Request& req, httplib::Response& res);
   void Detokenize(const httplib::Request& req, httplib::Response& res);
@@ -82,6 +88,7 @@ class ApiHandlers {
   std::atomic<int>& open_streams_;
   const std::atomic<bool>& shutting_down_;
   std::atomic<uint64_t> next_id_{0};
+  ResponseStore responses_;
 };
 
 }  // namespace infer::server

@@ -57,19 +57,32 @@ bool NeedsKey(const std::string& path) {
 
 // The routes counted in http_requests_total (as vLLM's instrumentator counts its handlers:
 // not the probes and scrapes, not unknown paths).
-constexpr std::array<std::string_view, 8> kCountedRoutes = {
-    "/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens",
-    "/tokenize",       "/detokenize",          "/v1/models",   "/"};
+constexpr std::array<std::string_view, 9> kCountedRoutes = {"/v1/completions",
+                                                            "/v1/chat/completions",
+                                                            "/v1/messages",
+                                                            "/v1/responses",
+                                                            "/v1/messages/count_tokens",
+                                                            "/tokenize",
+                                                            "/detokenize",
+                                                            "/v1/models",
+                                                            "/"};
+// A stored response's route, counted under its template (as vLLM's instrumentator names routes
+// with path parameters), not each id.
+constexpr std::string_view kResponseRoute = "/v1/responses/{response_id}";
 
 // Requests answered, by route, method and status class (2xx, 4xx, 5xx).
 class RouteCounter {
  public:
   void Count(const httplib::Request& req, const httplib::Response& res) {
-    if (std::find(kCountedRoutes.begin(), kCountedRoutes.end(), req.path) == kCountedRoutes.end()) {
+    std::string handler = req.path;
+    if (handler.starts_with("/v1/responses/") && handler.find('/', 14) == std::string::npos) {
+      handler = kResponseRoute;
+    } else if (std::find(kCountedRoutes.begin(), kCountedRoutes.end(), handler) ==
+               kCountedRoutes.end()) {
       return;
     }
     const std::lock_guard lock(mutex_);
-    ++counts_[{req.path, req.method, fmt::format("{}xx", res.status / 100)}];
+    ++counts_[{handler, req.method, fmt::format("{}xx", res.status / 100)}];
   }
   // The Prometheus text of http_requests_total.
   std::string Text() const {
@@ -231,6 +244,14 @@ void HttpServer::Impl::Routes() {
               [this](const httplib::Request& req, httplib::Response& res) {
                 handlers.Anthropic(req, res, /*count_tokens=*/true);
               });
+  server.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
+    handlers.Responses(req, res);
+  });
+  const auto by_id = [this](const httplib::Request& req, httplib::Response& res) {
+    handlers.ResponseById(req, res, req.matches[1].str());
+  };
+  server.Get(R"(/v1/responses/([^/]+))", by_id);
+  server.Delete(R"(/v1/responses/([^/]+))", by_id);
   server.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     handlers.Tokenize(req, res);
   });

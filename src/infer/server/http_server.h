@@ -45,6 +45,11 @@ struct ServerOptions {
   std::string api_key;
   // Largest request body: a longer Content-Length is answered 413 from the headers alone.
   size_t max_body_bytes = 4 << 20;
+  // The Responses API's store of responses (store: true, the default) for GET /v1/responses/{id}
+  // and previous_response_id: at most this many, and this many bytes of their JSON; the oldest
+  // are evicted first.
+  size_t responses_store_entries = 1000;
+  size_t responses_store_bytes = 64 << 20;
   CompletionsFormat completions_format = CompletionsFormat::kSeed;
   // The model's sampling defaults (generation_config.json) for OpenAI requests' unset fields.
   SamplingParams default_sampling;
