@@ -11,7 +11,9 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 
-import { generate, makeLlama3VocabModel, requireCached, startServer } from './serve_process.mjs';
+import {
+  generate, makeLlama3VocabModel, requireCached, startServer, weatherDescription, weatherParameters,
+} from './serve_process.mjs';
 
 const { default: Anthropic } = requireCached('@anthropic-ai/sdk');
 const { z } = requireCached('zod');
@@ -19,16 +21,8 @@ const key = 'sk-ant-test';
 
 const weather = {
   name: 'get_weather',
-  description: 'The current weather in a city',
-  input_schema: {
-    type: 'object',
-    properties: {
-      city: { type: 'string', maxLength: 12 },
-      unit: { type: 'string', enum: ['c', 'f'] },
-    },
-    required: ['city', 'unit'],
-    additionalProperties: false,
-  },
+  description: weatherDescription,
+  input_schema: weatherParameters,
 };
 // The same schema, checked by zod (independent of the server's grammar).
 const WeatherInput = z.object({ city: z.string().max(12), unit: z.enum(['c', 'f']) }).strict();

@@ -13,7 +13,9 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 
-import { generate, makeLlama3VocabModel, requireCached, startServer } from './serve_process.mjs';
+import {
+  generate, makeLlama3VocabModel, requireCached, startServer, weatherDescription, weatherParameters,
+} from './serve_process.mjs';
 
 const { default: OpenAI } = requireCached('openai');
 const { zodTextFormat } = requireCached('openai/helpers/zod');
@@ -23,16 +25,8 @@ const key = 'sk-test-key';
 const weather = {
   type: 'function',
   name: 'get_weather',
-  description: 'The current weather in a city',
-  parameters: {
-    type: 'object',
-    properties: {
-      city: { type: 'string', maxLength: 12 },
-      unit: { type: 'string', enum: ['c', 'f'] },
-    },
-    required: ['city', 'unit'],
-    additionalProperties: false,
-  },
+  description: weatherDescription,
+  parameters: weatherParameters,
   strict: true,
 };
 // The same schema, checked by zod (independent of the server's grammar).

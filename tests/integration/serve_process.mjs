@@ -65,3 +65,16 @@ export async function generate(model, args) {
     '--load-format', 'dummy', '--threads', '1', '--json', ...args], { encoding: 'utf8' });
   return JSON.parse(stdout.trim().split('\n').pop());
 }
+
+// The weather tool the tool-calling tests share: its description and its arguments' JSON schema
+// (each test wraps them in its API's tool shape).
+export const weatherDescription = 'The current weather in a city';
+export const weatherParameters = {
+  type: 'object',
+  properties: {
+    city: { type: 'string', maxLength: 12 },
+    unit: { type: 'string', enum: ['c', 'f'] },
+  },
+  required: ['city', 'unit'],
+  additionalProperties: false,
+};

@@ -11,7 +11,9 @@ import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 
-import { makeLlama3VocabModel, requireCached, startServer } from './serve_process.mjs';
+import {
+  makeLlama3VocabModel, requireCached, startServer, weatherDescription, weatherParameters,
+} from './serve_process.mjs';
 
 const { default: OpenAI } = requireCached('openai');
 const { zodResponseFormat } = requireCached('openai/helpers/zod');
@@ -21,16 +23,8 @@ const weather = {
   type: 'function',
   function: {
     name: 'get_weather',
-    description: 'The current weather in a city',
-    parameters: {
-      type: 'object',
-      properties: {
-        city: { type: 'string', maxLength: 12 },
-        unit: { type: 'string', enum: ['c', 'f'] },
-      },
-      required: ['city', 'unit'],
-      additionalProperties: false,
-    },
+    description: weatherDescription,
+    parameters: weatherParameters,
   },
 };
 
