@@ -17,7 +17,9 @@ namespace {
 
 constexpr uint8_t kRegular = 0, kNever = 1, kEndToken = 2;
 
-enum class Verdict : uint8_t { kAccept, kReject, kUncertain };
+// kAcceptEscaped: accepted, but some stack also escaped into the unknown rest before the
+// token's end (a walk over kUnknown only; callers that do not ask treat it as kAccept).
+enum class Verdict : uint8_t { kAccept, kReject, kUncertain, kAcceptEscaped };
 
 // Walks the tokens of `ranges` (sorted, disjoint rank ranges) from the stack set `start`,
 // sharing the work of common prefixes (the states per depth of the previous token are kept) and
@@ -38,15 +40,24 @@ bool WalkTokens(const VocabularyIndex& vocab, Stepper& stepper, const StackSet& 
   escaped[0] = start.escaped;
   std::string_view prev;
   size_t valid = 0;  // states[0..valid] hold the states after prev's first bytes
+  // The common prefix of a rank with the last one walked is the index's when it follows that one
+  // directly or by PrefixEnd (every rank skipped shares more with it than the one reached).
+  bool follows = false;
   for (const RankRange range : ranges) {
     int32_t r = range.begin;
+    follows = false;
     while (r < range.end) {
       if (steps > max_steps) return false;
       const std::string_view tok = vocab.BytesOfRank(r);
       const size_t len = tok.size();
       size_t k = 0;
-      const size_t limit = std::min({valid, len, prev.size()});
-      while (k < limit && prev[k] == tok[k]) ++k;
+      if (follows) {
+        k = std::min(valid, vocab.CommonWithPrevious(r));
+      } else {
+        const size_t limit = std::min({valid, len, prev.size()});
+        while (k < limit && prev[k] == tok[k]) ++k;
+      }
+      follows = true;
       while (k < len && !stepper.StateOf(states[k]).tops.empty()) {
         states[k + 1] = stepper.Next(states[k], static_cast<uint8_t>(tok[k]));
         escaped[k + 1] = escaped[k] | stepper.StateOf(states[k + 1]).escaped;
@@ -59,7 +70,7 @@ bool WalkTokens(const VocabularyIndex& vocab, Stepper& stepper, const StackSet& 
         const StackSet& s = stepper.StateOf(states[len]);
         Verdict v;
         if (!s.tops.empty() || s.complete || s.escaped) {
-          v = Verdict::kAccept;
+          v = len > 0 && escaped[len - 1] ? Verdict::kAcceptEscaped : Verdict::kAccept;
         } else {
           v = len > 0 && escaped[len - 1] ? Verdict::kUncertain : Verdict::kReject;
         }
@@ -118,22 +129,23 @@ VocabularyIndex::VocabularyIndex(Vocabulary vocabulary) : vocab_(std::move(vocab
     offsets_.push_back(static_cast<uint32_t>(blob_.size()));
     max_len_ = std::max(max_len_, bytes.size());
   }
-}
-
-int32_t VocabularyIndex::PrefixEnd(int32_t rank, size_t k) const {
-  const auto n = static_cast<int32_t>(ids_.size());
-  if (k == 0) return n;
-  const std::string_view prefix = BytesOfRank(rank).substr(0, k);
-  int32_t lo = rank + 1, hi = n;  // first rank in [lo, hi) without the prefix
-  while (lo < hi) {
-    const int32_t mid = lo + (hi - lo) / 2;
-    if (BytesOfRank(mid).starts_with(prefix)) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
+  const size_t n = ids_.size();
+  lcp_.assign(n, 0);
+  for (size_t r = 1; r < n; ++r) {
+    const std::string_view a = BytesOfRank(static_cast<int32_t>(r) - 1);
+    const std::string_view b = BytesOfRank(static_cast<int32_t>(r));
+    uint32_t k = 0;
+    while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
+    lcp_[r] = k;
   }
-  return lo;
+  // The next smaller value, right to left with a stack of candidates.
+  smaller_.assign(n, static_cast<int32_t>(n));
+  std::vector<int32_t> stack;
+  for (size_t r = n; r-- > 0;) {
+    while (!stack.empty() && lcp_[static_cast<size_t>(stack.back())] >= lcp_[r]) stack.pop_back();
+    if (!stack.empty()) smaller_[r] = stack.back();
+    stack.push_back(static_cast<int32_t>(r));
+  }
 }
 
 bool VocabularyIndex::IsEnd(int32_t id) const {
@@ -221,7 +233,8 @@ CompiledGrammar::CompiledGrammar(const Grammar& grammar,
       const StackSet start = stepper.AtPosition(static_cast<int32_t>(p));
       WalkTokens(vocab, stepper, start, all, states, escaped, steps,
                  [&](int32_t b, int32_t e, Verdict v) {
-                   if (v == Verdict::kAccept) AppendRange(accepted, b, e);
+                   if (v == Verdict::kAccept || v == Verdict::kAcceptEscaped)
+                     AppendRange(accepted, b, e);
                    if (v == Verdict::kUncertain) AppendRange(mask.uncertain, b, e);
                  });
     }
@@ -385,6 +398,14 @@ void CompiledGrammar::FindRepetitionChains() {
       rep_left_[static_cast<size_t>(s0) + 1] = bytes(k - 1);
     }
   }
+  rep_up_.assign(g.op.size(), -1);
+  for (int32_t r = 0; r < num_rules; ++r) {
+    const int32_t up = parent[static_cast<size_t>(r)];
+    if (count[static_cast<size_t>(r)] <= 0 || up < 0) continue;
+    const int32_t s0 = g.alt_start[g.alt_begin[r]], u0 = g.alt_start[g.alt_begin[up]];
+    rep_up_[static_cast<size_t>(s0)] = u0;
+    if (count[static_cast<size_t>(r)] >= 2) rep_up_[static_cast<size_t>(s0) + 1] = u0 + 1;
+  }
   // Fixed runs: x{m} (the parser writes m copies of x in a row, as for minLength) at the copy
   // with j copies left (that one included) stands for the run's first copy when no token of the
   // vocabulary has more than j * unit bytes: neither can get past its copies with so few bytes
@@ -419,8 +440,31 @@ bool CompiledGrammar::WalkChain(const std::vector<int32_t>& chain,
                                 const std::vector<RankRange>& ranges,
                                 std::vector<RankRange>& accepted, std::vector<RankRange>& uncertain,
                                 size_t max_steps) const {
-  StackPool pool;
-  Stepper stepper(*flat_, pool);
+  return WalkChainVerdicts(
+      chain, ranges,
+      [&](int32_t b, int32_t e, uint8_t v) {
+        const auto verdict = static_cast<Verdict>(v);
+        if (verdict == Verdict::kAccept || verdict == Verdict::kAcceptEscaped)
+          AppendRange(accepted, b, e);
+        if (verdict == Verdict::kUncertain) AppendRange(uncertain, b, e);
+      },
+      max_steps);
+}
+
+bool CompiledGrammar::WalkChainVerdicts(const std::vector<int32_t>& chain,
+                                        const std::vector<RankRange>& ranges,
+                                        const std::function<void(int32_t, int32_t, uint8_t)>& emit,
+                                        size_t max_steps) const {
+  // One pool and stepper for every walk (one at a time): chains that differ only in the counts
+  // of a repetition meet the same stacks a few bytes in, so their steps are table lookups.
+  std::lock_guard lock(walker_->mutex);
+  if (walker_->pool == nullptr || walker_->pool->size() > Walker::kMaxNodes) {
+    walker_->stepper.reset();
+    walker_->pool = std::make_unique<StackPool>();
+    walker_->stepper = std::make_unique<Stepper>(*flat_, *walker_->pool);
+  }
+  StackPool& pool = *walker_->pool;
+  Stepper& stepper = *walker_->stepper;
   int32_t parent = StackPool::kUnknown;
   size_t n = chain.size();
   if (n > 0 && chain[n - 1] == kChainBottom) {
@@ -431,16 +475,10 @@ bool CompiledGrammar::WalkChain(const std::vector<int32_t>& chain,
   const int32_t top = pool.Intern(chain[0], parent);
   StackSet start;
   stepper.Close(&top, 1, start);
-  std::vector<int32_t> states;
-  std::vector<uint8_t> escaped;
   size_t steps = 0;
   return WalkTokens(
-      *vocab_, stepper, start, ranges, states, escaped, steps,
-      [&](int32_t b, int32_t e, Verdict v) {
-        if (v == Verdict::kAccept) AppendRange(accepted, b, e);
-        if (v == Verdict::kUncertain) AppendRange(uncertain, b, e);
-      },
-      max_steps);
+      *vocab_, stepper, start, ranges, walker_->states, walker_->escaped, steps,
+      [&](int32_t b, int32_t e, Verdict v) { emit(b, e, static_cast<uint8_t>(v)); }, max_steps);
 }
 
 std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ContextMask(
@@ -470,7 +508,6 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ComputeCon
   owned = false;
   // The top alone: the precomputed mask (masks_ outlives every context mask).
   if (chain.size() == 1) return {std::shared_ptr<const void>(), &MaskAt(chain[0])};
-  const auto num_ranks = static_cast<int32_t>(vocab_->NumRanks());
   // Positions inside bounded repetitions stand for the chain's largest rule, for tokens no
   // longer than the fewest repetitions left.
   std::vector<int32_t> canon = chain;
@@ -485,11 +522,29 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ComputeCon
       left = std::min(left, rep_left_[p]);
     }
   }
-  std::shared_ptr<const PositionMask> base;
   if (canon != chain) {
-    base = ContextMask(canon);
+    std::shared_ptr<const PositionMask> base = ContextMask(canon);
     if (!base) return nullptr;
     if (static_cast<size_t>(left) >= base->max_open_len) return base;  // every token it allows fits
+    owned = true;
+    // From the same chain with larger counts when one is known (a step of a few lengths).
+    if (auto mask = LadderMask(chain, left, *base, /*only_from_known=*/true)) return mask;
+    // Else from the chain one frame shorter, when it leaves few tokens open (the walk gives up
+    // past a bound), else from the base.
+    const std::vector<int32_t> shorter(chain.begin(), chain.end() - 1);
+    std::shared_ptr<const PositionMask> parent = ContextMask(shorter);
+    if (!parent) return nullptr;
+    std::vector<RankRange> accepted, uncertain;
+    if (WalkChain(chain, parent->uncertain, accepted, uncertain,
+                  static_cast<size_t>(vocab_->NumRanks()) / 16)) {
+      if (parent->uncertain.empty()) {
+        owned = false;  // the shorter chain decides every token
+        return parent;
+      }
+      return std::make_shared<const PositionMask>(
+          MakeMask(accepted, std::move(uncertain), parent.get()));
+    }
+    return LadderMask(chain, left, *base, /*only_from_known=*/false);
   }
   // The chain one element shorter (one frame less, or the same frames over an unknown rest):
   // its accepted tokens are accepted here, its rejected ones rejected, and only its uncertain
@@ -500,56 +555,261 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ComputeCon
   if (parent->uncertain.empty()) return parent;
   std::vector<RankRange> accepted, uncertain;
   owned = true;
-  // The walk skips every token under a prefix that no stack survives, so it is cheap even over
-  // many open tokens when most die early; with a canonical chain to derive from, it gives up past
-  // a bound (a long string accepts most tokens whole) and the mask is derived instead.
-  if (WalkChain(chain, parent->uncertain, accepted, uncertain,
-                base ? static_cast<size_t>(num_ranks) / 16 : SIZE_MAX)) {
-    return std::make_shared<const PositionMask>(
-        MakeMask(accepted, std::move(uncertain), parent.get()));
+  WalkChain(chain, parent->uncertain, accepted, uncertain);
+  return std::make_shared<const PositionMask>(
+      MakeMask(accepted, std::move(uncertain), parent.get()));
+}
+
+int32_t CompiledGrammar::RepetitionsLeft(const std::vector<int32_t>& chain) const {
+  int32_t left = INT32_MAX;
+  for (const int32_t p : chain) {
+    if (p >= 0 && run_canon_[static_cast<size_t>(p)] < 0)
+      left = std::min(left, rep_left_[static_cast<size_t>(p)]);
   }
-  accepted.clear();
-  uncertain.clear();
-  // Many tokens open: derived from the canonical chain's mask instead. Tokens of at most `left`
-  // bytes: its verdict. Longer ones it rejects: rejected here too (its language holds this
-  // one's). The other longer ones: walked from this chain.
-  std::vector<uint8_t> verdict(static_cast<size_t>(num_ranks),
-                               0);  // 0 reject, 1 accept, 2 uncertain
+  return left;
+}
+
+std::shared_ptr<const CompiledGrammar::OpenByLength> CompiledGrammar::OpenTokensByLength(
+    const PositionMask& base) const {
+  {
+    std::lock_guard lock(context_mutex_);
+    auto it = open_by_length_.find(&base);
+    if (it != open_by_length_.end()) return it->second;
+  }
   const VocabularyIndex& vocab = *vocab_;
-  for (const PositionMask* m = base.get(); m != nullptr; m = m->parent) {
+  const auto num_ranks = static_cast<int32_t>(vocab.NumRanks());
+  std::vector<uint8_t> open(static_cast<size_t>(num_ranks), 0);
+  for (const PositionMask* m = &base; m != nullptr; m = m->parent) {
     if (!m->accepted_bits.empty()) {
       for (int32_t r = 0; r < num_ranks; ++r) {
         const auto id = static_cast<uint32_t>(vocab.IdOfRank(r));
-        if ((m->accepted_bits[id >> 5] >> (id & 31)) & 1u) verdict[static_cast<size_t>(r)] = 1;
+        if ((m->accepted_bits[id >> 5] >> (id & 31)) & 1u) open[static_cast<size_t>(r)] = 1;
       }
-      continue;
     }
     for (RankRange r : m->accepted_ranks)
-      std::fill(verdict.begin() + r.begin, verdict.begin() + r.end, 1);
+      std::fill(open.begin() + r.begin, open.begin() + r.end, 1);
   }
-  for (RankRange r : base->uncertain)
-    std::fill(verdict.begin() + r.begin, verdict.begin() + r.end, 2);
-  std::vector<RankRange> walk;
+  for (RankRange r : base.uncertain) std::fill(open.begin() + r.begin, open.begin() + r.end, 1);
+  auto out = std::make_shared<OpenByLength>();
+  out->begin.assign(vocab.MaxTokenBytes() + 2, 0);
   for (int32_t r = 0; r < num_ranks; ++r) {
-    if (verdict[static_cast<size_t>(r)] != 0 &&
-        vocab.BytesOfRank(r).size() > static_cast<size_t>(left)) {
-      verdict[static_cast<size_t>(r)] = 0;
-      AppendRange(walk, r, r + 1);
+    if (open[static_cast<size_t>(r)] != 0) ++out->begin[vocab.BytesOfRank(r).size() + 1];
+  }
+  for (size_t len = 1; len < out->begin.size(); ++len) out->begin[len] += out->begin[len - 1];
+  out->ranks.resize(out->begin.back());
+  std::vector<uint32_t> fill(out->begin.begin(), out->begin.end() - 1);
+  for (int32_t r = 0; r < num_ranks; ++r) {  // ascending: each length's ranks stay sorted
+    if (open[static_cast<size_t>(r)] != 0) out->ranks[fill[vocab.BytesOfRank(r).size()]++] = r;
+  }
+  std::lock_guard lock(context_mutex_);
+  return open_by_length_.emplace(&base, std::move(out)).first->second;
+}
+
+std::shared_ptr<const std::vector<uint64_t>> CompiledGrammar::EscapingTokens(
+    const std::vector<int32_t>& prefix) const {
+  std::string key(reinterpret_cast<const char*>(prefix.data()), prefix.size() * sizeof(int32_t));
+  {
+    std::lock_guard lock(context_mutex_);
+    auto it = escaping_.find(key);
+    if (it != escaping_.end()) return it->second;
+  }
+  const auto num_ranks = static_cast<int32_t>(vocab_->NumRanks());
+  auto bits = std::make_shared<std::vector<uint64_t>>(static_cast<size_t>(num_ranks + 63) / 64, 0);
+  WalkChainVerdicts(prefix, {{0, num_ranks}}, [&](int32_t b, int32_t e, uint8_t v) {
+    const auto verdict = static_cast<Verdict>(v);
+    if (verdict != Verdict::kUncertain && verdict != Verdict::kAcceptEscaped) return;
+    for (int32_t r = b; r < e; ++r) (*bits)[static_cast<size_t>(r) >> 6] |= uint64_t{1} << (r & 63);
+  });
+  std::lock_guard lock(context_mutex_);
+  const auto [it, inserted] = escaping_.emplace(std::move(key), std::move(bits));
+  if (inserted) context_bytes_ += it->second->size() * sizeof(uint64_t);
+  return it->second;
+}
+
+std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask(
+    const std::vector<int32_t>& chain, int32_t left, const PositionMask& base,
+    bool only_from_known) const {
+  const VocabularyIndex& vocab = *vocab_;
+  const auto num_ranks = static_cast<int32_t>(vocab.NumRanks());
+  const size_t words = GrammarMatcher::BitmaskWords(vocab.NumIds());
+  // The nearest chain above whose mask is known: one count larger at a time, in the repetitions
+  // with the fewest left (so that a chain that differs from one seen before only there, such
+  // as the next item's string in a bounded array, meets it).
+  std::shared_ptr<const PositionMask> above;
+  int32_t above_left = INT32_MAX;
+  std::vector<int32_t> up = chain, one_up;
+  size_t one_up_first = 0;  // the first frame the first step moved
+  while (true) {
+    int32_t fewest = INT32_MAX;
+    for (const int32_t p : up) {
+      if (p >= 0 && rep_up_[static_cast<size_t>(p)] >= 0 && run_canon_[static_cast<size_t>(p)] < 0)
+        fewest = std::min(fewest, rep_left_[static_cast<size_t>(p)]);
+    }
+    bool moved = false;
+    for (int32_t& p : up) {
+      if (p >= 0 && rep_up_[static_cast<size_t>(p)] >= 0 &&
+          run_canon_[static_cast<size_t>(p)] < 0 && rep_left_[static_cast<size_t>(p)] == fewest) {
+        p = rep_up_[static_cast<size_t>(p)];
+        moved = true;
+      }
+    }
+    const int32_t up_left = RepetitionsLeft(up);
+    if (!moved || static_cast<size_t>(up_left) >= base.max_open_len) break;
+    if (one_up.empty()) {
+      one_up = up;
+      while (one_up_first < up.size() && up[one_up_first] == chain[one_up_first]) ++one_up_first;
+    }
+    const std::string key(reinterpret_cast<const char*>(up.data()), up.size() * sizeof(int32_t));
+    std::lock_guard lock(context_mutex_);
+    auto it = context_masks_.find(key);
+    // (A mask shared from a shorter chain may stand for this one, its own `left` larger: then its
+    // long tokens miss some lengths; it is skipped.)
+    if (it != context_masks_.end() && it->second && it->second->ladder &&
+        it->second->ladder_left <= up_left) {
+      above = it->second;
+      above_left = up_left;
+      break;
     }
   }
-  if (!walk.empty()) {
-    std::vector<RankRange> walk_accepted, walk_uncertain;
-    WalkChain(chain, walk, walk_accepted, walk_uncertain);
-    for (RankRange r : walk_accepted)
-      std::fill(verdict.begin() + r.begin, verdict.begin() + r.end, 1);
-    for (RankRange r : walk_uncertain)
-      std::fill(verdict.begin() + r.begin, verdict.begin() + r.end, 2);
+  // None known, and the repetition with the fewest left is a frame below the top's: the chain
+  // one count larger there, computed first (few tokens get that deep, so each such step walks
+  // few).
+  if (!above && only_from_known) return nullptr;
+  if (!above && !one_up.empty() && one_up_first >= 2) {
+    auto next = ContextMask(one_up);
+    if (next && next->ladder && next->ladder_left <= RepetitionsLeft(one_up)) {
+      above = std::move(next);
+      up = one_up;
+      above_left = RepetitionsLeft(up);
+    }
   }
-  for (int32_t r = 0; r < num_ranks; ++r) {
-    if (verdict[static_cast<size_t>(r)] == 1) AppendRange(accepted, r, r + 1);
-    if (verdict[static_cast<size_t>(r)] == 2) AppendRange(uncertain, r, r + 1);
+  const PositionMask& from = above ? *above : base;
+  // The frames from the first one that differs from `from`'s chain down: a token whose walk
+  // from the frames above it (their counts as large as can be) never reaches it keeps `from`'s
+  // verdict, since smaller counts only remove ways (a way that reaches those frames here reaches
+  // them at the larger counts too).
+  size_t first_diff = 0;
+  {
+    std::vector<int32_t> from_chain = chain;
+    if (above) {
+      from_chain = up;
+    } else {
+      for (int32_t& p : from_chain) {
+        if (p >= 0 && run_canon_[static_cast<size_t>(p)] < 0 &&
+            rep_canon_[static_cast<size_t>(p)] >= 0)
+          p = rep_canon_[static_cast<size_t>(p)];
+      }
+    }
+    while (first_diff < chain.size() && chain[first_diff] == from_chain[first_diff]) ++first_diff;
   }
-  return std::make_shared<const PositionMask>(MakeMask(accepted, std::move(uncertain)));
+  // Open in `from` and longer than `left`: its long ones, and those of lengths up to its own
+  // count, whose verdict there is the base's.
+  const size_t bit_words = static_cast<size_t>(num_ranks + 63) / 64;
+  std::vector<uint64_t> open(bit_words, 0);
+  auto mark = [](std::vector<uint64_t>& bits, int32_t r) {
+    bits[static_cast<size_t>(r) >> 6] |= uint64_t{1} << (r & 63);
+  };
+  if (above) {
+    for (const int32_t r : above->open_long) mark(open, r);
+  }
+  const auto by_length = OpenTokensByLength(base);
+  const size_t last = std::min(vocab.MaxTokenBytes(), static_cast<size_t>(above_left));
+  for (size_t len = static_cast<size_t>(left) + 1; len <= last; ++len) {
+    for (uint32_t i = by_length->begin[len]; i < by_length->begin[len + 1]; ++i)
+      mark(open, by_length->ranks[i]);
+  }
+  std::vector<uint64_t> walk_bits = open;
+  if (first_diff > 0 && first_diff < chain.size()) {
+    std::vector<int32_t> prefix(chain.begin(), chain.begin() + static_cast<ptrdiff_t>(first_diff));
+    for (int32_t& p : prefix) {  // the frames above at their largest counts
+      if (p >= 0 && run_canon_[static_cast<size_t>(p)] < 0 &&
+          rep_canon_[static_cast<size_t>(p)] >= 0)
+        p = rep_canon_[static_cast<size_t>(p)];
+    }
+    const auto escaping = EscapingTokens(prefix);
+    for (size_t w = 0; w < bit_words; ++w) walk_bits[w] &= (*escaping)[w];
+  }
+  auto ranks_of = [](const std::vector<uint64_t>& bits, auto&& fn) {
+    for (size_t w = 0; w < bits.size(); ++w) {
+      for (uint64_t b = bits[w]; b != 0; b &= b - 1)
+        fn(static_cast<int32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(b))));
+    }
+  };
+  std::vector<RankRange> walk;
+  ranks_of(walk_bits, [&](int32_t r) { AppendRange(walk, r, r + 1); });
+  // `from`'s accepted bits, then the walked tokens' verdicts here.
+  auto mask = std::make_shared<PositionMask>();
+  mask->ladder = true;
+  mask->ladder_left = left;
+  if (above && !above->accepted_bits.empty()) {
+    mask->accepted_bits = above->accepted_bits;
+  } else if (above) {
+    mask->accepted_bits.assign(words, 0);
+    for (const int32_t id : above->accepted_ids)
+      mask->accepted_bits[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+  } else {
+    mask->accepted_bits.assign(words, 0);
+    for (const PositionMask* m = &base; m != nullptr; m = m->parent) {
+      if (!m->accepted_bits.empty()) {
+        for (size_t w = 0; w < words && w < m->accepted_bits.size(); ++w)
+          mask->accepted_bits[w] |= m->accepted_bits[w];
+      } else {
+        for (const int32_t id : m->accepted_ids)
+          mask->accepted_bits[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+      }
+    }
+  }
+  for (size_t w = 0; w < bit_words; ++w) open[w] &= ~walk_bits[w];  // kept as they are
+  std::vector<RankRange> accepted, uncertain;
+  if (!walk.empty()) WalkChain(chain, walk, accepted, uncertain);
+  for (RankRange range : walk) {
+    for (int32_t r = range.begin; r < range.end; ++r) {
+      const auto id = static_cast<uint32_t>(vocab.IdOfRank(r));
+      mask->accepted_bits[id >> 5] &= ~(1u << (id & 31));
+    }
+  }
+  for (RankRange range : accepted) {
+    for (int32_t r = range.begin; r < range.end; ++r) {
+      const auto id = static_cast<uint32_t>(vocab.IdOfRank(r));
+      mask->accepted_bits[id >> 5] |= 1u << (id & 31);
+      mark(open, r);
+    }
+  }
+  // Uncertain: `from`'s that were not walked, and the walked ones that are.
+  std::vector<uint64_t> unsure(bit_words, 0);
+  for (RankRange range : from.uncertain) {
+    for (int32_t r = range.begin; r < range.end; ++r) {
+      if (((walk_bits[static_cast<size_t>(r) >> 6] >> (r & 63)) & 1u) == 0) mark(unsure, r);
+    }
+  }
+  for (RankRange range : uncertain) {
+    for (int32_t r = range.begin; r < range.end; ++r) {
+      mark(unsure, r);
+      mark(open, r);
+    }
+  }
+  ranks_of(unsure, [&](int32_t r) { AppendRange(mask->uncertain, r, r + 1); });
+  size_t max_open = 0;
+  ranks_of(open, [&](int32_t r) {
+    mask->open_long.push_back(r);
+    max_open = std::max(max_open, vocab.BytesOfRank(r).size());
+  });
+  // Bounds, not exact: a token no longer than `left` is open here when the base leaves it open.
+  mask->max_open_len = std::max(max_open, std::min(static_cast<size_t>(left), base.max_open_len));
+  mask->max_accepted_len = mask->max_open_len;
+  // Few accepted (numbers, keys): their ids take less memory than the bits.
+  size_t count = 0;
+  for (const uint32_t w : mask->accepted_bits) count += static_cast<size_t>(__builtin_popcount(w));
+  if (count <= words / 2) {
+    for (size_t w = 0; w < words; ++w) {
+      for (uint32_t b = mask->accepted_bits[w]; b != 0; b &= b - 1)
+        mask->accepted_ids.push_back(
+            static_cast<int32_t>(w * 32 + static_cast<size_t>(__builtin_ctz(b))));
+    }
+    mask->accepted_bits.clear();
+    mask->accepted_bits.shrink_to_fit();
+  }
+  return mask;
 }
 
 size_t CompiledGrammar::num_context_masks() const {
@@ -570,7 +830,7 @@ void GrammarMatcher::WalkUncertain(std::vector<int32_t>& accepted_ids) {
   size_t steps = 0;
   WalkTokens(vocab, bytes_.stepper(), bytes_.state(), ranges_, depth_states_, escaped_, steps,
              [&](int32_t b, int32_t e, Verdict v) {
-               if (v != Verdict::kAccept) return;
+               if (v != Verdict::kAccept && v != Verdict::kAcceptEscaped) return;
                for (int32_t i = b; i < e; ++i) accepted_ids.push_back(vocab.IdOfRank(i));
              });
 }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -44,7 +45,15 @@ class VocabularyIndex {
   }
   size_t MaxTokenBytes() const { return max_len_; }
   // The first rank after `rank` whose bytes do not start with the first `k` bytes of `rank`'s.
-  int32_t PrefixEnd(int32_t rank, size_t k) const;
+  int32_t PrefixEnd(int32_t rank, size_t k) const {
+    if (k == 0) return static_cast<int32_t>(ids_.size());
+    int32_t next = rank + 1;
+    while (next < static_cast<int32_t>(ids_.size()) && lcp_[static_cast<size_t>(next)] >= k)
+      next = smaller_[static_cast<size_t>(next)];
+    return next;
+  }
+  // The length of the common prefix of ranks `rank` - 1 and `rank` (0 for rank 0).
+  size_t CommonWithPrevious(int32_t rank) const { return lcp_[static_cast<size_t>(rank)]; }
   bool IsEnd(int32_t id) const;
   // False for out-of-range, empty, special and end ids.
   bool IsRegular(int32_t id) const;
@@ -55,6 +64,11 @@ class VocabularyIndex {
   std::vector<int32_t> ids_;  // rank -> id, regular tokens sorted by bytes
   std::string blob_;
   std::vector<uint32_t> offsets_;
+  // Per rank: its common prefix with the rank before, and the first later rank with a shorter
+  // one (every rank between shares at least as long a prefix with its predecessor), so that the
+  // end of a prefix's tokens is a few jumps (PrefixEnd), not a binary search of string compares.
+  std::vector<uint32_t> lcp_;
+  std::vector<int32_t> smaller_;
   std::vector<uint8_t> kind_;  // per id: 0 regular, 1 never, 2 end
   size_t max_len_ = 0;
 };
@@ -93,8 +107,14 @@ class CompiledGrammar {
     // uncertain ones were walked (the accepted ones of this level are the fields above). Null
     // for precomputed masks and standalone ones.
     const PositionMask* parent = nullptr;
+    // A mask inside bounded repetitions, derived from the same chain with larger counts (see
+    // LadderMask): its accepted tokens are all here (bits or ids), and `open_long` lists the ranks
+    // it accepts or leaves uncertain that are longer than its count left (sorted).
+    bool ladder = false;
+    int32_t ladder_left = 0;
+    std::vector<int32_t> open_long;
     size_t bytes() const {
-      return accepted_bits.size() * 4 + accepted_ids.size() * 4 +
+      return accepted_bits.size() * 4 + accepted_ids.size() * 4 + open_long.size() * 4 +
              (uncertain.size() + accepted_ranks.size()) * sizeof(RankRange) + sizeof(*this);
     }
   };
@@ -141,6 +161,47 @@ class CompiledGrammar {
                  size_t max_steps = SIZE_MAX) const;
   std::shared_ptr<const PositionMask> ComputeContextMask(const std::vector<int32_t>& chain,
                                                          bool& owned) const;
+  // Per position inside a bounded repetition: the same position in the rule one count larger
+  // (-1 in the largest rule and elsewhere).
+  std::vector<int32_t> rep_up_;
+  // The fewest bytes left in the chain's bounded repetitions (INT32_MAX when none).
+  int32_t RepetitionsLeft(const std::vector<int32_t>& chain) const;
+  // A chain inside bounded repetitions with `left` bytes left, below the longest token its
+  // canonical chain (`base`) leaves open: the mask of the nearest chain with larger counts
+  // (computed before, or the base), less what its tokens longer than `left` fail here. Every
+  // repetition's language holds the smaller counts', so a token rejected above is rejected here;
+  // one no longer than `left` has the base's verdict; only the others are walked: the ones
+  // open above that are longer than `left` (a step of one count walks the tokens of one length).
+  // With `only_from_known`, null unless such a chain's mask is known already.
+  std::shared_ptr<const PositionMask> LadderMask(const std::vector<int32_t>& chain, int32_t left,
+                                                 const PositionMask& base,
+                                                 bool only_from_known) const;
+  // The ranks a mask accepts or leaves uncertain, by length (ranks ascending within one).
+  struct OpenByLength {
+    std::vector<uint32_t> begin;  // per length: the first index in `ranks` (one past the end)
+    std::vector<int32_t> ranks;
+  };
+  std::shared_ptr<const OpenByLength> OpenTokensByLength(const PositionMask& base) const;
+  // The ranks whose walk from `prefix` (over an unknown rest) reaches that rest before their
+  // last byte, as bits; computed once per prefix.
+  std::shared_ptr<const std::vector<uint64_t>> EscapingTokens(
+      const std::vector<int32_t>& prefix) const;
+  mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<uint64_t>>> escaping_;
+  bool WalkChainVerdicts(const std::vector<int32_t>& chain, const std::vector<RankRange>& ranges,
+                         const std::function<void(int32_t, int32_t, uint8_t)>& emit,
+                         size_t max_steps = SIZE_MAX) const;
+  mutable std::unordered_map<const PositionMask*, std::shared_ptr<const OpenByLength>>
+      open_by_length_;
+  // The context walks' pool and stepper, kept from walk to walk (renewed past kMaxNodes).
+  struct Walker {
+    static constexpr size_t kMaxNodes = size_t{1} << 20;
+    std::mutex mutex;
+    std::unique_ptr<StackPool> pool;
+    std::unique_ptr<Stepper> stepper;
+    std::vector<int32_t> states;
+    std::vector<uint8_t> escaped;
+  };
+  std::unique_ptr<Walker> walker_ = std::make_unique<Walker>();
   std::shared_ptr<const FlatGrammar> flat_;
   std::shared_ptr<const VocabularyIndex> vocab_;
   std::vector<int32_t> mask_of_pos_;
