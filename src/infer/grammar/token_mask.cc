@@ -21,6 +21,14 @@ constexpr uint8_t kRegular = 0, kNever = 1, kEndToken = 2;
 // token's end (a walk over kUnknown only; callers that do not ask treat it as kAccept).
 enum class Verdict : uint8_t { kAccept, kReject, kUncertain, kAcceptEscaped };
 
+void AppendRange(std::vector<RankRange>& out, int32_t begin, int32_t end) {
+  if (!out.empty() && out.back().end == begin) {
+    out.back().end = end;
+  } else {
+    out.push_back({begin, end});
+  }
+}
+
 // Walks the tokens of `ranges` (sorted, disjoint rank ranges) from the stack set `start`,
 // sharing the work of common prefixes (the states per depth of the previous token are kept) and
 // skipping every token under a prefix that no stack survives. Calls emit(begin, end, verdict)
@@ -38,12 +46,31 @@ bool WalkTokens(const VocabularyIndex& vocab, Stepper& stepper, const StackSet& 
   stepper.TrimStates();
   states[0] = stepper.InternState(start);
   escaped[0] = start.escaped;
+  // Only the tokens whose first byte some stack takes (the rest are rejected, unless the start
+  // itself escaped): a literal's position visits one group of the 256, not all of them.
+  std::vector<RankRange> first_byte_ranges;
+  if (!start.escaped) {
+    const ByteSet first = stepper.NextBytes(start);
+    for (const RankRange range : ranges) {
+      if (range.begin >= range.end) continue;
+      // The first bytes within the range (ranks are sorted by bytes).
+      const int lo = static_cast<uint8_t>(vocab.BytesOfRank(range.begin)[0]);
+      const int hi = static_cast<uint8_t>(vocab.BytesOfRank(range.end - 1)[0]);
+      for (int b = lo; b <= hi; ++b) {
+        if (!first.Has(static_cast<uint8_t>(b))) continue;
+        const int32_t begin = std::max(range.begin, vocab.FirstByteBegin(b));
+        const int32_t end = std::min(range.end, vocab.FirstByteBegin(b + 1));
+        if (begin < end) AppendRange(first_byte_ranges, begin, end);
+      }
+    }
+  }
+  const std::vector<RankRange>& walked = start.escaped ? ranges : first_byte_ranges;
   std::string_view prev;
   size_t valid = 0;  // states[0..valid] hold the states after prev's first bytes
   // The common prefix of a rank with the last one walked is the index's when it follows that one
   // directly or by PrefixEnd (every rank skipped shares more with it than the one reached).
   bool follows = false;
-  for (const RankRange range : ranges) {
+  for (const RankRange range : walked) {
     int32_t r = range.begin;
     follows = false;
     while (r < range.end) {
@@ -88,14 +115,6 @@ bool WalkTokens(const VocabularyIndex& vocab, Stepper& stepper, const StackSet& 
   return true;
 }
 
-void AppendRange(std::vector<RankRange>& out, int32_t begin, int32_t end) {
-  if (!out.empty() && out.back().end == begin) {
-    out.back().end = end;
-  } else {
-    out.push_back({begin, end});
-  }
-}
-
 }  // namespace
 
 VocabularyIndex::VocabularyIndex(Vocabulary vocabulary) : vocab_(std::move(vocabulary)) {
@@ -138,6 +157,14 @@ VocabularyIndex::VocabularyIndex(Vocabulary vocabulary) : vocab_(std::move(vocab
     while (k < a.size() && k < b.size() && a[k] == b[k]) ++k;
     lcp_[r] = k;
   }
+  first_begin_.assign(257, static_cast<int32_t>(n));
+  for (size_t r = n; r-- > 0;) {
+    const std::string_view bytes = BytesOfRank(static_cast<int32_t>(r));
+    if (!bytes.empty()) first_begin_[static_cast<uint8_t>(bytes[0])] = static_cast<int32_t>(r);
+  }
+  for (int b = 255; b >= 0; --b)  // bytes no token starts with begin where the next one does
+    first_begin_[static_cast<size_t>(b)] =
+        std::min(first_begin_[static_cast<size_t>(b)], first_begin_[static_cast<size_t>(b) + 1]);
   // The next smaller value, right to left with a stack of candidates.
   smaller_.assign(n, static_cast<int32_t>(n));
   std::vector<int32_t> stack;

@@ -52,6 +52,9 @@ class VocabularyIndex {
       next = smaller_[static_cast<size_t>(next)];
     return next;
   }
+  // The first rank whose first byte is `b` or larger (b in 0..256; sorted by bytes, so the
+  // tokens starting with b are [FirstByteBegin(b), FirstByteBegin(b + 1))).
+  int32_t FirstByteBegin(int b) const { return first_begin_[static_cast<size_t>(b)]; }
   // The length of the common prefix of ranks `rank` - 1 and `rank` (0 for rank 0).
   size_t CommonWithPrevious(int32_t rank) const { return lcp_[static_cast<size_t>(rank)]; }
   bool IsEnd(int32_t id) const;
@@ -69,7 +72,8 @@ class VocabularyIndex {
   // end of a prefix's tokens is a few jumps (PrefixEnd), not a binary search of string compares.
   std::vector<uint32_t> lcp_;
   std::vector<int32_t> smaller_;
-  std::vector<uint8_t> kind_;  // per id: 0 regular, 1 never, 2 end
+  std::vector<int32_t> first_begin_;  // 257 entries
+  std::vector<uint8_t> kind_;         // per id: 0 regular, 1 never, 2 end
   size_t max_len_ = 0;
 };
 
