@@ -629,7 +629,10 @@ std::shared_ptr<const CompiledGrammar::OpenByLength> CompiledGrammar::OpenTokens
     if (open[static_cast<size_t>(r)] != 0) out->ranks[fill[vocab.BytesOfRank(r).size()]++] = r;
   }
   std::lock_guard lock(context_mutex_);
-  return open_by_length_.emplace(&base, std::move(out)).first->second;
+  const auto [it, inserted] = open_by_length_.emplace(&base, std::move(out));
+  if (inserted)
+    context_bytes_ += (it->second->ranks.size() + it->second->begin.size()) * sizeof(int32_t);
+  return it->second;
 }
 
 std::shared_ptr<const std::vector<uint64_t>> CompiledGrammar::EscapingTokens(

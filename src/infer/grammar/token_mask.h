@@ -137,7 +137,8 @@ class CompiledGrammar {
   static constexpr int kContextDepth = 6;
   static constexpr int32_t kChainBottom = -1;
   // Masks inside bounded repetitions are one per count left, so the bounds are generous: at most
-  // kMaxContextBytes of masks and kMaxContextEntries chains per compiled grammar.
+  // kMaxContextBytes of masks (and the ladder's tables: open tokens by length, escaping tokens)
+  // and kMaxContextEntries chains per compiled grammar.
   static constexpr size_t kMaxContextBytes = size_t{48} << 20;
   static constexpr size_t kMaxContextEntries = size_t{1} << 17;
   std::shared_ptr<const PositionMask> ContextMask(const std::vector<int32_t>& chain) const;
