@@ -412,11 +412,14 @@ class Parser {
       g_.rules[star].alternatives = {{x, RuleRef(star)}, {}};
       out.push_back(RuleRef(star));
     } else if (optional > 0) {
-      // opt_k ::= x opt_{k-1} | ""  (at most k more), opt_1 ::= x | "".
-      int32_t prev = NewHelper(rule_name, {{x}, {}});
-      for (uint64_t k = 2; k <= optional; ++k)
-        prev = NewHelper(rule_name, {{x, RuleRef(prev)}, {}});
-      out.push_back(RuleRef(prev));
+      // opt_k ::= x opt_{k-1} | ""  (at most k more), opt_1 ::= x | "". One chain per x,
+      // extended as needed: repetitions of the same thing share their rules (two strings'
+      // characters, {0,20} and {1,40}), so the token masks computed for one serve the others.
+      std::vector<int32_t>& chain = opt_chains_[{static_cast<int>(x.kind), x.index}];
+      if (chain.empty()) chain.push_back(NewHelper(rule_name, {{x}, {}}));
+      while (chain.size() < optional)
+        chain.push_back(NewHelper(rule_name, {{x, RuleRef(chain.back())}, {}}));
+      out.push_back(RuleRef(chain[optional - 1]));
     }
     return out;
   }
@@ -627,6 +630,7 @@ class Parser {
   std::vector<bool> defined_;
   std::vector<size_t> first_use_;
   std::map<std::array<uint64_t, 4>, int32_t> set_ids_;
+  std::map<std::pair<int, int32_t>, std::vector<int32_t>> opt_chains_;  // per repeated element
 };
 
 }  // namespace
