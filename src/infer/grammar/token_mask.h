@@ -132,8 +132,9 @@ class CompiledGrammar {
   // alone (a token that closes a string and goes on with `",` is decided by the frames below).
   // Computed on first use, level by level (each chain from the chain one element shorter,
   // walking only the tokens that one left uncertain, so a chain whose shorter chain decides
-  // every token shares its mask), then shared by every matcher (thread-safe); null when the
-  // bound on these masks is reached (the caller uses MaskAt).
+  // every token shares its mask; inside bounded repetitions, from the same chain with larger
+  // counts, see LadderMask), then shared by every matcher (thread-safe); null when the bound on
+  // these masks is reached (the caller uses MaskAt).
   static constexpr int kContextDepth = 6;
   static constexpr int32_t kChainBottom = -1;
   // Masks inside bounded repetitions are one per count left, so the bounds are generous: at most
