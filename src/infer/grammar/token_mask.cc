@@ -537,54 +537,49 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ComputeCon
   if (chain.size() == 1) return {std::shared_ptr<const void>(), &MaskAt(chain[0])};
   // Positions inside bounded repetitions stand for the chain's largest rule, for tokens no
   // longer than the fewest repetitions left.
-  std::vector<int32_t> canon = chain;
-  int32_t left = INT32_MAX;
-  for (size_t i = 0; i < chain.size(); ++i) {
-    if (chain[i] < 0) continue;
-    const auto p = static_cast<size_t>(chain[i]);
-    if (run_canon_[p] >= 0) {
-      canon[i] = run_canon_[p];  // the same verdict for every token
-    } else if (rep_canon_[p] >= 0) {
-      canon[i] = rep_canon_[p];
-      left = std::min(left, rep_left_[p]);
-    }
-  }
+  const std::vector<int32_t> canon = CanonicalChain(chain);
+  const int32_t left = RepetitionsLeft(chain);
+  std::shared_ptr<const PositionMask> base;
   if (canon != chain) {
-    std::shared_ptr<const PositionMask> base = ContextMask(canon);
+    base = ContextMask(canon);
     if (!base) return nullptr;
     if (static_cast<size_t>(left) >= base->max_open_len) return base;  // every token it allows fits
-    owned = true;
     // From the same chain with larger counts when one is known (a step of a few lengths).
-    if (auto mask = LadderMask(chain, left, *base, /*only_from_known=*/true)) return mask;
-    // Else from the chain one frame shorter, when it leaves few tokens open (the walk gives up
-    // past a bound), else from the base.
-    const std::vector<int32_t> shorter(chain.begin(), chain.end() - 1);
-    std::shared_ptr<const PositionMask> parent = ContextMask(shorter);
-    if (!parent) return nullptr;
-    std::vector<RankRange> accepted, uncertain;
-    if (WalkChain(chain, parent->uncertain, accepted, uncertain,
-                  static_cast<size_t>(vocab_->NumRanks()) / 16)) {
-      if (parent->uncertain.empty()) {
-        owned = false;  // the shorter chain decides every token
-        return parent;
-      }
-      return std::make_shared<const PositionMask>(
-          MakeMask(accepted, std::move(uncertain), parent.get()));
+    if (auto mask = LadderMask(chain, left, *base, /*only_from_known=*/true)) {
+      owned = true;
+      return mask;
     }
-    return LadderMask(chain, left, *base, /*only_from_known=*/false);
   }
   // The chain one element shorter (one frame less, or the same frames over an unknown rest):
   // its accepted tokens are accepted here, its rejected ones rejected, and only its uncertain
-  // ones are walked from this chain's stack.
+  // ones are walked from this chain's stack. Inside bounded repetitions the walk gives up past
+  // a bound (most tokens open), and the mask comes from the base instead.
   const std::vector<int32_t> shorter(chain.begin(), chain.end() - 1);
   std::shared_ptr<const PositionMask> parent = ContextMask(shorter);
   if (!parent) return nullptr;
-  if (parent->uncertain.empty()) return parent;
-  std::vector<RankRange> accepted, uncertain;
+  if (parent->uncertain.empty()) return parent;  // the shorter chain decides every token
   owned = true;
-  WalkChain(chain, parent->uncertain, accepted, uncertain);
-  return std::make_shared<const PositionMask>(
-      MakeMask(accepted, std::move(uncertain), parent.get()));
+  std::vector<RankRange> accepted, uncertain;
+  if (WalkChain(chain, parent->uncertain, accepted, uncertain,
+                base ? static_cast<size_t>(vocab_->NumRanks()) / 16 : SIZE_MAX)) {
+    return std::make_shared<const PositionMask>(
+        MakeMask(accepted, std::move(uncertain), parent.get()));
+  }
+  return LadderMask(chain, left, *base, /*only_from_known=*/false);
+}
+
+std::vector<int32_t> CompiledGrammar::CanonicalChain(const std::vector<int32_t>& chain) const {
+  std::vector<int32_t> canon = chain;
+  for (int32_t& p : canon) {
+    if (p < 0) continue;
+    const auto i = static_cast<size_t>(p);
+    if (run_canon_[i] >= 0) {
+      p = run_canon_[i];  // the same verdict for every token
+    } else if (rep_canon_[i] >= 0) {
+      p = rep_canon_[i];
+    }
+  }
+  return canon;
 }
 
 int32_t CompiledGrammar::RepetitionsLeft(const std::vector<int32_t>& chain) const {
@@ -605,16 +600,12 @@ std::shared_ptr<const CompiledGrammar::OpenByLength> CompiledGrammar::OpenTokens
   }
   const VocabularyIndex& vocab = *vocab_;
   const auto num_ranks = static_cast<int32_t>(vocab.NumRanks());
+  std::vector<uint32_t> accepted(GrammarMatcher::BitmaskWords(vocab.NumIds()), 0);
+  OrAccepted(base, accepted);
   std::vector<uint8_t> open(static_cast<size_t>(num_ranks), 0);
-  for (const PositionMask* m = &base; m != nullptr; m = m->parent) {
-    if (!m->accepted_bits.empty()) {
-      for (int32_t r = 0; r < num_ranks; ++r) {
-        const auto id = static_cast<uint32_t>(vocab.IdOfRank(r));
-        if ((m->accepted_bits[id >> 5] >> (id & 31)) & 1u) open[static_cast<size_t>(r)] = 1;
-      }
-    }
-    for (RankRange r : m->accepted_ranks)
-      std::fill(open.begin() + r.begin, open.begin() + r.end, 1);
+  for (int32_t r = 0; r < num_ranks; ++r) {
+    const auto id = static_cast<uint32_t>(vocab.IdOfRank(r));
+    open[static_cast<size_t>(r)] = (accepted[id >> 5] >> (id & 31)) & 1u;
   }
   for (RankRange r : base.uncertain) std::fill(open.begin() + r.begin, open.begin() + r.end, 1);
   auto out = std::make_shared<OpenByLength>();
@@ -720,16 +711,7 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
   // them at the larger counts too).
   size_t first_diff = 0;
   {
-    std::vector<int32_t> from_chain = chain;
-    if (above) {
-      from_chain = up;
-    } else {
-      for (int32_t& p : from_chain) {
-        if (p >= 0 && run_canon_[static_cast<size_t>(p)] < 0 &&
-            rep_canon_[static_cast<size_t>(p)] >= 0)
-          p = rep_canon_[static_cast<size_t>(p)];
-      }
-    }
+    const std::vector<int32_t> from_chain = above ? up : CanonicalChain(chain);
     while (first_diff < chain.size() && chain[first_diff] == from_chain[first_diff]) ++first_diff;
   }
   // Open in `from` and longer than `left`: its long ones, and those of lengths up to its own
@@ -750,13 +732,9 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
   }
   std::vector<uint64_t> walk_bits = open;
   if (first_diff > 0 && first_diff < chain.size()) {
-    std::vector<int32_t> prefix(chain.begin(), chain.begin() + static_cast<ptrdiff_t>(first_diff));
-    for (int32_t& p : prefix) {  // the frames above at their largest counts
-      if (p >= 0 && run_canon_[static_cast<size_t>(p)] < 0 &&
-          rep_canon_[static_cast<size_t>(p)] >= 0)
-        p = rep_canon_[static_cast<size_t>(p)];
-    }
-    const auto escaping = EscapingTokens(prefix);
+    const std::vector<int32_t> prefix(chain.begin(),
+                                      chain.begin() + static_cast<ptrdiff_t>(first_diff));
+    const auto escaping = EscapingTokens(CanonicalChain(prefix));  // at their largest counts
     for (size_t w = 0; w < bit_words; ++w) walk_bits[w] &= (*escaping)[w];
   }
   auto ranks_of = [](const std::vector<uint64_t>& bits, auto&& fn) {
@@ -771,24 +749,8 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
   auto mask = std::make_shared<PositionMask>();
   mask->ladder = true;
   mask->ladder_left = left;
-  if (above && !above->accepted_bits.empty()) {
-    mask->accepted_bits = above->accepted_bits;
-  } else if (above) {
-    mask->accepted_bits.assign(words, 0);
-    for (const int32_t id : above->accepted_ids)
-      mask->accepted_bits[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
-  } else {
-    mask->accepted_bits.assign(words, 0);
-    for (const PositionMask* m = &base; m != nullptr; m = m->parent) {
-      if (!m->accepted_bits.empty()) {
-        for (size_t w = 0; w < words && w < m->accepted_bits.size(); ++w)
-          mask->accepted_bits[w] |= m->accepted_bits[w];
-      } else {
-        for (const int32_t id : m->accepted_ids)
-          mask->accepted_bits[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
-      }
-    }
-  }
+  mask->accepted_bits.assign(words, 0);
+  OrAccepted(from, mask->accepted_bits);
   for (size_t w = 0; w < bit_words; ++w) open[w] &= ~walk_bits[w];  // kept as they are
   std::vector<RankRange> accepted, uncertain;
   if (!walk.empty()) WalkChain(chain, walk, accepted, uncertain);
@@ -842,6 +804,20 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
   return mask;
 }
 
+void CompiledGrammar::OrAccepted(const PositionMask& mask, std::span<uint32_t> bits) {
+  for (const PositionMask* m = &mask; m != nullptr; m = m->parent) {
+    if (!m->accepted_bits.empty()) {
+      const size_t n = std::min(bits.size(), m->accepted_bits.size());
+      for (size_t w = 0; w < n; ++w) bits[w] |= m->accepted_bits[w];
+    } else {
+      for (const int32_t id : m->accepted_ids) {
+        if (static_cast<size_t>(id) < bits.size() * 32)
+          bits[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
+      }
+    }
+  }
+}
+
 size_t CompiledGrammar::num_context_masks() const {
   std::lock_guard lock(context_mutex_);
   return context_masks_.size();
@@ -876,9 +852,7 @@ void GrammarMatcher::FillNextTokenBitmask(std::span<uint32_t> bitmask) {
       bitmask[static_cast<size_t>(id) >> 5] |= 1u << (id & 31);
   };
   const StackSet& state = bytes_.state();
-  const FlatGrammar& g = compiled_->flat();
   ranges_.clear();
-  const size_t words = std::min(bitmask.size(), limit_ids / 32 + 1);
   for (int32_t top : state.tops) {
     auto found = top_masks_.find(top);
     if (found == top_masks_.end()) {
@@ -892,18 +866,9 @@ void GrammarMatcher::FillNextTokenBitmask(std::span<uint32_t> bitmask) {
       found = top_masks_.emplace(top, compiled_->ContextMask(chain_)).first;
     }
     const auto& mask = found->second ? *found->second : compiled_->MaskAt(bytes_.pool()[top].pos);
-    // The accepted tokens of the mask and of the shorter chains it was computed from.
-    for (const CompiledGrammar::PositionMask* m = &mask; m != nullptr; m = m->parent) {
-      if (!m->accepted_bits.empty()) {
-        const size_t n = std::min(words, m->accepted_bits.size());
-        for (size_t w = 0; w < n; ++w) bitmask[w] |= m->accepted_bits[w];
-      } else {
-        for (int32_t id : m->accepted_ids) set(id);
-      }
-    }
+    CompiledGrammar::OrAccepted(mask, bitmask);
     ranges_.insert(ranges_.end(), mask.uncertain.begin(), mask.uncertain.end());
   }
-  (void)g;
   if (!ranges_.empty()) {
     std::sort(ranges_.begin(), ranges_.end(),
               [](RankRange a, RankRange b) { return a.begin < b.begin; });

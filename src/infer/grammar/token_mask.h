@@ -122,6 +122,9 @@ class CompiledGrammar {
              (uncertain.size() + accepted_ranks.size()) * sizeof(RankRange) + sizeof(*this);
     }
   };
+  // ORs into `bits` (by id) the tokens `mask` accepts: its own and those of the shorter chains it
+  // was computed from (ids past the span are left out).
+  static void OrAccepted(const PositionMask& mask, std::span<uint32_t> bits);
   // The precomputed mask of a terminal position.
   const PositionMask& MaskAt(int32_t pos) const {
     return masks_[static_cast<size_t>(mask_of_pos_[static_cast<size_t>(pos)])];
@@ -170,6 +173,9 @@ class CompiledGrammar {
   // Per position inside a bounded repetition: the same position in the rule one count larger
   // (-1 in the largest rule and elsewhere).
   std::vector<int32_t> rep_up_;
+  // The chain with every position inside a fixed run or a bounded repetition replaced by the one
+  // it stands for (see FindRepetitionChains).
+  std::vector<int32_t> CanonicalChain(const std::vector<int32_t>& chain) const;
   // The fewest bytes left in the chain's bounded repetitions (INT32_MAX when none).
   int32_t RepetitionsLeft(const std::vector<int32_t>& chain) const;
   // A chain inside bounded repetitions with `left` bytes left, below the longest token its
