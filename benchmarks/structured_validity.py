@@ -15,7 +15,7 @@ template (the mask depends on the vocabulary and the grammar, not on the model's
 
 Usage: /usr/bin/python3 benchmarks/structured_validity.py [--models llama3,qwen3,gemma3]
          [--n 20] [--schemas tests/fixtures/grammar/schemas] [--real-size] [--schemas-only]
-         [--report FILE]
+         [--bounded-only] [--only a.json,b.json] [--auto-max-tokens 256] [--report FILE]
 """
 import argparse
 import json
@@ -86,26 +86,41 @@ def post(url, body):
 
 
 def bounded(schema):
-    """Whether every string and array the schema allows has a bound and it does not recurse, so
-    that sampling at random must end within max_tokens."""
-    if "$ref" in json.dumps(schema):
-        return False  # a recursive schema may nest without bound
-    def walk(node):
+    """Whether every string and array the schema allows has a bound and no $ref recurses, so that
+    sampling at random must end within max_tokens. Numbers count as bounded: the schema compiler
+    bounds their digits (and whitespace), as llama.cpp's converter does."""
+    def resolve(ref):
+        node = schema
+        for part in ref.lstrip("#/").split("/"):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
+
+    def walk(node, refs):
         if isinstance(node, list):
-            return all(walk(item) for item in node)
+            return all(walk(item, refs) for item in node)
         if not isinstance(node, dict):
             return True
+        if "$ref" in node:
+            ref = node["$ref"]
+            if ref in refs or not ref.startswith("#") or resolve(ref) is None:
+                return False  # a recursive schema may nest without bound
+            if not walk(resolve(ref), refs | {ref}):
+                return False
         types = node.get("type", [])
         types = types if isinstance(types, list) else [types]
         fixed = any(k in node for k in ("enum", "const", "format"))
         if "string" in types and not fixed and "maxLength" not in node and "pattern" not in node:
             return False
-        if "array" in types and "maxItems" not in node and "prefixItems" not in node:
+        tuple_items = isinstance(node.get("items"), list) and node.get("additionalItems") is False
+        if ("array" in types and "maxItems" not in node and "prefixItems" not in node
+                and not tuple_items):
             return False
         if node == {} or ("object" in types and node.get("additionalProperties") is not False):
             return False  # free-form values (JSON Schema allows extra keys unless told not to)
-        return all(walk(value) for value in node.values())
-    return walk(schema)
+        return all(walk(value, refs) for key, value in node.items()
+                   if key not in ("$defs", "definitions", "$ref"))
+
+    return walk(schema, frozenset())
 
 
 REGEXES = [r"\d{3}-\d{4}", r"[a-z]{1,8}@[a-z]{1,8}\.(com|org)", r"(yes|no|maybe)",
@@ -124,7 +139,7 @@ TOOLS = [{"type": "function", "function": {
             "required": ["a", "b"], "additionalProperties": False}}}]
 
 
-def check_other_kinds(url, n, max_tokens):
+def check_other_kinds(url, n, max_tokens, auto_max_tokens):
     """Regex, choice and tool-call requests; yields (name, failures, summary)."""
     messages = [{"role": "user", "content": "Answer."}]
     for regex in REGEXES:
@@ -144,7 +159,8 @@ def check_other_kinds(url, n, max_tokens):
     for tool_choice in ("required", "auto"):
         status, reply = post(url, {"messages": [{"role": "user", "content": "Weather in Oslo?"}],
                                    "n": n, "temperature": 1.0, "seed": 1,
-                                   "max_tokens": max_tokens, "tools": TOOLS,
+                                   "max_tokens": auto_max_tokens if tool_choice == "auto"
+                                   else max_tokens, "tools": TOOLS,
                                    "tool_choice": tool_choice})
         bad, calls = [], 0
         for choice in reply.get("choices", []):
@@ -173,9 +189,21 @@ def main():
     parser.add_argument("--real-size", action="store_true")
     parser.add_argument("--schemas-only", action="store_true",
                         help="skip the regex, choice and tool-call checks")
+    parser.add_argument("--auto-max-tokens", type=int, default=256,
+                        help="max_tokens of the tools-auto check (random weights seldom call a "
+                        "tool, so most replies are free text to this length)")
+    parser.add_argument("--bounded-only", action="store_true",
+                        help="only the schemas that bounded() accepts (at real size each of the "
+                        "others runs to max_tokens)")
+    parser.add_argument("--only", default="", help="comma-separated schema file names")
     parser.add_argument("--report", default="")
     args = parser.parse_args()
     schemas = sorted(f for f in os.listdir(args.schemas) if f.endswith(".json"))
+    if args.only:
+        schemas = [f for f in schemas if f in args.only.split(",")]
+    if args.bounded_only:
+        schemas = [f for f in schemas
+                   if bounded(json.load(open(os.path.join(args.schemas, f))))]
     messages = [{"role": "user", "content": "Fill in the form."}]
     report = {"models": {}, "n": args.n, "schemas": len(schemas)}
     failures = 0
@@ -219,8 +247,8 @@ def main():
                           f"{len(row['invalid'])} invalid, {row['seconds']} s"
                           + (f" ERROR {status} {row.get('error')}" if status != 200 else ""),
                           flush=True)
-                others = [] if args.schemas_only else check_other_kinds(url, args.n,
-                                                                        args.max_tokens)
+                others = [] if args.schemas_only else check_other_kinds(
+                    url, args.n, args.max_tokens, args.auto_max_tokens)
                 for name, bad, summary in others:
                     failures += bad
                     rows.append({"check": name, "failures": bad, "summary": summary})
