@@ -52,8 +52,10 @@ class StructuredOutputCompiler {
   const std::vector<int32_t> end_ids_;
   std::mutex index_mutex_;
   IndexFuture index_;  // guarded by index_mutex_ (valid once started)
-  // At most 16 compiled grammars (each holds up to 2048 context masks of vocab / 8 bytes).
-  grammar::GrammarCache cache_{16};
+  // At most 16 compiled grammars and 256 MiB of their masks (each grammar's context masks grow
+  // with use, up to 48 MiB: 16 busy schemas would otherwise hold 768 MiB).
+  static constexpr size_t kCacheMaxBytes = size_t{256} << 20;
+  grammar::GrammarCache cache_{16, kCacheMaxBytes};
 };
 
 }  // namespace infer

@@ -1,6 +1,9 @@
 // LRU cache of compiled grammars; see grammar_cache.h.
 #include "infer/grammar/grammar_cache.h"
 
+#include <chrono>
+#include <iterator>
+
 #include <fmt/format.h>
 
 namespace infer::grammar {
@@ -21,15 +24,13 @@ std::shared_ptr<const CompiledGrammar> GrammarCache::Get(
       ++hits_;
       lru_.splice(lru_.begin(), lru_, it->second.lru);
       future = it->second.value;
+      EvictLocked(full_key);
     } else {
       ++misses_;
       future = promise.get_future().share();
       lru_.push_front(full_key);
       entries_.emplace(full_key, Entry{future, lru_.begin()});
-      while (entries_.size() > max_entries_) {
-        entries_.erase(lru_.back());
-        lru_.pop_back();
-      }
+      EvictLocked(full_key);
       future = Future();  // marks "compile here"
     }
   }
@@ -50,6 +51,38 @@ std::shared_ptr<const CompiledGrammar> GrammarCache::Get(
   }
 }
 
+namespace {
+// A ready entry's bytes (0 while it compiles or when its compile failed).
+size_t ReadyBytes(const std::shared_future<std::shared_ptr<const CompiledGrammar>>& value) {
+  if (value.wait_for(std::chrono::seconds(0)) != std::future_status::ready) return 0;
+  try {
+    const auto& compiled = value.get();
+    return compiled != nullptr ? compiled->MemoryBytes() : 0;
+  } catch (...) {
+    return 0;
+  }
+}
+}  // namespace
+
+size_t GrammarCache::BytesLocked() const {
+  size_t total = 0;
+  for (const auto& entry : entries_) total += ReadyBytes(entry.second.value);
+  return total;
+}
+
+void GrammarCache::EvictLocked(const std::string& keep) {
+  while (entries_.size() > max_entries_ ||
+         (max_bytes_ != SIZE_MAX && entries_.size() > 1 && BytesLocked() > max_bytes_)) {
+    auto victim = std::prev(lru_.end());
+    if (*victim == keep) {
+      if (victim == lru_.begin()) return;
+      --victim;
+    }
+    entries_.erase(*victim);
+    lru_.erase(victim);
+  }
+}
+
 std::shared_ptr<const CompiledGrammar> GrammarCache::GetGbnf(
     const std::string& gbnf, const std::shared_ptr<const VocabularyIndex>& vocabulary) {
   return Get("gbnf:" + gbnf, vocabulary,
@@ -59,6 +92,10 @@ std::shared_ptr<const CompiledGrammar> GrammarCache::GetGbnf(
 size_t GrammarCache::size() const {
   std::lock_guard lock(mutex_);
   return entries_.size();
+}
+size_t GrammarCache::bytes() const {
+  std::lock_guard lock(mutex_);
+  return BytesLocked();
 }
 size_t GrammarCache::hits() const {
   std::lock_guard lock(mutex_);

@@ -272,6 +272,7 @@ CompiledGrammar::CompiledGrammar(const Grammar& grammar,
     mask_of_pos_[p] = index;
     if (!unique) by_key.emplace(std::move(key), index);
   }
+  for (const PositionMask& mask : masks_) base_bytes_ += mask.bytes();
   compile_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -821,6 +822,11 @@ void CompiledGrammar::OrAccepted(const PositionMask& mask, std::span<uint32_t> b
 size_t CompiledGrammar::num_context_masks() const {
   std::lock_guard lock(context_mutex_);
   return context_masks_.size();
+}
+
+size_t CompiledGrammar::MemoryBytes() const {
+  std::lock_guard lock(context_mutex_);
+  return base_bytes_ + context_bytes_;
 }
 
 std::shared_ptr<const CompiledGrammar> CompiledGrammar::FromGbnf(

@@ -147,6 +147,9 @@ class CompiledGrammar {
   static constexpr size_t kMaxContextEntries = size_t{1} << 17;
   std::shared_ptr<const PositionMask> ContextMask(const std::vector<int32_t>& chain) const;
   size_t num_context_masks() const;
+  // The bytes of its masks: the precomputed ones and the context masks computed so far (these
+  // grow with use, up to kMaxContextBytes).
+  size_t MemoryBytes() const;
 
  private:
   PositionMask MakeMask(const std::vector<RankRange>& accepted, std::vector<RankRange> uncertain,
@@ -220,6 +223,7 @@ class CompiledGrammar {
   std::vector<PositionMask> masks_;
   size_t num_positions_ = 0;
   size_t num_uncertain_ = 0;
+  size_t base_bytes_ = 0;  // of masks_
   double compile_ms_ = 0;
   mutable std::mutex context_mutex_;
   mutable std::unordered_map<std::string, std::shared_ptr<const PositionMask>> context_masks_;

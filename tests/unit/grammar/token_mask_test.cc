@@ -471,6 +471,42 @@ TEST(GrammarCacheTest, HitsEvictsAndDoesNotCacheErrors) {
   EXPECT_LE(cache.size(), 2u);
 }
 
+TEST(GrammarCacheTest, ByteBudgetEvictsLeastRecentlyUsedAndCountsGrowth) {
+  int32_t end_id, special_id;
+  auto vocab = SmallJsonVocab(end_id, special_id);
+  auto compile = [&] { return CompiledGrammar::FromGbnf(testing::kJsonGbnf, vocab); };
+  // Context masks computed while matching count toward a compiled grammar's bytes.
+  GrammarCache unbounded(8);
+  auto json = unbounded.Get("json", vocab, compile);
+  const size_t fresh = json->MemoryBytes();
+  EXPECT_GT(fresh, 0u);
+  {
+    GrammarMatcher m(json);
+    std::vector<uint32_t> bits(GrammarMatcher::BitmaskWords(vocab->NumIds()));
+    for (const char c : std::string("{\"ab\": [1, \"x\", {\"c\": null}]}")) {
+      m.FillNextTokenBitmask(bits);
+      ASSERT_TRUE(m.AcceptString(std::string(1, c)));
+    }
+  }
+  ASSERT_GT(json->num_context_masks(), 0u);
+  EXPECT_GT(json->MemoryBytes(), fresh);
+  EXPECT_EQ(unbounded.bytes(), json->MemoryBytes());
+  // A budget that holds one fresh grammar but not that one grown: the next schema evicts it.
+  GrammarCache cache(8, fresh + fresh / 2);
+  auto grown = cache.Get("a", vocab, [&] { return json; });
+  auto b = cache.Get("b", vocab, compile);
+  EXPECT_EQ(cache.size(), 1u);
+  EXPECT_EQ(cache.Get("b", vocab, compile), b);      // kept: the most recent one
+  EXPECT_NE(cache.Get("a", vocab, compile), grown);  // evicted: compiled anew
+  // Under the budget, both stay.
+  GrammarCache roomy(8, 64 * fresh);
+  auto c1 = roomy.Get("c", vocab, compile);
+  auto d1 = roomy.Get("d", vocab, compile);
+  EXPECT_EQ(roomy.size(), 2u);
+  EXPECT_EQ(roomy.Get("c", vocab, compile), c1);
+  EXPECT_EQ(roomy.Get("d", vocab, compile), d1);
+}
+
 TEST(GrammarCacheTest, ConcurrentRequestsShareOneCompile) {
   int32_t end_id, special_id;
   auto vocab = SmallJsonVocab(end_id, special_id);
