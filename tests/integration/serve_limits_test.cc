@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <future>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -315,10 +316,24 @@ TEST(ServeLimits, LoadingServerAnswers503UntilStopped) {
   server::LoadingServer loading("127.0.0.1", 0, "replica-7");
   const int port = loading.port();
   ASSERT_GT(port, 0);
-  for (const char* path : {"/health", "/v1/models", "/metrics"}) {
+  {
+    const auto [status, body] = server::HttpGet("127.0.0.1", port, "/health");
+    EXPECT_EQ(status, 503);
+    EXPECT_EQ(body, R"({"status":"loading"})");
+  }
+  // API paths: the API's own error shape (what its clients read), and the status beside it.
+  for (const char* path : {"/v1/models", "/metrics", "/v1/messages"}) {
     const auto [status, body] = server::HttpGet("127.0.0.1", port, path);
     EXPECT_EQ(status, 503) << path;
-    EXPECT_EQ(body, R"({"status":"loading"})") << path;
+    const json reply = json::parse(body);
+    EXPECT_EQ(reply["status"], "loading") << path;
+    ASSERT_TRUE(reply["error"].is_object()) << body;
+    EXPECT_NE(reply["error"]["message"].get<std::string>().find("loading"), std::string::npos);
+    if (std::string_view(path) == "/v1/messages") {
+      EXPECT_EQ(reply["type"], "error") << body;  // Anthropic's shape
+    } else {
+      EXPECT_TRUE(reply["error"].contains("code")) << body;  // OpenAI's shape
+    }
   }
   EXPECT_EQ(server::PostCompletion("127.0.0.1", port, "{}").status, 503);
   loading.Stop();

@@ -5,6 +5,8 @@
 #include <thread>
 
 #include "infer/core/error.h"
+#include "infer/server/anthropic.h"
+#include "infer/server/openai_response.h"
 #include "infer/server/parking_server.h"
 
 namespace infer::server {
@@ -14,6 +16,17 @@ namespace {
 // answer, which is the same 503.
 constexpr size_t kLoadingWorkers = 4;
 }  // namespace
+
+std::string LoadingServer::LoadingBody(std::string_view path) {
+  if (path == "/health") return R"({"status":"loading"})";
+  constexpr std::string_view kMessage = "the model is loading; retry after Retry-After seconds";
+  // The error shape of the API the path belongs to (a client shows its message), with the
+  // status a balancer's probe reads.
+  nlohmann::ordered_json body = path.starts_with("/v1/messages") ? AnthropicErrorJson(503, kMessage)
+                                                                 : OpenAiErrorJson(503, kMessage);
+  body["status"] = "loading";
+  return body.dump();
+}
 
 struct LoadingServer::Impl {
   explicit Impl(double idle_s) : server(kLoadingWorkers, idle_s) {}
@@ -26,12 +39,12 @@ LoadingServer::LoadingServer(const std::string& host, int port, const std::strin
                              double idle_s)
     : impl_(std::make_unique<Impl>(idle_s)) {
   impl_->server.set_pre_routing_handler(
-      [replica_id](const httplib::Request&, httplib::Response& res) {
+      [replica_id](const httplib::Request& req, httplib::Response& res) {
         ParkingServer::HeadRead();
         if (!replica_id.empty()) res.set_header("X-Replica-Id", replica_id);
         res.status = 503;
         res.set_header("Retry-After", "5");
-        res.set_content(R"({"status":"loading"})", "application/json");
+        res.set_content(LoadingBody(req.path), "application/json");
         return httplib::Server::HandlerResponse::Handled;
       });
   port_ = port == 0 ? impl_->server.bind_to_any_port(host)

@@ -1,11 +1,14 @@
-// What `infer serve` answers while the model loads: every path (/health included) gets 503
-// {"status": "loading"}, so that a load balancer or a readiness probe sees a replica that is not
-// ready rather than a refused connection. It runs on the same parked transport as the real
-// server (ParkingServer), so idle connections during a long load hold no thread.
+// What `infer serve` answers while the model loads: every path (/health included) gets 503 with
+// Retry-After, so that a load balancer or a readiness probe sees a replica that is not ready
+// rather than a refused connection, and a client retries. /health's body is
+// {"status": "loading"}; the API paths' is that API's error shape (OpenAI's, or Anthropic's on
+// /v1/messages) with "status": "loading" beside it. It runs on the same parked transport as the
+// real server (ParkingServer), so idle connections during a long load hold no thread.
 #pragma once
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 namespace infer::server {
 
@@ -21,6 +24,8 @@ class LoadingServer {
   int port() const { return port_; }
   // Stops answering and frees the port (idempotent).
   void Stop();
+  // The 503 body for a request path.
+  static std::string LoadingBody(std::string_view path);
 
  private:
   struct Impl;
