@@ -1,8 +1,8 @@
 // LRU cache of compiled grammars; see grammar_cache.h.
 #include "infer/grammar/grammar_cache.h"
 
+#include <algorithm>
 #include <chrono>
-#include <iterator>
 
 #include <fmt/format.h>
 
@@ -24,13 +24,13 @@ std::shared_ptr<const CompiledGrammar> GrammarCache::Get(
       ++hits_;
       lru_.splice(lru_.begin(), lru_, it->second.lru);
       future = it->second.value;
-      EvictLocked(full_key);
+      EvictLocked();
     } else {
       ++misses_;
       future = promise.get_future().share();
       lru_.push_front(full_key);
       entries_.emplace(full_key, Entry{future, lru_.begin()});
-      EvictLocked(full_key);
+      EvictLocked();
       future = Future();  // marks "compile here"
     }
   }
@@ -70,16 +70,14 @@ size_t GrammarCache::BytesLocked() const {
   return total;
 }
 
-void GrammarCache::EvictLocked(const std::string& keep) {
-  while (entries_.size() > max_entries_ ||
-         (max_bytes_ != SIZE_MAX && entries_.size() > 1 && BytesLocked() > max_bytes_)) {
-    auto victim = std::prev(lru_.end());
-    if (*victim == keep) {
-      if (victim == lru_.begin()) return;
-      --victim;
-    }
-    entries_.erase(*victim);
-    lru_.erase(victim);
+void GrammarCache::EvictLocked() {
+  // The entry just used is at the front, so it is never the victim while another one is left.
+  size_t bytes = max_bytes_ == SIZE_MAX ? 0 : BytesLocked();
+  while (entries_.size() > 1 && (entries_.size() > max_entries_ || bytes > max_bytes_)) {
+    auto victim = entries_.find(lru_.back());
+    bytes -= std::min(bytes, max_bytes_ == SIZE_MAX ? 0 : ReadyBytes(victim->second.value));
+    entries_.erase(victim);
+    lru_.pop_back();
   }
 }
 

@@ -48,8 +48,8 @@ class GrammarCache {
     Future value;
     std::list<std::string>::iterator lru;
   };
-  // Evicts from the least recently used end, never `keep`, while over either bound.
-  void EvictLocked(const std::string& keep);
+  // Evicts from the least recently used end while over either bound, keeping the most recent.
+  void EvictLocked();
   size_t BytesLocked() const;
   mutable std::mutex mutex_;
   size_t max_entries_;

@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <string>
+#include <string_view>
 #include <thread>
 
 #include "infer/core/error.h"
@@ -15,9 +17,9 @@ namespace {
 // Threads that answer at once; more connections in the same instant get the overflow lane's
 // answer, which is the same 503.
 constexpr size_t kLoadingWorkers = 4;
-}  // namespace
 
-std::string LoadingServer::LoadingBody(std::string_view path) {
+// The 503 body for a request path.
+std::string LoadingBody(std::string_view path) {
   if (path == "/health") return R"({"status":"loading"})";
   constexpr std::string_view kMessage = "the model is loading; retry after Retry-After seconds";
   // The error shape of the API the path belongs to (a client shows its message), with the
@@ -27,6 +29,7 @@ std::string LoadingServer::LoadingBody(std::string_view path) {
   body["status"] = "loading";
   return body.dump();
 }
+}  // namespace
 
 struct LoadingServer::Impl {
   explicit Impl(double idle_s) : server(kLoadingWorkers, idle_s) {}

@@ -8,7 +8,6 @@
 
 #include <memory>
 #include <string>
-#include <string_view>
 
 namespace infer::server {
 
@@ -24,8 +23,6 @@ class LoadingServer {
   int port() const { return port_; }
   // Stops answering and frees the port (idempotent).
   void Stop();
-  // The 503 body for a request path.
-  static std::string LoadingBody(std::string_view path);
 
  private:
   struct Impl;
