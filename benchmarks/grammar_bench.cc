@@ -249,6 +249,7 @@ int main(int argc, char** argv) {
         size_t tokens = 0;
         double sum_us = 0, worst_p99 = 0, compile_sum = 0, compile_max = 0;
         std::string worst_p99_name, compile_max_name;
+        std::vector<double> all_us;  // every schema token's, for the p99 of the set as a whole
       };
       Summary summary[2];
       for (const NamedGrammar& grammar : grammars) {
@@ -302,6 +303,7 @@ int main(int argc, char** argv) {
             Summary& sum = summary[pass];
             sum.tokens += us.size();
             sum.sum_us += mean * static_cast<double>(us.size());
+            sum.all_us.insert(sum.all_us.end(), us.begin(), us.end());
             if (p99 > sum.worst_p99) {
               sum.worst_p99 = p99;
               sum.worst_p99_name = grammar.name;
@@ -341,16 +343,21 @@ int main(int argc, char** argv) {
         const Summary& sum = summary[pass];
         if (sum.tokens == 0) continue;
         const char* pass_name = pass == 0 ? "cold" : "warm";
+        std::vector<double> pooled = sum.all_us;
+        const size_t at = std::min(pooled.size() - 1, pooled.size() * 99 / 100);
+        std::nth_element(pooled.begin(), pooled.begin() + static_cast<ptrdiff_t>(at), pooled.end());
+        const double pooled_p99 = pooled[at];
         fmt::print(
-            "<!-- {} schemas ({}): {} tokens, mean {:.1f} us, worst p99 {:.1f} us ({}); compile "
-            "total {:.1f} ms, max {:.1f} ms ({}) -->\n",
-            model, pass_name, sum.tokens, sum.sum_us / static_cast<double>(sum.tokens),
+            "<!-- {} schemas ({}): {} tokens, mean {:.1f} us, p99 of the set {:.1f} us, worst p99 "
+            "{:.1f} us ({}); compile total {:.1f} ms, max {:.1f} ms ({}) -->\n",
+            model, pass_name, sum.tokens, sum.sum_us / static_cast<double>(sum.tokens), pooled_p99,
             sum.worst_p99, sum.worst_p99_name, sum.compile_sum, sum.compile_max,
             sum.compile_max_name);
         report["summaries"].push_back({{"model", model},
                                        {"pass", pass_name},
                                        {"tokens", sum.tokens},
                                        {"mean_us", sum.sum_us / static_cast<double>(sum.tokens)},
+                                       {"p99_us", pooled_p99},
                                        {"worst_p99_us", sum.worst_p99},
                                        {"worst_p99_grammar", sum.worst_p99_name},
                                        {"compile_total_ms", sum.compile_sum},

@@ -140,14 +140,15 @@ int32_t Stepper::InternState(const StackSet& s) {
   }
   state_slots_[i] = static_cast<int32_t>(states_.size());
   states_.push_back(s);
+  flags_.push_back(static_cast<uint8_t>((s.tops.empty() ? 0 : kAlive) | (s.escaped ? kEscaped : 0) |
+                                        (s.complete ? kComplete : 0)));
   state_hashes_.push_back(hash);
   if (states_.size() <= kEdgeStates) edges_.resize(states_.size() * 256, -1);
   return state_slots_[i];
 }
 
-int32_t Stepper::Next(int32_t state, uint8_t b) {
+int32_t Stepper::NextSlow(int32_t state, uint8_t b) {
   const size_t edge = static_cast<size_t>(state) * 256 + b;
-  if (edge < edges_.size() && edges_[edge] >= 0) return edges_[edge];
   Advance(states_[static_cast<size_t>(state)], b, next_);
   const int32_t to = InternState(next_);
   // Past kEdgeStates (a walk may meet more states before TrimStates), steps are not cached.
@@ -158,6 +159,7 @@ int32_t Stepper::Next(int32_t state, uint8_t b) {
 void Stepper::TrimStates() {
   if (states_.size() < kMaxStates) return;
   states_.clear();
+  flags_.clear();
   state_hashes_.clear();
   state_slots_.clear();
   edges_.clear();

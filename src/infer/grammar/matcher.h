@@ -88,8 +88,17 @@ class Stepper {
   // first a table lookup.
   int32_t InternState(const StackSet& s);
   const StackSet& StateOf(int32_t id) const { return states_[static_cast<size_t>(id)]; }
+  // Per interned state, what a walk asks of it at every step, without reading its stacks.
+  static constexpr uint8_t kAlive = 1;     // tops not empty
+  static constexpr uint8_t kEscaped = 2;   // StackSet::escaped
+  static constexpr uint8_t kComplete = 4;  // StackSet::complete
+  uint8_t FlagsOf(int32_t id) const { return flags_[static_cast<size_t>(id)]; }
   // The state after byte `b` (one whose tops are empty when b is rejected).
-  int32_t Next(int32_t state, uint8_t b);
+  int32_t Next(int32_t state, uint8_t b) {
+    const size_t edge = static_cast<size_t>(state) * 256 + b;
+    if (edge < edges_.size() && edges_[edge] >= 0) return edges_[edge];
+    return NextSlow(state, b);
+  }
   // Forgets the interned states once past a bound; ids from before are then invalid (call
   // only between walks).
   void TrimStates();
@@ -103,7 +112,9 @@ class Stepper {
   std::vector<int32_t> seeds_;
   static constexpr size_t kMaxStates = size_t{1} << 14;  // kept from walk to walk
   static constexpr int32_t kEdgeStates = (1 << 15) - 1;  // with cached steps (ids fit 16 bits)
+  int32_t NextSlow(int32_t state, uint8_t b);
   std::vector<StackSet> states_;
+  std::vector<uint8_t> flags_;  // per state: kAlive | kEscaped | kComplete
   std::vector<uint64_t> state_hashes_;
   std::vector<int32_t> state_slots_;  // open addressing over states_ (-1 empty)
   StackSet next_;

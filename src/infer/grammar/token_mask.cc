@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <functional>
 #include <map>
 #include <numeric>
 
@@ -85,18 +84,18 @@ bool WalkTokens(const VocabularyIndex& vocab, Stepper& stepper, const StackSet& 
         while (k < limit && prev[k] == tok[k]) ++k;
       }
       follows = true;
-      while (k < len && !stepper.StateOf(states[k]).tops.empty()) {
+      while (k < len && (stepper.FlagsOf(states[k]) & Stepper::kAlive) != 0) {
         states[k + 1] = stepper.Next(states[k], static_cast<uint8_t>(tok[k]));
-        escaped[k + 1] = escaped[k] | stepper.StateOf(states[k + 1]).escaped;
+        escaped[k + 1] = static_cast<uint8_t>(
+            escaped[k] | ((stepper.FlagsOf(states[k + 1]) & Stepper::kEscaped) != 0));
         ++steps;
         ++k;
       }
       valid = k;
       prev = tok;
       if (k == len) {
-        const StackSet& s = stepper.StateOf(states[len]);
         Verdict v;
-        if (!s.tops.empty() || s.complete || s.escaped) {
+        if (stepper.FlagsOf(states[len]) != 0) {  // alive, complete or escaped
           v = len > 0 && escaped[len - 1] ? Verdict::kAcceptEscaped : Verdict::kAccept;
         } else {
           v = len > 0 && escaped[len - 1] ? Verdict::kUncertain : Verdict::kReject;
@@ -479,9 +478,9 @@ bool CompiledGrammar::WalkChain(const std::vector<int32_t>& chain,
       max_steps);
 }
 
+template <typename Emit>
 bool CompiledGrammar::WalkChainVerdicts(const std::vector<int32_t>& chain,
-                                        const std::vector<RankRange>& ranges,
-                                        const std::function<void(int32_t, int32_t, uint8_t)>& emit,
+                                        const std::vector<RankRange>& ranges, Emit&& emit,
                                         size_t max_steps) const {
   // One pool and stepper for every walk (one at a time): chains that differ only in the counts
   // of a repetition meet the same stacks a few bytes in, so their steps are table lookups.

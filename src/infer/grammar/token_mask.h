@@ -10,7 +10,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -202,9 +201,9 @@ class CompiledGrammar {
   std::shared_ptr<const std::vector<uint64_t>> EscapingTokens(
       const std::vector<int32_t>& prefix) const;
   mutable std::unordered_map<std::string, std::shared_ptr<const std::vector<uint64_t>>> escaping_;
+  template <typename Emit>  // emit(begin, end, verdict) per rank run
   bool WalkChainVerdicts(const std::vector<int32_t>& chain, const std::vector<RankRange>& ranges,
-                         const std::function<void(int32_t, int32_t, uint8_t)>& emit,
-                         size_t max_steps = SIZE_MAX) const;
+                         Emit&& emit, size_t max_steps = SIZE_MAX) const;
   mutable std::unordered_map<const PositionMask*, std::shared_ptr<const OpenByLength>>
       open_by_length_;
   // The context walks' pool and stepper, kept from walk to walk (renewed past kMaxNodes).
