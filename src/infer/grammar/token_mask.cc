@@ -647,6 +647,137 @@ std::shared_ptr<const std::vector<uint64_t>> CompiledGrammar::EscapingTokens(
   return it->second;
 }
 
+std::shared_ptr<const std::vector<uint8_t>> CompiledGrammar::ForcedRepetitions(
+    const std::vector<int32_t>& chain, int32_t& allowed) const {
+  const FlatGrammar& g = *flat_;
+  auto at = [&](size_t i) { return i < chain.size() ? chain[i] : kChainBottom; };
+  auto op_at = [&](int32_t p) { return g.op[static_cast<size_t>(p)]; };
+  // The position of x in its opt rule, the frame where the repetition's way out resumes, and the
+  // x's left: x a byte set at the top itself (`x opt_{k-1}`, k left, this one included), or x a
+  // rule called at s0 with the top inside it and s0 + 1 (the call of opt_{k-1}) the frame below.
+  int32_t s0 = -1, out = -1;
+  const int32_t p0 = at(0), p1 = at(1);
+  if (p0 < 0) return nullptr;
+  if (op_at(p0) >= 0 && rep_canon_[static_cast<size_t>(p0)] >= 0 &&
+      run_canon_[static_cast<size_t>(p0)] < 0) {
+    s0 = p0;
+    out = p1;
+    allowed = rep_left_[static_cast<size_t>(p0)];  // a byte set: one byte per x
+  } else if (p1 > 0 && rep_canon_[static_cast<size_t>(p1)] >= 0 &&
+             run_canon_[static_cast<size_t>(p1)] < 0 && FlatGrammar::IsRule(op_at(p1)) &&
+             FlatGrammar::IsRule(op_at(p1 - 1)) && rep_canon_[static_cast<size_t>(p1) - 1] >= 0 &&
+             rep_left_[static_cast<size_t>(p1) - 1] == rep_left_[static_cast<size_t>(p1)] + 1) {
+    // (x at least one byte: the left counts of the two positions differ by x's fewest bytes.)
+    s0 = p1 - 1;
+    out = at(2);
+    allowed = rep_left_[static_cast<size_t>(p1)] + 1;
+  } else {
+    return nullptr;
+  }
+  if (out < 0 || allowed >= kForcedCap) return nullptr;
+  const int32_t x = op_at(s0);
+  std::lock_guard walk_lock(walker_->mutex);
+  if (walker_->pool == nullptr || walker_->pool->size() > Walker::kMaxNodes) {
+    walker_->stepper.reset();
+    walker_->pool = std::make_unique<StackPool>();
+    walker_->stepper = std::make_unique<Stepper>(*flat_, *walker_->pool);
+  }
+  StackPool& pool = *walker_->pool;
+  Stepper& stepper = *walker_->stepper;
+  stepper.TrimStates();
+  // The bytes the way out may start with; it must not be empty (then the frames below decide).
+  ByteSet way_out;
+  {
+    const int32_t resume = pool.Intern(out, StackPool::kUnknown);
+    StackSet after;
+    stepper.Close(&resume, 1, after);
+    if (after.escaped || after.complete) return nullptr;
+    way_out = stepper.NextBytes(after);
+  }
+  // x alone over an unknown rest: a stack popping into it is an x completed.
+  ByteSet first;
+  int32_t start = -1;
+  if (x >= 0) {
+    first = g.byte_sets[static_cast<size_t>(x)];
+  } else {
+    std::vector<int32_t> seeds;
+    const int32_t rule = FlatGrammar::RuleOf(x);
+    for (int32_t a = g.alt_begin[static_cast<size_t>(rule)];
+         a < g.alt_begin[static_cast<size_t>(rule) + 1]; ++a)
+      seeds.push_back(pool.Intern(g.alt_start[static_cast<size_t>(a)], StackPool::kUnknown));
+    StackSet x_start;
+    stepper.Close(seeds.data(), seeds.size(), x_start);
+    if (x_start.escaped || x_start.complete) return nullptr;  // x may be empty
+    // The top must be one of x's first positions, its frame the one after x (then its ways are
+    // among x's from the start).
+    bool found = false;
+    for (const int32_t top : x_start.tops)
+      found |= pool[top].pos == p0 && pool[top].parent == StackPool::kUnknown;
+    if (!found) return nullptr;
+    first = stepper.NextBytes(x_start);
+    start = stepper.InternState(x_start);
+  }
+  for (size_t w = 0; w < first.bits.size(); ++w) {
+    if ((first.bits[w] & way_out.bits[w]) != 0) return nullptr;  // the way out may take an x
+  }
+  {
+    std::lock_guard lock(context_mutex_);
+    auto it = forced_.find(x);
+    if (it != forced_.end()) return it->second;
+  }
+  // Per rank: the x's its bytes force, parsed left to right; the parse stops at a byte x cannot
+  // take, or where x may both end and go on (then the count so far stands: those x's were
+  // forced). Ranks sharing a prefix share its parse (sorted by bytes).
+  const VocabularyIndex& vocab = *vocab_;
+  const auto num_ranks = static_cast<int32_t>(vocab.NumRanks());
+  auto forced = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(num_ranks), 0);
+  const size_t max_len = vocab.MaxTokenBytes();
+  std::vector<int32_t> state(max_len + 1, start);  // at each depth: the state inside x (start
+  std::vector<uint8_t> count(max_len + 1, 0);      // at a boundary), the x's begun, stopped
+  std::vector<uint8_t> stopped(max_len + 1, 0);
+  size_t valid = 0;
+  for (int32_t r = 0; r < num_ranks; ++r) {
+    const std::string_view tok = vocab.BytesOfRank(r);
+    size_t k = std::min(valid, vocab.CommonWithPrevious(r));
+    while (k < tok.size() && stopped[k] == 0) {
+      const auto b = static_cast<uint8_t>(tok[k]);
+      uint8_t c = count[k];
+      int32_t next = start;
+      bool stop = false;
+      if (x >= 0) {
+        if (first.Has(b)) {
+          c = static_cast<uint8_t>(std::min<int>(kForcedCap, c + 1));
+        } else {
+          stop = true;
+        }
+      } else {
+        if (state[k] == start && first.Has(b))
+          c = static_cast<uint8_t>(std::min<int>(kForcedCap, c + 1));
+        const int32_t to = stepper.Next(state[k], b);
+        const uint8_t f = stepper.FlagsOf(to);
+        if ((f & Stepper::kAlive) != 0 && (f & Stepper::kEscaped) == 0) {
+          next = to;  // inside x
+        } else if ((f & Stepper::kAlive) == 0 && (f & Stepper::kEscaped) != 0) {
+          next = start;  // x completed, and nothing else
+        } else {
+          stop = true;  // rejected, or x may end here or go on
+        }
+      }
+      state[k + 1] = next;
+      count[k + 1] = c;
+      stopped[k + 1] = stop ? 1 : 0;
+      ++k;
+    }
+    valid = k;
+    (*forced)[static_cast<size_t>(r)] =
+        static_cast<uint8_t>(count[k] | (k == tok.size() && stopped[k] == 0 ? kForcedWhole : 0));
+  }
+  std::lock_guard lock(context_mutex_);
+  const auto [it, inserted] = forced_.emplace(x, std::move(forced));
+  if (inserted) context_bytes_ += it->second->size();
+  return it->second;
+}
+
 std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask(
     const std::vector<int32_t>& chain, int32_t left, const PositionMask& base,
     bool only_from_known) const {
@@ -721,16 +852,32 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
   auto mark = [](std::vector<uint64_t>& bits, int32_t r) {
     bits[static_cast<size_t>(r) >> 6] |= uint64_t{1} << (r & 63);
   };
+  // Those that force more x's than the top's repetition has left are rejected without a walk;
+  // those made of forced x's alone, no more than it has left, keep `from`'s verdict (the same
+  // ways, their counts within both bounds).
+  int32_t allowed = 0;
+  const auto forced = ForcedRepetitions(chain, allowed);
+  std::vector<uint64_t> rejected(bit_words, 0), kept(bit_words, 0);
+  auto candidate = [&](int32_t r) {
+    const uint8_t f = forced ? (*forced)[static_cast<size_t>(r)] : 0;
+    if ((f & ~kForcedWhole) > allowed) {
+      mark(rejected, r);
+      return;
+    }
+    mark(open, r);
+    if ((f & kForcedWhole) != 0) mark(kept, r);
+  };
   if (above) {
-    for (const int32_t r : above->open_long) mark(open, r);
+    for (const int32_t r : above->open_long) candidate(r);
   }
   const auto by_length = OpenTokensByLength(base);
   const size_t last = std::min(vocab.MaxTokenBytes(), static_cast<size_t>(above_left));
   for (size_t len = static_cast<size_t>(left) + 1; len <= last; ++len) {
     for (uint32_t i = by_length->begin[len]; i < by_length->begin[len + 1]; ++i)
-      mark(open, by_length->ranks[i]);
+      candidate(by_length->ranks[i]);
   }
   std::vector<uint64_t> walk_bits = open;
+  for (size_t w = 0; w < bit_words; ++w) walk_bits[w] &= ~kept[w];
   if (first_diff > 0 && first_diff < chain.size()) {
     const std::vector<int32_t> prefix(chain.begin(),
                                       chain.begin() + static_cast<ptrdiff_t>(first_diff));
@@ -760,6 +907,10 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
       mask->accepted_bits[id >> 5] &= ~(1u << (id & 31));
     }
   }
+  ranks_of(rejected, [&](int32_t r) {
+    const auto id = static_cast<uint32_t>(vocab.IdOfRank(r));
+    mask->accepted_bits[id >> 5] &= ~(1u << (id & 31));
+  });
   for (RankRange range : accepted) {
     for (int32_t r = range.begin; r < range.end; ++r) {
       const auto id = static_cast<uint32_t>(vocab.IdOfRank(r));
@@ -771,7 +922,8 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
   std::vector<uint64_t> unsure(bit_words, 0);
   for (RankRange range : from.uncertain) {
     for (int32_t r = range.begin; r < range.end; ++r) {
-      if (((walk_bits[static_cast<size_t>(r) >> 6] >> (r & 63)) & 1u) == 0) mark(unsure, r);
+      const size_t w = static_cast<size_t>(r) >> 6;
+      if ((((walk_bits[w] | rejected[w]) >> (r & 63)) & 1u) == 0) mark(unsure, r);
     }
   }
   for (RankRange range : uncertain) {

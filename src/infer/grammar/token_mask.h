@@ -190,6 +190,19 @@ class CompiledGrammar {
   std::shared_ptr<const PositionMask> LadderMask(const std::vector<int32_t>& chain, int32_t left,
                                                  const PositionMask& base,
                                                  bool only_from_known) const;
+  // Forced repetitions. Inside x{0,k} (an opt chain) whose way out is a terminal T that no x
+  // starts with, a token whose bytes begin k + 1 x's one after the other, each x parsed from its
+  // bytes alone (no byte where x may end or go on), dies at this count whatever lies below:
+  // every way takes those x's, and after the k-th only T may come. For a chain whose top begins
+  // such an x: the x's it may still take (this one included) and, per rank, how many x's the
+  // token's bytes force (capped at kForcedCap), plus kForcedWhole when every byte of the token
+  // is in them (it never leaves the repetition); computed once per x. Null when the chain is not
+  // so.
+  static constexpr uint8_t kForcedCap = 127;
+  static constexpr uint8_t kForcedWhole = 128;
+  std::shared_ptr<const std::vector<uint8_t>> ForcedRepetitions(const std::vector<int32_t>& chain,
+                                                                int32_t& allowed) const;
+  mutable std::unordered_map<int32_t, std::shared_ptr<const std::vector<uint8_t>>> forced_;
   // The ranks a mask accepts or leaves uncertain, by length (ranks ascending within one).
   struct OpenByLength {
     std::vector<uint32_t> begin;  // per length: the first index in `ranks` (one past the end)

@@ -345,6 +345,91 @@ TEST(TokenMaskTest, BoundedRepetitionsSyntheticMasksEqualBruteForce) {
   EXPECT_GT(terminated_count, 3);
 }
 
+// Inside x{0,k}, a token whose bytes force more x's than are left is rejected without a walk,
+// and one made of forced x's alone that fit keeps the verdict of a larger count. Neither may
+// hold where the way out of the repetition can take an x's bytes, or where the top is inside an
+// x (after "\u", hex digits are one x, not four): masks after every prefix, at every count left,
+// against brute force.
+TEST(TokenMaskTest, ForcedRepetitionsMasksEqualBruteForceAtEveryCount) {
+  std::vector<std::string> tokens;
+  const std::string alphabet = "a1e\"\\u,]x";
+  std::vector<std::string> level{""};
+  for (int len = 1; len <= 3; ++len) {
+    std::vector<std::string> next;
+    for (const auto& p : level) {
+      for (char c : alphabet) next.push_back(p + c);
+    }
+    tokens.insert(tokens.end(), next.begin(), next.end());
+    level = std::move(next);
+  }
+  for (const char* t : {"aaaa", "aaaaa", "aaaaaaa", "1eaa", "00e9", "00e9abc", "e9a\"", "aa\",",
+                        "\xC3\xA9\xC3\xA9\xC3\xA9", "a\xC3\xA9\xC3\xA9", "\\u00e9a", "abcdef",
+                        "abcde]", "ab12", "aaaa1]", "\xC3\xA9"})
+    tokens.emplace_back(t);
+  // Tokens that end an escape and the string (undecided one frame up), enough that the walk of
+  // those gives up and the count-left masks come from the larger counts' (as on a real vocab).
+  for (const char* head : {"", "0", "00", "00e", "00e9", "e", "e9"}) {
+    for (const char* tail : {"\"", "\",", "a\"", "a\",", "aa\"", "aa\",", "1\"", "e\","})
+      tokens.push_back(std::string(head) + tail);
+  }
+  auto vocab = MakeVocab(tokens);
+  const int64_t vocab_size = vocab->NumIds();
+  struct Case {
+    std::string_view gbnf;
+    std::vector<std::string> prefixes;
+  };
+  std::vector<Case> cases;
+  {
+    Case c{R"(root ::= "\"" char{0,6} "\"" ","?
+char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ))",
+           {}};
+    for (int i = 0; i <= 6; ++i) {
+      std::string head(1, '"');
+      head.append(static_cast<size_t>(i), 'a');
+      c.prefixes.push_back(head);
+      if (i < 6) {
+        for (int j = 0; j <= 3; ++j) {
+          std::string escape = head;
+          escape.append("\\u").append(static_cast<size_t>(j), '0');
+          c.prefixes.push_back(escape);
+        }
+        c.prefixes.push_back(head + "\xC3");
+      }
+    }
+    cases.push_back(std::move(c));
+  }
+  // The way out takes letters too (then nothing is forced), or is a rule with a nullable start.
+  cases.push_back({R"(root ::= "[" [a-z]{0,4} [a-z0-9]{0,3} "]")", {}});
+  cases.push_back({R"(root ::= "[" [a-z]{0,4} tail
+tail ::= [0-9]? "]")",
+                   {}});
+  for (size_t c = 1; c < cases.size(); ++c) {
+    for (int i = 0; i <= 4; ++i) {
+      std::string prefix(1, '[');
+      prefix.append(static_cast<size_t>(i), 'a');
+      cases[c].prefixes.push_back(prefix);
+    }
+  }
+  for (const Case& c : cases) {
+    // One compiled grammar per case, its masks computed in this order (larger counts first, as a
+    // decode meets them, then the smaller ones derived from them).
+    auto compiled = CompiledGrammar::FromGbnf(c.gbnf, vocab);
+    for (const std::string& prefix : c.prefixes) {
+      GrammarMatcher matcher(compiled);
+      ByteMatcher reference(compiled->flat_ptr());
+      ASSERT_TRUE(matcher.AcceptString(prefix)) << prefix;
+      ASSERT_TRUE(reference.AcceptString(prefix)) << prefix;
+      const auto bits = Mask(matcher, vocab_size);
+      const auto expected = BruteForceMask(reference, *vocab, vocab_size);
+      for (int32_t id = 0; id < vocab_size; ++id) {
+        EXPECT_EQ(Bit(bits, id), Bit(expected, id))
+            << c.gbnf << "\nafter '" << prefix << "': token '" << tokens[static_cast<size_t>(id)]
+            << "'";
+      }
+    }
+  }
+}
+
 TEST(TokenMaskTest, BoundedRepetitionsLlama3MasksEqualBruteForce) {
   auto vocab = testing::RealVocabulary("llama3");
   if (!vocab)
