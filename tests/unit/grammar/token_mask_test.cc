@@ -618,5 +618,33 @@ TEST(GrammarCacheTest, ConcurrentRequestsShareOneCompile) {
   for (const auto& r : results) EXPECT_EQ(r, results[0]);
 }
 
+// Matchers of one fresh compiled grammar in parallel, each inside a bounded string at another
+// count: the context, ladder and forced-repetition masks are derived concurrently (TSan checks
+// the locking) and each equals brute force.
+TEST(GrammarCacheTest, ConcurrentMatchersDeriveBoundedMasksAlike) {
+  int32_t end_id, special_id;
+  auto vocab = SmallJsonVocab(end_id, special_id);
+  const int64_t vocab_size = vocab->NumIds();
+  auto compiled = CompiledGrammar::FromGbnf(kBoundedGbnf, vocab);
+  std::vector<std::thread> threads;
+  std::vector<int> mismatches(7, -1);
+  for (int t = 0; t < 7; ++t) {
+    threads.emplace_back([&, t] {
+      std::string prefix = "{\"s\":\"";
+      prefix.append(static_cast<size_t>(t), 'a');
+      GrammarMatcher matcher(compiled);
+      ByteMatcher reference(compiled->flat_ptr());
+      if (!matcher.AcceptString(prefix) || !reference.AcceptString(prefix)) return;
+      const auto bits = Mask(matcher, vocab_size);
+      const auto expected = BruteForceMask(reference, *vocab, vocab_size);
+      int count = 0;
+      for (int32_t id = 0; id < vocab_size; ++id) count += Bit(bits, id) != Bit(expected, id);
+      mismatches[static_cast<size_t>(t)] = count;
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int t = 0; t < 7; ++t) EXPECT_EQ(mismatches[static_cast<size_t>(t)], 0) << t << " a's";
+}
+
 }  // namespace
 }  // namespace infer::grammar
