@@ -478,18 +478,23 @@ bool CompiledGrammar::WalkChain(const std::vector<int32_t>& chain,
       max_steps);
 }
 
+std::unique_lock<std::mutex> CompiledGrammar::LockWalker() const {
+  std::unique_lock lock(walker_->mutex);
+  if (walker_->pool == nullptr || walker_->pool->size() > Walker::kMaxNodes) {
+    walker_->stepper.reset();
+    walker_->pool = std::make_unique<StackPool>();
+    walker_->stepper = std::make_unique<Stepper>(*flat_, *walker_->pool);
+  }
+  return lock;
+}
+
 template <typename Emit>
 bool CompiledGrammar::WalkChainVerdicts(const std::vector<int32_t>& chain,
                                         const std::vector<RankRange>& ranges, Emit&& emit,
                                         size_t max_steps) const {
   // One pool and stepper for every walk (one at a time): chains that differ only in the counts
   // of a repetition meet the same stacks a few bytes in, so their steps are table lookups.
-  std::lock_guard lock(walker_->mutex);
-  if (walker_->pool == nullptr || walker_->pool->size() > Walker::kMaxNodes) {
-    walker_->stepper.reset();
-    walker_->pool = std::make_unique<StackPool>();
-    walker_->stepper = std::make_unique<Stepper>(*flat_, *walker_->pool);
-  }
+  const auto lock = LockWalker();
   StackPool& pool = *walker_->pool;
   Stepper& stepper = *walker_->stepper;
   int32_t parent = StackPool::kUnknown;
@@ -676,12 +681,7 @@ std::shared_ptr<const std::vector<uint8_t>> CompiledGrammar::ForcedRepetitions(
   }
   if (out < 0 || allowed >= kForcedCap) return nullptr;
   const int32_t x = op_at(s0);
-  std::lock_guard walk_lock(walker_->mutex);
-  if (walker_->pool == nullptr || walker_->pool->size() > Walker::kMaxNodes) {
-    walker_->stepper.reset();
-    walker_->pool = std::make_unique<StackPool>();
-    walker_->stepper = std::make_unique<Stepper>(*flat_, *walker_->pool);
-  }
+  const auto walk_lock = LockWalker();
   StackPool& pool = *walker_->pool;
   Stepper& stepper = *walker_->stepper;
   stepper.TrimStates();

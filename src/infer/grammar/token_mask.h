@@ -229,6 +229,8 @@ class CompiledGrammar {
     std::vector<uint8_t> escaped;
   };
   std::unique_ptr<Walker> walker_ = std::make_unique<Walker>();
+  // Holds the walker's lock, its pool renewed first when past kMaxNodes.
+  std::unique_lock<std::mutex> LockWalker() const;
   std::shared_ptr<const FlatGrammar> flat_;
   std::shared_ptr<const VocabularyIndex> vocab_;
   std::vector<int32_t> mask_of_pos_;

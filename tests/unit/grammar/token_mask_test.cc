@@ -116,20 +116,24 @@ std::string RandomWalk(const std::shared_ptr<const CompiledGrammar>& compiled, u
   return out;
 }
 
-// Every string up to 3 characters over a JSON-ish alphabet, plus special and end tokens.
-std::shared_ptr<const VocabularyIndex> SmallJsonVocab(int32_t& end_id, int32_t& special_id) {
-  // Enough letters that every prefix can be completed (true, false, null, \u escapes).
-  const std::string alphabet = "{}[],:\" a1e.-\\nulfrst\xC3\xA9";
-  std::vector<std::string> tokens{""};
+// Appends every string of 1 to `max_len` bytes over `alphabet`, shortest first.
+void AppendAllStrings(std::string_view alphabet, int max_len, std::vector<std::string>& out) {
   std::vector<std::string> level{""};
-  for (int len = 1; len <= 3; ++len) {
+  for (int len = 1; len <= max_len; ++len) {
     std::vector<std::string> next;
     for (const auto& p : level) {
       for (char c : alphabet) next.push_back(p + c);
     }
-    tokens.insert(tokens.end(), next.begin(), next.end());
+    out.insert(out.end(), next.begin(), next.end());
     level = std::move(next);
   }
+}
+
+// Every string up to 3 characters over a JSON-ish alphabet, plus special and end tokens.
+std::shared_ptr<const VocabularyIndex> SmallJsonVocab(int32_t& end_id, int32_t& special_id) {
+  // Enough letters that every prefix can be completed (true, false, null, \u escapes).
+  std::vector<std::string> tokens{""};
+  AppendAllStrings("{}[],:\" a1e.-\\nulfrst\xC3\xA9", 3, tokens);
   tokens.push_back("true");
   tokens.push_back("null");
   tokens.push_back("\"}");  // duplicates of existing bytes are fine
@@ -352,16 +356,7 @@ TEST(TokenMaskTest, BoundedRepetitionsSyntheticMasksEqualBruteForce) {
 // against brute force.
 TEST(TokenMaskTest, ForcedRepetitionsMasksEqualBruteForceAtEveryCount) {
   std::vector<std::string> tokens;
-  const std::string alphabet = "a1e\"\\u,]x";
-  std::vector<std::string> level{""};
-  for (int len = 1; len <= 3; ++len) {
-    std::vector<std::string> next;
-    for (const auto& p : level) {
-      for (char c : alphabet) next.push_back(p + c);
-    }
-    tokens.insert(tokens.end(), next.begin(), next.end());
-    level = std::move(next);
-  }
+  AppendAllStrings("a1e\"\\u,]x", 3, tokens);
   for (const char* t : {"aaaa", "aaaaa", "aaaaaaa", "1eaa", "00e9", "00e9abc", "e9a\"", "aa\",",
                         "\xC3\xA9\xC3\xA9\xC3\xA9", "a\xC3\xA9\xC3\xA9", "\\u00e9a", "abcdef",
                         "abcde]", "ab12", "aaaa1]", "\xC3\xA9"})
