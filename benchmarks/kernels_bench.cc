@@ -6,7 +6,8 @@
 //
 //   kernels_bench [--json] [--isa=avx512bf16,avx512,avx2] [--threads=1,2] [--m=1,512] [--reps=N]
 //                 [--dtype=bf16|f16|f32] [--precision=f32,bf16]
-//                 [--shape=qo_proj,kv_proj,gate_up,down,lm_head]
+//                 [--shape=qo_proj,kv_proj,gate_up,down,lm_head,
+//                          gemma_q,gemma_gate_up,gemma_down]
 //                 [--no-huge-pages] [--no-probe] [--no-attention] [--cached]
 #include <immintrin.h>
 
@@ -445,7 +446,11 @@ int main(int argc, char** argv) {
                           {"kv_proj", 512, 2048},
                           {"gate_up", 8192, 2048},
                           {"down", 2048, 8192},
-                          {"lm_head", 128256, 2048}};
+                          {"lm_head", 128256, 2048},
+                          // gemma-3-1b's (hidden 1152, intermediate 6912, 4 x 256 query heads)
+                          {"gemma_q", 1024, 1152},
+                          {"gemma_gate_up", 6912, 1152},
+                          {"gemma_down", 1152, 6912}};
   if (!options.json) {
     std::printf("dtype %s, huge pages %s, detected ISA %s\n\n",
                 std::string(infer::DTypeName(options.dtype)).c_str(),
@@ -489,8 +494,10 @@ int main(int argc, char** argv) {
                 static_cast<double>(infer::HugePageResidentBytes()) / (1 << 20));
   }
   for (const Shape& shape : shapes) {
-    if (!options.shapes.empty() && std::find(options.shapes.begin(), options.shapes.end(),
-                                             shape.name) == options.shapes.end()) {
+    const bool named =
+        std::find(options.shapes.begin(), options.shapes.end(), shape.name) != options.shapes.end();
+    // (gemma's shapes only when named: the default set stays Llama's)
+    if (options.shapes.empty() ? std::string_view(shape.name).starts_with("gemma_") : !named) {
       continue;
     }
     for (kernels::Quantization quantization : options.quantizations) {
