@@ -538,8 +538,10 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ContextMas
 std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ComputeContextMask(
     const std::vector<int32_t>& chain, bool& owned) const {
   owned = false;
-  // The top alone: the precomputed mask (masks_ outlives every context mask).
-  if (chain.size() == 1) return {std::shared_ptr<const void>(), &MaskAt(chain[0])};
+  // The top alone: the precomputed mask (masks_ outlives every context mask), for a terminal
+  // position; a call position (the matcher's mask for all the starts of one rule) is walked.
+  if (chain.size() == 1 && mask_of_pos_[static_cast<size_t>(chain[0])] >= 0)
+    return {std::shared_ptr<const void>(), &MaskAt(chain[0])};
   // Positions inside bounded repetitions stand for the chain's largest rule, for tokens no
   // longer than the fewest repetitions left.
   const std::vector<int32_t> canon = CanonicalChain(chain);
@@ -554,6 +556,13 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ComputeCon
       owned = true;
       return mask;
     }
+  }
+  if (chain.size() == 1) {  // a call position: no shorter chain
+    owned = true;
+    if (base) return LadderMask(chain, left, *base, /*only_from_known=*/false);
+    std::vector<RankRange> accepted, uncertain;
+    WalkChain(chain, {{0, static_cast<int32_t>(vocab_->NumRanks())}}, accepted, uncertain);
+    return std::make_shared<const PositionMask>(MakeMask(accepted, std::move(uncertain)));
   }
   // The chain one element shorter (one frame less, or the same frames over an unknown rest):
   // its accepted tokens are accepted here, its rejected ones rejected, and only its uncertain
@@ -663,11 +672,20 @@ std::shared_ptr<const std::vector<uint8_t>> CompiledGrammar::ForcedRepetitions(
   int32_t s0 = -1, out = -1;
   const int32_t p0 = at(0), p1 = at(1);
   if (p0 < 0) return nullptr;
+  bool at_call = false;  // the top is x's call itself (every way of x from its start)
   if (op_at(p0) >= 0 && rep_canon_[static_cast<size_t>(p0)] >= 0 &&
       run_canon_[static_cast<size_t>(p0)] < 0) {
     s0 = p0;
     out = p1;
     allowed = rep_left_[static_cast<size_t>(p0)];  // a byte set: one byte per x
+  } else if (FlatGrammar::IsRule(op_at(p0)) && rep_canon_[static_cast<size_t>(p0)] >= 0 &&
+             run_canon_[static_cast<size_t>(p0)] < 0 &&
+             rep_canon_[static_cast<size_t>(p0) + 1] >= 0 &&
+             rep_left_[static_cast<size_t>(p0)] == rep_left_[static_cast<size_t>(p0) + 1] + 1) {
+    s0 = p0;  // (x at least one byte, as below)
+    out = p1;
+    at_call = true;
+    allowed = rep_left_[static_cast<size_t>(p0)];
   } else if (p1 > 0 && rep_canon_[static_cast<size_t>(p1)] >= 0 &&
              run_canon_[static_cast<size_t>(p1)] < 0 && FlatGrammar::IsRule(op_at(p1)) &&
              FlatGrammar::IsRule(op_at(p1 - 1)) && rep_canon_[static_cast<size_t>(p1) - 1] >= 0 &&
@@ -710,7 +728,7 @@ std::shared_ptr<const std::vector<uint8_t>> CompiledGrammar::ForcedRepetitions(
     if (x_start.escaped || x_start.complete) return nullptr;  // x may be empty
     // The top must be one of x's first positions, its frame the one after x (then its ways are
     // among x's from the start).
-    bool found = false;
+    bool found = at_call;
     for (const int32_t top : x_start.tops)
       found |= pool[top].pos == p0 && pool[top].parent == StackPool::kUnknown;
     if (!found) return nullptr;
@@ -1015,7 +1033,56 @@ void GrammarMatcher::FillNextTokenBitmask(std::span<uint32_t> bitmask) {
   };
   const StackSet& state = bytes_.state();
   ranges_.clear();
+  // Tops that are every start of one rule called at the same place (a string's character: one
+  // per way it may begin) take one mask, the call's: the same tokens, one computation.
+  StackPool& pool = bytes_.pool();
+  const FlatGrammar& g = *compiled_->flat_ptr();
+  grouped_.clear();
+  for (const int32_t top : state.tops) {
+    const int32_t frame = pool[top].parent;
+    if (frame < 0 || std::find(grouped_.begin(), grouped_.end(), frame) != grouped_.end()) continue;
+    auto group = groups_.find(frame);
+    if (group == groups_.end()) {
+      // The frame returns after a call at its position - 1; the tops that call makes.
+      std::vector<int32_t> tops;
+      int32_t call = -1;
+      const int32_t at = pool[frame].pos - 1;
+      if (at >= 0 && FlatGrammar::IsRule(g.op[static_cast<size_t>(at)])) {
+        call = pool.Intern(at, pool[frame].parent);
+        StackSet closed;
+        bytes_.stepper().Close(&call, 1, closed);
+        bool ok = !closed.complete && closed.tops.size() >= 2;
+        for (const int32_t t : closed.tops) ok = ok && pool[t].parent == frame;
+        if (ok) tops = std::move(closed.tops);
+      }
+      group =
+          groups_.emplace(frame, std::make_pair(tops.empty() ? -1 : call, std::move(tops))).first;
+    }
+    const auto& [call, tops] = group->second;
+    if (call < 0 || !std::includes(state.tops.begin(), state.tops.end(), tops.begin(), tops.end()))
+      continue;
+    auto found = top_masks_.find(call);
+    if (found == top_masks_.end()) {
+      chain_.clear();
+      int32_t node = call;
+      while (node >= 0 && chain_.size() <= CompiledGrammar::kContextDepth) {
+        chain_.push_back(pool[node].pos);
+        node = pool[node].parent;
+      }
+      if (node == StackPool::kBottom) chain_.push_back(CompiledGrammar::kChainBottom);
+      found = top_masks_.emplace(call, compiled_->ContextMask(chain_)).first;
+    }
+    if (!found->second) continue;  // (past the bound: the tops' own masks)
+    CompiledGrammar::OrAccepted(*found->second, bitmask);
+    ranges_.insert(ranges_.end(), found->second->uncertain.begin(), found->second->uncertain.end());
+    grouped_.push_back(frame);
+  }
   for (int32_t top : state.tops) {
+    if (std::find(grouped_.begin(), grouped_.end(), pool[top].parent) != grouped_.end()) {
+      // In the call's mask, unless it is another top over that frame (inside x, say).
+      const auto& tops = groups_.find(pool[top].parent)->second.second;
+      if (std::binary_search(tops.begin(), tops.end(), top)) continue;
+    }
     auto found = top_masks_.find(top);
     if (found == top_masks_.end()) {
       chain_.clear();

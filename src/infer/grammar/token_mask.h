@@ -284,6 +284,10 @@ class GrammarMatcher {
   // Per stack-top node: its context mask (node ids are this matcher's, so the map is too).
   std::unordered_map<int32_t, std::shared_ptr<const CompiledGrammar::PositionMask>> top_masks_;
   std::vector<int32_t> chain_;
+  // Per frame node: the node of the call it returns from and the tops that call makes (all of
+  // them; -1 and none when that is not so), and this step's frames whose tops took one mask.
+  std::unordered_map<int32_t, std::pair<int32_t, std::vector<int32_t>>> groups_;
+  std::vector<int32_t> grouped_;
 };
 
 }  // namespace infer::grammar

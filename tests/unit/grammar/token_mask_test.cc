@@ -349,6 +349,32 @@ TEST(TokenMaskTest, BoundedRepetitionsSyntheticMasksEqualBruteForce) {
   EXPECT_GT(terminated_count, 3);
 }
 
+// The matcher takes one mask for tops that are every start of one rule called at one place (a
+// string's character). After "a" below, such a set (the next x) shares its frame with a top
+// inside the x just begun ("a" may go on to "ab"), which must keep its own mask; in a bounded
+// repetition the call's mask is a ladder of its own. Masks after every step against brute force.
+TEST(TokenMaskTest, OneMaskPerCalledRuleKeepsTheOtherTopsOverItsFrame) {
+  std::vector<std::string> tokens{""};
+  AppendAllStrings("<>abc", 3, tokens);
+  const auto end_id = static_cast<int32_t>(tokens.size());
+  tokens.push_back("</s>");
+  auto vocab = MakeVocab(tokens, {}, {end_id});
+  for (const char* gbnf :
+       {"root ::= \"<\" x* \">\"\nx ::= \"a\" | \"ab\" | \"c\" | \"ca\"\n",
+        "root ::= \"<\" x{0,6} \">\"\nx ::= \"a\" | \"ab\" | \"c\" | \"ca\"\n"}) {
+    SCOPED_TRACE(gbnf);
+    auto compiled = CompiledGrammar::FromGbnf(gbnf, vocab);
+    int terminated_count = 0;
+    for (uint32_t seed = 0; seed < 30; ++seed) {
+      bool terminated = false;
+      RandomWalk(compiled, seed, 12, 1, terminated);
+      if (HasFailure()) return;
+      terminated_count += terminated ? 1 : 0;
+    }
+    EXPECT_GT(terminated_count, 3);
+  }
+}
+
 // Inside x{0,k}, a token whose bytes force more x's than are left is rejected without a walk,
 // and one made of forced x's alone that fit keeps the verdict of a larger count. Neither may
 // hold where the way out of the repetition can take an x's bytes, or where the top is inside an
