@@ -164,6 +164,16 @@ VocabularyIndex::VocabularyIndex(Vocabulary vocabulary) : vocab_(std::move(vocab
   for (int b = 255; b >= 0; --b)  // bytes no token starts with begin where the next one does
     first_begin_[static_cast<size_t>(b)] =
         std::min(first_begin_[static_cast<size_t>(b)], first_begin_[static_cast<size_t>(b) + 1]);
+  length_begin_.assign(max_len_ + 2, 0);
+  for (size_t r = 0; r < n; ++r) ++length_begin_[BytesOfRank(static_cast<int32_t>(r)).size() + 1];
+  for (size_t len = 1; len < length_begin_.size(); ++len)
+    length_begin_[len] += length_begin_[len - 1];
+  by_length_.resize(n);
+  {
+    std::vector<uint32_t> fill(length_begin_.begin(), length_begin_.end() - 1);
+    for (size_t r = 0; r < n; ++r)
+      by_length_[fill[BytesOfRank(static_cast<int32_t>(r)).size()]++] = static_cast<int32_t>(r);
+  }
   // The next smaller value, right to left with a stack of candidates.
   smaller_.assign(n, static_cast<int32_t>(n));
   std::vector<int32_t> stack;
@@ -613,26 +623,29 @@ std::shared_ptr<const CompiledGrammar::OpenByLength> CompiledGrammar::OpenTokens
     if (it != open_by_length_.end()) return it->second;
   }
   const VocabularyIndex& vocab = *vocab_;
-  const auto num_ranks = static_cast<int32_t>(vocab.NumRanks());
   std::vector<uint32_t> accepted(GrammarMatcher::BitmaskWords(vocab.NumIds()), 0);
   OrAccepted(base, accepted);
-  std::vector<uint8_t> open(static_cast<size_t>(num_ranks), 0);
-  for (int32_t r = 0; r < num_ranks; ++r) {
-    const auto id = static_cast<uint32_t>(vocab.IdOfRank(r));
-    open[static_cast<size_t>(r)] = (accepted[id >> 5] >> (id & 31)) & 1u;
+  std::vector<uint64_t> unsure((vocab.NumRanks() + 63) / 64, 0);
+  for (RankRange range : base.uncertain) {
+    for (int32_t r = range.begin; r < range.end; ++r)
+      unsure[static_cast<size_t>(r) >> 6] |= uint64_t{1} << (r & 63);
   }
-  for (RankRange r : base.uncertain) std::fill(open.begin() + r.begin, open.begin() + r.end, 1);
+  // One pass in the vocabulary's order by length (each length's ranks ascending).
   auto out = std::make_shared<OpenByLength>();
-  out->begin.assign(vocab.MaxTokenBytes() + 2, 0);
-  for (int32_t r = 0; r < num_ranks; ++r) {
-    if (open[static_cast<size_t>(r)] != 0) ++out->begin[vocab.BytesOfRank(r).size() + 1];
+  const size_t max_len = vocab.MaxTokenBytes();
+  out->begin.assign(max_len + 2, 0);
+  const std::vector<int32_t>& by_length = vocab.RanksByLength();
+  for (size_t len = 0; len <= max_len; ++len) {
+    out->begin[len] = static_cast<uint32_t>(out->ranks.size());
+    for (uint32_t i = vocab.LengthBegin(len); i < vocab.LengthBegin(len + 1); ++i) {
+      const int32_t r = by_length[i];
+      const auto id = static_cast<uint32_t>(vocab.IdOfRank(r));
+      if (((accepted[id >> 5] >> (id & 31)) & 1u) != 0 ||
+          ((unsure[static_cast<size_t>(r) >> 6] >> (r & 63)) & 1u) != 0)
+        out->ranks.push_back(r);
+    }
   }
-  for (size_t len = 1; len < out->begin.size(); ++len) out->begin[len] += out->begin[len - 1];
-  out->ranks.resize(out->begin.back());
-  std::vector<uint32_t> fill(out->begin.begin(), out->begin.end() - 1);
-  for (int32_t r = 0; r < num_ranks; ++r) {  // ascending: each length's ranks stay sorted
-    if (open[static_cast<size_t>(r)] != 0) out->ranks[fill[vocab.BytesOfRank(r).size()]++] = r;
-  }
+  out->begin[max_len + 1] = static_cast<uint32_t>(out->ranks.size());
   std::lock_guard lock(context_mutex_);
   const auto [it, inserted] = open_by_length_.emplace(&base, std::move(out));
   if (inserted)

@@ -43,6 +43,10 @@ class VocabularyIndex {
         offsets_[static_cast<size_t>(rank) + 1] - offsets_[static_cast<size_t>(rank)]);
   }
   size_t MaxTokenBytes() const { return max_len_; }
+  // Every rank, by length, then by rank: those of `len` bytes are
+  // [LengthBegin(len), LengthBegin(len + 1)) of RanksByLength() (len up to MaxTokenBytes()).
+  const std::vector<int32_t>& RanksByLength() const { return by_length_; }
+  uint32_t LengthBegin(size_t len) const { return length_begin_[len]; }
   // The first rank after `rank` whose bytes do not start with the first `k` bytes of `rank`'s.
   int32_t PrefixEnd(int32_t rank, size_t k) const {
     if (k == 0) return static_cast<int32_t>(ids_.size());
@@ -74,6 +78,8 @@ class VocabularyIndex {
   std::vector<int32_t> first_begin_;  // 257 entries
   std::vector<uint8_t> kind_;         // per id: 0 regular, 1 never, 2 end
   size_t max_len_ = 0;
+  std::vector<int32_t> by_length_;
+  std::vector<uint32_t> length_begin_;  // max_len_ + 2 entries
 };
 
 struct RankRange {
