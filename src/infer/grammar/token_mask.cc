@@ -1034,6 +1034,22 @@ void GrammarMatcher::WalkUncertain(std::vector<int32_t>& accepted_ids) {
              });
 }
 
+const CompiledGrammar::PositionMask* GrammarMatcher::ContextMaskOf(int32_t node) {
+  auto found = top_masks_.find(node);
+  if (found == top_masks_.end()) {
+    const StackPool& pool = bytes_.pool();
+    chain_.clear();
+    int32_t n = node;
+    while (n >= 0 && chain_.size() <= CompiledGrammar::kContextDepth) {
+      chain_.push_back(pool[n].pos);
+      n = pool[n].parent;
+    }
+    if (n == StackPool::kBottom) chain_.push_back(CompiledGrammar::kChainBottom);
+    found = top_masks_.emplace(node, compiled_->ContextMask(chain_)).first;
+  }
+  return found->second.get();
+}
+
 void GrammarMatcher::FillNextTokenBitmask(std::span<uint32_t> bitmask) {
   std::fill(bitmask.begin(), bitmask.end(), 0u);
   if (terminated_) return;
@@ -1051,6 +1067,7 @@ void GrammarMatcher::FillNextTokenBitmask(std::span<uint32_t> bitmask) {
   StackPool& pool = bytes_.pool();
   const FlatGrammar& g = *compiled_->flat_ptr();
   grouped_.clear();
+  covered_.clear();
   for (const int32_t top : state.tops) {
     const int32_t frame = pool[top].parent;
     if (frame < 0 || std::find(grouped_.begin(), grouped_.end(), frame) != grouped_.end()) continue;
@@ -1074,40 +1091,18 @@ void GrammarMatcher::FillNextTokenBitmask(std::span<uint32_t> bitmask) {
     const auto& [call, tops] = group->second;
     if (call < 0 || !std::includes(state.tops.begin(), state.tops.end(), tops.begin(), tops.end()))
       continue;
-    auto found = top_masks_.find(call);
-    if (found == top_masks_.end()) {
-      chain_.clear();
-      int32_t node = call;
-      while (node >= 0 && chain_.size() <= CompiledGrammar::kContextDepth) {
-        chain_.push_back(pool[node].pos);
-        node = pool[node].parent;
-      }
-      if (node == StackPool::kBottom) chain_.push_back(CompiledGrammar::kChainBottom);
-      found = top_masks_.emplace(call, compiled_->ContextMask(chain_)).first;
-    }
-    if (!found->second) continue;  // (past the bound: the tops' own masks)
-    CompiledGrammar::OrAccepted(*found->second, bitmask);
-    ranges_.insert(ranges_.end(), found->second->uncertain.begin(), found->second->uncertain.end());
+    const CompiledGrammar::PositionMask* mask = ContextMaskOf(call);
+    if (mask == nullptr) continue;  // (past the bound: the tops' own masks)
+    CompiledGrammar::OrAccepted(*mask, bitmask);
+    ranges_.insert(ranges_.end(), mask->uncertain.begin(), mask->uncertain.end());
     grouped_.push_back(frame);
+    covered_.insert(covered_.end(), tops.begin(), tops.end());
   }
   for (int32_t top : state.tops) {
-    if (std::find(grouped_.begin(), grouped_.end(), pool[top].parent) != grouped_.end()) {
-      // In the call's mask, unless it is another top over that frame (inside x, say).
-      const auto& tops = groups_.find(pool[top].parent)->second.second;
-      if (std::binary_search(tops.begin(), tops.end(), top)) continue;
-    }
-    auto found = top_masks_.find(top);
-    if (found == top_masks_.end()) {
-      chain_.clear();
-      int32_t node = top;
-      while (node >= 0 && chain_.size() <= CompiledGrammar::kContextDepth) {
-        chain_.push_back(bytes_.pool()[node].pos);
-        node = bytes_.pool()[node].parent;
-      }
-      if (node == StackPool::kBottom) chain_.push_back(CompiledGrammar::kChainBottom);
-      found = top_masks_.emplace(top, compiled_->ContextMask(chain_)).first;
-    }
-    const auto& mask = found->second ? *found->second : compiled_->MaskAt(bytes_.pool()[top].pos);
+    // (Another top over a grouped frame, inside x say, is not covered: it keeps its own mask.)
+    if (std::find(covered_.begin(), covered_.end(), top) != covered_.end()) continue;
+    const CompiledGrammar::PositionMask* own = ContextMaskOf(top);
+    const auto& mask = own != nullptr ? *own : compiled_->MaskAt(pool[top].pos);
     CompiledGrammar::OrAccepted(mask, bitmask);
     ranges_.insert(ranges_.end(), mask.uncertain.begin(), mask.uncertain.end());
   }

@@ -276,6 +276,9 @@ class GrammarMatcher {
 
  private:
   void WalkUncertain(std::vector<int32_t>& accepted_ids);
+  // The context mask of the stack from `node` (a top, or a call's node), cached per node; null
+  // past the compiled grammar's bound on context masks.
+  const CompiledGrammar::PositionMask* ContextMaskOf(int32_t node);
 
   std::shared_ptr<const CompiledGrammar> compiled_;
   ByteMatcher bytes_;
@@ -291,9 +294,10 @@ class GrammarMatcher {
   std::unordered_map<int32_t, std::shared_ptr<const CompiledGrammar::PositionMask>> top_masks_;
   std::vector<int32_t> chain_;
   // Per frame node: the node of the call it returns from and the tops that call makes (all of
-  // them; -1 and none when that is not so), and this step's frames whose tops took one mask.
+  // them; -1 and none when that is not so); this step's frames whose tops took one mask, and
+  // those tops.
   std::unordered_map<int32_t, std::pair<int32_t, std::vector<int32_t>>> groups_;
-  std::vector<int32_t> grouped_;
+  std::vector<int32_t> grouped_, covered_;
 };
 
 }  // namespace infer::grammar
