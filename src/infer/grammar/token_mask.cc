@@ -609,7 +609,8 @@ std::vector<int32_t> CompiledGrammar::CanonicalChain(const std::vector<int32_t>&
 int32_t CompiledGrammar::RepetitionsLeft(const std::vector<int32_t>& chain) const {
   int32_t left = INT32_MAX;
   for (const int32_t p : chain) {
-    if (p >= 0 && run_canon_[static_cast<size_t>(p)] < 0)
+    // (A position in its chain's largest rule is the canonical chain's own: it bounds nothing.)
+    if (p >= 0 && run_canon_[static_cast<size_t>(p)] < 0 && rep_canon_[static_cast<size_t>(p)] != p)
       left = std::min(left, rep_left_[static_cast<size_t>(p)]);
   }
   return left;
@@ -675,7 +676,7 @@ std::shared_ptr<const std::vector<uint64_t>> CompiledGrammar::EscapingTokens(
 }
 
 std::shared_ptr<const std::vector<uint8_t>> CompiledGrammar::ForcedRepetitions(
-    const std::vector<int32_t>& chain, int32_t& allowed) const {
+    const std::vector<int32_t>& chain, int32_t& allowed, bool& over_unknown) const {
   const FlatGrammar& g = *flat_;
   auto at = [&](size_t i) { return i < chain.size() ? chain[i] : kChainBottom; };
   auto op_at = [&](int32_t p) { return g.op[static_cast<size_t>(p)]; };
@@ -683,6 +684,7 @@ std::shared_ptr<const std::vector<uint8_t>> CompiledGrammar::ForcedRepetitions(
   // x's left: x a byte set at the top itself (`x opt_{k-1}`, k left, this one included), or x a
   // rule called at s0 with the top inside it and s0 + 1 (the call of opt_{k-1}) the frame below.
   int32_t s0 = -1, out = -1;
+  size_t out_at = 0;  // out's index in the chain
   const int32_t p0 = at(0), p1 = at(1);
   if (p0 < 0) return nullptr;
   bool at_call = false;  // the top is x's call itself (every way of x from its start)
@@ -690,6 +692,7 @@ std::shared_ptr<const std::vector<uint8_t>> CompiledGrammar::ForcedRepetitions(
       run_canon_[static_cast<size_t>(p0)] < 0) {
     s0 = p0;
     out = p1;
+    out_at = 1;
     allowed = rep_left_[static_cast<size_t>(p0)];  // a byte set: one byte per x
   } else if (FlatGrammar::IsRule(op_at(p0)) && rep_canon_[static_cast<size_t>(p0)] >= 0 &&
              run_canon_[static_cast<size_t>(p0)] < 0 &&
@@ -697,6 +700,7 @@ std::shared_ptr<const std::vector<uint8_t>> CompiledGrammar::ForcedRepetitions(
              rep_left_[static_cast<size_t>(p0)] == rep_left_[static_cast<size_t>(p0) + 1] + 1) {
     s0 = p0;  // (x at least one byte, as below)
     out = p1;
+    out_at = 1;
     at_call = true;
     allowed = rep_left_[static_cast<size_t>(p0)];
   } else if (p1 > 0 && rep_canon_[static_cast<size_t>(p1)] >= 0 &&
@@ -706,20 +710,30 @@ std::shared_ptr<const std::vector<uint8_t>> CompiledGrammar::ForcedRepetitions(
     // (x at least one byte: the left counts of the two positions differ by x's fewest bytes.)
     s0 = p1 - 1;
     out = at(2);
+    out_at = 2;
     allowed = rep_left_[static_cast<size_t>(p1)] + 1;
   } else {
     return nullptr;
   }
-  if (out < 0 || allowed >= kForcedCap) return nullptr;
+  over_unknown = chain.size() <= out_at;
+  if ((out < 0 && !over_unknown) || allowed >= kForcedCap) return nullptr;
   const int32_t x = op_at(s0);
   const auto walk_lock = LockWalker();
   StackPool& pool = *walker_->pool;
   Stepper& stepper = *walker_->stepper;
   stepper.TrimStates();
-  // The bytes the way out may start with; it must not be empty (then the frames below decide).
+  // The bytes the way out may start with, through the chain's frames below where it may be
+  // empty; it must not reach the unknown rest below the chain (then that rest decides).
   ByteSet way_out;
-  {
-    const int32_t resume = pool.Intern(out, StackPool::kUnknown);
+  if (!over_unknown) {
+    int32_t below = StackPool::kUnknown;
+    size_t n = chain.size();
+    if (n > 0 && chain[n - 1] == kChainBottom) {
+      below = StackPool::kBottom;
+      --n;
+    }
+    for (size_t i = n; i-- > out_at + 1;) below = pool.Intern(chain[i], below);
+    const int32_t resume = pool.Intern(out, below);
     StackSet after;
     stepper.Close(&resume, 1, after);
     if (after.escaped || after.complete) return nullptr;
@@ -883,16 +897,23 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
   auto mark = [](std::vector<uint64_t>& bits, int32_t r) {
     bits[static_cast<size_t>(r) >> 6] |= uint64_t{1} << (r & 63);
   };
-  // Those that force more x's than the top's repetition has left are rejected without a walk;
-  // those made of forced x's alone, no more than it has left, keep `from`'s verdict (the same
-  // ways, their counts within both bounds).
+  // Those that force more x's than the top's repetition has left are rejected without a walk
+  // (uncertain where the chain ends at the repetition: every way reaches the unknown rest before
+  // the token's end, and none stays inside); those made of forced x's alone, no more than it has
+  // left, keep `from`'s verdict (the same ways, their counts within both bounds).
   int32_t allowed = 0;
-  const auto forced = ForcedRepetitions(chain, allowed);
-  std::vector<uint64_t> rejected(bit_words, 0), kept(bit_words, 0);
+  bool over_unknown = false;
+  const auto forced = ForcedRepetitions(chain, allowed, over_unknown);
+  std::vector<uint64_t> rejected(bit_words, 0), kept(bit_words, 0), escape(bit_words, 0);
   auto candidate = [&](int32_t r) {
     const uint8_t f = forced ? (*forced)[static_cast<size_t>(r)] : 0;
     if ((f & ~kForcedWhole) > allowed) {
-      mark(rejected, r);
+      if (over_unknown) {
+        mark(escape, r);
+        mark(open, r);
+      } else {
+        mark(rejected, r);
+      }
       return;
     }
     mark(open, r);
@@ -908,7 +929,7 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
       candidate(by_length->ranks[i]);
   }
   std::vector<uint64_t> walk_bits = open;
-  for (size_t w = 0; w < bit_words; ++w) walk_bits[w] &= ~kept[w];
+  for (size_t w = 0; w < bit_words; ++w) walk_bits[w] &= ~(kept[w] | escape[w]);
   if (first_diff > 0 && first_diff < chain.size()) {
     const std::vector<int32_t> prefix(chain.begin(),
                                       chain.begin() + static_cast<ptrdiff_t>(first_diff));
@@ -938,10 +959,12 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
       mask->accepted_bits[id >> 5] &= ~(1u << (id & 31));
     }
   }
-  ranks_of(rejected, [&](int32_t r) {
+  auto clear_accepted = [&](int32_t r) {
     const auto id = static_cast<uint32_t>(vocab.IdOfRank(r));
     mask->accepted_bits[id >> 5] &= ~(1u << (id & 31));
-  });
+  };
+  ranks_of(rejected, clear_accepted);
+  ranks_of(escape, clear_accepted);
   for (RankRange range : accepted) {
     for (int32_t r = range.begin; r < range.end; ++r) {
       const auto id = static_cast<uint32_t>(vocab.IdOfRank(r));
@@ -963,6 +986,7 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
       mark(open, r);
     }
   }
+  for (size_t w = 0; w < bit_words; ++w) unsure[w] |= escape[w];
   ranks_of(unsure, [&](int32_t r) { AppendRange(mask->uncertain, r, r + 1); });
   size_t max_open = 0;
   ranks_of(open, [&](int32_t r) {

@@ -184,7 +184,8 @@ class CompiledGrammar {
   // The chain with every position inside a fixed run or a bounded repetition replaced by the one
   // it stands for (see FindRepetitionChains).
   std::vector<int32_t> CanonicalChain(const std::vector<int32_t>& chain) const;
-  // The fewest bytes left in the chain's bounded repetitions (INT32_MAX when none).
+  // The fewest bytes left in the chain's bounded repetitions below their largest rule (INT32_MAX
+  // when none): a token no longer than that gets the canonical chain's verdict.
   int32_t RepetitionsLeft(const std::vector<int32_t>& chain) const;
   // A chain inside bounded repetitions with `left` bytes left, below the longest token its
   // canonical chain (`base`) leaves open: the mask of the nearest chain with larger counts
@@ -196,18 +197,22 @@ class CompiledGrammar {
   std::shared_ptr<const PositionMask> LadderMask(const std::vector<int32_t>& chain, int32_t left,
                                                  const PositionMask& base,
                                                  bool only_from_known) const;
-  // Forced repetitions. Inside x{0,k} (an opt chain) whose way out is a terminal T that no x
-  // starts with, a token whose bytes begin k + 1 x's one after the other, each x parsed from its
-  // bytes alone (no byte where x may end or go on), dies at this count whatever lies below:
-  // every way takes those x's, and after the k-th only T may come. For a chain whose top begins
+  // Forced repetitions. Inside x{0,k} (an opt chain) whose way out (through the chain's frames
+  // below) is a terminal T that no x starts with, a token whose bytes begin k + 1 x's one after
+  // the other, each x parsed from its bytes alone (no byte where x may end or go on), dies at
+  // this count whatever lies below: every way takes those x's, and after the k-th only T may
+  // come. Where the chain ends at the repetition (`over_unknown`: its way out is the unknown
+  // rest), such a token is uncertain instead. For a chain whose top begins
   // such an x: the x's it may still take (this one included) and, per rank, how many x's the
   // token's bytes force (capped at kForcedCap), plus kForcedWhole when every byte of the token
   // is in them (it never leaves the repetition); computed once per x. Null when the chain is not
   // so.
   static constexpr uint8_t kForcedCap = 127;
   static constexpr uint8_t kForcedWhole = 128;
+  // With `over_unknown`, the chain ends at the repetition (its way out is the unknown rest).
   std::shared_ptr<const std::vector<uint8_t>> ForcedRepetitions(const std::vector<int32_t>& chain,
-                                                                int32_t& allowed) const;
+                                                                int32_t& allowed,
+                                                                bool& over_unknown) const;
   mutable std::unordered_map<int32_t, std::shared_ptr<const std::vector<uint8_t>>> forced_;
   // The ranks a mask accepts or leaves uncertain, by length (ranks ascending within one).
   struct OpenByLength {

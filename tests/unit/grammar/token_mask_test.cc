@@ -424,12 +424,27 @@ char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ))",
   cases.push_back({R"(root ::= "[" [a-z]{0,4} tail
 tail ::= [0-9]? "]")",
                    {}});
+
   for (size_t c = 1; c < cases.size(); ++c) {
     for (int i = 0; i <= 4; ++i) {
       std::string prefix(1, '[');
       prefix.append(static_cast<size_t>(i), 'a');
       cases[c].prefixes.push_back(prefix);
     }
+  }
+  // One mask per called rule (y's two starts) ends the chain at the repetition when the matcher
+  // derives it from the call alone: over the unknown rest, a token forcing more y's than are
+  // left is uncertain, not rejected (here the way out takes more a's).
+  {
+    Case c{R"(root ::= "\"" y{0,5} "a"* "]"
+y ::= "a" | "x")",
+           {}};
+    for (int i = 0; i <= 5; ++i) {
+      std::string prefix(1, '"');
+      for (int j = 0; j < i; ++j) prefix.push_back(j % 2 == 0 ? 'a' : 'x');
+      c.prefixes.push_back(prefix);
+    }
+    cases.push_back(std::move(c));
   }
   for (const Case& c : cases) {
     // One compiled grammar per case, its masks computed in this order (larger counts first, as a
@@ -446,6 +461,42 @@ tail ::= [0-9]? "]")",
         EXPECT_EQ(Bit(bits, id), Bit(expected, id))
             << c.gbnf << "\nafter '" << prefix << "': token '" << tokens[static_cast<size_t>(id)]
             << "'";
+      }
+    }
+  }
+}
+
+// On a real vocabulary the masks inside a repetition come from the larger counts' (the walks
+// give up): a repetition whose way out is found through the frames below it (here it may be
+// empty and the frame below takes letters too, so nothing is forced), and a string's character
+// (one mask per called rule, the chain ending at the call). Masks after every prefix, at every
+// count left, against brute force.
+TEST(TokenMaskTest, ForcedRepetitionsLlama3MasksEqualBruteForce) {
+  auto vocab = testing::RealVocabulary("llama3");
+  if (!vocab)
+    GTEST_SKIP() << testing::TokenizerPath("llama3") << " missing: run scripts/fetch_tokenizers.sh";
+  const int64_t vocab_size = vocab->NumIds();
+  for (const char* gbnf : {R"(root ::= "[" inner "e"* "]"
+inner ::= [a-z]{0,9} [0-9]?)",
+                           R"(root ::= "[" inner [a-z]* "]"
+inner ::= ("-" [a-z]{0,7}){0,2} [0-9]?)",
+                           R"(root ::= "\"" char{0,9} "\"" ","?
+char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ))"}) {
+    SCOPED_TRACE(gbnf);
+    auto compiled = CompiledGrammar::FromGbnf(gbnf, vocab);
+    const char open = gbnf[10] == '[' ? '[' : '"';
+    for (const char* body :
+         {"", "e", "ee", "-e", "eee", "-ee", "eeee", "-e-e", "eeeeee", "eeeeeee"}) {
+      const std::string prefix = std::string(1, open) + body;
+      GrammarMatcher matcher(compiled);
+      ByteMatcher reference(compiled->flat_ptr());
+      if (!reference.AcceptString(prefix)) continue;
+      ASSERT_TRUE(matcher.AcceptString(prefix)) << prefix;
+      const auto bits = Mask(matcher, vocab_size);
+      const auto expected = BruteForceMask(reference, *vocab, vocab_size);
+      for (int32_t id = 0; id < vocab_size; ++id) {
+        ASSERT_EQ(Bit(bits, id), Bit(expected, id))
+            << "after '" << prefix << "': token '" << vocab->vocabulary().token_bytes[id] << "'";
       }
     }
   }
