@@ -20,14 +20,6 @@ constexpr uint8_t kRegular = 0, kNever = 1, kEndToken = 2;
 // token's end (a walk over kUnknown only; callers that do not ask treat it as kAccept).
 enum class Verdict : uint8_t { kAccept, kReject, kUncertain, kAcceptEscaped };
 
-void AppendRange(std::vector<RankRange>& out, int32_t begin, int32_t end) {
-  if (!out.empty() && out.back().end == begin) {
-    out.back().end = end;
-  } else {
-    out.push_back({begin, end});
-  }
-}
-
 // Walks the tokens of `ranges` (sorted, disjoint rank ranges) from the stack set `start`,
 // sharing the work of common prefixes (the states per depth of the previous token are kept) and
 // skipping every token under a prefix that no stack survives. Calls emit(begin, end, verdict)
@@ -920,7 +912,10 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
     if ((f & kForcedWhole) != 0) mark(kept, r);
   };
   if (above) {
-    for (const int32_t r : above->open_long) candidate(r);
+    for (size_t w = 0; w < above->open_long.size(); ++w) {
+      for (uint64_t b = above->open_long[w]; b != 0; b &= b - 1)
+        candidate(static_cast<int32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(b))));
+    }
   }
   const auto by_length = OpenTokensByLength(base);
   const size_t last = std::min(vocab.MaxTokenBytes(), static_cast<size_t>(above_left));
@@ -943,7 +938,7 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
     }
   };
   std::vector<RankRange> walk;
-  ranks_of(walk_bits, [&](int32_t r) { AppendRange(walk, r, r + 1); });
+  RangesOf(walk_bits, walk);
   // `from`'s accepted bits, then the walked tokens' verdicts here.
   auto mask = std::make_shared<PositionMask>();
   mask->ladder = true;
@@ -969,30 +964,35 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
     for (int32_t r = range.begin; r < range.end; ++r) {
       const auto id = static_cast<uint32_t>(vocab.IdOfRank(r));
       mask->accepted_bits[id >> 5] |= 1u << (id & 31);
-      mark(open, r);
     }
+    SetRange(open, range);
   }
-  // Uncertain: `from`'s that were not walked, and the walked ones that are.
+  // Uncertain: `from`'s that were not walked, and the walked ones that are (word by word: a
+  // mask derived from a call's own chain may leave most of the vocabulary uncertain).
   std::vector<uint64_t> unsure(bit_words, 0);
-  for (RankRange range : from.uncertain) {
-    for (int32_t r = range.begin; r < range.end; ++r) {
-      const size_t w = static_cast<size_t>(r) >> 6;
-      if ((((walk_bits[w] | rejected[w]) >> (r & 63)) & 1u) == 0) mark(unsure, r);
-    }
-  }
+  for (RankRange range : from.uncertain) SetRange(unsure, range);
+  for (size_t w = 0; w < bit_words; ++w) unsure[w] &= ~(walk_bits[w] | rejected[w]);
   for (RankRange range : uncertain) {
-    for (int32_t r = range.begin; r < range.end; ++r) {
-      mark(unsure, r);
-      mark(open, r);
-    }
+    SetRange(unsure, range);
+    SetRange(open, range);
   }
   for (size_t w = 0; w < bit_words; ++w) unsure[w] |= escape[w];
-  ranks_of(unsure, [&](int32_t r) { AppendRange(mask->uncertain, r, r + 1); });
+  RangesOf(unsure, mask->uncertain);
+  // The longest open token: down the vocabulary's lengths to the first open one (every open
+  // token here is longer than `left`).
   size_t max_open = 0;
-  ranks_of(open, [&](int32_t r) {
-    mask->open_long.push_back(r);
-    max_open = std::max(max_open, vocab.BytesOfRank(r).size());
-  });
+  const std::vector<int32_t>& ranks_by_length = vocab.RanksByLength();
+  for (size_t len = vocab.MaxTokenBytes(); len > static_cast<size_t>(left) && max_open == 0;
+       --len) {
+    for (uint32_t i = vocab.LengthBegin(len); i < vocab.LengthBegin(len + 1); ++i) {
+      const int32_t r = ranks_by_length[i];
+      if (((open[static_cast<size_t>(r) >> 6] >> (r & 63)) & 1u) != 0) {
+        max_open = len;
+        break;
+      }
+    }
+  }
+  mask->open_long = std::move(open);
   // Bounds, not exact: a token no longer than `left` is open here when the base leaves it open.
   mask->max_open_len = std::max(max_open, std::min(static_cast<size_t>(left), base.max_open_len));
   mask->max_accepted_len = mask->max_open_len;

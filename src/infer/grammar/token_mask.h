@@ -20,6 +20,7 @@
 
 #include "infer/grammar/grammar.h"
 #include "infer/grammar/matcher.h"
+#include "infer/grammar/rank_bits.h"
 
 namespace infer::grammar {
 
@@ -82,10 +83,6 @@ class VocabularyIndex {
   std::vector<uint32_t> length_begin_;  // max_len_ + 2 entries
 };
 
-struct RankRange {
-  int32_t begin, end;
-};
-
 class CompiledGrammar {
  public:
   // Throws GrammarError (from the grammar checks).
@@ -117,13 +114,13 @@ class CompiledGrammar {
     // for precomputed masks and standalone ones.
     const PositionMask* parent = nullptr;
     // A mask inside bounded repetitions, derived from the same chain with larger counts (see
-    // LadderMask): its accepted tokens are all here (bits or ids), and `open_long` lists the ranks
-    // it accepts or leaves uncertain that are longer than its count left (sorted).
+    // LadderMask): its accepted tokens are all here (bits or ids), and `open_long` holds the ranks
+    // it accepts or leaves uncertain that are longer than its count left (bits by rank).
     bool ladder = false;
     int32_t ladder_left = 0;
-    std::vector<int32_t> open_long;
+    std::vector<uint64_t> open_long;
     size_t bytes() const {
-      return accepted_bits.size() * 4 + accepted_ids.size() * 4 + open_long.size() * 4 +
+      return accepted_bits.size() * 4 + accepted_ids.size() * 4 + open_long.size() * 8 +
              (uncertain.size() + accepted_ranks.size()) * sizeof(RankRange) + sizeof(*this);
     }
   };

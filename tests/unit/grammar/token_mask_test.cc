@@ -144,6 +144,42 @@ std::shared_ptr<const VocabularyIndex> SmallJsonVocab(int32_t& end_id, int32_t& 
   return MakeVocab(tokens, {special_id}, {end_id});
 }
 
+// Ranges to bits and back, against one bit at a time: runs within a word, across words, of
+// whole words, at the bitset's ends.
+TEST(RankBitsTest, SetRangeAndRangesOfEqualOneBitAtATime) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; ++trial) {
+    const size_t words = 1 + rng() % 6;
+    const auto n = static_cast<int32_t>(words * 64);
+    std::vector<uint64_t> bits(words, 0);
+    std::vector<bool> expected(static_cast<size_t>(n), false);
+    for (int k = 0, ranges = static_cast<int>(rng() % 5); k < ranges; ++k) {
+      const auto begin = static_cast<int32_t>(rng() % static_cast<uint32_t>(n));
+      const int32_t end =
+          std::min(n, begin + static_cast<int32_t>(rng() % (trial % 3 == 0 ? 200 : 70)));
+      SetRange(bits, {begin, end});
+      for (int32_t r = begin; r < end; ++r) expected[static_cast<size_t>(r)] = true;
+    }
+    if (trial % 7 == 0) bits.back() |= uint64_t{1} << 63;  // a run up to the last rank
+    if (trial % 7 == 0) expected.back() = true;
+    for (int32_t r = 0; r < n; ++r) {
+      ASSERT_EQ(((bits[static_cast<size_t>(r) >> 6] >> (r & 63)) & 1u) != 0,
+                expected[static_cast<size_t>(r)])
+          << "trial " << trial << " rank " << r;
+    }
+    std::vector<RankRange> ranges, one_by_one;
+    RangesOf(bits, ranges);
+    for (int32_t r = 0; r < n; ++r) {
+      if (expected[static_cast<size_t>(r)]) AppendRange(one_by_one, r, r + 1);
+    }
+    ASSERT_EQ(ranges.size(), one_by_one.size()) << "trial " << trial;
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      EXPECT_EQ(ranges[i].begin, one_by_one[i].begin) << "trial " << trial;
+      EXPECT_EQ(ranges[i].end, one_by_one[i].end) << "trial " << trial;
+    }
+  }
+}
+
 TEST(TokenMaskTest, SyntheticVocabularyMasksEqualBruteForce) {
   int32_t end_id, special_id;
   auto vocab = SmallJsonVocab(end_id, special_id);
