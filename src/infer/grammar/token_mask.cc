@@ -465,6 +465,18 @@ void CompiledGrammar::FindRepetitionChains() {
   }
 }
 
+int32_t CompiledGrammar::InternChain(StackPool& pool, const std::vector<int32_t>& chain,
+                                     size_t first) {
+  int32_t parent = StackPool::kUnknown;
+  size_t n = chain.size();
+  if (n > 0 && chain[n - 1] == kChainBottom) {
+    parent = StackPool::kBottom;
+    --n;
+  }
+  for (size_t i = n; i-- > first + 1;) parent = pool.Intern(chain[i], parent);
+  return pool.Intern(chain[first], parent);
+}
+
 bool CompiledGrammar::WalkChain(const std::vector<int32_t>& chain,
                                 const std::vector<RankRange>& ranges,
                                 std::vector<RankRange>& accepted, std::vector<RankRange>& uncertain,
@@ -499,14 +511,7 @@ bool CompiledGrammar::WalkChainVerdicts(const std::vector<int32_t>& chain,
   const auto lock = LockWalker();
   StackPool& pool = *walker_->pool;
   Stepper& stepper = *walker_->stepper;
-  int32_t parent = StackPool::kUnknown;
-  size_t n = chain.size();
-  if (n > 0 && chain[n - 1] == kChainBottom) {
-    parent = StackPool::kBottom;
-    --n;
-  }
-  for (size_t i = n; i-- > 1;) parent = pool.Intern(chain[i], parent);
-  const int32_t top = pool.Intern(chain[0], parent);
+  const int32_t top = InternChain(pool, chain, 0);
   StackSet start;
   stepper.Close(&top, 1, start);
   size_t steps = 0;
@@ -619,10 +624,7 @@ std::shared_ptr<const CompiledGrammar::OpenByLength> CompiledGrammar::OpenTokens
   std::vector<uint32_t> accepted(GrammarMatcher::BitmaskWords(vocab.NumIds()), 0);
   OrAccepted(base, accepted);
   std::vector<uint64_t> unsure((vocab.NumRanks() + 63) / 64, 0);
-  for (RankRange range : base.uncertain) {
-    for (int32_t r = range.begin; r < range.end; ++r)
-      unsure[static_cast<size_t>(r) >> 6] |= uint64_t{1} << (r & 63);
-  }
+  for (RankRange range : base.uncertain) SetRange(unsure, range);
   // One pass in the vocabulary's order by length (each length's ranks ascending).
   auto out = std::make_shared<OpenByLength>();
   const size_t max_len = vocab.MaxTokenBytes();
@@ -659,7 +661,7 @@ std::shared_ptr<const std::vector<uint64_t>> CompiledGrammar::EscapingTokens(
   WalkChainVerdicts(prefix, {{0, num_ranks}}, [&](int32_t b, int32_t e, uint8_t v) {
     const auto verdict = static_cast<Verdict>(v);
     if (verdict != Verdict::kUncertain && verdict != Verdict::kAcceptEscaped) return;
-    for (int32_t r = b; r < e; ++r) (*bits)[static_cast<size_t>(r) >> 6] |= uint64_t{1} << (r & 63);
+    SetRange(*bits, {b, e});
   });
   std::lock_guard lock(context_mutex_);
   const auto [it, inserted] = escaping_.emplace(std::move(key), std::move(bits));
@@ -718,14 +720,7 @@ std::shared_ptr<const std::vector<uint8_t>> CompiledGrammar::ForcedRepetitions(
   // empty; it must not reach the unknown rest below the chain (then that rest decides).
   ByteSet way_out;
   if (!over_unknown) {
-    int32_t below = StackPool::kUnknown;
-    size_t n = chain.size();
-    if (n > 0 && chain[n - 1] == kChainBottom) {
-      below = StackPool::kBottom;
-      --n;
-    }
-    for (size_t i = n; i-- > out_at + 1;) below = pool.Intern(chain[i], below);
-    const int32_t resume = pool.Intern(out, below);
+    const int32_t resume = InternChain(pool, chain, out_at);  // out over the frames below
     StackSet after;
     stepper.Close(&resume, 1, after);
     if (after.escaped || after.complete) return nullptr;
@@ -911,7 +906,7 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
     mark(open, r);
     if ((f & kForcedWhole) != 0) mark(kept, r);
   };
-  if (above) {
+  if (above) {  // (an explicit loop: through a generic helper, `candidate` was not inlined)
     for (size_t w = 0; w < above->open_long.size(); ++w) {
       for (uint64_t b = above->open_long[w]; b != 0; b &= b - 1)
         candidate(static_cast<int32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(b))));

@@ -168,6 +168,9 @@ class CompiledGrammar {
   // Per position inside a fixed run of copies (x x x ... x): the run's first copy when the
   // copies left are more than any token can get past (then every verdict is the same), else -1.
   std::vector<int32_t> run_canon_;
+  // The stack a chain describes from its element `first` down (over kBottom when the chain ends
+  // with kChainBottom, else over kUnknown), interned in `pool`.
+  static int32_t InternChain(StackPool& pool, const std::vector<int32_t>& chain, size_t first);
   // The walk of the tokens of `ranges` from the stack a chain describes; false when it gave up
   // past `max_steps` byte steps (then `accepted` and `uncertain` are partial).
   bool WalkChain(const std::vector<int32_t>& chain, const std::vector<RankRange>& ranges,
