@@ -6,6 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace infer::grammar {
 
@@ -49,6 +52,45 @@ inline void RangesOf(const std::vector<uint64_t>& bits, std::vector<RankRange>& 
     AppendRange(out, static_cast<int32_t>(begin), static_cast<int32_t>(end));
     r = end;
   }
+}
+
+// Per-rank byte tables (lengths, forced counts) read 64 ranks at a time into one word of a
+// bitset by rank: bit i is set when (p[i] & mask) > t, unsigned (p holds 64 bytes).
+inline uint64_t BytesAbove(const uint8_t* p, uint8_t t, uint8_t mask = 0xff) {
+#if defined(__SSE2__)
+  const __m128i bias = _mm_set1_epi8(static_cast<char>(0x80));
+  const __m128i m = _mm_set1_epi8(static_cast<char>(mask));
+  const __m128i threshold = _mm_xor_si128(_mm_set1_epi8(static_cast<char>(t)), bias);
+  uint64_t out = 0;
+  for (int i = 0; i < 4; ++i) {
+    const __m128i v = _mm_xor_si128(
+        _mm_and_si128(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i)), m), bias);
+    const auto bits = static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpgt_epi8(v, threshold)));
+    out |= static_cast<uint64_t>(bits) << (16 * i);
+  }
+  return out;
+#else
+  uint64_t out = 0;
+  for (int i = 0; i < 64; ++i) out |= static_cast<uint64_t>((p[i] & mask) > t) << i;
+  return out;
+#endif
+}
+
+// Bit i set when p[i] has its high bit (p holds 64 bytes).
+inline uint64_t BytesHighBit(const uint8_t* p) {
+#if defined(__SSE2__)
+  uint64_t out = 0;
+  for (int i = 0; i < 4; ++i) {
+    const auto bits = static_cast<uint32_t>(
+        _mm_movemask_epi8(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * i))));
+    out |= static_cast<uint64_t>(bits) << (16 * i);
+  }
+  return out;
+#else
+  uint64_t out = 0;
+  for (int i = 0; i < 64; ++i) out |= static_cast<uint64_t>(p[i] >> 7) << i;
+  return out;
+#endif
 }
 
 }  // namespace infer::grammar

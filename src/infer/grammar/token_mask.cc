@@ -166,6 +166,23 @@ VocabularyIndex::VocabularyIndex(Vocabulary vocabulary) : vocab_(std::move(vocab
     for (size_t r = 0; r < n; ++r)
       by_length_[fill[BytesOfRank(static_cast<int32_t>(r)).size()]++] = static_cast<int32_t>(r);
   }
+  len_by_rank_.assign((n + 63) / 64 * 64, 0);
+  block_max_len_.assign((n + 63) / 64, 0);
+  id_words_ = (static_cast<size_t>(num_ids_) + 31) / 32;
+  ids_up_to_len_.assign(kShortLengths * id_words_, 0);
+  for (size_t r = 0; r < n; ++r) {
+    const size_t len = BytesOfRank(static_cast<int32_t>(r)).size();
+    len_by_rank_[r] = static_cast<uint8_t>(std::min<size_t>(len, kLongLength));
+    block_max_len_[r / 64] = std::max(block_max_len_[r / 64], static_cast<uint32_t>(len));
+    if (len < kShortLengths) {
+      const auto id = static_cast<size_t>(ids_[r]);
+      ids_up_to_len_[len * id_words_ + id / 32] |= 1u << (id % 32);
+    }
+  }
+  for (size_t len = 1; len < kShortLengths; ++len) {
+    for (size_t w = 0; w < id_words_; ++w)
+      ids_up_to_len_[len * id_words_ + w] |= ids_up_to_len_[(len - 1) * id_words_ + w];
+  }
   // The next smaller value, right to left with a stack of candidates.
   smaller_.assign(n, static_cast<int32_t>(n));
   std::vector<int32_t> stack;
@@ -580,6 +597,20 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::ComputeCon
   if (!parent) return nullptr;
   if (parent->uncertain.empty()) return parent;  // the shorter chain decides every token
   owned = true;
+  // Inside bounded repetitions, when the shorter chain leaves many tokens uncertain (a string
+  // character's tokens that close the string), the ladder from the base may walk fewer: most
+  // tokens longer than the count left are decided by the x's they force. A ladder step costs a
+  // pass over the vocabulary's bitsets (and, once per x, its forced counts), which a walk of
+  // fewer than kLadderMinWalk ranks undercuts.
+  constexpr size_t kLadderMinWalk = 1024;
+  if (base) {
+    size_t n_parent = 0;
+    for (RankRange r : parent->uncertain) n_parent += static_cast<size_t>(r.end - r.begin);
+    if (n_parent >= kLadderMinWalk) {
+      if (auto mask = LadderMask(chain, left, *base, /*only_from_known=*/false, n_parent))
+        return mask;
+    }
+  }
   std::vector<RankRange> accepted, uncertain;
   if (WalkChain(chain, parent->uncertain, accepted, uncertain,
                 base ? static_cast<size_t>(vocab_->NumRanks()) / 16 : SIZE_MAX)) {
@@ -613,38 +644,25 @@ int32_t CompiledGrammar::RepetitionsLeft(const std::vector<int32_t>& chain) cons
   return left;
 }
 
-std::shared_ptr<const CompiledGrammar::OpenByLength> CompiledGrammar::OpenTokensByLength(
+std::shared_ptr<const std::vector<uint64_t>> CompiledGrammar::OpenRanks(
     const PositionMask& base) const {
   {
     std::lock_guard lock(context_mutex_);
-    auto it = open_by_length_.find(&base);
-    if (it != open_by_length_.end()) return it->second;
+    auto it = open_ranks_.find(&base);
+    if (it != open_ranks_.end()) return it->second;
   }
   const VocabularyIndex& vocab = *vocab_;
   std::vector<uint32_t> accepted(GrammarMatcher::BitmaskWords(vocab.NumIds()), 0);
   OrAccepted(base, accepted);
-  std::vector<uint64_t> unsure((vocab.NumRanks() + 63) / 64, 0);
-  for (RankRange range : base.uncertain) SetRange(unsure, range);
-  // One pass in the vocabulary's order by length (each length's ranks ascending).
-  auto out = std::make_shared<OpenByLength>();
-  const size_t max_len = vocab.MaxTokenBytes();
-  out->begin.assign(max_len + 2, 0);
-  const std::vector<int32_t>& by_length = vocab.RanksByLength();
-  for (size_t len = 0; len <= max_len; ++len) {
-    out->begin[len] = static_cast<uint32_t>(out->ranks.size());
-    for (uint32_t i = vocab.LengthBegin(len); i < vocab.LengthBegin(len + 1); ++i) {
-      const int32_t r = by_length[i];
-      const auto id = static_cast<uint32_t>(vocab.IdOfRank(r));
-      if (((accepted[id >> 5] >> (id & 31)) & 1u) != 0 ||
-          ((unsure[static_cast<size_t>(r) >> 6] >> (r & 63)) & 1u) != 0)
-        out->ranks.push_back(r);
-    }
+  auto bits = std::make_shared<std::vector<uint64_t>>((vocab.NumRanks() + 63) / 64, 0);
+  for (RankRange range : base.uncertain) SetRange(*bits, range);
+  for (size_t r = 0; r < vocab.NumRanks(); ++r) {
+    const auto id = static_cast<uint32_t>(vocab.IdOfRank(static_cast<int32_t>(r)));
+    if (((accepted[id >> 5] >> (id & 31)) & 1u) != 0) (*bits)[r >> 6] |= uint64_t{1} << (r & 63);
   }
-  out->begin[max_len + 1] = static_cast<uint32_t>(out->ranks.size());
   std::lock_guard lock(context_mutex_);
-  const auto [it, inserted] = open_by_length_.emplace(&base, std::move(out));
-  if (inserted)
-    context_bytes_ += (it->second->ranks.size() + it->second->begin.size()) * sizeof(int32_t);
+  const auto [it, inserted] = open_ranks_.emplace(&base, std::move(bits));
+  if (inserted) context_bytes_ += it->second->size() * sizeof(uint64_t);
   return it->second;
 }
 
@@ -762,7 +780,9 @@ std::shared_ptr<const std::vector<uint8_t>> CompiledGrammar::ForcedRepetitions(
   // forced). Ranks sharing a prefix share its parse (sorted by bytes).
   const VocabularyIndex& vocab = *vocab_;
   const auto num_ranks = static_cast<int32_t>(vocab.NumRanks());
-  auto forced = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(num_ranks), 0);
+  // (Padded with zeros to whole words of 64 ranks, as LadderMask reads it.)
+  auto forced =
+      std::make_shared<std::vector<uint8_t>>((static_cast<size_t>(num_ranks) + 63) / 64 * 64, 0);
   const size_t max_len = vocab.MaxTokenBytes();
   std::vector<int32_t> state(max_len + 1, start);  // at each depth: the state inside x (start
   std::vector<uint8_t> count(max_len + 1, 0);      // at a boundary), the x's begun, stopped
@@ -811,8 +831,8 @@ std::shared_ptr<const std::vector<uint8_t>> CompiledGrammar::ForcedRepetitions(
 }
 
 std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask(
-    const std::vector<int32_t>& chain, int32_t left, const PositionMask& base,
-    bool only_from_known) const {
+    const std::vector<int32_t>& chain, int32_t left, const PositionMask& base, bool only_from_known,
+    size_t max_walk) const {
   const VocabularyIndex& vocab = *vocab_;
   const auto num_ranks = static_cast<int32_t>(vocab.NumRanks());
   const size_t words = GrammarMatcher::BitmaskWords(vocab.NumIds());
@@ -878,11 +898,15 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
     while (first_diff < chain.size() && chain[first_diff] == from_chain[first_diff]) ++first_diff;
   }
   // Open in `from` and longer than `left`: its long ones, and those of lengths up to its own
-  // count, whose verdict there is the base's.
+  // count, whose verdict there is the base's. Word by word over 64 ranks: their lengths and the
+  // x's they force are tables by rank.
   const size_t bit_words = static_cast<size_t>(num_ranks + 63) / 64;
   std::vector<uint64_t> open(bit_words, 0);
   auto mark = [](std::vector<uint64_t>& bits, int32_t r) {
     bits[static_cast<size_t>(r) >> 6] |= uint64_t{1} << (r & 63);
+  };
+  auto has = [](const std::vector<uint64_t>& bits, int32_t r) {
+    return ((bits[static_cast<size_t>(r) >> 6] >> (r & 63)) & 1u) != 0;
   };
   // Those that force more x's than the top's repetition has left are rejected without a walk
   // (uncertain where the chain ends at the repetition: every way reaches the unknown rest before
@@ -892,31 +916,44 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
   bool over_unknown = false;
   const auto forced = ForcedRepetitions(chain, allowed, over_unknown);
   std::vector<uint64_t> rejected(bit_words, 0), kept(bit_words, 0), escape(bit_words, 0);
-  auto candidate = [&](int32_t r) {
+  const std::vector<uint64_t>& open_base = *OpenRanks(base);
+  const size_t last = std::min(vocab.MaxTokenBytes(), static_cast<size_t>(above_left));
+  // Lengths in (left, last] among those below kLongLength (the longer ones are taken below).
+  constexpr size_t kCapped = VocabularyIndex::kLongLength - 1;
+  const auto lo = static_cast<uint8_t>(std::min(static_cast<size_t>(left), kCapped));
+  const auto hi = static_cast<uint8_t>(std::min(last, kCapped));
+  const uint8_t* lengths = vocab.LengthsByRank();
+  for (size_t w = 0; w < bit_words; ++w) {
+    const uint8_t* len = lengths + w * 64;
+    uint64_t cand = open_base[w] & BytesAbove(len, lo) & ~BytesAbove(len, hi);
+    if (above) cand |= above->open_long[w];
+    if (cand == 0 || !forced) {
+      open[w] = cand;
+      continue;
+    }
+    const uint8_t* f = forced->data() + w * 64;
+    const uint64_t over = cand & BytesAbove(f, static_cast<uint8_t>(allowed), kForcedWhole - 1);
+    (over_unknown ? escape : rejected)[w] = over;
+    open[w] = over_unknown ? cand : cand & ~over;
+    kept[w] = cand & ~over & BytesHighBit(f);
+  }
+  const size_t long_begin =
+      std::min(static_cast<size_t>(VocabularyIndex::kLongLength), vocab.MaxTokenBytes() + 1);
+  for (uint32_t i = vocab.LengthBegin(long_begin); i < vocab.LengthBegin(vocab.MaxTokenBytes() + 1);
+       ++i) {
+    const int32_t r = vocab.RanksByLength()[i];
+    const size_t len = vocab.BytesOfRank(r).size();
+    if (len <= static_cast<size_t>(left) || len > last || !has(open_base, r) || has(open, r) ||
+        has(rejected, r))
+      continue;
     const uint8_t f = forced ? (*forced)[static_cast<size_t>(r)] : 0;
     if ((f & ~kForcedWhole) > allowed) {
-      if (over_unknown) {
-        mark(escape, r);
-        mark(open, r);
-      } else {
-        mark(rejected, r);
-      }
-      return;
+      mark(over_unknown ? escape : rejected, r);
+      if (over_unknown) mark(open, r);
+      continue;
     }
     mark(open, r);
     if ((f & kForcedWhole) != 0) mark(kept, r);
-  };
-  if (above) {  // (an explicit loop: through a generic helper, `candidate` was not inlined)
-    for (size_t w = 0; w < above->open_long.size(); ++w) {
-      for (uint64_t b = above->open_long[w]; b != 0; b &= b - 1)
-        candidate(static_cast<int32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(b))));
-    }
-  }
-  const auto by_length = OpenTokensByLength(base);
-  const size_t last = std::min(vocab.MaxTokenBytes(), static_cast<size_t>(above_left));
-  for (size_t len = static_cast<size_t>(left) + 1; len <= last; ++len) {
-    for (uint32_t i = by_length->begin[len]; i < by_length->begin[len + 1]; ++i)
-      candidate(by_length->ranks[i]);
   }
   std::vector<uint64_t> walk_bits = open;
   for (size_t w = 0; w < bit_words; ++w) walk_bits[w] &= ~(kept[w] | escape[w]);
@@ -926,40 +963,61 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
     const auto escaping = EscapingTokens(CanonicalChain(prefix));  // at their largest counts
     for (size_t w = 0; w < bit_words; ++w) walk_bits[w] &= (*escaping)[w];
   }
-  auto ranks_of = [](const std::vector<uint64_t>& bits, auto&& fn) {
-    for (size_t w = 0; w < bits.size(); ++w) {
-      for (uint64_t b = bits[w]; b != 0; b &= b - 1)
-        fn(static_cast<int32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(b))));
-    }
-  };
+  if (max_walk != SIZE_MAX) {
+    size_t n = 0;
+    for (const uint64_t word : walk_bits) n += static_cast<size_t>(__builtin_popcountll(word));
+    if (n > max_walk) return nullptr;
+  }
   std::vector<RankRange> walk;
   RangesOf(walk_bits, walk);
-  // `from`'s accepted bits, then the walked tokens' verdicts here.
+  std::vector<RankRange> accepted, uncertain;
+  if (!walk.empty()) WalkChain(chain, walk, accepted, uncertain);
+  // Accepted: `from`'s, less the walked ones, the rejected ones and those made uncertain (every
+  // other candidate keeps `from`'s verdict), then the walked ones accepted here. When they are
+  // many (in a string, the tokens of string characters alone longer than the count left), from
+  // the other side: `from`'s of at most `left` bytes (the base's verdict), and the candidates
+  // that keep `from`'s verdict (every longer token `from` accepts is a candidate).
   auto mask = std::make_shared<PositionMask>();
   mask->ladder = true;
   mask->ladder_left = left;
   mask->accepted_bits.assign(words, 0);
   OrAccepted(from, mask->accepted_bits);
-  for (size_t w = 0; w < bit_words; ++w) open[w] &= ~walk_bits[w];  // kept as they are
-  std::vector<RankRange> accepted, uncertain;
-  if (!walk.empty()) WalkChain(chain, walk, accepted, uncertain);
-  for (RankRange range : walk) {
-    for (int32_t r = range.begin; r < range.end; ++r) {
-      const auto id = static_cast<uint32_t>(vocab.IdOfRank(r));
-      mask->accepted_bits[id >> 5] &= ~(1u << (id & 31));
-    }
-  }
-  auto clear_accepted = [&](int32_t r) {
-    const auto id = static_cast<uint32_t>(vocab.IdOfRank(r));
-    mask->accepted_bits[id >> 5] &= ~(1u << (id & 31));
+  auto id_of = [&](size_t w, uint64_t b) {
+    return static_cast<uint32_t>(
+        vocab.IdOfRank(static_cast<int32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(b)))));
   };
-  ranks_of(rejected, clear_accepted);
-  ranks_of(escape, clear_accepted);
-  for (RankRange range : accepted) {
-    for (int32_t r = range.begin; r < range.end; ++r) {
-      const auto id = static_cast<uint32_t>(vocab.IdOfRank(r));
-      mask->accepted_bits[id >> 5] |= 1u << (id & 31);
+  size_t num_dropped = 0, num_kept = 0;
+  for (size_t w = 0; w < bit_words; ++w) {
+    num_dropped +=
+        static_cast<size_t>(__builtin_popcountll(walk_bits[w] | rejected[w] | escape[w]));
+    num_kept += static_cast<size_t>(__builtin_popcountll(open[w] & ~(walk_bits[w] | escape[w])));
+  }
+  if (num_dropped <= num_kept || static_cast<size_t>(left) >= VocabularyIndex::kShortLengths) {
+    for (size_t w = 0; w < bit_words; ++w) {
+      for (uint64_t b = walk_bits[w] | rejected[w] | escape[w]; b != 0; b &= b - 1) {
+        const uint32_t id = id_of(w, b);
+        mask->accepted_bits[id >> 5] &= ~(1u << (id & 31));
+      }
     }
+  } else {
+    std::vector<uint32_t> keep;  // ids
+    for (size_t w = 0; w < bit_words; ++w) {
+      for (uint64_t b = open[w] & ~(walk_bits[w] | escape[w]); b != 0; b &= b - 1) {
+        const uint32_t id = id_of(w, b);
+        if (((mask->accepted_bits[id >> 5] >> (id & 31)) & 1u) != 0) keep.push_back(id);
+      }
+    }
+    const uint32_t* short_ids = vocab.IdsUpToLength(static_cast<size_t>(left));
+    for (size_t w = 0; w < words; ++w) mask->accepted_bits[w] &= short_ids[w];
+    for (const uint32_t id : keep) mask->accepted_bits[id >> 5] |= 1u << (id & 31);
+  }
+  auto set_accepted = [&](int32_t r) {
+    const auto id = static_cast<uint32_t>(vocab.IdOfRank(r));
+    mask->accepted_bits[id >> 5] |= 1u << (id & 31);
+  };
+  for (size_t w = 0; w < bit_words; ++w) open[w] &= ~walk_bits[w];  // kept as they are
+  for (RankRange range : accepted) {
+    for (int32_t r = range.begin; r < range.end; ++r) set_accepted(r);
     SetRange(open, range);
   }
   // Uncertain: `from`'s that were not walked, and the walked ones that are (word by word: a
@@ -973,18 +1031,14 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
   }
   for (size_t w = 0; w < bit_words; ++w) unsure[w] |= escape[w];
   RangesOf(unsure, mask->uncertain);
-  // The longest open token: down the vocabulary's lengths to the first open one (every open
-  // token here is longer than `left`).
+  // The longest open token (every open token here is longer than `left`): only blocks of 64
+  // ranks that hold a longer one than found so far are looked into.
   size_t max_open = 0;
-  const std::vector<int32_t>& ranks_by_length = vocab.RanksByLength();
-  for (size_t len = vocab.MaxTokenBytes(); len > static_cast<size_t>(left) && max_open == 0;
-       --len) {
-    for (uint32_t i = vocab.LengthBegin(len); i < vocab.LengthBegin(len + 1); ++i) {
-      const int32_t r = ranks_by_length[i];
-      if (((open[static_cast<size_t>(r) >> 6] >> (r & 63)) & 1u) != 0) {
-        max_open = len;
-        break;
-      }
+  for (size_t w = 0; w < bit_words; ++w) {
+    if (open[w] == 0 || vocab.BlockMaxLength(w) <= max_open) continue;
+    for (uint64_t b = open[w]; b != 0; b &= b - 1) {
+      const auto r = static_cast<int32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(b)));
+      max_open = std::max(max_open, vocab.BytesOfRank(r).size());
     }
   }
   mask->open_long = std::move(open);

@@ -64,6 +64,19 @@ class VocabularyIndex {
   bool IsEnd(int32_t id) const;
   // False for out-of-range, empty, special and end ids.
   bool IsRegular(int32_t id) const;
+  // Per rank, its length in bytes capped at kLongLength (tokens that long are few: take their
+  // lengths from BytesOfRank); padded with zeros to a multiple of 64 ranks, so that a word of a
+  // bitset by rank reads 64 of them.
+  static constexpr uint8_t kLongLength = 255;
+  const uint8_t* LengthsByRank() const { return len_by_rank_.data(); }
+  // The longest token among ranks [64 w, 64 w + 64).
+  size_t BlockMaxLength(size_t w) const { return block_max_len_[w]; }
+  // The regular ids of at most `len` bytes as a bitmask by id (words of 32 ids), for
+  // len < kShortLengths.
+  static constexpr size_t kShortLengths = 64;
+  const uint32_t* IdsUpToLength(size_t len) const {
+    return ids_up_to_len_.data() + len * id_words_;
+  }
 
  private:
   Vocabulary vocab_;
@@ -81,6 +94,10 @@ class VocabularyIndex {
   size_t max_len_ = 0;
   std::vector<int32_t> by_length_;
   std::vector<uint32_t> length_begin_;  // max_len_ + 2 entries
+  std::vector<uint8_t> len_by_rank_;
+  std::vector<uint32_t> block_max_len_;
+  size_t id_words_ = 0;
+  std::vector<uint32_t> ids_up_to_len_;  // kShortLengths bitmasks of id_words_ words
 };
 
 class CompiledGrammar {
@@ -143,8 +160,8 @@ class CompiledGrammar {
   static constexpr int kContextDepth = 6;
   static constexpr int32_t kChainBottom = -1;
   // Masks inside bounded repetitions are one per count left, so the bounds are generous: at most
-  // kMaxContextBytes of masks (and the ladder's tables: open tokens by length, escaping tokens)
-  // and kMaxContextEntries chains per compiled grammar.
+  // kMaxContextBytes of masks (and the ladder's tables: open tokens, forced counts, escaping
+  // tokens) and kMaxContextEntries chains per compiled grammar.
   static constexpr size_t kMaxContextBytes = size_t{48} << 20;
   static constexpr size_t kMaxContextEntries = size_t{1} << 17;
   std::shared_ptr<const PositionMask> ContextMask(const std::vector<int32_t>& chain) const;
@@ -193,10 +210,11 @@ class CompiledGrammar {
   // repetition's language holds the smaller counts', so a token rejected above is rejected here;
   // one no longer than `left` has the base's verdict; only the others are walked: the ones
   // open above that are longer than `left` (a step of one count walks the tokens of one length).
-  // With `only_from_known`, null unless such a chain's mask is known already.
+  // With `only_from_known`, null unless such a chain's mask is known already; null too when it
+  // would walk more than `max_walk` tokens.
   std::shared_ptr<const PositionMask> LadderMask(const std::vector<int32_t>& chain, int32_t left,
-                                                 const PositionMask& base,
-                                                 bool only_from_known) const;
+                                                 const PositionMask& base, bool only_from_known,
+                                                 size_t max_walk = SIZE_MAX) const;
   // Forced repetitions. Inside x{0,k} (an opt chain) whose way out (through the chain's frames
   // below) is a terminal T that no x starts with, a token whose bytes begin k + 1 x's one after
   // the other, each x parsed from its bytes alone (no byte where x may end or go on), dies at
@@ -214,12 +232,8 @@ class CompiledGrammar {
                                                                 int32_t& allowed,
                                                                 bool& over_unknown) const;
   mutable std::unordered_map<int32_t, std::shared_ptr<const std::vector<uint8_t>>> forced_;
-  // The ranks a mask accepts or leaves uncertain, by length (ranks ascending within one).
-  struct OpenByLength {
-    std::vector<uint32_t> begin;  // per length: the first index in `ranks` (one past the end)
-    std::vector<int32_t> ranks;
-  };
-  std::shared_ptr<const OpenByLength> OpenTokensByLength(const PositionMask& base) const;
+  // The ranks a mask accepts or leaves uncertain, as bits by rank; computed once per mask.
+  std::shared_ptr<const std::vector<uint64_t>> OpenRanks(const PositionMask& base) const;
   // The ranks whose walk from `prefix` (over an unknown rest) reaches that rest before their
   // last byte, as bits; computed once per prefix.
   std::shared_ptr<const std::vector<uint64_t>> EscapingTokens(
@@ -228,8 +242,8 @@ class CompiledGrammar {
   template <typename Emit>  // emit(begin, end, verdict) per rank run
   bool WalkChainVerdicts(const std::vector<int32_t>& chain, const std::vector<RankRange>& ranges,
                          Emit&& emit, size_t max_steps = SIZE_MAX) const;
-  mutable std::unordered_map<const PositionMask*, std::shared_ptr<const OpenByLength>>
-      open_by_length_;
+  mutable std::unordered_map<const PositionMask*, std::shared_ptr<const std::vector<uint64_t>>>
+      open_ranks_;
   // The context walks' pool and stepper, kept from walk to walk (renewed past kMaxNodes).
   struct Walker {
     static constexpr size_t kMaxNodes = size_t{1} << 20;

@@ -180,6 +180,28 @@ TEST(RankBitsTest, SetRangeAndRangesOfEqualOneBitAtATime) {
   }
 }
 
+// 64 bytes to one word of a bitset by rank, against a byte at a time: every threshold, with and
+// without the low-seven-bits mask (forced counts carry a flag in the high bit).
+TEST(RankBitsTest, BytesAboveAndHighBitEqualOneByteAtATime) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 40; ++trial) {
+    std::vector<uint8_t> bytes(64);
+    for (uint8_t& b : bytes) b = static_cast<uint8_t>(trial % 4 == 0 ? rng() % 8 : rng());
+    uint64_t high = 0;
+    for (size_t i = 0; i < 64; ++i) high |= static_cast<uint64_t>(bytes[i] >> 7) << i;
+    ASSERT_EQ(BytesHighBit(bytes.data()), high) << "trial " << trial;
+    for (int t = 0; t < 256; ++t) {
+      for (const uint8_t mask : {uint8_t{0xff}, uint8_t{0x7f}}) {
+        uint64_t expected = 0;
+        for (size_t i = 0; i < 64; ++i)
+          expected |= static_cast<uint64_t>((bytes[i] & mask) > t) << i;
+        ASSERT_EQ(BytesAbove(bytes.data(), static_cast<uint8_t>(t), mask), expected)
+            << "trial " << trial << " threshold " << t << " mask " << int{mask};
+      }
+    }
+  }
+}
+
 TEST(TokenMaskTest, SyntheticVocabularyMasksEqualBruteForce) {
   int32_t end_id, special_id;
   auto vocab = SmallJsonVocab(end_id, special_id);
@@ -497,6 +519,51 @@ y ::= "a" | "x")",
         EXPECT_EQ(Bit(bits, id), Bit(expected, id))
             << c.gbnf << "\nafter '" << prefix << "': token '" << tokens[static_cast<size_t>(id)]
             << "'";
+      }
+    }
+  }
+}
+
+// Counts and tokens past the ladder's tables: lengths by rank are capped at 255 bytes and the
+// ids by length kept up to 63, so a repetition of 300 with tokens of up to 301 bytes takes the
+// long tokens one by one and the counts of 64 and more from the other side. Masks at counts
+// around those bounds, the repetition's x a byte set and a rule, against brute force.
+TEST(TokenMaskTest, LongTokensAndLargeCountsMasksEqualBruteForce) {
+  std::vector<std::string> tokens;
+  AppendAllStrings("ab\"]", 3, tokens);
+  auto run_then = [](size_t len, char c, std::string_view tail) {  // (GCC 12 misreads `+`)
+    std::string t(len, c);
+    t.append(tail);
+    return t;
+  };
+  for (const size_t len : {40, 62, 63, 64, 65, 100, 200, 253, 254, 255, 256, 257, 299, 300, 301}) {
+    tokens.push_back(std::string(len, 'a'));
+    tokens.push_back(run_then(len - 1, 'a', "\""));
+    tokens.push_back(run_then(len - 2, 'b', "\"]"));
+  }
+  // Enough tokens that end the string that their walk gives up and the masks come from the
+  // ladder (as on a real vocabulary).
+  for (size_t k = 0; k < 40; ++k) tokens.push_back(run_then(k % 7, 'b', "\"]"));
+  auto vocab = MakeVocab(tokens);
+  const int64_t vocab_size = vocab->NumIds();
+  for (const char* gbnf : {"root ::= \"\\\"\" [ab]{0,300} \"\\\"\" \"]\"",
+                           "root ::= \"\\\"\" x{0,300} \"\\\"\" \"]\"\nx ::= \"a\" | \"b\""}) {
+    SCOPED_TRACE(gbnf);
+    auto compiled = CompiledGrammar::FromGbnf(gbnf, vocab);
+    for (const int i : {0,   1,   2,   36,  37,  38,  44,  45,  46,  100, 199, 200, 235, 236,
+                        237, 238, 243, 244, 245, 246, 247, 250, 260, 280, 297, 298, 299, 300}) {
+      std::string prefix = "\"";
+      prefix.append(static_cast<size_t>(i), 'a');
+      GrammarMatcher matcher(compiled);
+      ByteMatcher reference(compiled->flat_ptr());
+      ASSERT_TRUE(matcher.AcceptString(prefix)) << i;
+      ASSERT_TRUE(reference.AcceptString(prefix)) << i;
+      const auto bits = Mask(matcher, vocab_size);
+      const auto expected = BruteForceMask(reference, *vocab, vocab_size);
+      for (int32_t id = 0; id < vocab_size; ++id) {
+        EXPECT_EQ(Bit(bits, id), Bit(expected, id))
+            << "after " << i << " a's: token of " << tokens[static_cast<size_t>(id)].size()
+            << " bytes '" << tokens[static_cast<size_t>(id)].substr(0, 8) << "...'";
       }
     }
   }
