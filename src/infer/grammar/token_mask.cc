@@ -687,7 +687,7 @@ std::shared_ptr<const std::vector<uint64_t>> CompiledGrammar::EscapingTokens(
   return it->second;
 }
 
-std::shared_ptr<const std::vector<uint8_t>> CompiledGrammar::ForcedRepetitions(
+std::shared_ptr<const CompiledGrammar::Forced> CompiledGrammar::ForcedRepetitions(
     const std::vector<int32_t>& chain, int32_t& allowed, bool& over_unknown) const {
   const FlatGrammar& g = *flat_;
   auto at = [&](size_t i) { return i < chain.size() ? chain[i] : kChainBottom; };
@@ -780,9 +780,8 @@ std::shared_ptr<const std::vector<uint8_t>> CompiledGrammar::ForcedRepetitions(
   // forced). Ranks sharing a prefix share its parse (sorted by bytes).
   const VocabularyIndex& vocab = *vocab_;
   const auto num_ranks = static_cast<int32_t>(vocab.NumRanks());
-  // (Padded with zeros to whole words of 64 ranks, as LadderMask reads it.)
-  auto forced =
-      std::make_shared<std::vector<uint8_t>>((static_cast<size_t>(num_ranks) + 63) / 64 * 64, 0);
+  auto forced = std::make_shared<Forced>();
+  forced->counts.assign((static_cast<size_t>(num_ranks) + 63) / 64 * 64, 0);
   const size_t max_len = vocab.MaxTokenBytes();
   std::vector<int32_t> state(max_len + 1, start);  // at each depth: the state inside x (start
   std::vector<uint8_t> count(max_len + 1, 0);      // at a boundary), the x's begun, stopped
@@ -821,12 +820,28 @@ std::shared_ptr<const std::vector<uint8_t>> CompiledGrammar::ForcedRepetitions(
       ++k;
     }
     valid = k;
-    (*forced)[static_cast<size_t>(r)] =
-        static_cast<uint8_t>(count[k] | (k == tok.size() && stopped[k] == 0 ? kForcedWhole : 0));
+    const bool whole = k == tok.size() && stopped[k] == 0;
+    forced->counts[static_cast<size_t>(r)] =
+        static_cast<uint8_t>(count[k] | (whole ? kForcedWhole : 0));
+    if (whole) forced->max_whole = std::max<size_t>(forced->max_whole, count[k]);
+  }
+  forced->id_words = GrammarMatcher::BitmaskWords(vocab.NumIds());
+  const size_t id_words = forced->id_words;
+  forced->whole_ids.assign((forced->max_whole + 1) * id_words, 0);
+  for (int32_t r = 0; r < num_ranks; ++r) {
+    const uint8_t f = forced->counts[static_cast<size_t>(r)];
+    if ((f & kForcedWhole) == 0) continue;
+    const auto id = static_cast<size_t>(vocab.IdOfRank(r));
+    forced->whole_ids[(f & ~kForcedWhole) * id_words + id / 32] |= 1u << (id % 32);
+  }
+  for (size_t k = 1; k <= forced->max_whole; ++k) {
+    for (size_t w = 0; w < id_words; ++w)
+      forced->whole_ids[k * id_words + w] |= forced->whole_ids[(k - 1) * id_words + w];
   }
   std::lock_guard lock(context_mutex_);
   const auto [it, inserted] = forced_.emplace(x, std::move(forced));
-  if (inserted) context_bytes_ += it->second->size();
+  if (inserted)
+    context_bytes_ += it->second->counts.size() + it->second->whole_ids.size() * sizeof(uint32_t);
   return it->second;
 }
 
@@ -931,7 +946,7 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
       open[w] = cand;
       continue;
     }
-    const uint8_t* f = forced->data() + w * 64;
+    const uint8_t* f = forced->counts.data() + w * 64;
     const uint64_t over = cand & BytesAbove(f, static_cast<uint8_t>(allowed), kForcedWhole - 1);
     (over_unknown ? escape : rejected)[w] = over;
     open[w] = over_unknown ? cand : cand & ~over;
@@ -946,7 +961,7 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
     if (len <= static_cast<size_t>(left) || len > last || !has(open_base, r) || has(open, r) ||
         has(rejected, r))
       continue;
-    const uint8_t f = forced ? (*forced)[static_cast<size_t>(r)] : 0;
+    const uint8_t f = forced ? forced->counts[static_cast<size_t>(r)] : 0;
     if ((f & ~kForcedWhole) > allowed) {
       mark(over_unknown ? escape : rejected, r);
       if (over_unknown) mark(open, r);
@@ -976,7 +991,8 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
   // other candidate keeps `from`'s verdict), then the walked ones accepted here. When they are
   // many (in a string, the tokens of string characters alone longer than the count left), from
   // the other side: `from`'s of at most `left` bytes (the base's verdict), and the candidates
-  // that keep `from`'s verdict (every longer token `from` accepts is a candidate).
+  // that keep `from`'s verdict (every longer token `from` accepts is a candidate), the kept
+  // ones among them word by word.
   auto mask = std::make_shared<PositionMask>();
   mask->ladder = true;
   mask->ladder_left = left;
@@ -990,7 +1006,8 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
   for (size_t w = 0; w < bit_words; ++w) {
     num_dropped +=
         static_cast<size_t>(__builtin_popcountll(walk_bits[w] | rejected[w] | escape[w]));
-    num_kept += static_cast<size_t>(__builtin_popcountll(open[w] & ~(walk_bits[w] | escape[w])));
+    num_kept +=
+        static_cast<size_t>(__builtin_popcountll(open[w] & ~(walk_bits[w] | escape[w] | kept[w])));
   }
   if (num_dropped <= num_kept || static_cast<size_t>(left) >= VocabularyIndex::kShortLengths) {
     for (size_t w = 0; w < bit_words; ++w) {
@@ -1002,13 +1019,19 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
   } else {
     std::vector<uint32_t> keep;  // ids
     for (size_t w = 0; w < bit_words; ++w) {
-      for (uint64_t b = open[w] & ~(walk_bits[w] | escape[w]); b != 0; b &= b - 1) {
+      for (uint64_t b = open[w] & ~(walk_bits[w] | escape[w] | kept[w]); b != 0; b &= b - 1) {
         const uint32_t id = id_of(w, b);
         if (((mask->accepted_bits[id >> 5] >> (id & 31)) & 1u) != 0) keep.push_back(id);
       }
     }
+    // The kept ones, word by word: every token of forced x's alone, no more than are left.
     const uint32_t* short_ids = vocab.IdsUpToLength(static_cast<size_t>(left));
-    for (size_t w = 0; w < words; ++w) mask->accepted_bits[w] &= short_ids[w];
+    if (forced) {
+      const uint32_t* whole = forced->WholeUpTo(static_cast<size_t>(allowed));
+      for (size_t w = 0; w < words; ++w) mask->accepted_bits[w] &= short_ids[w] | whole[w];
+    } else {
+      for (size_t w = 0; w < words; ++w) mask->accepted_bits[w] &= short_ids[w];
+    }
     for (const uint32_t id : keep) mask->accepted_bits[id >> 5] |= 1u << (id & 31);
   }
   auto set_accepted = [&](int32_t r) {

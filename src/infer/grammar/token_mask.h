@@ -228,10 +228,19 @@ class CompiledGrammar {
   static constexpr uint8_t kForcedCap = 127;
   static constexpr uint8_t kForcedWhole = 128;
   // With `over_unknown`, the chain ends at the repetition (its way out is the unknown rest).
-  std::shared_ptr<const std::vector<uint8_t>> ForcedRepetitions(const std::vector<int32_t>& chain,
-                                                                int32_t& allowed,
-                                                                bool& over_unknown) const;
-  mutable std::unordered_map<int32_t, std::shared_ptr<const std::vector<uint8_t>>> forced_;
+  struct Forced {
+    std::vector<uint8_t> counts;  // per rank, padded with zeros to whole words of 64 ranks
+    // The ids whose bytes are all forced x's, at most k of them, per k up to the most any has
+    // (bitmasks by id of `id_words` words): a ladder keeps their verdicts word by word.
+    size_t id_words = 0, max_whole = 0;
+    std::vector<uint32_t> whole_ids;
+    const uint32_t* WholeUpTo(size_t k) const {
+      return whole_ids.data() + std::min(k, max_whole) * id_words;
+    }
+  };
+  std::shared_ptr<const Forced> ForcedRepetitions(const std::vector<int32_t>& chain,
+                                                  int32_t& allowed, bool& over_unknown) const;
+  mutable std::unordered_map<int32_t, std::shared_ptr<const Forced>> forced_;
   // The ranks a mask accepts or leaves uncertain, as bits by rank; computed once per mask.
   std::shared_ptr<const std::vector<uint64_t>> OpenRanks(const PositionMask& base) const;
   // The ranks whose walk from `prefix` (over an unknown rest) reaches that rest before their
