@@ -920,9 +920,6 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
   auto mark = [](std::vector<uint64_t>& bits, int32_t r) {
     bits[static_cast<size_t>(r) >> 6] |= uint64_t{1} << (r & 63);
   };
-  auto has = [](const std::vector<uint64_t>& bits, int32_t r) {
-    return ((bits[static_cast<size_t>(r) >> 6] >> (r & 63)) & 1u) != 0;
-  };
   // Those that force more x's than the top's repetition has left are rejected without a walk
   // (uncertain where the chain ends at the repetition: every way reaches the unknown rest before
   // the token's end, and none stays inside); those made of forced x's alone, no more than it has
@@ -933,14 +930,27 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
   std::vector<uint64_t> rejected(bit_words, 0), kept(bit_words, 0), escape(bit_words, 0);
   const std::vector<uint64_t>& open_base = *OpenRanks(base);
   const size_t last = std::min(vocab.MaxTokenBytes(), static_cast<size_t>(above_left));
-  // Lengths in (left, last] among those below kLongLength (the longer ones are taken below).
+  // Lengths in (left, last]: below kLongLength from the byte table, the few longer tokens one by
+  // one.
   constexpr size_t kCapped = VocabularyIndex::kLongLength - 1;
   const auto lo = static_cast<uint8_t>(std::min(static_cast<size_t>(left), kCapped));
   const auto hi = static_cast<uint8_t>(std::min(last, kCapped));
+  std::vector<uint64_t> long_in_range;
+  if (vocab.MaxTokenBytes() >= VocabularyIndex::kLongLength) {
+    long_in_range.assign(bit_words, 0);
+    for (uint32_t i = vocab.LengthBegin(VocabularyIndex::kLongLength);
+         i < vocab.LengthBegin(vocab.MaxTokenBytes() + 1); ++i) {
+      const int32_t r = vocab.RanksByLength()[i];
+      const size_t len = vocab.BytesOfRank(r).size();
+      if (len > static_cast<size_t>(left) && len <= last) mark(long_in_range, r);
+    }
+  }
   const uint8_t* lengths = vocab.LengthsByRank();
   for (size_t w = 0; w < bit_words; ++w) {
     const uint8_t* len = lengths + w * 64;
-    uint64_t cand = open_base[w] & BytesAbove(len, lo) & ~BytesAbove(len, hi);
+    uint64_t in_range = BytesAbove(len, lo) & ~BytesAbove(len, hi);
+    if (!long_in_range.empty()) in_range |= long_in_range[w];
+    uint64_t cand = open_base[w] & in_range;
     if (above) cand |= above->open_long[w];
     if (cand == 0 || !forced) {
       open[w] = cand;
@@ -951,24 +961,6 @@ std::shared_ptr<const CompiledGrammar::PositionMask> CompiledGrammar::LadderMask
     (over_unknown ? escape : rejected)[w] = over;
     open[w] = over_unknown ? cand : cand & ~over;
     kept[w] = cand & ~over & BytesHighBit(f);
-  }
-  const size_t long_begin =
-      std::min(static_cast<size_t>(VocabularyIndex::kLongLength), vocab.MaxTokenBytes() + 1);
-  for (uint32_t i = vocab.LengthBegin(long_begin); i < vocab.LengthBegin(vocab.MaxTokenBytes() + 1);
-       ++i) {
-    const int32_t r = vocab.RanksByLength()[i];
-    const size_t len = vocab.BytesOfRank(r).size();
-    if (len <= static_cast<size_t>(left) || len > last || !has(open_base, r) || has(open, r) ||
-        has(rejected, r))
-      continue;
-    const uint8_t f = forced ? forced->counts[static_cast<size_t>(r)] : 0;
-    if ((f & ~kForcedWhole) > allowed) {
-      mark(over_unknown ? escape : rejected, r);
-      if (over_unknown) mark(open, r);
-      continue;
-    }
-    mark(open, r);
-    if ((f & kForcedWhole) != 0) mark(kept, r);
   }
   std::vector<uint64_t> walk_bits = open;
   for (size_t w = 0; w < bit_words; ++w) walk_bits[w] &= ~(kept[w] | escape[w]);
