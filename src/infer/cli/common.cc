@@ -37,16 +37,17 @@ void AddModelOptions(CLI::App& command, ModelArgs& args, bool add_threads, bool 
           },
           "Weight matrices quantized at load: none (the checkpoint's dtype); int8: 8.5 bits per "
           "weight, scale per 32 input channels (llama.cpp Q8_0); int4: 5 bits per weight, scale "
-          "and minimum per 32 (llama.cpp Q4_1). Activations are rounded to int8 per 32 and "
-          "multiplied on the integer units (VNNI)")
-      ->check(CLI::IsMember({"none", "int8", "int4"}))
+          "and minimum per 32 (llama.cpp Q4_1); int4k: 4.5 bits per weight, 6-bit scales and "
+          "minimums per 32 in super-blocks of 256 (llama.cpp Q4_K). Activations are rounded to "
+          "int8 per 32 and multiplied on the integer units (VNNI)")
+      ->check(CLI::IsMember({"none", "int8", "int4", "int4k"}))
       ->default_str("none");
   command
       .add_option_function<std::string>(
           "--lm-head-quantization",
           [&args](const std::string& name) { args.lm_head_unquantized = name == "none"; },
           "The output head (lm_head, or the tied embedding table) under --quantization: auto: "
-          "int8 (as llama.cpp's Q8_0 files; int4 keeps its head at int8 too); none: the "
+          "int8 (as llama.cpp's Q8_0 files; int4 and int4k keep their head at int8 too); none: the "
           "checkpoint's dtype, more accurate logits for more bytes per token (Qwen3-1.7B int8: "
           "+16% bytes per token; its head is 18% of its weights)")
       ->check(CLI::IsMember({"auto", "none"}))

@@ -104,17 +104,44 @@ float PackedMatrix::ScaleAt(int64_t row, int64_t group) const {
 }
 
 float PackedMatrix::MinimumAt(int64_t row, int64_t group) const {
-  if (quantization_ != Quantization::kInt4) return 0.0F;
+  if (!IsInt4(quantization_)) return 0.0F;
   return F16At(data(), ScaleIndex(row, group) + 2 * kPanelRows);
+}
+
+int PackedMatrix::SubBlockScaleBits(int64_t row, int64_t block, bool minimum) const {
+  INFER_CHECK(quantization_ == Quantization::kInt4K, "SubBlockScaleBits: not an int4k matrix");
+  const int64_t group = block * kQuantBlock / group_size_;
+  const int64_t b = block % (group_size_ / kQuantBlock);
+  uint32_t words[3];
+  for (int i = 0; i < 3; ++i) {
+    std::memcpy(&words[i], static_cast<const uint8_t*>(data()) + ScaleWordIndex(row, group, i), 4);
+  }
+  const Int4KScalePlace place = Int4KScaleAt(b, minimum);
+  if (place.shift == kInt4KSplitShift) {
+    return static_cast<int>((words[0] >> 30) | (words[1] >> 30) << 2 | (words[2] >> 30) << 4);
+  }
+  return static_cast<int>(words[place.word] >> place.shift & 63);
+}
+
+float PackedMatrix::SubBlockScale(int64_t row, int64_t block) const {
+  const int64_t group = block * kQuantBlock / group_size_;
+  if (quantization_ != Quantization::kInt4K) return ScaleAt(row, group);
+  return ScaleAt(row, group) * static_cast<float>(SubBlockScaleBits(row, block, false));
+}
+
+float PackedMatrix::SubBlockMinimum(int64_t row, int64_t block) const {
+  const int64_t group = block * kQuantBlock / group_size_;
+  if (quantization_ != Quantization::kInt4K) return MinimumAt(row, group);
+  return MinimumAt(row, group) * static_cast<float>(SubBlockScaleBits(row, block, true));
 }
 
 float PackedMatrix::At(int64_t row, int64_t col) const {
   if (quantized()) {
-    const int64_t group = col / group_size_;
-    const float d = ScaleAt(row, group);
+    const int64_t block = col / kQuantBlock;
+    const float d = SubBlockScale(row, block);
     if (quantization_ == Quantization::kInt8)
       return d * static_cast<float>(QuantAt(row, col) - 128);
-    return d * static_cast<float>(QuantAt(row, col)) + MinimumAt(row, group);
+    return d * static_cast<float>(QuantAt(row, col)) + SubBlockMinimum(row, block);
   }
   const int64_t index = Index(row, col);
   switch (dtype()) {

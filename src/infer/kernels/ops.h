@@ -38,14 +38,40 @@ MatMulPrecision ParseMatMulPrecision(std::string_view name);
 //   per weight.
 // - kInt4: asymmetric, an f16 scale d and an f16 minimum m per group (32, 64 or 128 input
 //   channels; kDefaultInt4Group): w = d * q + m, q in [0, 15]; 4 + 32 / group bits per weight.
+// - kInt4K: 4.5 bits per weight, as llama.cpp's Q4_K: super-blocks of 256 input channels, each
+//   an f16 scale d and an f16 minimum step dm (<= 0), and per sub-block of 32 a 6-bit scale sc
+//   and a 6-bit minimum mn: w = (d sc) q + (dm mn), q in [0, 15]. d sc and dm mn are exact in
+//   f32 (11 significant bits times 6), so a sub-block multiplies as an int4 group of 32 does.
 // A quantized MatMul rounds its activations to int8 per row and block of 32 input channels
 // (scale max|x| / 127, to nearest even, as llama.cpp's vec_dot does) and multiplies on the
 // integer units (AVX-512 VNNI vpdpbusd where the CPU has it); MatMulPrecision is not used.
-enum class Quantization { kNone, kInt8, kInt4 };
+enum class Quantization { kNone, kInt8, kInt4, kInt4K };
 
-std::string_view QuantizationName(Quantization quantization);  // "none", "int8", "int4"
-// "none", "int8" or "int4"; anything else throws infer::Error naming the choices.
+// "none", "int8", "int4", "int4k"
+std::string_view QuantizationName(Quantization quantization);
+// One of those names; anything else throws infer::Error naming the choices.
 Quantization ParseQuantization(std::string_view name);
+// Whether the type stores 4-bit values (kInt4, kInt4K): two per byte, w = d q + m per sub-block.
+constexpr bool IsInt4(Quantization quantization) {
+  return quantization == Quantization::kInt4 || quantization == Quantization::kInt4K;
+}
+// kInt4K's super-block (its only group size) and the bytes of its packed 6-bit scales per row.
+constexpr int64_t kSuperBlock = 256;
+constexpr int64_t kInt4KScaleBytes = 12;
+// Where kInt4K's 6-bit sc (or, `minimum`, mn) of sub-block b (0-7) sits in a row's three scale
+// words: the word, and the shift of its bit 0. mn7 alone is split: its bits 0-1, 2-3 and 4-5
+// are bits 30-31 of words 0, 1 and 2 (kInt4KSplitShift; the place given for it is word 0's).
+struct Int4KScalePlace {
+  int word;
+  int shift;
+};
+constexpr int kInt4KSplitShift = 30;
+constexpr Int4KScalePlace Int4KScaleAt(int64_t b, bool minimum) {
+  if (b < 5) return {minimum ? 1 : 0, static_cast<int>(6 * b)};
+  if (!minimum) return {2, static_cast<int>(6 * (b - 5))};
+  if (b < 7) return {2, static_cast<int>(18 + 6 * (b - 5))};
+  return {0, kInt4KSplitShift};
+}
 
 // Input channels per activation block of a quantized MatMul (and the unit of weight groups).
 constexpr int64_t kQuantBlock = 32;
@@ -62,13 +88,17 @@ constexpr int64_t kDefaultInt4Group = 32;
 // - f16, f32: [2][kPanelRows].
 // A range of panels is therefore one sequential stream (what decode reads), and a panel's
 // steps are what the GEMM's register tile consumes in order.
-// Quantized (kInt8, kInt4): panels of kPanelRows rows, each num_groups() groups of
+// Quantized (kInt8, kInt4, kInt4K): panels of kPanelRows rows, each num_groups() groups of
 // group_size() input channels (k padded with zeros to whole groups), each group_bytes()
 // bytes: the quantized values q (unsigned: int8 stores q + 128) of its sub-blocks of
-// kQuantBlock channels, then d[kPanelRows] (f16), then for kInt4 m[kPanelRows] (f16).
+// kQuantBlock channels, then d[kPanelRows] (f16), then for kInt4 m[kPanelRows] (f16); for kInt4K
+// d[kPanelRows], dm[kPanelRows] (f16) and the sub-blocks' 6-bit sc and mn as three 32-bit words
+// per row, word-major ([3][kPanelRows]): word 0 holds sc0-sc4, word 1 mn0-mn4, word 2 sc5-sc7,
+// mn5 and mn6 (6 bits each from bit 0), and bits 30-31 of words 0, 1, 2 hold mn7's bits 0-1,
+// 2-3, 4-5 (SubBlockScaleBits).
 // A sub-block is laid out for vpdpbusd, four consecutive channels of a row per 32-bit lane:
 // - kInt8: [8 quads][kPanelRows][4] bytes (1024);
-// - kInt4: [4][kPanelRows][4] bytes (512); a byte holds quad j (low nibble) and quad j + 4
+// - kInt4, kInt4K: [4][kPanelRows][4] bytes (512); a byte holds quad j (low nibble) and quad j + 4
 //   (high nibble).
 // QuantIndex() below is the one definition of that layout.
 class PackedMatrix {
@@ -80,7 +110,8 @@ class PackedMatrix {
   // `pool` when given, into 2 MiB pages when `huge_pages`.
   static PackedMatrix Pack(const Tensor& w, ThreadPool* pool = nullptr, bool huge_pages = false);
   // w quantized as `quantization` says (kNone: Pack). group_size 0 takes the type's default
-  // (32 for kInt8, kDefaultInt4Group for kInt4); otherwise 32, 64 or 128 (kInt4 only).
+  // (32 for kInt8, kDefaultInt4Group for kInt4, kSuperBlock for kInt4K); otherwise 32, 64 or
+  // 128 (kInt4 only).
   // Throws infer::Error for a weight that is not finite or whose scale an f16 cannot hold.
   static PackedMatrix Quantize(const Tensor& w, Quantization quantization, int64_t group_size = 0,
                                ThreadPool* pool = nullptr, bool huge_pages = false);
@@ -95,26 +126,33 @@ class PackedMatrix {
   // Bytes of one sub-block's values, of one group (values and scales), of one panel.
   int64_t sub_block_bytes() const { return quantization_ == Quantization::kInt8 ? 1024 : 512; }
   int64_t group_bytes() const {
-    return group_size_ / kQuantBlock * sub_block_bytes() +
-           (quantization_ == Quantization::kInt4 ? 4 : 2) * kPanelRows;
+    const int64_t scale_bytes = quantization_ == Quantization::kInt8   ? 2
+                                : quantization_ == Quantization::kInt4 ? 4
+                                                                       : 4 + kInt4KScaleBytes;
+    return group_size_ / kQuantBlock * sub_block_bytes() + scale_bytes * kPanelRows;
   }
   int64_t panel_bytes() const { return num_groups() * group_bytes(); }
-  // Byte of q(row, col) in data() and whether it is the high nibble (kInt4).
+  // Byte of q(row, col) in data() and whether it is the high nibble (4-bit types).
   int64_t QuantIndex(int64_t row, int64_t col, bool* high_nibble) const {
     const int64_t lane = row % kPanelRows;
     const int64_t in_group = col % group_size_;
     const int64_t quad = in_group % kQuantBlock / 4;
     const int64_t quad_slot = quantization_ == Quantization::kInt8 ? quad : quad % 4;
-    *high_nibble = quantization_ == Quantization::kInt4 && quad >= 4;
+    *high_nibble = IsInt4(quantization_) && quad >= 4;
     return (row / kPanelRows) * panel_bytes() + (col / group_size_) * group_bytes() +
            in_group / kQuantBlock * sub_block_bytes() + (quad_slot * kPanelRows + lane) * 4 +
            col % 4;
   }
-  // Byte of the f16 scale d (and for kInt4, 2 * kPanelRows bytes on, the minimum m) of row's
-  // group g.
+  // Byte of the f16 scale d (and for kInt4, 2 * kPanelRows bytes on, the minimum m; for kInt4K
+  // the minimum step dm, then 2 * kPanelRows bytes on its scale words) of row's group g.
   int64_t ScaleIndex(int64_t row, int64_t group) const {
     return (row / kPanelRows) * panel_bytes() + group * group_bytes() +
            group_size_ / kQuantBlock * sub_block_bytes() + (row % kPanelRows) * 2;
+  }
+  // kInt4K: byte of row's scale word `word` (0-2) in group g, after d and dm.
+  int64_t ScaleWordIndex(int64_t row, int64_t group, int word) const {
+    return ScaleIndex(row, group) + 4 * kPanelRows + (row % kPanelRows) * 2 +
+           word * 4 * kPanelRows;
   }
   int64_t rows() const { return rows_; }  // n
   int64_t cols() const { return cols_; }  // k
@@ -131,10 +169,18 @@ class PackedMatrix {
            (dtype() == DType::kBF16 ? lane * 2 + col % 2 : (col % 2) * kPanelRows + lane);
   }
   // A quantized matrix's stored values: q of w[row, col] as stored (int8: q + 128, int4: the
-  // nibble), and its group's scale d and minimum m (int4; 0 for int8), widened from f16.
+  // nibble), and its group's f16 scale d and minimum m (int4; 0 for int8; kInt4K: d and dm),
+  // widened.
   int QuantAt(int64_t row, int64_t col) const;
   float ScaleAt(int64_t row, int64_t group) const;
   float MinimumAt(int64_t row, int64_t group) const;
+  // The scale and minimum that multiply sub-block `block` (input channels [32 block, 32 block +
+  // 32)) of row: w = scale q + minimum (int8: minimum 0, q less 128). The group's for kInt8 and
+  // kInt4; d sc and dm mn, exact in f32, for kInt4K.
+  float SubBlockScale(int64_t row, int64_t block) const;
+  float SubBlockMinimum(int64_t row, int64_t block) const;
+  // kInt4K: sub-block `block`'s 6-bit sc and mn of row.
+  int SubBlockScaleBits(int64_t row, int64_t block, bool minimum) const;
   // w[row, col] widened to f32 (dequantized: d * q (+ m), in f32).
   float At(int64_t row, int64_t col) const;
 

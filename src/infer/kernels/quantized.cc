@@ -17,15 +17,18 @@ std::string_view QuantizationName(Quantization quantization) {
       return "int8";
     case Quantization::kInt4:
       return "int4";
+    case Quantization::kInt4K:
+      return "int4k";
   }
   return "unknown";
 }
 
 Quantization ParseQuantization(std::string_view name) {
-  for (Quantization q : {Quantization::kNone, Quantization::kInt8, Quantization::kInt4}) {
+  for (Quantization q : {Quantization::kNone, Quantization::kInt8, Quantization::kInt4,
+                         Quantization::kInt4K}) {
     if (QuantizationName(q) == name) return q;
   }
-  Fail("quantization '{}' is not one of none, int8, int4", name);
+  Fail("quantization '{}' is not one of none, int8, int4, int4k", name);
 }
 
 namespace {
@@ -35,6 +38,8 @@ constexpr float kMaxF16 = 65504.0F;
 // The scales tried per group: the range's, then kScaleStep smaller each.
 constexpr int kScaleCandidates = 8;
 constexpr float kScaleStep = 0.02F;
+// kInt4K: the super-block scales d tried, from the largest sub-block's over 63 up in kScaleStep.
+constexpr int kSuperScaleCandidates = 4;
 
 // x rounded to the nearest integer, ties to even, for |x| < 2^22 (adding 1.5 * 2^23 leaves no
 // fraction bits; the default rounding mode rounds to nearest even). Inline and vectorizable,
@@ -85,15 +90,126 @@ INFER_TARGET_CLONES_AVX2 float Int4GroupError(const float* values, int64_t count
   return total;
 }
 
+// The scale among a few at and below base (clipping the extremes a little) with the least
+// squared error for an int4 group of `count` values (padded to `padded`) with minimum m
+// (int8's 255 levels gain nothing from the search). round_scale: the scale as it will be
+// stored.
+template <class Round>
+float BestInt4Scale(const float* values, int64_t count, int64_t padded, float base, float m,
+                    Round round_scale) {
+  float d = round_scale(base);
+  float best_error = Int4GroupError(values, count, padded, d, m);
+  for (int step = 1; step < kScaleCandidates; ++step) {
+    const float candidate = round_scale(base * (1.0F - kScaleStep * step));
+    const float error = Int4GroupError(values, count, padded, candidate, m);
+    if (error < best_error) {
+      best_error = error;
+      d = candidate;
+    }
+  }
+  return d;
+}
+
+// kInt4K's scales for one super-block of a row (values: kSuperBlock entries, zeros past
+// count): the f16 d and dm, and per sub-block the 6-bit sc and mn, chosen as llama.cpp's Q4_K
+// chooses them in spirit: each sub-block's own best (scale, minimum <= 0) first, then d and dm
+// as the largest of those over 63, then per sub-block the (sc, mn) near its own best with the
+// least squared error against the rounded d sc and dm mn.
+struct SuperBlockScales {
+  float d = 0.0F;
+  float dm = 0.0F;
+  int sc[kSuperBlock / kQuantBlock] = {};
+  int mn[kSuperBlock / kQuantBlock] = {};
+};
+
+SuperBlockScales ChooseSuperBlockScales(const float* values, int64_t count, int64_t row,
+                                        int64_t begin) {
+  constexpr int64_t kSubs = kSuperBlock / kQuantBlock;
+  float own_scale[kSubs] = {};
+  float own_min[kSubs] = {};
+  float lo[kSubs] = {};
+  float hi[kSubs] = {};
+  float max_scale = 0.0F;
+  float min_min = 0.0F;
+  for (int64_t j = 0; j < kSubs; ++j) {
+    const int64_t n = std::clamp<int64_t>(count - j * kQuantBlock, 0, kQuantBlock);
+    if (n == 0) continue;
+    const float* v = values + j * kQuantBlock;
+    lo[j] = *std::min_element(v, v + n);
+    hi[j] = *std::max_element(v, v + n);
+    own_min[j] = std::min(lo[j], 0.0F);
+    own_scale[j] = BestInt4Scale(v, n, kQuantBlock, (hi[j] - own_min[j]) / 15.0F, own_min[j],
+                                 [](float scale) { return scale; });
+    max_scale = std::max(max_scale, own_scale[j]);
+    min_min = std::min(min_min, own_min[j]);
+  }
+  INFER_CHECK(max_scale / 63.0F <= kMaxF16 && -min_min / 63.0F <= kMaxF16,
+              "quantize: weights of row {} near column {} are too large for an f16 scale", row,
+              begin);
+  // Each sub-block's best (sc, mn) for a given d and dm, and the super-block's total error.
+  auto fit = [&](SuperBlockScales& out) {
+    float total = 0.0F;
+    for (int64_t j = 0; j < kSubs; ++j) {
+      const int64_t n = std::clamp<int64_t>(count - j * kQuantBlock, 0, kQuantBlock);
+      if (n == 0) continue;
+      const float* v = values + j * kQuantBlock;
+      float best_error = INFINITY;
+      const float exact_mn = out.dm < 0.0F ? own_min[j] / out.dm : 0.0F;
+      for (int mn = static_cast<int>(std::floor(exact_mn)) - 1; mn <= std::ceil(exact_mn) + 1;
+           ++mn) {
+        if (mn < 0 || mn > 63) continue;
+        const float m = out.dm * static_cast<float>(mn);
+        // sc that spans the sub-block exactly, and the candidates around and a little below it
+        // (none but 0 when the whole super-block has no spread).
+        const float top = out.d > 0.0F ? (hi[j] - m) / 15.0F / out.d : 0.0F;
+        const int least = out.d > 0.0F ? 1 : 0;
+        const int sc_hi = std::clamp(static_cast<int>(std::ceil(top)) + 1, least, 63);
+        const int sc_lo = std::clamp(
+            static_cast<int>(std::floor(top * (1.0F - kScaleStep * (kScaleCandidates - 1)))),
+            least, 63);
+        for (int sc = sc_lo; sc <= sc_hi; ++sc) {
+          const float error = Int4GroupError(v, n, kQuantBlock, out.d * static_cast<float>(sc), m);
+          if (error < best_error) {
+            best_error = error;
+            out.sc[j] = sc;
+            out.mn[j] = mn;
+          }
+        }
+      }
+      total += best_error;
+    }
+    return total;
+  };
+  // d from the largest sub-block scale over 63, or a little above (a coarser grid that may
+  // fit the other sub-blocks better): the least total error wins.
+  SuperBlockScales out;
+  float best_total = INFINITY;
+  for (int i = 0; i < kSuperScaleCandidates; ++i) {
+    SuperBlockScales candidate;
+    candidate.d = F16ToF32(F32ToF16(max_scale / 63.0F * (1.0F + kScaleStep * i)));
+    candidate.dm = F16ToF32(F32ToF16(min_min / 63.0F));
+    const float total = fit(candidate);
+    if (total < best_total) {
+      best_total = total;
+      out = candidate;
+    }
+  }
+  return out;
+}
+
 // Quantizes rows [row_begin, row_end) of w into packed's bytes.
-template <bool kInt4>
+template <Quantization kType>
 void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, int64_t row_begin,
                   int64_t row_end) {
+  constexpr bool kInt4 = IsInt4(kType);
   const int64_t k = w.dim(1);
   const int64_t group = packed.group_size();
+  const int64_t subs = group / kQuantBlock;
   const int64_t padded_k = packed.num_groups() * group;
   const int64_t sub_bytes = packed.sub_block_bytes();
   std::vector<float> row_values(static_cast<size_t>(padded_k));
+  std::vector<float> sub_d(static_cast<size_t>(subs));
+  std::vector<float> sub_m(static_cast<size_t>(subs));
   for (int64_t row = row_begin; row < row_end; ++row) {
     float* values_row = row_values.data();
     for (int64_t c = 0; c < k; ++c) {
@@ -106,37 +222,54 @@ void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, i
       const int64_t begin = g * group;
       const int64_t count = std::min(group, k - begin);
       const float* values = values_row + begin;
-      float lo = values[0];
-      float hi = values[0];
-      float amax = 0.0F;
-      for (int64_t i = 0; i < count; ++i) {
-        lo = std::min(lo, values[i]);
-        hi = std::max(hi, values[i]);
-        amax = std::max(amax, std::fabs(values[i]));
-      }
-      // The scale (and minimum) are rounded to f16 first; q is chosen against the rounded
-      // values. int4: among a few scales at and below the range's (clipping the extremes a
-      // little), the one with the least squared error wins (int8's 255 levels gain nothing).
-      const float m = kInt4 ? F16ToF32(F32ToF16(lo)) : 0.0F;
-      const float base = kInt4 ? (hi - m) / 15.0F : amax / 127.0F;
-      INFER_CHECK(base <= kMaxF16 && std::fabs(m) <= kMaxF16,
-                  "quantize: weights of row {} near column {} (max |w| {}) are too large for an "
-                  "f16 scale",
-                  row, begin, amax);
-      auto round_scale = [](float scale) { return F16ToF32(F32ToF16(scale)); };
-      float d = round_scale(base);
-      if constexpr (kInt4) {
-        float best_error = Int4GroupError(values, count, group, d, m);
-        for (int step = 1; step < kScaleCandidates; ++step) {
-          const float candidate = round_scale(base * (1.0F - kScaleStep * step));
-          const float error = Int4GroupError(values, count, group, candidate, m);
-          if (error < best_error) {
-            best_error = error;
-            d = candidate;
+      // The stored f16 scale and minimum (kInt4K: d and dm), and each sub-block's (exact) scale
+      // and minimum, against which q is chosen.
+      float d = 0.0F;
+      float m = 0.0F;
+      if constexpr (kType == Quantization::kInt4K) {
+        const SuperBlockScales scales = ChooseSuperBlockScales(values, count, row, begin);
+        d = scales.d;
+        m = scales.dm;
+        uint32_t words[3] = {};
+        for (int64_t j = 0; j < subs; ++j) {
+          sub_d[j] = d * static_cast<float>(scales.sc[j]);
+          sub_m[j] = m * static_cast<float>(scales.mn[j]);
+          for (bool minimum : {false, true}) {
+            const auto bits = static_cast<uint32_t>(minimum ? scales.mn[j] : scales.sc[j]);
+            const Int4KScalePlace place = Int4KScaleAt(j, minimum);
+            if (place.shift == kInt4KSplitShift) {
+              for (int i = 0; i < 3; ++i) words[i] |= (bits >> (2 * i) & 3) << kInt4KSplitShift;
+            } else {
+              words[place.word] |= bits << place.shift;
+            }
           }
         }
+        for (int i = 0; i < 3; ++i) {
+          std::copy_n(reinterpret_cast<const uint8_t*>(&words[i]), 4,
+                      bytes + packed.ScaleWordIndex(row, g, i));
+        }
+      } else {
+        float lo = values[0];
+        float hi = values[0];
+        float amax = 0.0F;
+        for (int64_t i = 0; i < count; ++i) {
+          lo = std::min(lo, values[i]);
+          hi = std::max(hi, values[i]);
+          amax = std::max(amax, std::fabs(values[i]));
+        }
+        // The scale (and minimum) are rounded to f16 first; q is chosen against the rounded
+        // values. int4: the best of a few scales (BestInt4Scale).
+        m = kInt4 ? F16ToF32(F32ToF16(lo)) : 0.0F;
+        const float base = kInt4 ? (hi - m) / 15.0F : amax / 127.0F;
+        INFER_CHECK(base <= kMaxF16 && std::fabs(m) <= kMaxF16,
+                    "quantize: weights of row {} near column {} (max |w| {}) are too large for "
+                    "an f16 scale",
+                    row, begin, amax);
+        auto round_scale = [](float scale) { return F16ToF32(F32ToF16(scale)); };
+        d = kInt4 ? BestInt4Scale(values, count, group, base, m, round_scale) : round_scale(base);
+        std::fill(sub_d.begin(), sub_d.end(), d);
+        std::fill(sub_m.begin(), sub_m.end(), m);
       }
-      const float inverse = d > 0.0F ? 1.0F / d : 0.0F;
       bool high = false;
       // The group's first byte: element i sits at first + sub-block offset + quad slot * 128
       // + i % 4 (ops.h).
@@ -145,9 +278,12 @@ void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, i
         const int64_t quad = i % kQuantBlock / 4;
         const int64_t at = first + i / kQuantBlock * sub_bytes +
                            (kInt4 ? quad % 4 : quad) * PackedMatrix::kPanelRows * 4 + i % 4;
+        const float sd = sub_d[i / kQuantBlock];
+        const float inverse = sd > 0.0F ? 1.0F / sd : 0.0F;
         if constexpr (kInt4) {
+          const float sm = sub_m[i / kQuantBlock];
           const int q =
-              static_cast<int>(std::clamp(RoundToEven((values[i] - m) * inverse), 0.0F, 15.0F));
+              static_cast<int>(std::clamp(RoundToEven((values[i] - sm) * inverse), 0.0F, 15.0F));
           bytes[at] = static_cast<uint8_t>(quad >= 4 ? (bytes[at] & 0x0f) | (q << 4)
                                                      : (bytes[at] & 0xf0) | q);
         } else {
@@ -186,12 +322,20 @@ PackedMatrix PackedMatrix::Quantize(const Tensor& w, Quantization quantization, 
               "quantize: weight has dtype {}, expected f32, bf16 or f16", DTypeName(w.dtype()));
   INFER_CHECK(w.is_contiguous(), "quantize: weight {} is not contiguous", ShapeString(w.shape()));
   INFER_CHECK(w.raw() != nullptr || w.numel() == 0, "quantize: weight has no data");
-  if (group_size == 0) group_size = quantization == Quantization::kInt8 ? 32 : kDefaultInt4Group;
-  INFER_CHECK(quantization == Quantization::kInt8
-                  ? group_size == 32
-                  : group_size == 32 || group_size == 64 || group_size == 128,
+  if (group_size == 0) {
+    group_size = quantization == Quantization::kInt8   ? 32
+                 : quantization == Quantization::kInt4 ? kDefaultInt4Group
+                                                       : kSuperBlock;
+  }
+  INFER_CHECK(quantization == Quantization::kInt8   ? group_size == 32
+              : quantization == Quantization::kInt4 ? group_size == 32 || group_size == 64 ||
+                                                          group_size == 128
+                                                    : group_size == kSuperBlock,
               "quantize: {} takes groups of {}, got {}", QuantizationName(quantization),
-              quantization == Quantization::kInt8 ? "32" : "32, 64 or 128", group_size);
+              quantization == Quantization::kInt8   ? "32"
+              : quantization == Quantization::kInt4 ? "32, 64 or 128"
+                                                    : "256",
+              group_size);
   PackedMatrix packed;
   packed.rows_ = w.dim(0);
   packed.cols_ = w.dim(1);
@@ -205,10 +349,16 @@ PackedMatrix PackedMatrix::Quantize(const Tensor& w, Quantization quantization, 
   auto run = [&](int64_t begin, int64_t end) {
     const int64_t row_begin = begin * kPanelRows;
     const int64_t row_end = std::min(packed.rows_, end * kPanelRows);
-    if (quantization == Quantization::kInt4) {
-      QuantizeRows<true>(w, packed, data, row_begin, row_end);
-    } else {
-      QuantizeRows<false>(w, packed, data, row_begin, row_end);
+    switch (quantization) {
+      case Quantization::kInt4:
+        QuantizeRows<Quantization::kInt4>(w, packed, data, row_begin, row_end);
+        break;
+      case Quantization::kInt4K:
+        QuantizeRows<Quantization::kInt4K>(w, packed, data, row_begin, row_end);
+        break;
+      default:
+        QuantizeRows<Quantization::kInt8>(w, packed, data, row_begin, row_end);
+        break;
     }
   };
   if (pool != nullptr) {

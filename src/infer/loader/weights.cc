@@ -299,14 +299,16 @@ void CheckWeightsFitMemory(const LoadedModel& loaded, const std::vector<WeightSl
     const auto elements = static_cast<double>(NumElements(slot.shape));
     double per_element = static_cast<double>(DTypeSize(config.dtype));
     if (slot.matrix != nullptr && options.quantization != kernels::Quantization::kNone) {
-      per_element = options.quantization == kernels::Quantization::kInt8 ? 8.5 / 8 : 5.0 / 8;
+      per_element = options.quantization == kernels::Quantization::kInt8   ? 8.5 / 8
+                    : options.quantization == kernels::Quantization::kInt4 ? 5.0 / 8
+                                                                           : 4.5 / 8;
     }
     bytes += elements * per_element;
   }
   const auto available = static_cast<double>(AvailableMemoryBytes());
   INFER_CHECK(available == 0 || bytes <= available,
               "{}: the weights need {:.2f} GiB in memory ({} parameters, {}{}), more than the "
-              "{:.2f} GiB this machine has available; try --quantization int8 or int4, or a "
+              "{:.2f} GiB this machine has available; try --quantization int8, int4 or int4k, or a "
               "machine with more memory",
               loaded.path, bytes / 0x1p30, ParameterCount(config), DTypeName(config.dtype),
               options.quantization == kernels::Quantization::kNone

@@ -1,4 +1,4 @@
-// Quantized weights (int8, int4): the stored values against the quantization rule written out
+// Quantized weights (int8, int4, int4k): the stored values against the quantization rule written out
 // here, the activation rounding against the rule, and every MatMul path (the scalar reference
 // and each SIMD level the CPU has) against a float64 product of the dequantized weights and
 // the rounded activations, over odd shapes, strides, groups and bias; and batch invariance.
@@ -30,14 +30,112 @@ std::vector<Isa> AllIsas() {
 //   int4: m = f16(min w); of the scales d_i = f16((max w - m) / 15 * (1 - 0.02 i)), i < 8,
 //         the first with the least sum of (w' - w)^2, where q = clamp(round((w - m) / d), 0, 15)
 //         and w' = d q + m.
+//   int4k (groups of 256, sub-blocks of 32): per sub-block j, m_j = min(min w, 0) and s_j the
+//         first best of (max w - m_j) / 15 * (1 - 0.02 i), i < 8 (unrounded); dm =
+//         f16(min_j m_j / 63); of d_i = f16(max_j s_j / 63 * (1 + 0.02 i)), i < 4, the first
+//         with the least total error, where per sub-block, of the mn from floor - 1 to ceil + 1
+//         of m_j / dm (0 if dm = 0) in [0, 63] and, for each, the sc from floor(0.86 t) to
+//         ceil(t) + 1 in [1, 63] ([0, 0] if d = 0), t = (max w - dm mn) / 15 / d, the first with
+//         the least error is kept (errors as int4's, with d sc and dm mn); q as int4's.
 // Returns w' in double and the step d per element.
 struct Dequantized {
   std::vector<double> values;
   std::vector<double> step;
 };
 
+// The sum of (d q + m - w)^2 over w: f32 squares in 8 interleaved partial sums, added in order.
+float Int4Error(const float* w, int64_t count, float d, float m) {
+  float partial[8] = {};
+  const float inverse = d > 0 ? 1.0F / d : 0.0F;
+  for (int64_t c = 0; c < count; ++c) {
+    const float q = std::clamp(std::nearbyint((w[c] - m) * inverse), 0.0F, 15.0F);
+    const float e = d * q + m - w[c];
+    partial[c % 8] += e * e;
+  }
+  float total = 0;
+  for (float p : partial) total += p;
+  return total;
+}
+
+Dequantized QuantizeInt4KByRule(const std::vector<float>& w, int64_t n, int64_t k) {
+  Dequantized out{std::vector<double>(w.size()), std::vector<double>(w.size())};
+  for (int64_t row = 0; row < n; ++row) {
+    for (int64_t g0 = 0; g0 < k; g0 += 256) {
+      const int64_t subs = (std::min(k, g0 + 256) - g0 + 31) / 32;
+      std::vector<float> s(subs), m(subs), hi(subs);
+      float max_s = 0, min_m = 0;
+      for (int64_t j = 0; j < subs; ++j) {
+        const float* v = w.data() + row * k + g0 + 32 * j;
+        const int64_t count = std::min<int64_t>(32, k - g0 - 32 * j);
+        m[j] = std::min(*std::min_element(v, v + count), 0.0F);
+        hi[j] = *std::max_element(v, v + count);
+        s[j] = (hi[j] - m[j]) / 15.0F;
+        float best = Int4Error(v, count, s[j], m[j]);
+        for (int i = 1; i < 8; ++i) {
+          const float candidate = (hi[j] - m[j]) / 15.0F * (1.0F - 0.02F * i);
+          if (Int4Error(v, count, candidate, m[j]) < best) {
+            best = Int4Error(v, count, candidate, m[j]);
+            s[j] = candidate;
+          }
+        }
+        max_s = std::max(max_s, s[j]);
+        min_m = std::min(min_m, m[j]);
+      }
+      const float dm = F16ToF32(F32ToF16(min_m / 63.0F));
+      // Per sub-block: the best (scale, minimum) for a super-block scale d, and its error.
+      auto fit = [&](float d, int64_t j, float& best_d, float& best_m) {
+        const float* v = w.data() + row * k + g0 + 32 * j;
+        const int64_t count = std::min<int64_t>(32, k - g0 - 32 * j);
+        const float exact = dm < 0 ? m[j] / dm : 0.0F;
+        float best = INFINITY;
+        for (int mn = static_cast<int>(std::floor(exact)) - 1; mn <= std::ceil(exact) + 1; ++mn) {
+          if (mn < 0 || mn > 63) continue;
+          const float t = d > 0 ? (hi[j] - dm * static_cast<float>(mn)) / 15.0F / d : 0.0F;
+          const int least = d > 0 ? 1 : 0;
+          const int lo_sc =
+              std::clamp(static_cast<int>(std::floor(t * (1.0F - 0.02F * 7))), least, 63);
+          const int hi_sc = std::clamp(static_cast<int>(std::ceil(t)) + 1, least, 63);
+          for (int sc = lo_sc; sc <= hi_sc; ++sc) {
+            const float e = Int4Error(v, count, d * sc, dm * mn);
+            if (e < best) {
+              best = e;
+              best_d = d * sc;
+              best_m = dm * mn;
+            }
+          }
+        }
+        return best;
+      };
+      float d = 0, best_total = INFINITY;
+      for (int i = 0; i < 4; ++i) {
+        const float candidate = F16ToF32(F32ToF16(max_s / 63.0F * (1.0F + 0.02F * i)));
+        float total = 0, unused_d = 0, unused_m = 0;
+        for (int64_t j = 0; j < subs; ++j) total += fit(candidate, j, unused_d, unused_m);
+        if (total < best_total) {
+          best_total = total;
+          d = candidate;
+        }
+      }
+      for (int64_t j = 0; j < subs; ++j) {
+        const float* v = w.data() + row * k + g0 + 32 * j;
+        const int64_t count = std::min<int64_t>(32, k - g0 - 32 * j);
+        float best_d = 0, best_m = 0;
+        fit(d, j, best_d, best_m);
+        const float inverse = best_d > 0 ? 1.0F / best_d : 0.0F;
+        for (int64_t c = 0; c < count; ++c) {
+          const float q = std::clamp(std::nearbyint((v[c] - best_m) * inverse), 0.0F, 15.0F);
+          out.values[row * k + g0 + 32 * j + c] = static_cast<double>(best_d) * q + best_m;
+          out.step[row * k + g0 + 32 * j + c] = best_d + std::fabs(dm);
+        }
+      }
+    }
+  }
+  return out;
+}
+
 Dequantized QuantizeByRule(const std::vector<float>& w, int64_t n, int64_t k, Quantization type,
                            int64_t group) {
+  if (type == Quantization::kInt4K) return QuantizeInt4KByRule(w, n, k);
   Dequantized out{std::vector<double>(w.size()), std::vector<double>(w.size())};
   for (int64_t row = 0; row < n; ++row) {
     for (int64_t g0 = 0; g0 < k; g0 += group) {
@@ -115,7 +213,8 @@ std::vector<QuantCase> QuantCases() {
   return {{Quantization::kInt8, 32},
           {Quantization::kInt4, 32},
           {Quantization::kInt4, 64},
-          {Quantization::kInt4, 128}};
+          {Quantization::kInt4, 128},
+          {Quantization::kInt4K, 256}};
 }
 
 std::string Name(const QuantCase& c) {
@@ -146,9 +245,12 @@ TEST(QuantizedTest, StoredWeightsFollowTheRule) {
                     rule.step[row * k + col] * steps + 1e-30);
         }
       }
-      // Bytes: 8 + 16 / 32 (int8) or 4 + 32 / group (int4) bits per weight, padding included.
+      // Bytes: 8 + 16 / 32 (int8), 4 + 32 / group (int4) or 4.5 (int4k) bits per weight,
+      // padding included.
       const int64_t padded = packed.num_panels() * 32 * packed.num_groups() * qc.group;
-      const double bits = qc.type == Quantization::kInt8 ? 8.5 : 4.0 + 32.0 / qc.group;
+      const double bits = qc.type == Quantization::kInt8   ? 8.5
+                          : qc.type == Quantization::kInt4 ? 4.0 + 32.0 / qc.group
+                                                           : 4.5;
       EXPECT_EQ(static_cast<double>(packed.size_bytes()) * 8, bits * padded) << Name(qc);
     }
   }
@@ -288,23 +390,22 @@ std::vector<float> ScalarTwin(const std::vector<float>& x, int64_t m, int64_t k,
   std::vector<int32_t> sx(static_cast<size_t>(m * blocks));
   cpu::reference::QuantizeActivations(x.data(), m, k, x_stride, padded_k, q.data(), dx.data(),
                                       sx.data());
-  const bool int4 = w.quantization() == Quantization::kInt4;
+  const bool int4 = IsInt4(w.quantization());
   std::vector<float> y(static_cast<size_t>(m * w.rows()));
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < w.rows(); ++j) {
       float acc = 0.0F;
       for (int64_t b = 0; b < blocks; ++b) {
-        const int64_t group = b * kQuantBlock / w.group_size();
         int32_t r = 0;
         for (int64_t c = b * kQuantBlock; c < (b + 1) * kQuantBlock; ++c) {
           const int stored = c < k ? w.QuantAt(j, c) : (int4 ? 0 : 128);
           r += (int4 ? stored : stored - 128) * q[i * padded_k + c];
         }
-        const float d = w.ScaleAt(j, group);
+        const float d = w.SubBlockScale(j, b);
         const float block_dx = dx[i * blocks + b];
         acc = std::fma(static_cast<float>(r), d * block_dx, acc);
         if (int4) {
-          acc = std::fma(w.MinimumAt(j, group), block_dx * static_cast<float>(sx[i * blocks + b]),
+          acc = std::fma(w.SubBlockMinimum(j, b), block_dx * static_cast<float>(sx[i * blocks + b]),
                          acc);
         }
       }

@@ -467,6 +467,10 @@ TEST(QuantizedAccuracyTest, TopOneOverManyPositionsAgainstTheF32Model) {
     int4_options.quantization = kernels::Quantization::kInt4;
     const Accuracy int8 = measure(LoadModel(dir, int8_options), kernels::MatMulPrecision::kF32);
     const Accuracy int4 = measure(LoadModel(dir, int4_options), kernels::MatMulPrecision::kF32);
+    LoadOptions int4k_options;
+    int4k_options.quantization = kernels::Quantization::kInt4K;
+    const Accuracy int4k =
+        measure(LoadModel(dir, int4k_options), kernels::MatMulPrecision::kF32);
     int8_options.head = LoadOptions::Head::kUnquantized;
     const Accuracy int8_body =
         measure(LoadModel(dir, int8_options), kernels::MatMulPrecision::kF32);
@@ -480,7 +484,7 @@ TEST(QuantizedAccuracyTest, TopOneOverManyPositionsAgainstTheF32Model) {
          {std::pair{"int8", int8}, std::pair{"int8 layers only", int8_body},
           std::pair{"llama.cpp Q8_0", q8}, std::pair{"Q8_0, f16 scale (ggml)", q8_f16},
           std::pair{"Q8_0, int8's rounding", q8_int8_rounding}, std::pair{"int4", int4},
-          std::pair{"llama.cpp Q4_0 (symmetric)", q4}}) {
+          std::pair{"int4k (4.5 bits)", int4k}, std::pair{"llama.cpp Q4_0 (symmetric)", q4}}) {
       std::printf("[ %-6s %-26s 1024 positions: worst row error %.4f  top-1 %.4f  KL %.5f ]\n",
                   arch, name, a.worst_row_error, a.top1, a.kl);
     }
@@ -496,6 +500,9 @@ TEST(QuantizedAccuracyTest, TopOneOverManyPositionsAgainstTheF32Model) {
     EXPECT_LE(int8_body.worst_row_error, 1.15 * q8.worst_row_error) << arch;
     EXPECT_LE(int4.worst_row_error, q4.worst_row_error) << arch;
     EXPECT_GE(int4.top1, q4.top1) << arch;
+    // int4k (4.5 bits per weight) is no worse than int4 (5 bits) in error and top-1.
+    EXPECT_LE(int4k.worst_row_error, int4.worst_row_error) << arch;
+    EXPECT_GE(int4k.top1, int4.top1) << arch;
   }
 }
 

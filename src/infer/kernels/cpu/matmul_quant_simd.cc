@@ -67,6 +67,14 @@ inline VI HighNibbles(VI v) {
 [[maybe_unused]] inline VI Shr4I32(VI v) { return _mm512_srai_epi32(v, 4); }
 inline VI SubI(VI a, VI b) { return _mm512_sub_epi32(a, b); }
 inline V ToFloat(VI v) { return _mm512_cvtepi32_ps(v); }
+// The 6 bits of each lane from bit `shift` on; the top 2 bits of each lane, moved to `to`.
+inline VI SixBits(VI v, int shift) {
+  return _mm512_and_si512(_mm512_srl_epi32(v, _mm_cvtsi32_si128(shift)), _mm512_set1_epi32(63));
+}
+inline VI TopTwoBits(VI v, int to) {
+  return _mm512_sll_epi32(_mm512_srli_epi32(v, 30), _mm_cvtsi32_si128(to));
+}
+inline VI OrI(VI a, VI b) { return _mm512_or_si512(a, b); }
 #if defined(__AVX512VNNI__)
 // acc[i] += u[4i] s[4i] + ... + u[4i+3] s[4i+3] (u unsigned, s signed bytes).
 inline VI DotU8S8(VI acc, VI u, VI s) { return _mm512_dpbusd_epi32(acc, u, s); }
@@ -102,6 +110,13 @@ inline VI HighNibbles(VI v) {
 [[maybe_unused]] inline VI Shr4I32(VI v) { return _mm256_srai_epi32(v, 4); }
 inline VI SubI(VI a, VI b) { return _mm256_sub_epi32(a, b); }
 inline V ToFloat(VI v) { return _mm256_cvtepi32_ps(v); }
+inline VI SixBits(VI v, int shift) {
+  return _mm256_and_si256(_mm256_srl_epi32(v, _mm_cvtsi32_si128(shift)), _mm256_set1_epi32(63));
+}
+inline VI TopTwoBits(VI v, int to) {
+  return _mm256_sll_epi32(_mm256_srli_epi32(v, 30), _mm_cvtsi32_si128(to));
+}
+inline VI OrI(VI a, VI b) { return _mm256_or_si256(a, b); }
 #if defined(__AVXVNNI__)
 inline VI DotU8S8(VI acc, VI u, VI s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
 #else
@@ -197,6 +212,34 @@ inline V AddBlockTerm(V acc, VI dot, V d, V m, float dx, int32_t sx) {
   }
 }
 
+// The scale and minimum of sub-block b (of its group) for kLanes features from lane `lane`;
+// `scales` is the group's first byte after its values (ops.h): the f16 d (and int4's m), or
+// for kInt4K (`super`) the products d sc and dm mn, the same exact f32 values as
+// PackedMatrix::SubBlockScale / SubBlockMinimum.
+template <bool kInt4>
+inline void SubBlockScales(const uint8_t* scales, int64_t lane, int64_t b, bool super, V& d,
+                           V& m) {
+  const auto* d_ptr = reinterpret_cast<const uint16_t*>(scales) + lane;
+  d = LoadF16(d_ptr);
+  m = Zero();
+  if constexpr (kInt4) {
+    m = LoadF16(d_ptr + kPanel);
+    if (super) {
+      const uint8_t* words = scales + 4 * kPanel + lane * 4;
+      auto bits = [&](bool minimum) {
+        const Int4KScalePlace place = Int4KScaleAt(b, minimum);
+        if (place.shift == kInt4KSplitShift) {
+          return OrI(OrI(TopTwoBits(LoadI(words), 0), TopTwoBits(LoadI(words + 4 * kPanel), 2)),
+                     TopTwoBits(LoadI(words + 8 * kPanel), 4));
+        }
+        return SixBits(LoadI(words + place.word * 4 * kPanel), place.shift);
+      };
+      d = Mul(d, ToFloat(bits(false)));
+      m = Mul(m, ToFloat(bits(true)));
+    }
+  }
+}
+
 // kRows rows (from row0) against kTiles column tiles from feature j0, over weight groups
 // [g0, g1). y holds the sum of the earlier groups when `accumulate`; bias (features from j0,
 // or null) is added after the last group.
@@ -209,6 +252,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
   const int64_t sub_bytes = w.sub_block_bytes();
   const int64_t group_bytes = w.group_bytes();
   const int64_t values_bytes = subs * sub_bytes;
+  [[maybe_unused]] const bool super = w.quantization() == Quantization::kInt4K;
   const uint8_t* base[kTiles];
   int64_t cols[kTiles];
   int64_t lanes[kTiles];  // the tile's first lane in its panel
@@ -355,14 +399,9 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
           PrefetchLine(scales + kPrefetchBytes);
           if constexpr (kInt4) PrefetchLine(scales + kPrefetchBytes + 64);
         }
-        const auto* d_ptr = reinterpret_cast<const uint16_t*>(scales) + lanes[t];
-        const V d0 = LoadF16(d_ptr);
-        const V d1 = LoadF16(d_ptr + kLanes);
-        V m0 = Zero(), m1 = Zero();
-        if constexpr (kInt4) {
-          m0 = LoadF16(d_ptr + kPanel);
-          m1 = LoadF16(d_ptr + kPanel + kLanes);
-        }
+        V d0, m0, d1, m1;
+        SubBlockScales<kInt4>(scales, lanes[t], b, super, d0, m0);
+        SubBlockScales<kInt4>(scales, lanes[t] + kLanes, b, super, d1, m1);
 #pragma GCC unroll 8
         for (int r = 0; r < kRows; ++r) {
           const float dx = x.d[(row0 + r) * x.blocks + block];
@@ -457,6 +496,7 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
   const int64_t sub_bytes = w.sub_block_bytes();
   const int64_t group_bytes = w.group_bytes();
   const int64_t values_bytes = subs * sub_bytes;
+  [[maybe_unused]] const bool super = w.quantization() == Quantization::kInt4K;
   const int64_t lane = j0 % kPanel;
   const uint8_t* base = data + (j0 / kPanel) * w.panel_bytes() + g0 * group_bytes + lane * 4;
   const int64_t cols = std::min<int64_t>(kNr, w.rows() - j0);
@@ -470,7 +510,7 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
   }
   [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);  // (the sign trick's widening)
   for (int64_t g = g0; g < g1; ++g) {
-    const auto* d_ptr = reinterpret_cast<const uint16_t*>(base - lane * 4 + values_bytes) + lane;
+    const uint8_t* scales = base - lane * 4 + values_bytes;
     for (int64_t b = 0; b < subs; ++b) {
       const int64_t block = g * subs + b;
       const int64_t xo = row0 * x.padded_k + block * kQuantBlock;
@@ -569,15 +609,14 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
         }
       }
 #endif
-      const V d0 = LoadF16(d_ptr);
-      const V d1 = LoadF16(d_ptr + kLanes);
+      V d0, m0, d1, m1;
+      SubBlockScales<kInt4>(scales, lane, b, super, d0, m0);
+      SubBlockScales<kInt4>(scales, lane + kLanes, b, super, d1, m1);
 #pragma GCC unroll 8
       for (int r = 0; r < kRows; ++r) {
         const float dx = x.d[(row0 + r) * x.blocks + block];
         if constexpr (kInt4) {
           const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
-          const V m0 = LoadF16(d_ptr + kPanel);
-          const V m1 = LoadF16(d_ptr + kPanel + kLanes);
           Store(acc[r], AddBlockTerm<true>(Load(acc[r]), dot[r][0], d0, m0, dx, sx));
           Store(acc[r] + kLanes,
                 AddBlockTerm<true>(Load(acc[r] + kLanes), dot[r][1], d1, m1, dx, sx));
@@ -720,6 +759,7 @@ void AmxTask(const QuantizedRows& x, int64_t m, const Product& o, int64_t j0, in
   const int64_t sub_bytes = w.sub_block_bytes();
   const int64_t group_bytes = w.group_bytes();
   const int64_t values_bytes = subs * sub_bytes;
+  [[maybe_unused]] const bool super = w.quantization() == Quantization::kInt4K;
   const int64_t groups = w.num_groups();
   const int64_t j1 = std::min(w.rows(), j0 + nc);
   alignas(64) int32_t sums[2][kTileRows * kTileFeatures];
@@ -752,12 +792,8 @@ void AmxTask(const QuantizedRows& x, int64_t m, const Product& o, int64_t j0, in
       };
       // The 16 features' scales (and minima) for block i's group.
       auto scales = [&](int64_t i, V& d, V& mn) {
-        const auto* d_ptr = reinterpret_cast<const uint16_t*>(
-                                panel + (g0 + i / subs) * group_bytes + values_bytes) +
-                            lane0;
-        d = LoadF16(d_ptr);
-        mn = Zero();
-        if constexpr (kInt4) mn = LoadF16(d_ptr + kPanel);
+        SubBlockScales<kInt4>(panel + (g0 + i / subs) * group_bytes + values_bytes, lane0,
+                              i % subs, super, d, mn);
       };
       for (int64_t row0 = 0; row0 < m; row0 += kTileRows) {
         const int64_t rows = std::min(kTileRows, m - row0);
@@ -963,7 +999,7 @@ void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
     rows.abs_q = abs_q;
   }
 #endif
-  if (first.quantization() == Quantization::kInt4) {
+  if (IsInt4(first.quantization())) {
     QuantGemm<true>(rows, m, outputs, pool);
   } else {
     QuantGemm<false>(rows, m, outputs, pool);

@@ -34,10 +34,10 @@ float Widen(DType dtype, const void* data, int64_t index) {
 
 // The exact dequantized weight of a quantized matrix, in double: d * q (+ m).
 double DequantizedWeight(const PackedMatrix& w, int64_t row, int64_t col) {
-  const int64_t group = col / w.group_size();
-  const double d = w.ScaleAt(row, group);
+  const int64_t block = col / kQuantBlock;
+  const double d = w.SubBlockScale(row, block);
   if (w.quantization() == Quantization::kInt8) return d * (w.QuantAt(row, col) - 128);
-  return d * w.QuantAt(row, col) + w.MinimumAt(row, group);
+  return d * w.QuantAt(row, col) + w.SubBlockMinimum(row, block);
 }
 
 }  // namespace
