@@ -151,8 +151,7 @@ class PackedMatrix {
   }
   // kInt4K: byte of row's scale word `word` (0-2) in group g, after d and dm.
   int64_t ScaleWordIndex(int64_t row, int64_t group, int word) const {
-    return ScaleIndex(row, group) + 4 * kPanelRows + (row % kPanelRows) * 2 +
-           word * 4 * kPanelRows;
+    return ScaleIndex(row, group) + 4 * kPanelRows + (row % kPanelRows) * 2 + word * 4 * kPanelRows;
   }
   int64_t rows() const { return rows_; }  // n
   int64_t cols() const { return cols_; }  // k

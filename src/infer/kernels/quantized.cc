@@ -1,5 +1,7 @@
 // PackedMatrix::Quantize: int8 / int4 weights in the layout ops.h describes, and the names of
 // the quantization types. Runs once at load.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -24,8 +26,8 @@ std::string_view QuantizationName(Quantization quantization) {
 }
 
 Quantization ParseQuantization(std::string_view name) {
-  for (Quantization q : {Quantization::kNone, Quantization::kInt8, Quantization::kInt4,
-                         Quantization::kInt4K}) {
+  for (Quantization q :
+       {Quantization::kNone, Quantization::kInt8, Quantization::kInt4, Quantization::kInt4K}) {
     if (QuantizationName(q) == name) return q;
   }
   Fail("quantization '{}' is not one of none, int8, int4, int4k", name);
@@ -110,6 +112,73 @@ float BestInt4Scale(const float* values, int64_t count, int64_t padded, float ba
   return d;
 }
 
+// kInt4K's squared error of one sub-block (32 entries, zeros past count, which are masked out)
+// quantized with scale d and minimum m, for each of n scales d[i] with the one m: f32 squares in
+// 8 interleaved partial sums (entry c in sum c % 8), added as a tree, ((p0 + p4) + (p2 + p6)) +
+// ((p1 + p5) + (p3 + p7)), so that AVX2 adds them in three vector steps. The search for a
+// super-block's scales calls this about 30 times per sub-block: it is most of a load's time.
+void SubBlockErrorsScalar(const float* values, int64_t count, const float* d, int n, float m,
+                          float* out) {
+  for (int i = 0; i < n; ++i) {
+    const float inverse = d[i] > 0.0F ? 1.0F / d[i] : 0.0F;
+    float p[8] = {};
+    for (int64_t c = 0; c < count; ++c) {
+      const float q = std::min(std::max(RoundToEven((values[c] - m) * inverse), 0.0F), 15.0F);
+      const float diff = d[i] * q + m - values[c];
+      p[c % 8] += diff * diff;
+    }
+    out[i] = ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
+  }
+}
+
+#if defined(__x86_64__)
+__attribute__((target("avx2"))) void SubBlockErrorsAvx2(const float* values, int64_t count,
+                                                        const float* d, int n, float m,
+                                                        float* out) {
+  __m256 v[4];
+  __m256 keep[4];  // all ones where the entry is < count
+  for (int j = 0; j < 4; ++j) {
+    v[j] = _mm256_loadu_ps(values + 8 * j);
+    const __m256i index =
+        _mm256_add_epi32(_mm256_set1_epi32(8 * j), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    keep[j] = _mm256_castsi256_ps(
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(count)), index));
+  }
+  const __m256 vm = _mm256_set1_ps(m);
+  const __m256 magic = _mm256_set1_ps(12582912.0F);
+  const __m256 zero = _mm256_setzero_ps();
+  const __m256 fifteen = _mm256_set1_ps(15.0F);
+  for (int i = 0; i < n; ++i) {
+    const __m256 vd = _mm256_set1_ps(d[i]);
+    const __m256 inverse = _mm256_set1_ps(d[i] > 0.0F ? 1.0F / d[i] : 0.0F);
+    __m256 acc = zero;
+    for (int j = 0; j < 4; ++j) {
+      __m256 q = _mm256_mul_ps(_mm256_sub_ps(v[j], vm), inverse);
+      q = _mm256_sub_ps(_mm256_add_ps(q, magic), magic);  // RoundToEven
+      q = _mm256_min_ps(_mm256_max_ps(q, zero), fifteen);
+      const __m256 diff = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(vd, q), vm), v[j]);
+      acc = _mm256_add_ps(acc, _mm256_and_ps(_mm256_mul_ps(diff, diff), keep[j]));
+    }
+    const __m128 half =
+        _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));  // p_i + p_i+4
+    const __m128 quarter = _mm_add_ps(half, _mm_movehl_ps(half, half));
+    out[i] = _mm_cvtss_f32(_mm_add_ss(quarter, _mm_movehdup_ps(quarter)));
+  }
+}
+#endif
+
+void SubBlockErrors(const float* values, int64_t count, const float* d, int n, float m,
+                    float* out) {
+#if defined(__x86_64__)
+  static const bool kAvx2 = __builtin_cpu_supports("avx2");
+  if (kAvx2) {
+    SubBlockErrorsAvx2(values, count, d, n, m, out);
+    return;
+  }
+#endif
+  SubBlockErrorsScalar(values, count, d, n, m, out);
+}
+
 // kInt4K's scales for one super-block of a row (values: kSuperBlock entries, zeros past
 // count): the f16 d and dm, and per sub-block the 6-bit sc and mn, chosen as llama.cpp's Q4_K
 // chooses them in spirit: each sub-block's own best (scale, minimum <= 0) first, then d and dm
@@ -138,8 +207,14 @@ SuperBlockScales ChooseSuperBlockScales(const float* values, int64_t count, int6
     lo[j] = *std::min_element(v, v + n);
     hi[j] = *std::max_element(v, v + n);
     own_min[j] = std::min(lo[j], 0.0F);
-    own_scale[j] = BestInt4Scale(v, n, kQuantBlock, (hi[j] - own_min[j]) / 15.0F, own_min[j],
-                                 [](float scale) { return scale; });
+    // The sub-block's own best scale, as int4's search (unrounded).
+    float scales[kScaleCandidates];
+    float errors[kScaleCandidates];
+    for (int i = 0; i < kScaleCandidates; ++i) {
+      scales[i] = (hi[j] - own_min[j]) / 15.0F * (1.0F - kScaleStep * i);
+    }
+    SubBlockErrors(v, n, scales, kScaleCandidates, own_min[j], errors);
+    own_scale[j] = scales[std::min_element(errors, errors + kScaleCandidates) - errors];
     max_scale = std::max(max_scale, own_scale[j]);
     min_min = std::min(min_min, own_min[j]);
   }
@@ -165,13 +240,17 @@ SuperBlockScales ChooseSuperBlockScales(const float* values, int64_t count, int6
         const int least = out.d > 0.0F ? 1 : 0;
         const int sc_hi = std::clamp(static_cast<int>(std::ceil(top)) + 1, least, 63);
         const int sc_lo = std::clamp(
-            static_cast<int>(std::floor(top * (1.0F - kScaleStep * (kScaleCandidates - 1)))),
-            least, 63);
-        for (int sc = sc_lo; sc <= sc_hi; ++sc) {
-          const float error = Int4GroupError(v, n, kQuantBlock, out.d * static_cast<float>(sc), m);
-          if (error < best_error) {
-            best_error = error;
-            out.sc[j] = sc;
+            static_cast<int>(std::floor(top * (1.0F - kScaleStep * (kScaleCandidates - 1)))), least,
+            63);
+        float scales[64];
+        float errors[64];
+        const int candidates = sc_hi - sc_lo + 1;
+        for (int i = 0; i < candidates; ++i) scales[i] = out.d * static_cast<float>(sc_lo + i);
+        SubBlockErrors(v, n, scales, candidates, m, errors);
+        for (int i = 0; i < candidates; ++i) {
+          if (errors[i] < best_error) {
+            best_error = errors[i];
+            out.sc[j] = sc_lo + i;
             out.mn[j] = mn;
           }
         }
@@ -210,6 +289,7 @@ void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, i
   std::vector<float> row_values(static_cast<size_t>(padded_k));
   std::vector<float> sub_d(static_cast<size_t>(subs));
   std::vector<float> sub_m(static_cast<size_t>(subs));
+  std::vector<float> sub_inverse(static_cast<size_t>(subs));
   for (int64_t row = row_begin; row < row_end; ++row) {
     float* values_row = row_values.data();
     for (int64_t c = 0; c < k; ++c) {
@@ -270,6 +350,7 @@ void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, i
         std::fill(sub_d.begin(), sub_d.end(), d);
         std::fill(sub_m.begin(), sub_m.end(), m);
       }
+      for (int64_t j = 0; j < subs; ++j) sub_inverse[j] = sub_d[j] > 0.0F ? 1.0F / sub_d[j] : 0.0F;
       bool high = false;
       // The group's first byte: element i sits at first + sub-block offset + quad slot * 128
       // + i % 4 (ops.h).
@@ -278,8 +359,7 @@ void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, i
         const int64_t quad = i % kQuantBlock / 4;
         const int64_t at = first + i / kQuantBlock * sub_bytes +
                            (kInt4 ? quad % 4 : quad) * PackedMatrix::kPanelRows * 4 + i % 4;
-        const float sd = sub_d[i / kQuantBlock];
-        const float inverse = sd > 0.0F ? 1.0F / sd : 0.0F;
+        const float inverse = sub_inverse[i / kQuantBlock];
         if constexpr (kInt4) {
           const float sm = sub_m[i / kQuantBlock];
           const int q =
@@ -327,10 +407,10 @@ PackedMatrix PackedMatrix::Quantize(const Tensor& w, Quantization quantization, 
                  : quantization == Quantization::kInt4 ? kDefaultInt4Group
                                                        : kSuperBlock;
   }
-  INFER_CHECK(quantization == Quantization::kInt8   ? group_size == 32
-              : quantization == Quantization::kInt4 ? group_size == 32 || group_size == 64 ||
-                                                          group_size == 128
-                                                    : group_size == kSuperBlock,
+  INFER_CHECK(quantization == Quantization::kInt8 ? group_size == 32
+              : quantization == Quantization::kInt4
+                  ? group_size == 32 || group_size == 64 || group_size == 128
+                  : group_size == kSuperBlock,
               "quantize: {} takes groups of {}, got {}", QuantizationName(quantization),
               quantization == Quantization::kInt8   ? "32"
               : quantization == Quantization::kInt4 ? "32, 64 or 128"

@@ -1,7 +1,8 @@
-// Quantized weights (int8, int4, int4k): the stored values against the quantization rule written out
-// here, the activation rounding against the rule, and every MatMul path (the scalar reference
-// and each SIMD level the CPU has) against a float64 product of the dequantized weights and
-// the rounded activations, over odd shapes, strides, groups and bias; and batch invariance.
+// Quantized weights (int8, int4, int4k): the stored values against the quantization rule
+// written out here, the activation rounding against the rule, and every MatMul path (the scalar
+// reference and each SIMD level the CPU has) against a float64 product of the dequantized
+// weights and the rounded activations, over odd shapes, strides, groups and bias; and batch
+// invariance.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,25 +37,26 @@ std::vector<Isa> AllIsas() {
 //         with the least total error, where per sub-block, of the mn from floor - 1 to ceil + 1
 //         of m_j / dm (0 if dm = 0) in [0, 63] and, for each, the sc from floor(0.86 t) to
 //         ceil(t) + 1 in [1, 63] ([0, 0] if d = 0), t = (max w - dm mn) / 15 / d, the first with
-//         the least error is kept (errors as int4's, with d sc and dm mn); q as int4's.
+//         the least error is kept (errors as int4's, with d sc and dm mn, but their 8 partial
+//         sums added as a tree: Int4KError); q as int4's.
 // Returns w' in double and the step d per element.
 struct Dequantized {
   std::vector<double> values;
   std::vector<double> step;
 };
 
-// The sum of (d q + m - w)^2 over w: f32 squares in 8 interleaved partial sums, added in order.
-float Int4Error(const float* w, int64_t count, float d, float m) {
-  float partial[8] = {};
+// int4k's error: the sum of (d q + m - w)^2 over w, f32 squares in 8 interleaved partial sums
+// (entry c in sum c % 8) added as a tree,
+// ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7)).
+float Int4KError(const float* w, int64_t count, float d, float m) {
+  float p[8] = {};
   const float inverse = d > 0 ? 1.0F / d : 0.0F;
   for (int64_t c = 0; c < count; ++c) {
     const float q = std::clamp(std::nearbyint((w[c] - m) * inverse), 0.0F, 15.0F);
     const float e = d * q + m - w[c];
-    partial[c % 8] += e * e;
+    p[c % 8] += e * e;
   }
-  float total = 0;
-  for (float p : partial) total += p;
-  return total;
+  return ((p[0] + p[4]) + (p[2] + p[6])) + ((p[1] + p[5]) + (p[3] + p[7]));
 }
 
 Dequantized QuantizeInt4KByRule(const std::vector<float>& w, int64_t n, int64_t k) {
@@ -70,11 +72,11 @@ Dequantized QuantizeInt4KByRule(const std::vector<float>& w, int64_t n, int64_t 
         m[j] = std::min(*std::min_element(v, v + count), 0.0F);
         hi[j] = *std::max_element(v, v + count);
         s[j] = (hi[j] - m[j]) / 15.0F;
-        float best = Int4Error(v, count, s[j], m[j]);
+        float best = Int4KError(v, count, s[j], m[j]);
         for (int i = 1; i < 8; ++i) {
           const float candidate = (hi[j] - m[j]) / 15.0F * (1.0F - 0.02F * i);
-          if (Int4Error(v, count, candidate, m[j]) < best) {
-            best = Int4Error(v, count, candidate, m[j]);
+          if (Int4KError(v, count, candidate, m[j]) < best) {
+            best = Int4KError(v, count, candidate, m[j]);
             s[j] = candidate;
           }
         }
@@ -96,7 +98,7 @@ Dequantized QuantizeInt4KByRule(const std::vector<float>& w, int64_t n, int64_t 
               std::clamp(static_cast<int>(std::floor(t * (1.0F - 0.02F * 7))), least, 63);
           const int hi_sc = std::clamp(static_cast<int>(std::ceil(t)) + 1, least, 63);
           for (int sc = lo_sc; sc <= hi_sc; ++sc) {
-            const float e = Int4Error(v, count, d * sc, dm * mn);
+            const float e = Int4KError(v, count, d * sc, dm * mn);
             if (e < best) {
               best = e;
               best_d = d * sc;

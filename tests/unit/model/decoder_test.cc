@@ -469,8 +469,7 @@ TEST(QuantizedAccuracyTest, TopOneOverManyPositionsAgainstTheF32Model) {
     const Accuracy int4 = measure(LoadModel(dir, int4_options), kernels::MatMulPrecision::kF32);
     LoadOptions int4k_options;
     int4k_options.quantization = kernels::Quantization::kInt4K;
-    const Accuracy int4k =
-        measure(LoadModel(dir, int4k_options), kernels::MatMulPrecision::kF32);
+    const Accuracy int4k = measure(LoadModel(dir, int4k_options), kernels::MatMulPrecision::kF32);
     int8_options.head = LoadOptions::Head::kUnquantized;
     const Accuracy int8_body =
         measure(LoadModel(dir, int8_options), kernels::MatMulPrecision::kF32);

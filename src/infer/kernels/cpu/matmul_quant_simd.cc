@@ -153,10 +153,14 @@ constexpr int kMr = kLanes == 16 ? 4 : 2;
 constexpr int64_t kStreamMaxBlocks = 4;
 // Whether m rows take the streaming order (QuantGemm); more take the many-row order.
 constexpr bool StreamingOrder(int64_t m) { return (m + kMr - 1) / kMr <= kStreamMaxBlocks; }
-// Output features per task in the many-row order, and weight groups per k-block: a block of
-// kNc x kKcGroups x 32 int8 weights (256 KiB) stays in L2 while the row blocks pass.
+// Output features per task in the many-row order, and input channels per k-block: a block of
+// kNc x kKc int8 weights (256 KiB) stays in L2 while the row blocks pass.
 constexpr int64_t kNc = 256;
-constexpr int64_t kKcGroups = 32;
+constexpr int64_t kKc = 1024;
+// w's groups per k-block (kInt4K's groups of 256 take 4).
+inline int64_t KcGroups(const PackedMatrix& w) {
+  return std::max<int64_t>(1, kKc / w.group_size());
+}
 // Tiles per thread in the streaming order, claimed dynamically.
 constexpr int64_t kStreamTasksPerThread = 4;
 // Prefetch distance along a panel's stream, in bytes (the streaming order runs 4 panel
@@ -212,13 +216,52 @@ inline V AddBlockTerm(V acc, VI dot, V d, V m, float dx, int32_t sx) {
   }
 }
 
+// kInt4K: sub-block kB's d sc and dm mn (d and dm as loaded) for the kLanes features whose three
+// scale words start at `words` (ops.h), with the shifts as immediates.
+template <int64_t kB>
+inline void Int4KScales(const uint8_t* words, V& d, V& m) {
+  auto bits = [&](bool minimum) {
+    const Int4KScalePlace place = Int4KScaleAt(kB, minimum);
+    if (place.shift == kInt4KSplitShift) {
+      return OrI(OrI(TopTwoBits(LoadI(words), 0), TopTwoBits(LoadI(words + 4 * kPanel), 2)),
+                 TopTwoBits(LoadI(words + 8 * kPanel), 4));
+    }
+    return SixBits(LoadI(words + place.word * 4 * kPanel), place.shift);
+  };
+  d = Mul(d, ToFloat(bits(false)));
+  m = Mul(m, ToFloat(bits(true)));
+}
+
+// kInt4K: every sub-block's d sc (out[2 b]) and dm mn (out[2 b + 1]) for the kNr features from
+// lane `lane` of a group whose scales start at `scales`, kNr floats each: the group's f16 d,
+// dm and three words read once, every shift an immediate. Out of line, so that the tile around
+// it keeps its registers; the tile then loads them once per sub-block.
+template <int64_t kB = 0>
+inline void Int4KScalesFrom(const V d, const V dm, const uint8_t* words, float* out) {
+  if constexpr (kB < kSuperBlock / kQuantBlock) {
+    V db = d;
+    V mb = dm;
+    Int4KScales<kB>(words, db, mb);
+    Store(out + 2 * kB * kNr, db);
+    Store(out + (2 * kB + 1) * kNr, mb);
+    Int4KScalesFrom<kB + 1>(d, dm, words, out);
+  }
+}
+__attribute__((noinline)) void Int4KGroupScales(const uint8_t* scales, int64_t lane, float* out) {
+  for (int64_t half = 0; half < 2; ++half) {
+    const int64_t at = lane + half * kLanes;
+    const auto* d_ptr = reinterpret_cast<const uint16_t*>(scales) + at;
+    Int4KScalesFrom(LoadF16(d_ptr), LoadF16(d_ptr + kPanel), scales + 4 * kPanel + at * 4,
+                    out + half * kLanes);
+  }
+}
+
 // The scale and minimum of sub-block b (of its group) for kLanes features from lane `lane`;
 // `scales` is the group's first byte after its values (ops.h): the f16 d (and int4's m), or
 // for kInt4K (`super`) the products d sc and dm mn, the same exact f32 values as
 // PackedMatrix::SubBlockScale / SubBlockMinimum.
 template <bool kInt4>
-inline void SubBlockScales(const uint8_t* scales, int64_t lane, int64_t b, bool super, V& d,
-                           V& m) {
+inline void SubBlockScales(const uint8_t* scales, int64_t lane, int64_t b, bool super, V& d, V& m) {
   const auto* d_ptr = reinterpret_cast<const uint16_t*>(scales) + lane;
   d = LoadF16(d_ptr);
   m = Zero();
@@ -226,16 +269,15 @@ inline void SubBlockScales(const uint8_t* scales, int64_t lane, int64_t b, bool 
     m = LoadF16(d_ptr + kPanel);
     if (super) {
       const uint8_t* words = scales + 4 * kPanel + lane * 4;
-      auto bits = [&](bool minimum) {
-        const Int4KScalePlace place = Int4KScaleAt(b, minimum);
-        if (place.shift == kInt4KSplitShift) {
-          return OrI(OrI(TopTwoBits(LoadI(words), 0), TopTwoBits(LoadI(words + 4 * kPanel), 2)),
-                     TopTwoBits(LoadI(words + 8 * kPanel), 4));
-        }
-        return SixBits(LoadI(words + place.word * 4 * kPanel), place.shift);
-      };
-      d = Mul(d, ToFloat(bits(false)));
-      m = Mul(m, ToFloat(bits(true)));
+      const Int4KScalePlace sc = Int4KScaleAt(b, false);
+      const Int4KScalePlace mn = Int4KScaleAt(b, true);
+      d = Mul(d, ToFloat(SixBits(LoadI(words + sc.word * 4 * kPanel), sc.shift)));
+      const VI mn_bits =
+          mn.shift == kInt4KSplitShift
+              ? OrI(OrI(TopTwoBits(LoadI(words), 0), TopTwoBits(LoadI(words + 4 * kPanel), 2)),
+                    TopTwoBits(LoadI(words + 8 * kPanel), 4))
+              : SixBits(LoadI(words + mn.word * 4 * kPanel), mn.shift);
+      m = Mul(m, ToFloat(mn_bits));
     }
   }
 }
@@ -274,7 +316,14 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
       acc[t][r][1] = accumulate && cols[t] > kLanes ? LoadN(yr + kLanes, cols[t] - kLanes) : Zero();
     }
   }
+  // kInt4K: the group's sub-block scales and minimums per tile (Int4KGroupScales).
+  alignas(64) float group_scales[kInt4 ? kTiles : 1][2 * (kSuperBlock / kQuantBlock) * kNr];
   for (int64_t g = g0; g < g1; ++g) {
+    if (kInt4 && super) {
+      for (int t = 0; t < kTiles; ++t) {
+        Int4KGroupScales(base[t] - lanes[t] * 4 + values_bytes, lanes[t], group_scales[t]);
+      }
+    }
     for (int64_t b = 0; b < subs; ++b) {
       const int64_t block = g * subs + b;
       VI dot[kTiles][kRows][2];
@@ -396,12 +445,32 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
         // The loads above prefetch the values' lines; the scale lines (64 or 128 bytes per
         // group, 6-20% of the stream) need their own.
         if (b == 0) {
-          PrefetchLine(scales + kPrefetchBytes);
-          if constexpr (kInt4) PrefetchLine(scales + kPrefetchBytes + 64);
+          if (super) {
+            // kInt4K's scales follow a group's 4 KiB of values, beyond the values' prefetch
+            // distance, and every sub-block reads them: the next group's lines (its d, dm and
+            // three words for this tile's lanes) are asked for a whole group ahead.
+            const uint8_t* next = scales + group_bytes;
+            PrefetchLine(next + lanes[t] * 2);
+            PrefetchLine(next + 2 * kPanel + lanes[t] * 2);
+            for (int word = 0; word < 3; ++word) {
+              PrefetchLine(next + (4 + 4 * word) * kPanel + lanes[t] * 4);
+            }
+          } else {
+            PrefetchLine(scales + kPrefetchBytes);
+            if constexpr (kInt4) PrefetchLine(scales + kPrefetchBytes + 64);
+          }
         }
         V d0, m0, d1, m1;
-        SubBlockScales<kInt4>(scales, lanes[t], b, super, d0, m0);
-        SubBlockScales<kInt4>(scales, lanes[t] + kLanes, b, super, d1, m1);
+        if (kInt4 && super) {
+          const float* sb = group_scales[t] + 2 * b * kNr;
+          d0 = Load(sb);
+          d1 = Load(sb + kLanes);
+          m0 = Load(sb + kNr);
+          m1 = Load(sb + kNr + kLanes);
+        } else {
+          SubBlockScales<kInt4>(scales, lanes[t], b, false, d0, m0);
+          SubBlockScales<kInt4>(scales, lanes[t] + kLanes, b, false, d1, m1);
+        }
 #pragma GCC unroll 8
         for (int r = 0; r < kRows; ++r) {
           const float dx = x.d[(row0 + r) * x.blocks + block];
@@ -667,7 +736,7 @@ void ManyRowTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t row0,
   }
 }
 
-// The many-row order with ManyRowTile: tasks of kNc features, whose k-blocks of kKcGroups
+// The many-row order with ManyRowTile: tasks of kNc features, whose k-blocks of kKc channels
 // groups stay in L2 while every block of kGemmRows rows passes over them.
 // Narrower tasks where kNc would give few: gemma-3-1b's down projection (1152 features) makes 5
 // tasks of 256, so one of 2 threads would do 3 while the other waits.
@@ -685,8 +754,8 @@ void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> out
     const auto [o, j0] = ProductTask(outputs, task, step);
     const int64_t tiles = (std::min(o->w->rows(), j0 + step) - j0 + kNr - 1) / kNr;
     const int64_t groups = o->w->num_groups();
-    for (int64_t g0 = 0; g0 < groups; g0 += kKcGroups) {
-      const int64_t g1 = std::min(groups, g0 + kKcGroups);
+    for (int64_t g0 = 0; g0 < groups; g0 += KcGroups(*o->w)) {
+      const int64_t g1 = std::min(groups, g0 + KcGroups(*o->w));
       for (int64_t p = 0; p < row_blocks; ++p) {
         const int rows = static_cast<int>(std::min<int64_t>(kGemmRows, m - p * kGemmRows));
         ManyRowTiles<kInt4>(rows, tiles, x, p * kGemmRows, *o->w, j0, g0, g1,
@@ -750,7 +819,7 @@ inline void AmxBlockTerms(const int32_t* c, const QuantizedRows& x, int64_t row0
 thread_local Scratch tls_b_scratch;
 
 // Features [j0, j0 + nc) of output o for every row (x has its rows padded with zeros to whole
-// tiles), k-block by k-block of kKcGroups groups as QuantGemm's many-row order.
+// tiles), k-block by k-block of kKc channels as QuantGemm's many-row order.
 template <bool kInt4>
 void AmxTask(const QuantizedRows& x, int64_t m, const Product& o, int64_t j0, int64_t nc) {
   const PackedMatrix& w = *o.w;
@@ -763,8 +832,8 @@ void AmxTask(const QuantizedRows& x, int64_t m, const Product& o, int64_t j0, in
   const int64_t groups = w.num_groups();
   const int64_t j1 = std::min(w.rows(), j0 + nc);
   alignas(64) int32_t sums[2][kTileRows * kTileFeatures];
-  for (int64_t g0 = 0; g0 < groups; g0 += kKcGroups) {
-    const int64_t g1 = std::min(groups, g0 + kKcGroups);
+  for (int64_t g0 = 0; g0 < groups; g0 += KcGroups(w)) {
+    const int64_t g1 = std::min(groups, g0 + KcGroups(w));
     const int64_t blocks = (g1 - g0) * subs;
     for (int64_t jh = j0; jh < j1; jh += kTileFeatures) {
       const int64_t cols = std::min(kTileFeatures, j1 - jh);
@@ -792,8 +861,8 @@ void AmxTask(const QuantizedRows& x, int64_t m, const Product& o, int64_t j0, in
       };
       // The 16 features' scales (and minima) for block i's group.
       auto scales = [&](int64_t i, V& d, V& mn) {
-        SubBlockScales<kInt4>(panel + (g0 + i / subs) * group_bytes + values_bytes, lane0,
-                              i % subs, super, d, mn);
+        SubBlockScales<kInt4>(panel + (g0 + i / subs) * group_bytes + values_bytes, lane0, i % subs,
+                              super, d, mn);
       };
       for (int64_t row0 = 0; row0 < m; row0 += kTileRows) {
         const int64_t rows = std::min(kTileRows, m - row0);
@@ -879,8 +948,8 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
         run(*o, 0, j0, tiles, 0, groups);
         return;
       }
-      for (int64_t g0 = 0; g0 < groups; g0 += kKcGroups) {
-        const int64_t g1 = std::min(groups, g0 + kKcGroups);
+      for (int64_t g0 = 0; g0 < groups; g0 += KcGroups(*o->w)) {
+        const int64_t g1 = std::min(groups, g0 + KcGroups(*o->w));
         for (int64_t p = 0; p < row_blocks; ++p) run(*o, p, j0, tiles, g0, g1);
       }
     });
@@ -895,8 +964,8 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
     const auto [o, j0] = ProductTask(outputs, task, kNc);
     const int64_t tiles = (std::min(o->w->rows(), j0 + kNc) - j0 + kNr - 1) / kNr;
     const int64_t groups = o->w->num_groups();
-    for (int64_t g0 = 0; g0 < groups; g0 += kKcGroups) {
-      const int64_t g1 = std::min(groups, g0 + kKcGroups);
+    for (int64_t g0 = 0; g0 < groups; g0 += KcGroups(*o->w)) {
+      const int64_t g1 = std::min(groups, g0 + KcGroups(*o->w));
       for (int64_t p = 0; p < row_blocks; ++p) run(*o, p, j0, tiles, g0, g1);
     }
   });
