@@ -116,11 +116,7 @@ int PackedMatrix::SubBlockScaleBits(int64_t row, int64_t block, bool minimum) co
   for (int i = 0; i < 3; ++i) {
     std::memcpy(&words[i], static_cast<const uint8_t*>(data()) + ScaleWordIndex(row, group, i), 4);
   }
-  const Int4KScalePlace place = Int4KScaleAt(b, minimum);
-  if (place.shift == kInt4KSplitShift) {
-    return static_cast<int>((words[0] >> 30) | (words[1] >> 30) << 2 | (words[2] >> 30) << 4);
-  }
-  return static_cast<int>(words[place.word] >> place.shift & 63);
+  return Int4KScaleBits(words, b, minimum);
 }
 
 float PackedMatrix::SubBlockScale(int64_t row, int64_t block) const {

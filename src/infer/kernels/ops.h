@@ -72,6 +72,24 @@ constexpr Int4KScalePlace Int4KScaleAt(int64_t b, bool minimum) {
   if (b < 7) return {2, static_cast<int>(18 + 6 * (b - 5))};
   return {0, kInt4KSplitShift};
 }
+// The 6-bit sc (or mn) of sub-block b in a row's three scale words, and the words with it set
+// (they start with those bits clear): the one scalar reading and writing of that layout.
+constexpr int Int4KScaleBits(const uint32_t (&words)[3], int64_t b, bool minimum) {
+  const Int4KScalePlace place = Int4KScaleAt(b, minimum);
+  if (place.shift == kInt4KSplitShift) {
+    return static_cast<int>((words[0] >> 30) | (words[1] >> 30) << 2 | (words[2] >> 30) << 4);
+  }
+  return static_cast<int>(words[place.word] >> place.shift & 63);
+}
+constexpr void SetInt4KScaleBits(uint32_t (&words)[3], int64_t b, bool minimum, int bits) {
+  const Int4KScalePlace place = Int4KScaleAt(b, minimum);
+  const auto value = static_cast<uint32_t>(bits);
+  if (place.shift == kInt4KSplitShift) {
+    for (int i = 0; i < 3; ++i) words[i] |= (value >> (2 * i) & 3) << kInt4KSplitShift;
+  } else {
+    words[place.word] |= value << place.shift;
+  }
+}
 
 // Input channels per activation block of a quantized MatMul (and the unit of weight groups).
 constexpr int64_t kQuantBlock = 32;

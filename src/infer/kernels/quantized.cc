@@ -1,6 +1,8 @@
 // PackedMatrix::Quantize: int8 / int4 weights in the layout ops.h describes, and the names of
 // the quantization types. Runs once at load.
+#if defined(__x86_64__)
 #include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cmath>
@@ -92,31 +94,12 @@ INFER_TARGET_CLONES_AVX2 float Int4GroupError(const float* values, int64_t count
   return total;
 }
 
-// The scale among a few at and below base (clipping the extremes a little) with the least
-// squared error for an int4 group of `count` values (padded to `padded`) with minimum m
-// (int8's 255 levels gain nothing from the search). round_scale: the scale as it will be
-// stored.
-template <class Round>
-float BestInt4Scale(const float* values, int64_t count, int64_t padded, float base, float m,
-                    Round round_scale) {
-  float d = round_scale(base);
-  float best_error = Int4GroupError(values, count, padded, d, m);
-  for (int step = 1; step < kScaleCandidates; ++step) {
-    const float candidate = round_scale(base * (1.0F - kScaleStep * step));
-    const float error = Int4GroupError(values, count, padded, candidate, m);
-    if (error < best_error) {
-      best_error = error;
-      d = candidate;
-    }
-  }
-  return d;
-}
-
 // kInt4K's squared error of one sub-block (32 entries, zeros past count, which are masked out)
 // quantized with scale d and minimum m, for each of n scales d[i] with the one m: f32 squares in
 // 8 interleaved partial sums (entry c in sum c % 8), added as a tree, ((p0 + p4) + (p2 + p6)) +
 // ((p1 + p5) + (p3 + p7)), so that AVX2 adds them in three vector steps. The search for a
-// super-block's scales calls this about 30 times per sub-block: it is most of a load's time.
+// super-block's scales calls this about 15 times per sub-block, for about 9 scales each: it is
+// most of an int4k load's time.
 void SubBlockErrorsScalar(const float* values, int64_t count, const float* d, int n, float m,
                           float* out) {
   for (int i = 0; i < n; ++i) {
@@ -181,9 +164,10 @@ void SubBlockErrors(const float* values, int64_t count, const float* d, int n, f
 
 // kInt4K's scales for one super-block of a row (values: kSuperBlock entries, zeros past
 // count): the f16 d and dm, and per sub-block the 6-bit sc and mn, chosen as llama.cpp's Q4_K
-// chooses them in spirit: each sub-block's own best (scale, minimum <= 0) first, then d and dm
-// as the largest of those over 63, then per sub-block the (sc, mn) near its own best with the
-// least squared error against the rounded d sc and dm mn.
+// chooses them in spirit: each sub-block's own best (scale, minimum <= 0) first; dm the least
+// of those minimums over 63; then, for each of a few d from the largest scale over 63 up, every
+// sub-block's (sc, mn) near its own best with the least squared error against the rounded
+// d sc and dm mn; the d with the least total wins.
 struct SuperBlockScales {
   float d = 0.0F;
   float dm = 0.0F;
@@ -196,7 +180,6 @@ SuperBlockScales ChooseSuperBlockScales(const float* values, int64_t count, int6
   constexpr int64_t kSubs = kSuperBlock / kQuantBlock;
   float own_scale[kSubs] = {};
   float own_min[kSubs] = {};
-  float lo[kSubs] = {};
   float hi[kSubs] = {};
   float max_scale = 0.0F;
   float min_min = 0.0F;
@@ -204,9 +187,8 @@ SuperBlockScales ChooseSuperBlockScales(const float* values, int64_t count, int6
     const int64_t n = std::clamp<int64_t>(count - j * kQuantBlock, 0, kQuantBlock);
     if (n == 0) continue;
     const float* v = values + j * kQuantBlock;
-    lo[j] = *std::min_element(v, v + n);
     hi[j] = *std::max_element(v, v + n);
-    own_min[j] = std::min(lo[j], 0.0F);
+    own_min[j] = std::min(*std::min_element(v, v + n), 0.0F);
     // The sub-block's own best scale, as int4's search (unrounded).
     float scales[kScaleCandidates];
     float errors[kScaleCandidates];
@@ -314,15 +296,8 @@ void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, i
         for (int64_t j = 0; j < subs; ++j) {
           sub_d[j] = d * static_cast<float>(scales.sc[j]);
           sub_m[j] = m * static_cast<float>(scales.mn[j]);
-          for (bool minimum : {false, true}) {
-            const auto bits = static_cast<uint32_t>(minimum ? scales.mn[j] : scales.sc[j]);
-            const Int4KScalePlace place = Int4KScaleAt(j, minimum);
-            if (place.shift == kInt4KSplitShift) {
-              for (int i = 0; i < 3; ++i) words[i] |= (bits >> (2 * i) & 3) << kInt4KSplitShift;
-            } else {
-              words[place.word] |= bits << place.shift;
-            }
-          }
+          SetInt4KScaleBits(words, j, false, scales.sc[j]);
+          SetInt4KScaleBits(words, j, true, scales.mn[j]);
         }
         for (int i = 0; i < 3; ++i) {
           std::copy_n(reinterpret_cast<const uint8_t*>(&words[i]), 4,
@@ -338,7 +313,8 @@ void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, i
           amax = std::max(amax, std::fabs(values[i]));
         }
         // The scale (and minimum) are rounded to f16 first; q is chosen against the rounded
-        // values. int4: the best of a few scales (BestInt4Scale).
+        // values. int4: among a few scales at and below the range's (clipping the extremes a
+        // little), the one with the least squared error wins (int8's 255 levels gain nothing).
         m = kInt4 ? F16ToF32(F32ToF16(lo)) : 0.0F;
         const float base = kInt4 ? (hi - m) / 15.0F : amax / 127.0F;
         INFER_CHECK(base <= kMaxF16 && std::fabs(m) <= kMaxF16,
@@ -346,7 +322,18 @@ void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, i
                     "an f16 scale",
                     row, begin, amax);
         auto round_scale = [](float scale) { return F16ToF32(F32ToF16(scale)); };
-        d = kInt4 ? BestInt4Scale(values, count, group, base, m, round_scale) : round_scale(base);
+        d = round_scale(base);
+        if constexpr (kInt4) {
+          float best_error = Int4GroupError(values, count, group, d, m);
+          for (int step = 1; step < kScaleCandidates; ++step) {
+            const float candidate = round_scale(base * (1.0F - kScaleStep * step));
+            const float error = Int4GroupError(values, count, group, candidate, m);
+            if (error < best_error) {
+              best_error = error;
+              d = candidate;
+            }
+          }
+        }
         std::fill(sub_d.begin(), sub_d.end(), d);
         std::fill(sub_m.begin(), sub_m.end(), m);
       }

@@ -216,12 +216,12 @@ inline V AddBlockTerm(V acc, VI dot, V d, V m, float dx, int32_t sx) {
   }
 }
 
-// kInt4K: sub-block kB's d sc and dm mn (d and dm as loaded) for the kLanes features whose three
-// scale words start at `words` (ops.h), with the shifts as immediates.
-template <int64_t kB>
-inline void Int4KScales(const uint8_t* words, V& d, V& m) {
+// kInt4K: sub-block b's d sc and dm mn for the kLanes features whose three scale words start at
+// `words` (ops.h), d and dm as loaded: the vector twin of Int4KScaleBits. With b a constant
+// (Int4KGroupScales' unrolled loop) the places fold and the shifts are immediates.
+inline void Int4KScales(const uint8_t* words, int64_t b, V& d, V& m) {
   auto bits = [&](bool minimum) {
-    const Int4KScalePlace place = Int4KScaleAt(kB, minimum);
+    const Int4KScalePlace place = Int4KScaleAt(b, minimum);
     if (place.shift == kInt4KSplitShift) {
       return OrI(OrI(TopTwoBits(LoadI(words), 0), TopTwoBits(LoadI(words + 4 * kPanel), 2)),
                  TopTwoBits(LoadI(words + 8 * kPanel), 4));
@@ -234,25 +234,23 @@ inline void Int4KScales(const uint8_t* words, V& d, V& m) {
 
 // kInt4K: every sub-block's d sc (out[2 b]) and dm mn (out[2 b + 1]) for the kNr features from
 // lane `lane` of a group whose scales start at `scales`, kNr floats each: the group's f16 d,
-// dm and three words read once, every shift an immediate. Out of line, so that the tile around
-// it keeps its registers; the tile then loads them once per sub-block.
-template <int64_t kB = 0>
-inline void Int4KScalesFrom(const V d, const V dm, const uint8_t* words, float* out) {
-  if constexpr (kB < kSuperBlock / kQuantBlock) {
-    V db = d;
-    V mb = dm;
-    Int4KScales<kB>(words, db, mb);
-    Store(out + 2 * kB * kNr, db);
-    Store(out + (2 * kB + 1) * kNr, mb);
-    Int4KScalesFrom<kB + 1>(d, dm, words, out);
-  }
-}
+// dm and three words read once. Out of line, so that the tile around it keeps its registers;
+// the tile then loads them once per sub-block.
 __attribute__((noinline)) void Int4KGroupScales(const uint8_t* scales, int64_t lane, float* out) {
   for (int64_t half = 0; half < 2; ++half) {
     const int64_t at = lane + half * kLanes;
     const auto* d_ptr = reinterpret_cast<const uint16_t*>(scales) + at;
-    Int4KScalesFrom(LoadF16(d_ptr), LoadF16(d_ptr + kPanel), scales + 4 * kPanel + at * 4,
-                    out + half * kLanes);
+    const V d = LoadF16(d_ptr);
+    const V dm = LoadF16(d_ptr + kPanel);
+    const uint8_t* words = scales + 4 * kPanel + at * 4;
+#pragma GCC unroll 8
+    for (int64_t b = 0; b < kSuperBlock / kQuantBlock; ++b) {
+      V db = d;
+      V mb = dm;
+      Int4KScales(words, b, db, mb);
+      Store(out + 2 * b * kNr + half * kLanes, db);
+      Store(out + (2 * b + 1) * kNr + half * kLanes, mb);
+    }
   }
 }
 
@@ -267,18 +265,7 @@ inline void SubBlockScales(const uint8_t* scales, int64_t lane, int64_t b, bool 
   m = Zero();
   if constexpr (kInt4) {
     m = LoadF16(d_ptr + kPanel);
-    if (super) {
-      const uint8_t* words = scales + 4 * kPanel + lane * 4;
-      const Int4KScalePlace sc = Int4KScaleAt(b, false);
-      const Int4KScalePlace mn = Int4KScaleAt(b, true);
-      d = Mul(d, ToFloat(SixBits(LoadI(words + sc.word * 4 * kPanel), sc.shift)));
-      const VI mn_bits =
-          mn.shift == kInt4KSplitShift
-              ? OrI(OrI(TopTwoBits(LoadI(words), 0), TopTwoBits(LoadI(words + 4 * kPanel), 2)),
-                    TopTwoBits(LoadI(words + 8 * kPanel), 4))
-              : SixBits(LoadI(words + mn.word * 4 * kPanel), mn.shift);
-      m = Mul(m, ToFloat(mn_bits));
-    }
+    if (super) Int4KScales(scales + 4 * kPanel + lane * 4, b, d, m);
   }
 }
 
@@ -737,7 +724,7 @@ void ManyRowTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t row0,
 }
 
 // The many-row order with ManyRowTile: tasks of kNc features, whose k-blocks of kKc channels
-// groups stay in L2 while every block of kGemmRows rows passes over them.
+// stay in L2 while every block of kGemmRows rows passes over them.
 // Narrower tasks where kNc would give few: gemma-3-1b's down projection (1152 features) makes 5
 // tasks of 256, so one of 2 threads would do 3 while the other waits.
 constexpr int64_t kMinTasksPerThread = 8;
