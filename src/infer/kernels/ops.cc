@@ -174,6 +174,13 @@ void PackRows(const Tensor& w, const PackedMatrix& packed, T* dst, int64_t row_b
 
 }  // namespace
 
+PackedMatrix PackedMatrix::Copy(bool huge_pages) const {
+  PackedMatrix copy = *this;
+  copy.storage_ = Tensor::Empty(storage_.dtype(), storage_.shape(), huge_pages);
+  if (storage_.size_bytes() > 0) std::memcpy(copy.storage_.raw(), storage_.raw(), storage_.size_bytes());
+  return copy;
+}
+
 PackedMatrix PackedMatrix::Pack(const Tensor& w, ThreadPool* pool, bool huge_pages) {
   INFER_CHECK(w.rank() == 2, "PackedMatrix: weight has shape {}, expected [n, k]",
               ShapeString(w.shape()));

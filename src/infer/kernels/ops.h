@@ -134,6 +134,10 @@ class PackedMatrix {
   static PackedMatrix Quantize(const Tensor& w, Quantization quantization, int64_t group_size = 0,
                                ThreadPool* pool = nullptr, bool huge_pages = false);
 
+  // A copy with storage of its own (into 2 MiB pages when `huge_pages`): benchmarks that
+  // stream several copies of one matrix make them without quantizing each.
+  PackedMatrix Copy(bool huge_pages = false) const;
+
   bool defined() const { return storage_.raw() != nullptr; }
   // The element type of the stored values (kNone only; a quantized matrix stores bytes).
   DType dtype() const { return storage_.dtype(); }
