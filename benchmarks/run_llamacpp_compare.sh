@@ -9,8 +9,12 @@
 # pp1 run of `infer bench`, whose tgN follows an N-token prompt); infer's tg128 after the
 # 512-token prompt is kept beside it (tg128 @ d512). Writes
 # benchmarks/reports/llamacpp_compare-*.json and prints a table with the ratios.
-# Usage: benchmarks/run_llamacpp_compare.sh [REPETITIONS [MODEL_DIR...]]
+# Usage: [PAIRS="none:bf16 int8:q8_0 int4:q4_0"] benchmarks/run_llamacpp_compare.sh
+#          [REPETITIONS [MODEL_DIR...]]
 #   (idle machine; ~10 GB of GGUFs in .cache/gguf; default: the three models/ folders)
+#   PAIRS: infer's --quantization and llama.cpp's GGUF type per row (make_gguf.py's types:
+#   bf16, q8_0, q4_0, q4_k_m), e.g. "int4:q4_0 int4k:q4_0 int4k:q4_k_m". A GGUF type in several
+#   rows (or an infer type) is run once per repetition.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reps="${1:-2}"
@@ -24,22 +28,25 @@ mkdir -p .cache/gguf
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 work=.cache/llamacpp_compare-$stamp  # kept: a failure late in the run loses nothing
 mkdir -p "$work"
-declare -A gguf_type=([none]=bf16 [int8]=q8_0 [int4]=q4_0)
+read -r -a pairs <<<"${PAIRS:-none:bf16 int8:q8_0 int4:q4_0}"
 declare -A gguf_name=([Llama-3.2-1B-Instruct]=Llama-3.2-1B [Qwen3-1.7B]=Qwen3-1.7B
   [gemma-3-1b-it]=gemma-3-1b)
 # One repetition of each engine for $model / $name, type $q, repetition $r.
 run_llamacpp() {
-  node benchmarks/llamacpp/bench.mjs "$gguf" "$threads" 512 128 1 >"$work/llamacpp-$name-$q-$r.json"
+  local out="$work/llamacpp-$name-$type-$r.json"
+  [[ -s "$out" ]] || node benchmarks/llamacpp/bench.mjs "$gguf" "$threads" 512 128 1 >"$out"
 }
 run_infer() {
-  build/infer bench --model "$model" --load-format dummy --quantization "$q" --prompt-tokens 512,1 \
-    --gen-tokens 128 --threads "$threads" --repetitions 1 --report "$work/infer-$name-$q-$r.json" \
+  local out="$work/infer-$name-$q-$r.json"
+  [[ -s "$out" ]] || build/infer bench --model "$model" --load-format dummy --quantization "$q" \
+    --prompt-tokens 512,1 --gen-tokens 128 --threads "$threads" --repetitions 1 --report "$out" \
     >/dev/null 2>&1
 }
 for model in "${models[@]}"; do
   name=$(basename "$model")
-  for q in none int8 int4; do
-    type=${gguf_type[$q]}
+  for pair in "${pairs[@]}"; do
+    q=${pair%%:*}
+    type=${pair#*:}
     gguf=".cache/gguf/${gguf_name[$name]:-$name}-$type.gguf"
     [[ -s "$gguf" ]] || python3 benchmarks/llamacpp/make_gguf.py "$model" "$type" "$gguf" >/dev/null
     for ((r = 1; r <= reps; r++)); do
@@ -47,10 +54,12 @@ for model in "${models[@]}"; do
     done
   done
 done
-python3 - "$work" "benchmarks/reports/llamacpp_compare-$stamp.json" "$reps" "${models[@]}" <<'PY'
+python3 - "$work" "benchmarks/reports/llamacpp_compare-$stamp.json" "$reps" "${pairs[*]}" \
+  "${models[@]}" <<'PY'
 import json, os, subprocess, sys
 work, report, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])
-models = [os.path.basename(m) for m in sys.argv[4:]]
+pairs = [tuple(pair.split(":", 1)) for pair in sys.argv[4].split()]
+models = [os.path.basename(m) for m in sys.argv[5:]]
 
 
 def mean(values):
@@ -91,8 +100,8 @@ print(f"CPU: {model_name} ({' '.join(f for f in flags if f.startswith(('avx512',
 print("| model | infer type | llama.cpp type | pp512 infer | pp512 llama.cpp | ratio | tg128 infer | tg128 llama.cpp | ratio | infer % of probe ceiling | infer tg128 @ d512 |")
 print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for m, q, t in [(m, q, t) for m in models
-                for q, t in (("none", "bf16"), ("int8", "q8_0"), ("int4", "q4_0"))]:
-    mine, theirs = load("infer", m, q), load("llamacpp", m, q)
+                for q, t in pairs]:
+    mine, theirs = load("infer", m, q), load("llamacpp", m, t)
     row = {"model": m, "infer_quantization": q, "llamacpp_type": t,
            "infer_pp512_tok_s": mine["prefill_tok_s"], "llamacpp_pp512_tok_s": theirs["pp_tok_s"],
            "infer_tg128_tok_s": mine["decode_tok_s"], "llamacpp_tg128_tok_s": theirs["tg_tok_s"],

@@ -6,23 +6,27 @@ engines can be timed side by side on the same CPU (speed does not depend on the 
 Types, as llama.cpp's own quantizer lays out these files: bf16 (every matrix BF16), q8_0 (every
 matrix Q8_0, the tied embedding/output too), q4_0 (layers Q4_0; the tied embedding, which is
 also the output head, Q6_K as llama-quantize makes it, or Q8_0 where rows are not a multiple of
-256, its fallback: gemma-3-1b's 1152). Norms are F32 ones. Quantized blocks hold
+256, its fallback: gemma-3-1b's 1152), q4_k_m (llama-quantize's Q4_K_M: layers Q4_K, attn_v and
+ffn_down Q6_K in its use_more_bits layers, the head Q6_K; Q5_0 and Q8_0 its fallbacks for rows
+that are not whole 256-blocks). Norms are F32 ones. Quantized blocks hold
 random quants with a small fixed scale. Architectures: llama (Llama-3.2-1B-Instruct), qwen3
 (Qwen3-1.7B: q/k norms) and gemma3 (gemma-3-1b-it: q/k norms, post-attention and post-FFN norms,
 sliding window 512 on five of six layers, a SentencePiece vocabulary); every one ties its output
 head to the embedding, as these three checkpoints do.
 
-Usage: make_gguf.py MODEL_DIR {bf16,q8_0,q4_0} OUT.gguf
+Usage: make_gguf.py MODEL_DIR {bf16,q8_0,q4_0,q4_k_m} OUT.gguf
 """
 import json
 import os
 import struct
 import sys
 
-GGML = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "q6_k": 14, "bf16": 30}
-FILE_TYPE = {"bf16": 32, "q8_0": 7, "q4_0": 2}  # llama_ftype
-# (elements per block, bytes per block, offset of the f16 scale in the block)
-BLOCKS = {"q8_0": (32, 34, 0), "q4_0": (32, 18, 0), "q6_k": (256, 210, 208)}
+GGML = {"f32": 0, "f16": 1, "q4_0": 2, "q5_0": 6, "q8_0": 8, "q4_k": 12, "q6_k": 14, "bf16": 30}
+FILE_TYPE = {"bf16": 32, "q8_0": 7, "q4_0": 2, "q4_k_m": 15}  # llama_ftype
+# (elements per block, bytes per block, offsets of the f16 scales in the block: the first gets
+# a small fixed scale, the others (Q4_K's dmin) 0)
+BLOCKS = {"q8_0": (32, 34, (0,)), "q4_0": (32, 18, (0,)), "q5_0": (32, 22, (0,)),
+          "q4_k": (256, 144, (0, 2)), "q6_k": (256, 210, (208,))}
 ALIGN = 32
 
 
@@ -56,13 +60,14 @@ def tensor_bytes(kind, count):
         data = bytearray(os.urandom(count * 2))
         data[1::2] = bytes(0x3C | (b & 0x80) for b in data[1::2])
         return bytes(data)
-    per_block, size, scale_at = BLOCKS[kind]
+    per_block, size, scales_at = BLOCKS[kind]
     assert count % per_block == 0, (kind, count)
     blocks = count // per_block
     data = bytearray(os.urandom(blocks * size))
-    scale = struct.pack("<e", 0.002)
-    data[scale_at::size] = scale[0:1] * blocks
-    data[scale_at + 1::size] = scale[1:2] * blocks
+    for i, scale_at in enumerate(scales_at):
+        scale = struct.pack("<e", 0.002 if i == 0 else 0.0)
+        data[scale_at::size] = scale[0:1] * blocks
+        data[scale_at + 1::size] = scale[1:2] * blocks
     return bytes(data)
 
 
@@ -101,23 +106,38 @@ def main():
     if bos is None:
         bos = eos
 
-    matrix = kind  # layer matrices
-    embedding = {"bf16": "bf16", "q8_0": "q8_0", "q4_0": "q6_k"}[kind]
-    if embedding == "q6_k" and hidden % 256:
-        embedding = "q8_0"  # llama-quantize's fallback when rows are not whole Q6_K blocks (Gemma)
+    embedding = {"bf16": "bf16", "q8_0": "q8_0", "q4_0": "q6_k", "q4_k_m": "q6_k"}[kind]
+
+    def typed(base, columns):
+        """llama-quantize's fallback where rows are not whole 256-blocks (Gemma's 1152)."""
+        if columns % 256 == 0:
+            return base
+        return {"q6_k": "q8_0", "q4_k": "q5_0"}.get(base, base)
+
+    def more_bits(i):
+        """Q4_K_M's layers whose attn_v and ffn_down take Q6_K (llama-quantize's use_more_bits)."""
+        return i < layers // 8 or i >= 7 * layers // 8 or (i - layers // 8) % 3 == 2
+
+    embedding = typed(embedding, hidden)
+
+    def matrix(columns, i, name=""):
+        if kind != "q4_k_m":
+            return kind
+        return typed("q6_k" if name in ("v", "down") and more_bits(i) else "q4_k", columns)
     tensors = [("token_embd.weight", [hidden, vocab], embedding),
                ("output_norm.weight", [hidden], "f32")]
     for i in range(layers):
         p = f"blk.{i}."
         tensors += [(p + "attn_norm.weight", [hidden], "f32"),
-                    (p + "attn_q.weight", [hidden, heads * head_dim], matrix),
-                    (p + "attn_k.weight", [hidden, kv_heads * head_dim], matrix),
-                    (p + "attn_v.weight", [hidden, kv_heads * head_dim], matrix),
-                    (p + "attn_output.weight", [heads * head_dim, hidden], matrix),
+                    (p + "attn_q.weight", [hidden, heads * head_dim], matrix(hidden, i)),
+                    (p + "attn_k.weight", [hidden, kv_heads * head_dim], matrix(hidden, i)),
+                    (p + "attn_v.weight", [hidden, kv_heads * head_dim], matrix(hidden, i, "v")),
+                    (p + "attn_output.weight", [heads * head_dim, hidden],
+                     matrix(heads * head_dim, i)),
                     (p + "ffn_norm.weight", [hidden], "f32"),
-                    (p + "ffn_gate.weight", [hidden, ff], matrix),
-                    (p + "ffn_up.weight", [hidden, ff], matrix),
-                    (p + "ffn_down.weight", [ff, hidden], matrix)]
+                    (p + "ffn_gate.weight", [hidden, ff], matrix(hidden, i)),
+                    (p + "ffn_up.weight", [hidden, ff], matrix(hidden, i)),
+                    (p + "ffn_down.weight", [ff, hidden], matrix(ff, i, "down"))]
         if arch in ("qwen3", "gemma3"):
             tensors += [(p + "attn_q_norm.weight", [head_dim], "f32"),
                         (p + "attn_k_norm.weight", [head_dim], "f32")]
