@@ -218,7 +218,7 @@ inline V AddBlockTerm(V acc, VI dot, V d, V m, float dx, int32_t sx) {
 
 // kInt4K: sub-block b's d sc and dm mn for the kLanes features whose three scale words start at
 // `words` (ops.h), d and dm as loaded: the vector twin of Int4KScaleBits. With b a constant
-// (Int4KGroupScales' unrolled loop) the places fold and the shifts are immediates.
+// (QuantTile's unrolled group terms) the places fold and the shifts are immediates.
 inline void Int4KScales(const uint8_t* words, int64_t b, V& d, V& m) {
   auto bits = [&](bool minimum) {
     const Int4KScalePlace place = Int4KScaleAt(b, minimum);
@@ -230,28 +230,6 @@ inline void Int4KScales(const uint8_t* words, int64_t b, V& d, V& m) {
   };
   d = Mul(d, ToFloat(bits(false)));
   m = Mul(m, ToFloat(bits(true)));
-}
-
-// kInt4K: every sub-block's d sc (out[2 b]) and dm mn (out[2 b + 1]) for the kNr features from
-// lane `lane` of a group whose scales start at `scales`, kNr floats each: the group's f16 d,
-// dm and three words read once. Out of line, so that the tile around it keeps its registers;
-// the tile then loads them once per sub-block.
-__attribute__((noinline)) void Int4KGroupScales(const uint8_t* scales, int64_t lane, float* out) {
-  for (int64_t half = 0; half < 2; ++half) {
-    const int64_t at = lane + half * kLanes;
-    const auto* d_ptr = reinterpret_cast<const uint16_t*>(scales) + at;
-    const V d = LoadF16(d_ptr);
-    const V dm = LoadF16(d_ptr + kPanel);
-    const uint8_t* words = scales + 4 * kPanel + at * 4;
-#pragma GCC unroll 8
-    for (int64_t b = 0; b < kSuperBlock / kQuantBlock; ++b) {
-      V db = d;
-      V mb = dm;
-      Int4KScales(words, b, db, mb);
-      Store(out + 2 * b * kNr + half * kLanes, db);
-      Store(out + (2 * b + 1) * kNr + half * kLanes, mb);
-    }
-  }
 }
 
 // The scale and minimum of sub-block b (of its group) for kLanes features from lane `lane`;
@@ -303,14 +281,11 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
       acc[t][r][1] = accumulate && cols[t] > kLanes ? LoadN(yr + kLanes, cols[t] - kLanes) : Zero();
     }
   }
-  // kInt4K: the group's sub-block scales and minimums per tile (Int4KGroupScales).
-  alignas(64) float group_scales[kInt4 ? kTiles : 1][2 * (kSuperBlock / kQuantBlock) * kNr];
+  // kInt4K: a group's integer sums, kept until its sub-block scales are read after its values
+  // (Int4KGroupTerms).
+  constexpr int kSubs = kSuperBlock / kQuantBlock;
+  VI group_dots[kInt4 ? kTiles : 1][kInt4 ? kRows : 1][kInt4 ? kSubs : 1][2];
   for (int64_t g = g0; g < g1; ++g) {
-    if (kInt4 && super) {
-      for (int t = 0; t < kTiles; ++t) {
-        Int4KGroupScales(base[t] - lanes[t] * 4 + values_bytes, lanes[t], group_scales[t]);
-      }
-    }
     for (int64_t b = 0; b < subs; ++b) {
       const int64_t block = g * subs + b;
       VI dot[kTiles][kRows][2];
@@ -425,6 +400,17 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
           }
         }
       }
+      if (kInt4 && super) {
+#pragma GCC unroll 8
+        for (int t = 0; t < kTiles; ++t) {
+#pragma GCC unroll 8
+          for (int r = 0; r < kRows; ++r) {
+            group_dots[t][r][b][0] = dot[t][r][0];
+            group_dots[t][r][b][1] = dot[t][r][1];
+          }
+        }
+        continue;
+      }
 #pragma GCC unroll 8
       for (int t = 0; t < kTiles; ++t) {
         // This group's scales, from the tile's first lane.
@@ -432,38 +418,48 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
         // The loads above prefetch the values' lines; the scale lines (64 or 128 bytes per
         // group, 6-20% of the stream) need their own.
         if (b == 0) {
-          if (super) {
-            // kInt4K's scales follow a group's 4 KiB of values, beyond the values' prefetch
-            // distance, and every sub-block reads them: the next group's lines (its d, dm and
-            // three words for this tile's lanes) are asked for a whole group ahead.
-            const uint8_t* next = scales + group_bytes;
-            PrefetchLine(next + lanes[t] * 2);
-            PrefetchLine(next + 2 * kPanel + lanes[t] * 2);
-            for (int word = 0; word < 3; ++word) {
-              PrefetchLine(next + (4 + 4 * word) * kPanel + lanes[t] * 4);
-            }
-          } else {
-            PrefetchLine(scales + kPrefetchBytes);
-            if constexpr (kInt4) PrefetchLine(scales + kPrefetchBytes + 64);
-          }
+          PrefetchLine(scales + kPrefetchBytes);
+          if constexpr (kInt4) PrefetchLine(scales + kPrefetchBytes + 64);
         }
         V d0, m0, d1, m1;
-        if (kInt4 && super) {
-          const float* sb = group_scales[t] + 2 * b * kNr;
-          d0 = Load(sb);
-          d1 = Load(sb + kLanes);
-          m0 = Load(sb + kNr);
-          m1 = Load(sb + kNr + kLanes);
-        } else {
-          SubBlockScales<kInt4>(scales, lanes[t], b, false, d0, m0);
-          SubBlockScales<kInt4>(scales, lanes[t] + kLanes, b, false, d1, m1);
-        }
+        SubBlockScales<kInt4>(scales, lanes[t], b, false, d0, m0);
+        SubBlockScales<kInt4>(scales, lanes[t] + kLanes, b, false, d1, m1);
 #pragma GCC unroll 8
         for (int r = 0; r < kRows; ++r) {
           const float dx = x.d[(row0 + r) * x.blocks + block];
           const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
           acc[t][r][0] = AddBlockTerm<kInt4>(acc[t][r][0], dot[t][r][0], d0, m0, dx, sx);
           acc[t][r][1] = AddBlockTerm<kInt4>(acc[t][r][1], dot[t][r][1], d1, m1, dx, sx);
+        }
+      }
+    }
+    if constexpr (kInt4) {
+      if (super) {
+        // kInt4K: the group's terms in ascending sub-block order, as the other types add theirs
+        // per sub-block (the same bits), from the scales that follow the values just read: the
+        // stream stays in order, so the values' prefetch brings them, and with b a constant the
+        // 6-bit places are immediate shifts.
+#pragma GCC unroll 8
+        for (int t = 0; t < kTiles; ++t) {
+          const uint8_t* scales = base[t] - lanes[t] * 4 + values_bytes;
+          const auto* d_ptr = reinterpret_cast<const uint16_t*>(scales) + lanes[t];
+          const V d_lo = LoadF16(d_ptr), d_hi = LoadF16(d_ptr + kLanes);
+          const V dm_lo = LoadF16(d_ptr + kPanel), dm_hi = LoadF16(d_ptr + kPanel + kLanes);
+          const uint8_t* words = scales + 4 * kPanel + lanes[t] * 4;
+#pragma GCC unroll 8
+          for (int b = 0; b < kSubs; ++b) {
+            const int64_t block = g * kSubs + b;
+            V d0 = d_lo, m0 = dm_lo, d1 = d_hi, m1 = dm_hi;
+            Int4KScales(words, b, d0, m0);
+            Int4KScales(words + kLanes * 4, b, d1, m1);
+#pragma GCC unroll 8
+            for (int r = 0; r < kRows; ++r) {
+              const float dx = x.d[(row0 + r) * x.blocks + block];
+              const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
+              acc[t][r][0] = AddBlockTerm<true>(acc[t][r][0], group_dots[t][r][b][0], d0, m0, dx, sx);
+              acc[t][r][1] = AddBlockTerm<true>(acc[t][r][1], group_dots[t][r][b][1], d1, m1, dx, sx);
+            }
+          }
         }
       }
     }
