@@ -247,6 +247,27 @@ inline void SubBlockScales(const uint8_t* scales, int64_t lane, int64_t b, bool 
   }
 }
 
+// kInt4K: every sub-block's d sc (out[2 b kNr + ...]) and dm mn (out[(2 b + 1) kNr + ...]) of
+// the group whose scales start at `scales`, for the kNr features from lane `lane`: the exact
+// f32 values SubBlockScales gives, with immediate shifts (b a constant in the unrolled loop).
+inline void Int4KGroupScales(const uint8_t* scales, int64_t lane, float* out) {
+  for (int64_t half = 0; half < 2; ++half) {
+    const int64_t at = lane + half * kLanes;
+    const auto* d_ptr = reinterpret_cast<const uint16_t*>(scales) + at;
+    const V d = LoadF16(d_ptr);
+    const V dm = LoadF16(d_ptr + kPanel);
+    const uint8_t* words = scales + 4 * kPanel + at * 4;
+#pragma GCC unroll 8
+    for (int64_t b = 0; b < kSuperBlock / kQuantBlock; ++b) {
+      V db = d;
+      V mb = dm;
+      Int4KScales(words, b, db, mb);
+      Store(out + 2 * b * kNr + half * kLanes, db);
+      Store(out + (2 * b + 1) * kNr + half * kLanes, mb);
+    }
+  }
+}
+
 // kRows rows (from row0) against kTiles column tiles from feature j0, over weight groups
 // [g0, g1). y holds the sum of the earlier groups when `accumulate`; bias (features from j0,
 // or null) is added after the last group.
@@ -539,10 +560,12 @@ constexpr int kGemmRows = 4;
 // otherwise regroup a block's unrolled steps into a tree whose partial sums spill to the stack.
 inline void KeepChain(VI& v) { asm("" : "+x"(v)); }
 
+// kInt4K's sub-block scales come from `table` (Int4KGroupScales of the tile's groups g0 to g1,
+// one after another), made once per task for every row block.
 template <bool kInt4, int kRows>
 void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, int64_t j0,
                  int64_t g0, int64_t g1, float* y, int64_t y_stride, bool accumulate,
-                 const float* bias) {
+                 const float* bias, const float* table) {
   const auto* data = static_cast<const uint8_t*>(w.data());
   const int64_t subs = w.group_size() / kQuantBlock;
   const int64_t sub_bytes = w.sub_block_bytes();
@@ -662,8 +685,16 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
       }
 #endif
       V d0, m0, d1, m1;
-      SubBlockScales<kInt4>(scales, lane, b, super, d0, m0);
-      SubBlockScales<kInt4>(scales, lane + kLanes, b, super, d1, m1);
+      if (kInt4 && super) {
+        const float* sb = table + ((g - g0) * subs + b) * 2 * kNr;
+        d0 = Load(sb);
+        d1 = Load(sb + kLanes);
+        m0 = Load(sb + kNr);
+        m1 = Load(sb + kNr + kLanes);
+      } else {
+        SubBlockScales<kInt4>(scales, lane, b, false, d0, m0);
+        SubBlockScales<kInt4>(scales, lane + kLanes, b, false, d1, m1);
+      }
 #pragma GCC unroll 8
       for (int r = 0; r < kRows; ++r) {
         const float dx = x.d[(row0 + r) * x.blocks + block];
@@ -702,22 +733,27 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
 }
 
 // `rows` (1 to kGemmRows) rows against `tiles` tiles from j0.
+// kInt4K: `table` holds each tile's Int4KGroupScales for groups [g0, g1), tile after tile.
 template <bool kInt4, int kRows = kGemmRows>
 void ManyRowTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t row0,
                   const PackedMatrix& w, int64_t j0, int64_t g0, int64_t g1, float* y,
-                  int64_t y_stride, bool accumulate, const float* bias) {
+                  int64_t y_stride, bool accumulate, const float* bias, const float* table) {
   if constexpr (kRows > 0) {
     if (rows != kRows) {
       ManyRowTiles<kInt4, kRows - 1>(rows, tiles, x, row0, w, j0, g0, g1, y, y_stride, accumulate,
-                                     bias);
+                                     bias, table);
       return;
     }
+    const int64_t table_stride = (g1 - g0) * (kSuperBlock / kQuantBlock) * 2 * kNr;
     for (int64_t t = 0; t < tiles; ++t) {
       ManyRowTile<kInt4, kRows>(x, row0, w, j0 + t * kNr, g0, g1, y + t * kNr, y_stride, accumulate,
-                                bias != nullptr ? bias + t * kNr : nullptr);
+                                bias != nullptr ? bias + t * kNr : nullptr,
+                                table != nullptr ? table + t * table_stride : nullptr);
     }
   }
 }
+
+thread_local Scratch tls_scale_table_scratch;
 
 // The many-row order with ManyRowTile: tasks of kNc features, whose k-blocks of kKc channels
 // stay in L2 while every block of kGemmRows rows passes over them.
@@ -737,13 +773,31 @@ void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> out
     const auto [o, j0] = ProductTask(outputs, task, step);
     const int64_t tiles = (std::min(o->w->rows(), j0 + step) - j0 + kNr - 1) / kNr;
     const int64_t groups = o->w->num_groups();
-    for (int64_t g0 = 0; g0 < groups; g0 += KcGroups(*o->w)) {
-      const int64_t g1 = std::min(groups, g0 + KcGroups(*o->w));
+    const PackedMatrix& w = *o->w;
+    for (int64_t g0 = 0; g0 < groups; g0 += KcGroups(w)) {
+      const int64_t g1 = std::min(groups, g0 + KcGroups(w));
+      // kInt4K: the k-block's sub-block scales, once for every row block (the tile would
+      // otherwise unpack them per row block, with shifts by a run-time sub-block).
+      float* table = nullptr;
+      if (kInt4 && w.quantization() == Quantization::kInt4K) {
+        constexpr int64_t kGroupFloats = kSuperBlock / kQuantBlock * 2 * kNr;
+        table = tls_scale_table_scratch.Floats(static_cast<size_t>(tiles * (g1 - g0) * kGroupFloats));
+        const auto* data = static_cast<const uint8_t*>(w.data());
+        const int64_t values_bytes = w.group_size() / kQuantBlock * w.sub_block_bytes();
+        for (int64_t t = 0; t < tiles; ++t) {
+          const int64_t jt = j0 + t * kNr;
+          for (int64_t g = g0; g < g1; ++g) {
+            Int4KGroupScales(data + (jt / kPanel) * w.panel_bytes() + g * w.group_bytes() +
+                                 values_bytes,
+                             jt % kPanel, table + (t * (g1 - g0) + (g - g0)) * kGroupFloats);
+          }
+        }
+      }
       for (int64_t p = 0; p < row_blocks; ++p) {
         const int rows = static_cast<int>(std::min<int64_t>(kGemmRows, m - p * kGemmRows));
-        ManyRowTiles<kInt4>(rows, tiles, x, p * kGemmRows, *o->w, j0, g0, g1,
+        ManyRowTiles<kInt4>(rows, tiles, x, p * kGemmRows, w, j0, g0, g1,
                             o->y + p * kGemmRows * o->y_stride + j0, o->y_stride, g0 > 0,
-                            g1 == groups && o->bias != nullptr ? o->bias + j0 : nullptr);
+                            g1 == groups && o->bias != nullptr ? o->bias + j0 : nullptr, table);
       }
     }
   });
