@@ -177,7 +177,8 @@ void PackRows(const Tensor& w, const PackedMatrix& packed, T* dst, int64_t row_b
 PackedMatrix PackedMatrix::Copy(bool huge_pages) const {
   PackedMatrix copy = *this;
   copy.storage_ = Tensor::Empty(storage_.dtype(), storage_.shape(), huge_pages);
-  if (storage_.size_bytes() > 0) std::memcpy(copy.storage_.raw(), storage_.raw(), storage_.size_bytes());
+  if (storage_.size_bytes() > 0)
+    std::memcpy(copy.storage_.raw(), storage_.raw(), storage_.size_bytes());
   return copy;
 }
 

@@ -247,27 +247,6 @@ inline void SubBlockScales(const uint8_t* scales, int64_t lane, int64_t b, bool 
   }
 }
 
-// kInt4K: every sub-block's d sc (out[2 b kNr + ...]) and dm mn (out[(2 b + 1) kNr + ...]) of
-// the group whose scales start at `scales`, for the kNr features from lane `lane`: the exact
-// f32 values SubBlockScales gives, with immediate shifts (b a constant in the unrolled loop).
-inline void Int4KGroupScales(const uint8_t* scales, int64_t lane, float* out) {
-  for (int64_t half = 0; half < 2; ++half) {
-    const int64_t at = lane + half * kLanes;
-    const auto* d_ptr = reinterpret_cast<const uint16_t*>(scales) + at;
-    const V d = LoadF16(d_ptr);
-    const V dm = LoadF16(d_ptr + kPanel);
-    const uint8_t* words = scales + 4 * kPanel + at * 4;
-#pragma GCC unroll 8
-    for (int64_t b = 0; b < kSuperBlock / kQuantBlock; ++b) {
-      V db = d;
-      V mb = dm;
-      Int4KScales(words, b, db, mb);
-      Store(out + 2 * b * kNr + half * kLanes, db);
-      Store(out + (2 * b + 1) * kNr + half * kLanes, mb);
-    }
-  }
-}
-
 // kRows rows (from row0) against kTiles column tiles from feature j0, over weight groups
 // [g0, g1). y holds the sum of the earlier groups when `accumulate`; bias (features from j0,
 // or null) is added after the last group.
@@ -477,8 +456,10 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
             for (int r = 0; r < kRows; ++r) {
               const float dx = x.d[(row0 + r) * x.blocks + block];
               const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
-              acc[t][r][0] = AddBlockTerm<true>(acc[t][r][0], group_dots[t][r][b][0], d0, m0, dx, sx);
-              acc[t][r][1] = AddBlockTerm<true>(acc[t][r][1], group_dots[t][r][b][1], d1, m1, dx, sx);
+              acc[t][r][0] =
+                  AddBlockTerm<true>(acc[t][r][0], group_dots[t][r][b][0], d0, m0, dx, sx);
+              acc[t][r][1] =
+                  AddBlockTerm<true>(acc[t][r][1], group_dots[t][r][b][1], d1, m1, dx, sx);
             }
           }
         }
@@ -555,6 +536,27 @@ inline void QuantTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t 
 // A tile is kGemmRows rows x kNr features: 8 integer accumulators; the f32 sums stay in memory
 // (L1), loaded and stored once per block, to leave the registers to the integer work.
 constexpr int kGemmRows = 4;
+
+// kInt4K: every sub-block's d sc (out[2 b kNr + ...]) and dm mn (out[(2 b + 1) kNr + ...]) of
+// the group whose scales start at `scales`, for the kNr features from lane `lane`: the exact
+// f32 values SubBlockScales gives, with immediate shifts (b a constant in the unrolled loop).
+inline void Int4KGroupScales(const uint8_t* scales, int64_t lane, float* out) {
+  for (int64_t half = 0; half < 2; ++half) {
+    const int64_t at = lane + half * kLanes;
+    const auto* d_ptr = reinterpret_cast<const uint16_t*>(scales) + at;
+    const V d = LoadF16(d_ptr);
+    const V dm = LoadF16(d_ptr + kPanel);
+    const uint8_t* words = scales + 4 * kPanel + at * 4;
+#pragma GCC unroll 8
+    for (int64_t b = 0; b < kSuperBlock / kQuantBlock; ++b) {
+      V db = d;
+      V mb = dm;
+      Int4KScales(words, b, db, mb);
+      Store(out + 2 * b * kNr + half * kLanes, db);
+      Store(out + (2 * b + 1) * kNr + half * kLanes, mb);
+    }
+  }
+}
 
 // Keeps an accumulator's chain of adds as written: integer adds being associative, GCC would
 // otherwise regroup a block's unrolled steps into a tree whose partial sums spill to the stack.
@@ -781,15 +783,16 @@ void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> out
       float* table = nullptr;
       if (kInt4 && w.quantization() == Quantization::kInt4K) {
         constexpr int64_t kGroupFloats = kSuperBlock / kQuantBlock * 2 * kNr;
-        table = tls_scale_table_scratch.Floats(static_cast<size_t>(tiles * (g1 - g0) * kGroupFloats));
+        table =
+            tls_scale_table_scratch.Floats(static_cast<size_t>(tiles * (g1 - g0) * kGroupFloats));
         const auto* data = static_cast<const uint8_t*>(w.data());
         const int64_t values_bytes = w.group_size() / kQuantBlock * w.sub_block_bytes();
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t jt = j0 + t * kNr;
           for (int64_t g = g0; g < g1; ++g) {
-            Int4KGroupScales(data + (jt / kPanel) * w.panel_bytes() + g * w.group_bytes() +
-                                 values_bytes,
-                             jt % kPanel, table + (t * (g1 - g0) + (g - g0)) * kGroupFloats);
+            Int4KGroupScales(
+                data + (jt / kPanel) * w.panel_bytes() + g * w.group_bytes() + values_bytes,
+                jt % kPanel, table + (t * (g1 - g0) + (g - g0)) * kGroupFloats);
           }
         }
       }
