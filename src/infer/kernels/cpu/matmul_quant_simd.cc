@@ -216,26 +216,12 @@ inline V AddBlockTerm(V acc, VI dot, V d, V m, float dx, int32_t sx) {
   }
 }
 
-// kInt4K: sub-block b's d sc and dm mn for the kLanes features whose three scale words start at
-// `words` (ops.h), d and dm as loaded: the vector twin of Int4KScaleBits. With b a constant
-// (QuantTile's unrolled group terms) the places fold and the shifts are immediates.
-inline void Int4KScales(const uint8_t* words, int64_t b, V& d, V& m) {
-  auto bits = [&](bool minimum) {
-    const Int4KScalePlace place = Int4KScaleAt(b, minimum);
-    if (place.shift == kInt4KSplitShift) {
-      return OrI(OrI(TopTwoBits(LoadI(words), 0), TopTwoBits(LoadI(words + 4 * kPanel), 2)),
-                 TopTwoBits(LoadI(words + 8 * kPanel), 4));
-    }
-    return SixBits(LoadI(words + place.word * 4 * kPanel), place.shift);
-  };
-  d = Mul(d, ToFloat(bits(false)));
-  m = Mul(m, ToFloat(bits(true)));
-}
-
 // The scale and minimum of sub-block b (of its group) for kLanes features from lane `lane`;
 // `scales` is the group's first byte after its values (ops.h): the f16 d (and int4's m), or
 // for kInt4K (`super`) the products d sc and dm mn, the same exact f32 values as
-// PackedMatrix::SubBlockScale / SubBlockMinimum.
+// PackedMatrix::SubBlockScale / SubBlockMinimum (kInt4K's 6-bit sc and mn read as
+// Int4KScaleBits reads them). With b a constant (the unrolled loops over a group's sub-blocks)
+// the places fold and the shifts are immediates.
 template <bool kInt4>
 inline void SubBlockScales(const uint8_t* scales, int64_t lane, int64_t b, bool super, V& d, V& m) {
   const auto* d_ptr = reinterpret_cast<const uint16_t*>(scales) + lane;
@@ -243,7 +229,18 @@ inline void SubBlockScales(const uint8_t* scales, int64_t lane, int64_t b, bool 
   m = Zero();
   if constexpr (kInt4) {
     m = LoadF16(d_ptr + kPanel);
-    if (super) Int4KScales(scales + 4 * kPanel + lane * 4, b, d, m);
+    if (!super) return;
+    const uint8_t* words = scales + 4 * kPanel + lane * 4;
+    auto bits = [&](bool minimum) {
+      const Int4KScalePlace place = Int4KScaleAt(b, minimum);
+      if (place.shift == kInt4KSplitShift) {
+        return OrI(OrI(TopTwoBits(LoadI(words), 0), TopTwoBits(LoadI(words + 4 * kPanel), 2)),
+                   TopTwoBits(LoadI(words + 8 * kPanel), 4));
+      }
+      return SixBits(LoadI(words + place.word * 4 * kPanel), place.shift);
+    };
+    d = Mul(d, ToFloat(bits(false)));
+    m = Mul(m, ToFloat(bits(true)));
   }
 }
 
@@ -282,7 +279,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
     }
   }
   // kInt4K: a group's integer sums, kept until its sub-block scales are read after its values
-  // (Int4KGroupTerms).
+  // (the group's terms below).
   constexpr int kSubs = kSuperBlock / kQuantBlock;
   VI group_dots[kInt4 ? kTiles : 1][kInt4 ? kRows : 1][kInt4 ? kSubs : 1][2];
   for (int64_t g = g0; g < g1; ++g) {
@@ -442,16 +439,12 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
 #pragma GCC unroll 8
         for (int t = 0; t < kTiles; ++t) {
           const uint8_t* scales = base[t] - lanes[t] * 4 + values_bytes;
-          const auto* d_ptr = reinterpret_cast<const uint16_t*>(scales) + lanes[t];
-          const V d_lo = LoadF16(d_ptr), d_hi = LoadF16(d_ptr + kLanes);
-          const V dm_lo = LoadF16(d_ptr + kPanel), dm_hi = LoadF16(d_ptr + kPanel + kLanes);
-          const uint8_t* words = scales + 4 * kPanel + lanes[t] * 4;
 #pragma GCC unroll 8
           for (int b = 0; b < kSubs; ++b) {
             const int64_t block = g * kSubs + b;
-            V d0 = d_lo, m0 = dm_lo, d1 = d_hi, m1 = dm_hi;
-            Int4KScales(words, b, d0, m0);
-            Int4KScales(words + kLanes * 4, b, d1, m1);
+            V d0, m0, d1, m1;
+            SubBlockScales<true>(scales, lanes[t], b, true, d0, m0);
+            SubBlockScales<true>(scales, lanes[t] + kLanes, b, true, d1, m1);
 #pragma GCC unroll 8
             for (int r = 0; r < kRows; ++r) {
               const float dx = x.d[(row0 + r) * x.blocks + block];
@@ -542,16 +535,10 @@ constexpr int kGemmRows = 4;
 // f32 values SubBlockScales gives, with immediate shifts (b a constant in the unrolled loop).
 inline void Int4KGroupScales(const uint8_t* scales, int64_t lane, float* out) {
   for (int64_t half = 0; half < 2; ++half) {
-    const int64_t at = lane + half * kLanes;
-    const auto* d_ptr = reinterpret_cast<const uint16_t*>(scales) + at;
-    const V d = LoadF16(d_ptr);
-    const V dm = LoadF16(d_ptr + kPanel);
-    const uint8_t* words = scales + 4 * kPanel + at * 4;
 #pragma GCC unroll 8
     for (int64_t b = 0; b < kSuperBlock / kQuantBlock; ++b) {
-      V db = d;
-      V mb = dm;
-      Int4KScales(words, b, db, mb);
+      V db, mb;
+      SubBlockScales<true>(scales, lane + half * kLanes, b, true, db, mb);
       Store(out + 2 * b * kNr + half * kLanes, db);
       Store(out + (2 * b + 1) * kNr + half * kLanes, mb);
     }
@@ -786,13 +773,12 @@ void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> out
         table =
             tls_scale_table_scratch.Floats(static_cast<size_t>(tiles * (g1 - g0) * kGroupFloats));
         const auto* data = static_cast<const uint8_t*>(w.data());
-        const int64_t values_bytes = w.group_size() / kQuantBlock * w.sub_block_bytes();
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t jt = j0 + t * kNr;
+          const int64_t panel_row = jt - jt % kPanel;  // (the group's scales from lane 0)
           for (int64_t g = g0; g < g1; ++g) {
-            Int4KGroupScales(
-                data + (jt / kPanel) * w.panel_bytes() + g * w.group_bytes() + values_bytes,
-                jt % kPanel, table + (t * (g1 - g0) + (g - g0)) * kGroupFloats);
+            Int4KGroupScales(data + w.ScaleIndex(panel_row, g), jt % kPanel,
+                             table + (t * (g1 - g0) + (g - g0)) * kGroupFloats);
           }
         }
       }
