@@ -14,7 +14,9 @@
 #   (idle machine; ~10 GB of GGUFs in .cache/gguf; default: the three models/ folders)
 #   PAIRS: infer's --quantization and llama.cpp's GGUF type per row (make_gguf.py's types:
 #   bf16, q8_0, q4_0, q4_k_m), e.g. "int4:q4_0 int4k:q4_0 int4k:q4_k_m". A GGUF type in several
-#   rows (or an infer type) is run once per repetition.
+#   rows (or an infer type) is run once per repetition. An infer type may name its output head's
+#   type after a slash (--lm-head-quantization): "int4k/int6:q4_0" (llama.cpp's 4-bit files keep
+#   a Q6_K head).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reps="${1:-2}"
@@ -37,10 +39,11 @@ run_llamacpp() {
   [[ -s "$out" ]] || node benchmarks/llamacpp/bench.mjs "$gguf" "$threads" 512 128 1 >"$out"
 }
 run_infer() {
-  local out="$work/infer-$name-$q-$r.json"
-  [[ -s "$out" ]] || build/infer bench --model "$model" --load-format dummy --quantization "$q" \
-    --prompt-tokens 512,1 --gen-tokens 128 --threads "$threads" --repetitions 1 --report "$out" \
-    >/dev/null 2>&1
+  local out="$work/infer-$name-${q//\//_}-$r.json" head=auto
+  [[ $q == */* ]] && head=${q#*/}
+  [[ -s "$out" ]] || build/infer bench --model "$model" --load-format dummy \
+    --quantization "${q%%/*}" --lm-head-quantization "$head" --prompt-tokens 512,1 \
+    --gen-tokens 128 --threads "$threads" --repetitions 1 --report "$out" >/dev/null 2>&1
 }
 for model in "${models[@]}"; do
   name=$(basename "$model")
@@ -71,7 +74,7 @@ def load(engine, m, q):
     """The repetitions' reports of one engine, model and type, and their mean figures."""
     runs = []
     for r in range(1, reps + 1):
-        text = open(f"{work}/{engine}-{m}-{q}-{r}.json").read().strip()
+        text = open(f"{work}/{engine}-{m}-{q.replace('/', '_')}-{r}.json").read().strip()
         if engine == "llamacpp":
             runs.append(json.loads(text.splitlines()[-1]))
             continue

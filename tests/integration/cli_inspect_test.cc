@@ -88,7 +88,8 @@ TEST(CliInspect, QuantizationShowsBitsPerWeightAndBytes) {
 
 // --lm-head-quantization none keeps the output head (all fixtures tie it to the embedding) at
 // the checkpoint's bf16 under int8 and int4: exactly vocab x hidden x (2 - 34/32) bytes more
-// than its int8 (an f16 scale per 32 int8 weights), the layers unchanged.
+// than its int8 (an f16 scale per 32 int8 weights), the layers unchanged; int6 takes exactly
+// vocab x hidden x 8/32 fewer; int8 is what auto takes.
 TEST(CliInspect, LmHeadQuantizationNoneKeepsTheHeadAtTheCheckpointDtype) {
   for (const char* arch : {"llama", "qwen3", "gemma3"}) {
     const auto path = testing::FixturePath(std::string("models/") + arch + "/model").string();
@@ -105,6 +106,17 @@ TEST(CliInspect, LmHeadQuantizationNoneKeepsTheHeadAtTheCheckpointDtype) {
       EXPECT_EQ(head_wide["weight_bytes"].get<int64_t>() - head_int8["weight_bytes"].get<int64_t>(),
                 head_weights * 2 - head_weights / 32 * 34)
           << arch << " " << type;
+      // int6: 26 bytes per 32 weights (6 bits each and an f16 scale) against int8's 34.
+      const auto head_int6 =
+          Inspect({"--model", path, "-q", type, "--lm-head-quantization", "int6"});
+      EXPECT_EQ(head_int6["lm_head_quantization"], "int6") << arch << " " << type;
+      EXPECT_EQ(head_int8["weight_bytes"].get<int64_t>() - head_int6["weight_bytes"].get<int64_t>(),
+                head_weights / 32 * (34 - 26))
+          << arch << " " << type;
+      const auto head_int8_named =
+          Inspect({"--model", path, "-q", type, "--lm-head-quantization", "int8"});
+      EXPECT_EQ(head_int8_named["lm_head_quantization"], "int8") << arch << " " << type;
+      EXPECT_EQ(head_int8_named["weight_bytes"], head_int8["weight_bytes"]) << arch << " " << type;
     }
   }
   const auto result = testing::RunCommand({INFER_BINARY, "inspect", "--model",

@@ -38,19 +38,21 @@ void AddModelOptions(CLI::App& command, ModelArgs& args, bool add_threads, bool 
           "Weight matrices quantized at load: none (the checkpoint's dtype); int8: 8.5 bits per "
           "weight, scale per 32 input channels (llama.cpp Q8_0); int4: 5 bits per weight, scale "
           "and minimum per 32 (llama.cpp Q4_1); int4k: 4.5 bits per weight, 6-bit scales and "
-          "minimums per 32 in super-blocks of 256 (llama.cpp Q4_K). Activations are rounded to "
-          "int8 per 32 and multiplied on the integer units (VNNI)")
-      ->check(CLI::IsMember({"none", "int8", "int4", "int4k"}))
+          "minimums per 32 in super-blocks of 256 (llama.cpp Q4_K); int6: 6.5 bits per weight, "
+          "scale per 32 (near llama.cpp Q6_K). Activations are rounded to int8 per 32 and "
+          "multiplied on the integer units (VNNI)")
+      ->check(CLI::IsMember({"none", "int8", "int4", "int4k", "int6"}))
       ->default_str("none");
   command
       .add_option_function<std::string>(
           "--lm-head-quantization",
-          [&args](const std::string& name) { args.lm_head_unquantized = name == "none"; },
+          [&args](const std::string& name) { args.lm_head_quantization = name; },
           "The output head (lm_head, or the tied embedding table) under --quantization: auto: "
-          "int8 (as llama.cpp's Q8_0 files; int4 and int4k keep their head at int8 too); none: the "
+          "int8 (as llama.cpp's Q8_0 files; int4 and int4k keep their head at int8 too); int8 or "
+          "int6 (6.5 bits, as llama.cpp's 4-bit files keep Q6_K): that type; none: the "
           "checkpoint's dtype, more accurate logits for more bytes per token (Qwen3-1.7B int8: "
           "+16% bytes per token; its head is 18% of its weights)")
-      ->check(CLI::IsMember({"auto", "none"}))
+      ->check(CLI::IsMember({"auto", "none", "int8", "int6"}))
       ->default_str("auto");
   if (add_threads) {
     command.add_option("--threads", args.threads, "Compute threads (0: all CPUs)")
@@ -127,8 +129,10 @@ LoadedModel LoadModelFromArgs(const ModelArgs& args, ThreadPool* pool) {
                                                            : WeightPlacement::kMmap;
   options.pool = pool;
   options.quantization = args.quantization;
-  options.head =
-      args.lm_head_unquantized ? LoadOptions::Head::kUnquantized : LoadOptions::Head::kDefault;
+  options.head = args.lm_head_quantization == "none"   ? LoadOptions::Head::kUnquantized
+                 : args.lm_head_quantization == "int8" ? LoadOptions::Head::kInt8
+                 : args.lm_head_quantization == "int6" ? LoadOptions::Head::kInt6
+                                                       : LoadOptions::Head::kDefault;
   LoadedModel loaded = LoadModel(args.model, options);
   spdlog::debug("loaded {} in {:.3f} s", loaded.path, loaded.load_time_s);
   return loaded;

@@ -22,7 +22,7 @@ struct ModelArgs {
   int threads = 0;  // 0: all available CPUs
   kernels::MatMulPrecision matmul_precision = kernels::MatMulPrecision::kF32;
   kernels::Quantization quantization = kernels::Quantization::kNone;
-  bool lm_head_unquantized = false;  // --lm-head-quantization none
+  std::string lm_head_quantization = "auto";  // --lm-head-quantization
 };
 
 // add_threads=false leaves --threads to the command (bench takes a list); add_compute=false

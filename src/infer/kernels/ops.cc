@@ -88,7 +88,11 @@ int PackedMatrix::QuantAt(int64_t row, int64_t col) const {
   bool high = false;
   const uint8_t byte = static_cast<const uint8_t*>(data())[QuantIndex(row, col, &high)];
   if (quantization_ == Quantization::kInt8) return byte;
-  return high ? byte >> 4 : byte & 0x0f;
+  const int low = high ? byte >> 4 : byte & 0x0f;
+  if (quantization_ != Quantization::kInt6) return low;
+  int shift = 0;
+  const uint8_t top = static_cast<const uint8_t*>(data())[Int6HighIndex(row, col, &shift)];
+  return low | (top >> shift & 3) << 4;
 }
 
 namespace {
@@ -135,8 +139,8 @@ float PackedMatrix::At(int64_t row, int64_t col) const {
   if (quantized()) {
     const int64_t block = col / kQuantBlock;
     const float d = SubBlockScale(row, block);
-    if (quantization_ == Quantization::kInt8)
-      return d * static_cast<float>(QuantAt(row, col) - 128);
+    const int offset = QuantStoredOffset(quantization_);
+    if (offset != 0) return d * static_cast<float>(QuantAt(row, col) - offset);
     return d * static_cast<float>(QuantAt(row, col)) + SubBlockMinimum(row, block);
   }
   const int64_t index = Index(row, col);

@@ -45,15 +45,25 @@ MatMulPrecision ParseMatMulPrecision(std::string_view name);
 // A quantized MatMul rounds its activations to int8 per row and block of 32 input channels
 // (scale max|x| / 127, to nearest even, as llama.cpp's vec_dot does) and multiplies on the
 // integer units (AVX-512 VNNI vpdpbusd where the CPU has it); MatMulPrecision is not used.
-enum class Quantization { kNone, kInt8, kInt4, kInt4K };
+enum class Quantization { kNone, kInt8, kInt4, kInt4K, kInt6 };
 
-// "none", "int8", "int4", "int4k"
+// "none", "int8", "int4", "int4k", "int6"
 std::string_view QuantizationName(Quantization quantization);
 // One of those names; anything else throws infer::Error naming the choices.
 Quantization ParseQuantization(std::string_view name);
 // Whether the type stores 4-bit values (kInt4, kInt4K): two per byte, w = d q + m per sub-block.
 constexpr bool IsInt4(Quantization quantization) {
   return quantization == Quantization::kInt4 || quantization == Quantization::kInt4K;
+}
+// What a symmetric type stores for q: q + 128 (kInt8: a byte), q + 32 (kInt6: 6 bits); 0 for the
+// 4-bit types, which store q itself. w = d (stored - offset) + m.
+constexpr int QuantStoredOffset(Quantization quantization) {
+  return quantization == Quantization::kInt8 ? 128 : quantization == Quantization::kInt6 ? 32 : 0;
+}
+// Whether a sub-block's values start with a plane of 4-bit nibbles (kInt4, kInt4K; kInt6 keeps
+// its low 4 bits there and its top 2 bits in a plane after it).
+constexpr bool HasNibblePlane(Quantization quantization) {
+  return IsInt4(quantization) || quantization == Quantization::kInt6;
 }
 // kInt4K's super-block (its only group size) and the bytes of its packed 6-bit scales per row.
 constexpr int64_t kSuperBlock = 256;
@@ -106,9 +116,9 @@ constexpr int64_t kDefaultInt4Group = 32;
 // - f16, f32: [2][kPanelRows].
 // A range of panels is therefore one sequential stream (what decode reads), and a panel's
 // steps are what the GEMM's register tile consumes in order.
-// Quantized (kInt8, kInt4, kInt4K): panels of kPanelRows rows, each num_groups() groups of
+// Quantized (kInt8, kInt4, kInt4K, kInt6): panels of kPanelRows rows, each num_groups() groups of
 // group_size() input channels (k padded with zeros to whole groups), each group_bytes()
-// bytes: the quantized values q (unsigned: int8 stores q + 128) of its sub-blocks of
+// bytes: the quantized values q (unsigned: int8 stores q + 128, int6 q + 32) of its sub-blocks of
 // kQuantBlock channels, then d[kPanelRows] (f16), then for kInt4 m[kPanelRows] (f16); for kInt4K
 // d[kPanelRows], dm[kPanelRows] (f16) and the sub-blocks' 6-bit sc and mn as three 32-bit words
 // per row, word-major ([3][kPanelRows]): word 0 holds sc0-sc4, word 1 mn0-mn4, word 2 sc5-sc7,
@@ -118,7 +128,11 @@ constexpr int64_t kDefaultInt4Group = 32;
 // - kInt8: [8 quads][kPanelRows][4] bytes (1024);
 // - kInt4, kInt4K: [4][kPanelRows][4] bytes (512); a byte holds quad j (low nibble) and quad j + 4
 //   (high nibble).
-// QuantIndex() below is the one definition of that layout.
+// - kInt6: the stored q + 32's low 4 bits as kInt4's 512 bytes, then their top 2 bits as
+//   [2][kPanelRows][4] bytes (256): byte slot s (0, 1) holds quads s, s + 2, s + 4, s + 6 in
+//   its bits 0-1, 2-3, 4-5, 6-7 (Int6HighIndex), so that nibble slot j's quads j and j + 4
+//   find theirs in slot j % 2 at bits 2 (j / 2) and 4 + 2 (j / 2).
+// QuantIndex() (and Int6HighIndex()) below are the one definition of that layout.
 class PackedMatrix {
  public:
   static constexpr int64_t kPanelRows = 32;
@@ -131,6 +145,7 @@ class PackedMatrix {
   // (32 for kInt8, kDefaultInt4Group for kInt4, kSuperBlock for kInt4K); otherwise 32, 64 or
   // 128 (kInt4 only).
   // Throws infer::Error for a weight that is not finite or whose scale an f16 cannot hold.
+  // (kInt6 takes groups of 32 only.)
   static PackedMatrix Quantize(const Tensor& w, Quantization quantization, int64_t group_size = 0,
                                ThreadPool* pool = nullptr, bool huge_pages = false);
 
@@ -146,11 +161,15 @@ class PackedMatrix {
   int64_t group_size() const { return group_size_; }  // quantized only
   int64_t num_groups() const { return (cols_ + group_size_ - 1) / group_size_; }
   // Bytes of one sub-block's values, of one group (values and scales), of one panel.
-  int64_t sub_block_bytes() const { return quantization_ == Quantization::kInt8 ? 1024 : 512; }
+  int64_t sub_block_bytes() const {
+    return quantization_ == Quantization::kInt8   ? 1024
+           : quantization_ == Quantization::kInt6 ? 768
+                                                  : 512;
+  }
   int64_t group_bytes() const {
-    const int64_t scale_bytes = quantization_ == Quantization::kInt8   ? 2
-                                : quantization_ == Quantization::kInt4 ? 4
-                                                                       : 4 + kInt4KScaleBytes;
+    const int64_t scale_bytes = quantization_ == Quantization::kInt4    ? 4
+                                : quantization_ == Quantization::kInt4K ? 4 + kInt4KScaleBytes
+                                                                        : 2;
     return group_size_ / kQuantBlock * sub_block_bytes() + scale_bytes * kPanelRows;
   }
   int64_t panel_bytes() const { return num_groups() * group_bytes(); }
@@ -159,11 +178,20 @@ class PackedMatrix {
     const int64_t lane = row % kPanelRows;
     const int64_t in_group = col % group_size_;
     const int64_t quad = in_group % kQuantBlock / 4;
-    const int64_t quad_slot = quantization_ == Quantization::kInt8 ? quad : quad % 4;
-    *high_nibble = IsInt4(quantization_) && quad >= 4;
+    const int64_t quad_slot = HasNibblePlane(quantization_) ? quad % 4 : quad;
+    *high_nibble = HasNibblePlane(quantization_) && quad >= 4;
     return (row / kPanelRows) * panel_bytes() + (col / group_size_) * group_bytes() +
            in_group / kQuantBlock * sub_block_bytes() + (quad_slot * kPanelRows + lane) * 4 +
            col % 4;
+  }
+  // kInt6: byte of q(row, col)'s top 2 bits, and their shift in it.
+  int64_t Int6HighIndex(int64_t row, int64_t col, int* shift) const {
+    const int64_t quad = col % kQuantBlock / 4;
+    *shift = static_cast<int>(2 * (quad / 2));
+    bool high = false;
+    const int64_t nibble = QuantIndex(row, col, &high);
+    const int64_t in_sub = (quad % 4 * kPanelRows + row % kPanelRows) * 4 + col % 4;
+    return nibble - in_sub + 512 + (quad % 2 * kPanelRows + row % kPanelRows) * 4 + col % 4;
   }
   // Byte of the f16 scale d (and for kInt4, 2 * kPanelRows bytes on, the minimum m; for kInt4K
   // the minimum step dm, then 2 * kPanelRows bytes on its scale words) of row's group g.
@@ -190,8 +218,8 @@ class PackedMatrix {
            (dtype() == DType::kBF16 ? lane * 2 + col % 2 : (col % 2) * kPanelRows + lane);
   }
   // A quantized matrix's stored values: q of w[row, col] as stored (int8: q + 128, int4: the
-  // nibble), and its group's f16 scale d and minimum m (int4; 0 for int8; kInt4K: d and dm),
-  // widened.
+  // nibble, int6: q + 32), and its group's f16 scale d and minimum m (int4; 0 for int8; kInt4K: d
+  // and dm), widened.
   int QuantAt(int64_t row, int64_t col) const;
   float ScaleAt(int64_t row, int64_t group) const;
   float MinimumAt(int64_t row, int64_t group) const;

@@ -23,16 +23,18 @@ std::string_view QuantizationName(Quantization quantization) {
       return "int4";
     case Quantization::kInt4K:
       return "int4k";
+    case Quantization::kInt6:
+      return "int6";
   }
   return "unknown";
 }
 
 Quantization ParseQuantization(std::string_view name) {
-  for (Quantization q :
-       {Quantization::kNone, Quantization::kInt8, Quantization::kInt4, Quantization::kInt4K}) {
+  for (Quantization q : {Quantization::kNone, Quantization::kInt8, Quantization::kInt4,
+                         Quantization::kInt4K, Quantization::kInt6}) {
     if (QuantizationName(q) == name) return q;
   }
-  Fail("quantization '{}' is not one of none, int8, int4, int4k", name);
+  Fail("quantization '{}' is not one of none, int8, int4, int4k, int6", name);
 }
 
 namespace {
@@ -263,6 +265,9 @@ template <Quantization kType>
 void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, int64_t row_begin,
                   int64_t row_end) {
   constexpr bool kInt4 = IsInt4(kType);
+  // The symmetric types' largest |q|, and what they store for q (q + kOffset).
+  constexpr int kMaxQ = kType == Quantization::kInt6 ? 31 : 127;
+  constexpr int kOffset = QuantStoredOffset(kType);
   const int64_t k = w.dim(1);
   const int64_t group = packed.group_size();
   const int64_t subs = group / kQuantBlock;
@@ -316,7 +321,7 @@ void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, i
         // values. int4: among a few scales at and below the range's (clipping the extremes a
         // little), the one with the least squared error wins (int8's 255 levels gain nothing).
         m = kInt4 ? F16ToF32(F32ToF16(lo)) : 0.0F;
-        const float base = kInt4 ? (hi - m) / 15.0F : amax / 127.0F;
+        const float base = kInt4 ? (hi - m) / 15.0F : amax / static_cast<float>(kMaxQ);
         INFER_CHECK(base <= kMaxF16 && std::fabs(m) <= kMaxF16,
                     "quantize: weights of row {} near column {} (max |w| {}) are too large for "
                     "an f16 scale",
@@ -340,31 +345,37 @@ void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, i
       for (int64_t j = 0; j < subs; ++j) sub_inverse[j] = sub_d[j] > 0.0F ? 1.0F / sub_d[j] : 0.0F;
       bool high = false;
       // The group's first byte: element i sits at first + sub-block offset + quad slot * 128
-      // + i % 4 (ops.h).
+      // + i % 4 (ops.h); kInt6's top 2 bits 512 bytes on, in slot quad % 2 at bit 2 (quad / 2).
       const int64_t first = packed.QuantIndex(row, begin, &high);
-      for (int64_t i = 0; i < count; ++i) {
+      auto store = [&](int64_t i, int u) {
         const int64_t quad = i % kQuantBlock / 4;
-        const int64_t at = first + i / kQuantBlock * sub_bytes +
-                           (kInt4 ? quad % 4 : quad) * PackedMatrix::kPanelRows * 4 + i % 4;
+        const int64_t sub = first + i / kQuantBlock * sub_bytes + i % 4;
+        if constexpr (kType == Quantization::kInt6) {
+          bytes[sub + quad % 4 * PackedMatrix::kPanelRows * 4] |=
+              static_cast<uint8_t>((u & 15) << (quad >= 4 ? 4 : 0));
+          bytes[sub + 512 + quad % 2 * PackedMatrix::kPanelRows * 4] |=
+              static_cast<uint8_t>((u >> 4) << (2 * (quad / 2)));
+        } else if constexpr (kInt4) {
+          uint8_t& byte = bytes[sub + quad % 4 * PackedMatrix::kPanelRows * 4];
+          byte = static_cast<uint8_t>(quad >= 4 ? (byte & 0x0f) | (u << 4) : (byte & 0xf0) | u);
+        } else {
+          bytes[sub + quad * PackedMatrix::kPanelRows * 4] = static_cast<uint8_t>(u);
+        }
+      };
+      for (int64_t i = 0; i < count; ++i) {
         const float inverse = sub_inverse[i / kQuantBlock];
         if constexpr (kInt4) {
           const float sm = sub_m[i / kQuantBlock];
-          const int q =
-              static_cast<int>(std::clamp(RoundToEven((values[i] - sm) * inverse), 0.0F, 15.0F));
-          bytes[at] = static_cast<uint8_t>(quad >= 4 ? (bytes[at] & 0x0f) | (q << 4)
-                                                     : (bytes[at] & 0xf0) | q);
+          store(i,
+                static_cast<int>(std::clamp(RoundToEven((values[i] - sm) * inverse), 0.0F, 15.0F)));
         } else {
-          const int q =
-              static_cast<int>(std::clamp(RoundToEven(values[i] * inverse), -127.0F, 127.0F));
-          bytes[at] = static_cast<uint8_t>(q + 128);
+          const auto limit = static_cast<float>(kMaxQ);
+          store(i, static_cast<int>(std::clamp(RoundToEven(values[i] * inverse), -limit, limit)) +
+                       kOffset);
         }
       }
       if constexpr (!kInt4) {
-        for (int64_t i = count; i < group; ++i) {  // zero: q = 0 stored as 128
-          const int64_t quad = i % kQuantBlock / 4;
-          bytes[first + i / kQuantBlock * sub_bytes + quad * PackedMatrix::kPanelRows * 4 + i % 4] =
-              128;
-        }
+        for (int64_t i = count; i < group; ++i) store(i, kOffset);  // zero: q = 0 stored as kOffset
       }
       const int64_t scale = packed.ScaleIndex(row, g);
       const uint16_t d16 = F32ToF16(d);
@@ -390,18 +401,18 @@ PackedMatrix PackedMatrix::Quantize(const Tensor& w, Quantization quantization, 
   INFER_CHECK(w.is_contiguous(), "quantize: weight {} is not contiguous", ShapeString(w.shape()));
   INFER_CHECK(w.raw() != nullptr || w.numel() == 0, "quantize: weight has no data");
   if (group_size == 0) {
-    group_size = quantization == Quantization::kInt8   ? 32
-                 : quantization == Quantization::kInt4 ? kDefaultInt4Group
-                                                       : kSuperBlock;
+    group_size = quantization == Quantization::kInt4    ? kDefaultInt4Group
+                 : quantization == Quantization::kInt4K ? kSuperBlock
+                                                        : 32;
   }
-  INFER_CHECK(quantization == Quantization::kInt8 ? group_size == 32
-              : quantization == Quantization::kInt4
+  INFER_CHECK(quantization == Quantization::kInt4
                   ? group_size == 32 || group_size == 64 || group_size == 128
-                  : group_size == kSuperBlock,
+              : quantization == Quantization::kInt4K ? group_size == kSuperBlock
+                                                     : group_size == 32,
               "quantize: {} takes groups of {}, got {}", QuantizationName(quantization),
-              quantization == Quantization::kInt8   ? "32"
-              : quantization == Quantization::kInt4 ? "32, 64 or 128"
-                                                    : "256",
+              quantization == Quantization::kInt4    ? "32, 64 or 128"
+              : quantization == Quantization::kInt4K ? "256"
+                                                     : "32",
               group_size);
   PackedMatrix packed;
   packed.rows_ = w.dim(0);
@@ -422,6 +433,9 @@ PackedMatrix PackedMatrix::Quantize(const Tensor& w, Quantization quantization, 
         break;
       case Quantization::kInt4K:
         QuantizeRows<Quantization::kInt4K>(w, packed, data, row_begin, row_end);
+        break;
+      case Quantization::kInt6:
+        QuantizeRows<Quantization::kInt6>(w, packed, data, row_begin, row_end);
         break;
       default:
         QuantizeRows<Quantization::kInt8>(w, packed, data, row_begin, row_end);

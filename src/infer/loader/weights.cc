@@ -175,6 +175,7 @@ kernels::PackedMatrix PackMatrix(const WeightSlot& slot, const Tensor& values,
     quantization = kernels::Quantization::kNone;  // an untied table is only gathered from
   } else if (head && quantization != kernels::Quantization::kNone) {
     quantization = options.head == LoadOptions::Head::kUnquantized ? kernels::Quantization::kNone
+                   : options.head == LoadOptions::Head::kInt6      ? kernels::Quantization::kInt6
                                                                    : kernels::Quantization::kInt8;
   }
   try {
@@ -300,22 +301,24 @@ void CheckWeightsFitMemory(const LoadedModel& loaded, const std::vector<WeightSl
     double per_element = static_cast<double>(DTypeSize(config.dtype));
     if (slot.matrix != nullptr && options.quantization != kernels::Quantization::kNone) {
       per_element = options.quantization == kernels::Quantization::kInt8   ? 8.5 / 8
+                    : options.quantization == kernels::Quantization::kInt6 ? 6.5 / 8
                     : options.quantization == kernels::Quantization::kInt4 ? 5.0 / 8
                                                                            : 4.5 / 8;
     }
     bytes += elements * per_element;
   }
   const auto available = static_cast<double>(AvailableMemoryBytes());
-  INFER_CHECK(available == 0 || bytes <= available,
-              "{}: the weights need {:.2f} GiB in memory ({} parameters, {}{}), more than the "
-              "{:.2f} GiB this machine has available; try --quantization int8, int4 or int4k, or a "
-              "machine with more memory",
-              loaded.path, bytes / 0x1p30, ParameterCount(config), DTypeName(config.dtype),
-              options.quantization == kernels::Quantization::kNone
-                  ? ""
-                  : std::string(", quantized to ") +
-                        std::string(kernels::QuantizationName(options.quantization)),
-              available / 0x1p30);
+  INFER_CHECK(
+      available == 0 || bytes <= available,
+      "{}: the weights need {:.2f} GiB in memory ({} parameters, {}{}), more than the "
+      "{:.2f} GiB this machine has available; try --quantization int8, int6, int4 or int4k, or a "
+      "machine with more memory",
+      loaded.path, bytes / 0x1p30, ParameterCount(config), DTypeName(config.dtype),
+      options.quantization == kernels::Quantization::kNone
+          ? ""
+          : std::string(", quantized to ") +
+                std::string(kernels::QuantizationName(options.quantization)),
+      available / 0x1p30);
 }
 
 }  // namespace

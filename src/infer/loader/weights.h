@@ -67,11 +67,11 @@ struct LoadOptions {
   // Weight matrices (and a tied embedding, which is the output head) quantized at load; an
   // untied embedding table stays as loaded (it is only gathered from).
   kernels::Quantization quantization = kernels::Quantization::kNone;
-  // The output head (the tied embedding table, or lm_head): kDefault takes int8 whenever
-  // `quantization` is not none (int4 keeps a wider head, as llama.cpp's Q4_0 keeps Q6_K);
-  // kUnquantized keeps it in the checkpoint's dtype (--lm-head-quantization none, as
-  // llama-quantize's --output-tensor-type keeps it wide).
-  enum class Head { kDefault, kUnquantized };
+  // The output head (the tied embedding table, or lm_head) whenever `quantization` is not none:
+  // kDefault takes int8 (--lm-head-quantization auto; int4 and int4k keep a wider head, as
+  // llama.cpp's 4-bit files keep Q6_K); kUnquantized keeps it in the checkpoint's dtype (none,
+  // as llama-quantize's --output-tensor-type keeps it wide); kInt8 and kInt6 take that type.
+  enum class Head { kDefault, kUnquantized, kInt8, kInt6 };
   Head head = Head::kDefault;
 };
 

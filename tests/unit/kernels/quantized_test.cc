@@ -28,6 +28,7 @@ std::vector<Isa> AllIsas() {
 // The quantization rule, written independently of quantized.cc: per row and group of
 // `group` input channels,
 //   int8: d = f16(max|w| / 127), q = clamp(round(w / d), -127, 127), w' = d q;
+//   int6: the same with 31 for 127;
 //   int4: m = f16(min w); of the scales d_i = f16((max w - m) / 15 * (1 - 0.02 i)), i < 8,
 //         the first with the least sum of (w' - w)^2, where q = clamp(round((w - m) / d), 0, 15)
 //         and w' = d q + m.
@@ -149,13 +150,14 @@ Dequantized QuantizeByRule(const std::vector<float>& w, int64_t n, int64_t k, Qu
         amax = std::max(amax, std::fabs(w[row * k + c]));
       }
       const bool int4 = type == Quantization::kInt4;
+      const float q_max = type == Quantization::kInt6 ? 31.0F : 127.0F;
       const float m = int4 ? F16ToF32(F32ToF16(lo)) : 0.0F;
       auto q_of = [&](float v, float d) {
         const float inverse = d > 0 ? 1.0F / d : 0.0F;
         return int4 ? std::clamp(std::nearbyint((v - m) * inverse), 0.0F, 15.0F)
-                    : std::clamp(std::nearbyint(v * inverse), -127.0F, 127.0F);
+                    : std::clamp(std::nearbyint(v * inverse), -q_max, q_max);
       };
-      float d = F16ToF32(F32ToF16(amax / 127.0F));
+      float d = F16ToF32(F32ToF16(amax / q_max));
       if (int4) {
         // The error of a candidate: f32 squares in 8 interleaved partial sums, added in order.
         auto sse = [&](float candidate) {
@@ -212,11 +214,8 @@ struct QuantCase {
 };
 
 std::vector<QuantCase> QuantCases() {
-  return {{Quantization::kInt8, 32},
-          {Quantization::kInt4, 32},
-          {Quantization::kInt4, 64},
-          {Quantization::kInt4, 128},
-          {Quantization::kInt4K, 256}};
+  return {{Quantization::kInt8, 32},  {Quantization::kInt4, 32},   {Quantization::kInt4, 64},
+          {Quantization::kInt4, 128}, {Quantization::kInt4K, 256}, {Quantization::kInt6, 32}};
 }
 
 std::string Name(const QuantCase& c) {
@@ -239,18 +238,21 @@ TEST(QuantizedTest, StoredWeightsFollowTheRule) {
           const double want = rule.values[row * k + col];
           ASSERT_EQ(packed.At(row, col), static_cast<float>(want))
               << Name(qc) << " " << DTypeName(dtype) << " [" << row << ", " << col << "]";
-          // int8 rounds to nearest: within half a step, plus the f16 rounding of the scale
-          // times |q| <= 127. int4's smaller scales clip the top of the range by up to 14% of
-          // 15 steps.
-          const double steps = qc.type == Quantization::kInt8 ? 0.5 + 127 * 1e-3 : 0.5 + 15 * 0.14;
+          // int8 and int6 round to nearest: within half a step, plus the f16 rounding of the
+          // scale times |q| <= 127 (31). int4's smaller scales clip the top of the range by up
+          // to 14% of 15 steps.
+          const double steps = qc.type == Quantization::kInt8   ? 0.5 + 127 * 1e-3
+                               : qc.type == Quantization::kInt6 ? 0.5 + 31 * 1e-3
+                                                                : 0.5 + 15 * 0.14;
           ASSERT_LE(std::fabs(want - w.widened[row * k + col]),
                     rule.step[row * k + col] * steps + 1e-30);
         }
       }
-      // Bytes: 8 + 16 / 32 (int8), 4 + 32 / group (int4) or 4.5 (int4k) bits per weight,
-      // padding included.
+      // Bytes: 8 + 16 / 32 (int8), 6 + 16 / 32 (int6), 4 + 32 / group (int4) or 4.5 (int4k)
+      // bits per weight, padding included.
       const int64_t padded = packed.num_panels() * 32 * packed.num_groups() * qc.group;
       const double bits = qc.type == Quantization::kInt8   ? 8.5
+                          : qc.type == Quantization::kInt6 ? 6.5
                           : qc.type == Quantization::kInt4 ? 4.0 + 32.0 / qc.group
                                                            : 4.5;
       EXPECT_EQ(static_cast<double>(packed.size_bytes()) * 8, bits * padded) << Name(qc);
@@ -265,6 +267,7 @@ TEST(QuantizedTest, LayoutGivesEveryValueItsOwnSlot) {
     StoredTensor w = Store(DType::kF32, {n, k}, RandomFloats(n * k, -1, 1, 32));
     const PackedMatrix packed = PackedMatrix::Quantize(w.tensor, qc.type, qc.group);
     std::set<std::pair<int64_t, bool>> seen;
+    std::set<std::pair<int64_t, int>> tops;
     std::set<int64_t> scale_bytes;
     for (int64_t row = 0; row < n; ++row) {
       for (int64_t col = 0; col < k; ++col) {
@@ -272,12 +275,23 @@ TEST(QuantizedTest, LayoutGivesEveryValueItsOwnSlot) {
         const int64_t index = packed.QuantIndex(row, col, &high);
         ASSERT_LT(index, static_cast<int64_t>(packed.size_bytes()));
         ASSERT_TRUE(seen.insert({index, high}).second) << Name(qc) << " " << row << "," << col;
+        if (qc.type == Quantization::kInt6) {  // the top 2 bits: a slot of their own
+          int shift = 0;
+          const int64_t top = packed.Int6HighIndex(row, col, &shift);
+          ASSERT_LT(top, static_cast<int64_t>(packed.size_bytes()));
+          ASSERT_TRUE(tops.insert({top, shift}).second) << row << "," << col;
+        }
       }
       for (int64_t g = 0; g < packed.num_groups(); ++g) {
         const int64_t s = packed.ScaleIndex(row, g);
         ASSERT_FALSE(seen.contains({s, false}));
         ASSERT_TRUE(scale_bytes.insert(s).second);
       }
+    }
+    for (const auto& [top, shift] : tops) {  // and bytes of their own
+      ASSERT_FALSE(seen.contains({top, false}) || seen.contains({top, true}) ||
+                   scale_bytes.contains(top) || scale_bytes.contains(top - 1))
+          << top;
     }
   }
 }
@@ -375,7 +389,8 @@ TEST(QuantizedTest, MatMulEqualsFloat64ProductOfTheDequantizedValues) {
 
 // The scalar twin of the SIMD kernels' arithmetic, written out here from the formula in
 // matmul_quant_simd.cc: per row, output feature and block of 32 channels, the exact integer
-// sum r of the stored weight values (int8: q, the stored byte minus 128; int4: the nibble) times
+// sum r of the stored weight values (int8: q, the stored byte minus 128; int6: the stored 6 bits
+// minus 32; int4: the nibble) times
 // the activation's q, then the block's f32 term added to one f32 accumulator in ascending block
 // order,
 //   int8: acc = fma(float(r), d * dx, acc)
@@ -393,6 +408,9 @@ std::vector<float> ScalarTwin(const std::vector<float>& x, int64_t m, int64_t k,
   cpu::reference::QuantizeActivations(x.data(), m, k, x_stride, padded_k, q.data(), dx.data(),
                                       sx.data());
   const bool int4 = IsInt4(w.quantization());
+  const int offset = w.quantization() == Quantization::kInt8   ? 128
+                     : w.quantization() == Quantization::kInt6 ? 32
+                                                               : 0;
   std::vector<float> y(static_cast<size_t>(m * w.rows()));
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < w.rows(); ++j) {
@@ -400,8 +418,8 @@ std::vector<float> ScalarTwin(const std::vector<float>& x, int64_t m, int64_t k,
       for (int64_t b = 0; b < blocks; ++b) {
         int32_t r = 0;
         for (int64_t c = b * kQuantBlock; c < (b + 1) * kQuantBlock; ++c) {
-          const int stored = c < k ? w.QuantAt(j, c) : (int4 ? 0 : 128);
-          r += (int4 ? stored : stored - 128) * q[i * padded_k + c];
+          const int stored = c < k ? w.QuantAt(j, c) : offset;
+          r += (stored - offset) * q[i * padded_k + c];
         }
         const float d = w.SubBlockScale(j, b);
         const float block_dx = dx[i * blocks + b];

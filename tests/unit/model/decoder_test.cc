@@ -470,6 +470,12 @@ TEST(QuantizedAccuracyTest, TopOneOverManyPositionsAgainstTheF32Model) {
     LoadOptions int4k_options;
     int4k_options.quantization = kernels::Quantization::kInt4K;
     const Accuracy int4k = measure(LoadModel(dir, int4k_options), kernels::MatMulPrecision::kF32);
+    int4k_options.head = LoadOptions::Head::kInt6;
+    const Accuracy int4k_int6 =
+        measure(LoadModel(dir, int4k_options), kernels::MatMulPrecision::kF32);
+    int4_options.head = LoadOptions::Head::kInt6;
+    const Accuracy int4_int6 =
+        measure(LoadModel(dir, int4_options), kernels::MatMulPrecision::kF32);
     int8_options.head = LoadOptions::Head::kUnquantized;
     const Accuracy int8_body =
         measure(LoadModel(dir, int8_options), kernels::MatMulPrecision::kF32);
@@ -483,7 +489,8 @@ TEST(QuantizedAccuracyTest, TopOneOverManyPositionsAgainstTheF32Model) {
          {std::pair{"int8", int8}, std::pair{"int8 layers only", int8_body},
           std::pair{"llama.cpp Q8_0", q8}, std::pair{"Q8_0, f16 scale (ggml)", q8_f16},
           std::pair{"Q8_0, int8's rounding", q8_int8_rounding}, std::pair{"int4", int4},
-          std::pair{"int4k (4.5 bits)", int4k}, std::pair{"llama.cpp Q4_0 (symmetric)", q4}}) {
+          std::pair{"int4k (4.5 bits)", int4k}, std::pair{"int4, int6 head", int4_int6},
+          std::pair{"int4k, int6 head", int4k_int6}, std::pair{"llama.cpp Q4_0 (symmetric)", q4}}) {
       std::printf("[ %-6s %-26s 1024 positions: worst row error %.4f  top-1 %.4f  KL %.5f ]\n",
                   arch, name, a.worst_row_error, a.top1, a.kl);
     }
@@ -502,6 +509,12 @@ TEST(QuantizedAccuracyTest, TopOneOverManyPositionsAgainstTheF32Model) {
     // int4k (4.5 bits per weight) is no worse than int4 (5 bits) in error and top-1.
     EXPECT_LE(int4k.worst_row_error, int4.worst_row_error) << arch;
     EXPECT_GE(int4k.top1, int4.top1) << arch;
+    // With a 6-bit head (--lm-head-quantization int6, llama.cpp's 4-bit files' choice), int4k
+    // still beats the symmetric Q4_0 with its head exact in top-1 and KL. Its worst-row error
+    // does not hold against int4 with the int8 head (llama 1.87 vs 1.71; qwen3 0.80 vs 0.97,
+    // gemma3 0.93 vs 1.09), and top-1 drops 1-1.7 points: why auto keeps the head at int8.
+    EXPECT_GE(int4k_int6.top1, q4.top1) << arch;
+    EXPECT_LE(int4k_int6.kl, q4.kl) << arch;
   }
 }
 

@@ -75,6 +75,15 @@ inline VI TopTwoBits(VI v, int to) {
   return _mm512_sll_epi32(_mm512_srli_epi32(v, 30), _mm_cvtsi32_si128(to));
 }
 inline VI OrI(VI a, VI b) { return _mm512_or_si512(a, b); }
+// kInt6: the stored values (q + 32, 0 to 63) of quads j and j + 4 of kLanes features, from `raw`
+// (their nibble slot j) and `top` (their 2-bit slot j % 2, bits 2 (j / 2) and 4 + 2 (j / 2)).
+inline void Int6Quads(VI raw, VI top, int64_t j, VI& lo, VI& hi) {
+  const VI mask = _mm512_set1_epi8(0x30);
+  const VI lo_top = j < 2 ? _mm512_slli_epi16(top, 4) : _mm512_slli_epi16(top, 2);
+  const VI hi_top = j < 2 ? top : _mm512_srli_epi16(top, 2);
+  lo = _mm512_or_si512(LowNibbles(raw), _mm512_and_si512(lo_top, mask));
+  hi = _mm512_or_si512(HighNibbles(raw), _mm512_and_si512(hi_top, mask));
+}
 #if defined(__AVX512VNNI__)
 // acc[i] += u[4i] s[4i] + ... + u[4i+3] s[4i+3] (u unsigned, s signed bytes).
 inline VI DotU8S8(VI acc, VI u, VI s) { return _mm512_dpbusd_epi32(acc, u, s); }
@@ -117,6 +126,13 @@ inline VI TopTwoBits(VI v, int to) {
   return _mm256_sll_epi32(_mm256_srli_epi32(v, 30), _mm_cvtsi32_si128(to));
 }
 inline VI OrI(VI a, VI b) { return _mm256_or_si256(a, b); }
+inline void Int6Quads(VI raw, VI top, int64_t j, VI& lo, VI& hi) {
+  const VI mask = _mm256_set1_epi8(0x30);
+  const VI lo_top = j < 2 ? _mm256_slli_epi16(top, 4) : _mm256_slli_epi16(top, 2);
+  const VI hi_top = j < 2 ? top : _mm256_srli_epi16(top, 2);
+  lo = _mm256_or_si256(LowNibbles(raw), _mm256_and_si256(lo_top, mask));
+  hi = _mm256_or_si256(HighNibbles(raw), _mm256_and_si256(hi_top, mask));
+}
 #if defined(__AVXVNNI__)
 inline VI DotU8S8(VI acc, VI u, VI s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
 #else
@@ -206,13 +222,14 @@ inline int32_t Quad(const int8_t* p) {
 inline V AddInt8Term(V acc, VI signed_dot, V d, float dx) {
   return Fma(ToFloat(signed_dot), Mul(d, Set1(dx)), acc);
 }
+// The symmetric types' dot is of the stored q + offset (QuantStoredOffset): r = dot - offset s.
 template <bool kInt4>
-inline V AddBlockTerm(V acc, VI dot, V d, V m, float dx, int32_t sx) {
+inline V AddBlockTerm(V acc, VI dot, V d, V m, float dx, int32_t sx, int32_t offset) {
   if constexpr (kInt4) {
     acc = Fma(ToFloat(dot), Mul(d, Set1(dx)), acc);
     return Fma(m, Set1(dx * static_cast<float>(sx)), acc);
   } else {
-    return AddInt8Term(acc, SubI(dot, Set1I(128 * sx)), d, dx);
+    return AddInt8Term(acc, SubI(dot, Set1I(offset * sx)), d, dx);
   }
 }
 
@@ -257,6 +274,8 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
   const int64_t group_bytes = w.group_bytes();
   const int64_t values_bytes = subs * sub_bytes;
   [[maybe_unused]] const bool super = w.quantization() == Quantization::kInt4K;
+  [[maybe_unused]] const bool six = w.quantization() == Quantization::kInt6;
+  const int32_t offset = QuantStoredOffset(w.quantization());
   const uint8_t* base[kTiles];
   int64_t cols[kTiles];
   int64_t lanes[kTiles];  // the tile's first lane in its panel
@@ -381,6 +400,37 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
             }
           }
         }
+      } else if (six) {
+        // kInt6: nibble slot j's quads j and j + 4 with their top bits (slot j % 2, loaded and
+        // prefetched at j = 0 and 1, read again at 2 and 3). Without VNNI, vpmaddubsw: a quad's
+        // products u x, u <= 63, |x| <= 127, stay within 4 * 63 * 127 = 32004 in int16.
+#pragma GCC unroll 4
+        for (int64_t j = 0; j < 4; ++j) {
+#pragma GCC unroll 8
+          for (int t = 0; t < kTiles; ++t) {
+            VI raw0, raw1;
+            LoadStep(base[t] + b * sub_bytes + j * kPanel * 4, raw0, raw1);
+            const uint8_t* top = base[t] + b * sub_bytes + 4 * kPanel * 4 + j % 2 * kPanel * 4;
+            if (j < 2) PrefetchLine(top + kPrefetchBytes);
+            VI lo0, hi0, lo1, hi1;
+            Int6Quads(raw0, LoadI(top), j, lo0, hi0);
+            Int6Quads(raw1, LoadI(top + kLanes * 4), j, lo1, hi1);
+#pragma GCC unroll 8
+            for (int r = 0; r < kRows; ++r) {
+              const VI xlo = Set1I(Quad(xq + r * x.padded_k + 4 * j));
+              const VI xhi = Set1I(Quad(xq + r * x.padded_k + 4 * (j + 4)));
+              if constexpr (kInt4OnMaddubs) {
+                dot[t][r][0] = AddI(dot[t][r][0], WidenI16Pairs(AddI16(MulU8S8PairsI16(lo0, xlo),
+                                                                       MulU8S8PairsI16(hi0, xhi))));
+                dot[t][r][1] = AddI(dot[t][r][1], WidenI16Pairs(AddI16(MulU8S8PairsI16(lo1, xlo),
+                                                                       MulU8S8PairsI16(hi1, xhi))));
+              } else {
+                dot[t][r][0] = DotU8S8(DotU8S8(dot[t][r][0], lo0, xlo), hi0, xhi);
+                dot[t][r][1] = DotU8S8(DotU8S8(dot[t][r][1], lo1, xlo), hi1, xhi);
+              }
+            }
+          }
+        }
       } else {
 #pragma GCC unroll 8
         for (int64_t j = 0; j < 8; ++j) {
@@ -425,8 +475,8 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
         for (int r = 0; r < kRows; ++r) {
           const float dx = x.d[(row0 + r) * x.blocks + block];
           const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
-          acc[t][r][0] = AddBlockTerm<kInt4>(acc[t][r][0], dot[t][r][0], d0, m0, dx, sx);
-          acc[t][r][1] = AddBlockTerm<kInt4>(acc[t][r][1], dot[t][r][1], d1, m1, dx, sx);
+          acc[t][r][0] = AddBlockTerm<kInt4>(acc[t][r][0], dot[t][r][0], d0, m0, dx, sx, offset);
+          acc[t][r][1] = AddBlockTerm<kInt4>(acc[t][r][1], dot[t][r][1], d1, m1, dx, sx, offset);
         }
       }
     }
@@ -450,9 +500,9 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
               const float dx = x.d[(row0 + r) * x.blocks + block];
               const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
               acc[t][r][0] =
-                  AddBlockTerm<true>(acc[t][r][0], group_dots[t][r][b][0], d0, m0, dx, sx);
+                  AddBlockTerm<true>(acc[t][r][0], group_dots[t][r][b][0], d0, m0, dx, sx, 0);
               acc[t][r][1] =
-                  AddBlockTerm<true>(acc[t][r][1], group_dots[t][r][b][1], d1, m1, dx, sx);
+                  AddBlockTerm<true>(acc[t][r][1], group_dots[t][r][b][1], d1, m1, dx, sx, 0);
             }
           }
         }
@@ -561,6 +611,8 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
   const int64_t group_bytes = w.group_bytes();
   const int64_t values_bytes = subs * sub_bytes;
   [[maybe_unused]] const bool super = w.quantization() == Quantization::kInt4K;
+  [[maybe_unused]] const bool six = w.quantization() == Quantization::kInt6;
+  [[maybe_unused]] const int32_t offset = QuantStoredOffset(w.quantization());
   const int64_t lane = j0 % kPanel;
   const uint8_t* base = data + (j0 / kPanel) * w.panel_bytes() + g0 * group_bytes + lane * 4;
   const int64_t cols = std::min<int64_t>(kNr, w.rows() - j0);
@@ -590,6 +642,24 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
           const VI raw1 = LoadI(wb + j * kPanel * 4 + kLanes * 4);
           const VI lo0 = LowNibbles(raw0), lo1 = LowNibbles(raw1);
           const VI hi0 = HighNibbles(raw0), hi1 = HighNibbles(raw1);
+#pragma GCC unroll 8
+          for (int r = 0; r < kRows; ++r) {
+            const int8_t* xr = x.q + xo + r * x.padded_k;
+            const VI xlo = Set1I(Quad(xr + 4 * j));
+            const VI xhi = Set1I(Quad(xr + 4 * (j + 4)));
+            dot[r][0] = DotU8S8(DotU8S8(dot[r][0], lo0, xlo), hi0, xhi);
+            dot[r][1] = DotU8S8(DotU8S8(dot[r][1], lo1, xlo), hi1, xhi);
+            KeepChain(dot[r][0]);
+            KeepChain(dot[r][1]);
+          }
+        }
+      } else if (six) {
+#pragma GCC unroll 4
+        for (int64_t j = 0; j < 4; ++j) {
+          const uint8_t* top = wb + 4 * kPanel * 4 + j % 2 * kPanel * 4;
+          VI lo0, hi0, lo1, hi1;
+          Int6Quads(LoadI(wb + j * kPanel * 4), LoadI(top), j, lo0, hi0);
+          Int6Quads(LoadI(wb + j * kPanel * 4 + kLanes * 4), LoadI(top + kLanes * 4), j, lo1, hi1);
 #pragma GCC unroll 8
           for (int r = 0; r < kRows; ++r) {
             const int8_t* xr = x.q + xo + r * x.padded_k;
@@ -647,6 +717,34 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
           dot[r][0] = _mm256_madd_epi16(sum16[r][0], ones);
           dot[r][1] = _mm256_madd_epi16(sum16[r][1], ones);
         }
+      } else if (six) {
+        // kInt6: u <= 63, so vpmaddubsw(u, x) needs no sign trick: a quad's products stay
+        // within 4 * 63 * 127 = 32004 in int16, widened per quad; the term subtracts 32 s.
+#pragma GCC unroll 8
+        for (int r = 0; r < kRows; ++r) dot[r][0] = dot[r][1] = ZeroI();
+#pragma GCC unroll 4
+        for (int64_t j = 0; j < 4; ++j) {
+          const uint8_t* top = wb + 4 * kPanel * 4 + j % 2 * kPanel * 4;
+          VI lo0, hi0, lo1, hi1;
+          Int6Quads(LoadI(wb + j * kPanel * 4), LoadI(top), j, lo0, hi0);
+          Int6Quads(LoadI(wb + j * kPanel * 4 + kLanes * 4), LoadI(top + kLanes * 4), j, lo1, hi1);
+#pragma GCC unroll 8
+          for (int r = 0; r < kRows; ++r) {
+            const int8_t* xr = x.q + xo + r * x.padded_k;
+            const VI xlo = Set1I(Quad(xr + 4 * j));
+            const VI xhi = Set1I(Quad(xr + 4 * (j + 4)));
+            dot[r][0] = _mm256_add_epi32(
+                dot[r][0], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo0, xlo),
+                                                              _mm256_maddubs_epi16(hi0, xhi)),
+                                             ones));
+            dot[r][1] = _mm256_add_epi32(
+                dot[r][1], _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo1, xlo),
+                                                              _mm256_maddubs_epi16(hi1, xhi)),
+                                             ones));
+            KeepChain(dot[r][0]);
+            KeepChain(dot[r][1]);
+          }
+        }
       } else {
         const VI flip = _mm256_set1_epi8(static_cast<char>(0x80));
 #pragma GCC unroll 8
@@ -689,20 +787,24 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
         const float dx = x.d[(row0 + r) * x.blocks + block];
         if constexpr (kInt4) {
           const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
-          Store(acc[r], AddBlockTerm<true>(Load(acc[r]), dot[r][0], d0, m0, dx, sx));
+          Store(acc[r], AddBlockTerm<true>(Load(acc[r]), dot[r][0], d0, m0, dx, sx, 0));
           Store(acc[r] + kLanes,
-                AddBlockTerm<true>(Load(acc[r] + kLanes), dot[r][1], d1, m1, dx, sx));
+                AddBlockTerm<true>(Load(acc[r] + kLanes), dot[r][1], d1, m1, dx, sx, 0));
         } else {
 #if defined(INFER_YMM_VNNI)
-          // vpdpbusd's sums are of the stored q + 128.
-          const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
-          Store(acc[r], AddBlockTerm<false>(Load(acc[r]), dot[r][0], d0, Zero(), dx, sx));
-          Store(acc[r] + kLanes,
-                AddBlockTerm<false>(Load(acc[r] + kLanes), dot[r][1], d1, Zero(), dx, sx));
+          const bool signed_dot = false;  // vpdpbusd's sums are of the stored q + offset
 #else
-          Store(acc[r], AddInt8Term(Load(acc[r]), dot[r][0], d0, dx));
-          Store(acc[r] + kLanes, AddInt8Term(Load(acc[r] + kLanes), dot[r][1], d1, dx));
+          const bool signed_dot = !six;  // the sign trick's sums are of q itself
 #endif
+          if (signed_dot) {
+            Store(acc[r], AddInt8Term(Load(acc[r]), dot[r][0], d0, dx));
+            Store(acc[r] + kLanes, AddInt8Term(Load(acc[r] + kLanes), dot[r][1], d1, dx));
+          } else {
+            const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
+            Store(acc[r], AddBlockTerm<false>(Load(acc[r]), dot[r][0], d0, Zero(), dx, sx, offset));
+            Store(acc[r] + kLanes, AddBlockTerm<false>(Load(acc[r] + kLanes), dot[r][1], d1, Zero(),
+                                                       dx, sx, offset));
+          }
         }
       }
     }
@@ -838,7 +940,7 @@ inline void AmxBlockTerms(const int32_t* c, const QuantizedRows& x, int64_t row0
   for (int64_t r = 0; r < kTileRows; ++r) {
     const VI dot = LoadI(reinterpret_cast<const uint8_t*>(c + r * kTileFeatures));
     acc[r] = AddBlockTerm<kInt4>(acc[r], dot, d, mn, x.d[(row0 + r) * x.blocks + block],
-                                 x.sum[(row0 + r) * x.blocks + block]);
+                                 x.sum[(row0 + r) * x.blocks + block], 128);
   }
 }
 
@@ -982,10 +1084,15 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
     return;
   }
 #if defined(INFER_AMX_TILES)
-  AmxGemm<kInt4>(x, m, outputs, pool);
+  // (kInt6, the output head's type, takes the vector tiles below.)
+  if (outputs.front().w->quantization() != Quantization::kInt6) {
+    AmxGemm<kInt4>(x, m, outputs, pool);
+    return;
+  }
 #elif !defined(__AVX512F__)
   ManyRowGemm<kInt4>(x, m, outputs, pool);
-#else
+#endif
+#if defined(__AVX512F__)
   pool.RunTasks(static_cast<int>(ProductTasks(outputs, kNc)), [&](int task) {
     const auto [o, j0] = ProductTask(outputs, task, kNc);
     const int64_t tiles = (std::min(o->w->rows(), j0 + kNc) - j0 + kNr - 1) / kNr;

@@ -36,7 +36,8 @@ float Widen(DType dtype, const void* data, int64_t index) {
 double DequantizedWeight(const PackedMatrix& w, int64_t row, int64_t col) {
   const int64_t block = col / kQuantBlock;
   const double d = w.SubBlockScale(row, block);
-  if (w.quantization() == Quantization::kInt8) return d * (w.QuantAt(row, col) - 128);
+  const int offset = QuantStoredOffset(w.quantization());
+  if (offset != 0) return d * (w.QuantAt(row, col) - offset);
   return d * w.QuantAt(row, col) + w.SubBlockMinimum(row, block);
 }
 
