@@ -40,7 +40,7 @@ struct Options {
   int reps = 5;
   DType dtype = DType::kBF16;
   std::vector<kernels::MatMulPrecision> precisions = {kernels::MatMulPrecision::kF32};
-  // Weight types of the MatMul runs: none (the --dtype values) and/or int8, int4, int4k.
+  // Weight types of the MatMul runs: none (the --dtype values) and/or int8, int6, int4, int4k.
   std::vector<kernels::Quantization> quantizations = {kernels::Quantization::kNone};
   bool huge_pages = true;
   std::vector<std::string> shapes;  // empty: all
@@ -109,7 +109,7 @@ Options ParseArgs(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--json] [--isa=avx512bf16,avx512,avx2] [--threads=1,2] "
                    "[--m=1,512] [--reps=N] [--dtype=bf16|f16|f32] [--precision=f32,bf16] "
-                   "[--quantization=none,int8,int4,int4k] "
+                   "[--quantization=none,int8,int6,int4,int4k] "
                    "[--shape=a,b] [--no-huge-pages] [--no-probe] [--no-attention] [--cached]\n",
                    argv[0]);
       std::exit(2);

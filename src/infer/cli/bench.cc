@@ -115,8 +115,9 @@ void RunBench(const BenchArgs& args) {
   const std::string weight_type = loaded.quantization == kernels::Quantization::kNone
                                       ? std::string(DTypeName(loaded.weight_dtype))
                                       : std::string(kernels::QuantizationName(loaded.quantization));
+  // (The head's type, where it is not the int8 that auto gives.)
   const std::string head_note = loaded.quantization != kernels::Quantization::kNone &&
-                                        loaded.head_quantization == kernels::Quantization::kNone
+                                        loaded.head_quantization != kernels::Quantization::kInt8
                                     ? fmt::format(" (output head {})", OutputHeadType(loaded))
                                     : "";
 

@@ -1,5 +1,5 @@
-// MatMul y = x . w^T for int8 / int4 weights (ops.h PackedMatrix, Quantization), compiled once
-// per ISA.
+// MatMul y = x . w^T for int8 / int6 / int4 weights (ops.h PackedMatrix, Quantization), compiled
+// once per ISA.
 //
 // Activations are rounded to int8 per row and block of 32 channels (QuantizeActivations); each
 // block's integer dot products with the weights' unsigned values run on the integer units:
@@ -10,6 +10,7 @@
 // then becomes a float term, with dx the activation block's scale, s its sum of q, d and m the
 // weight group's scale and minimum:
 //   int8 (stored q + 128):  (r - 128 s) * (d dx)
+//   int6 (stored q + 32):   (r - 32 s) * (d dx)
 //   int4 (w = d q + m):     r * (d dx) + m * (dx s)
 // added to one f32 accumulator per output in ascending block order. That order depends on k
 // and the group only, never on m or on the loop order around the tile, so a row's result is
