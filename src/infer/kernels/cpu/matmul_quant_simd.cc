@@ -58,6 +58,7 @@ inline VI HighNibbles(VI v) {
   return _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(0xf0)));
 }
 [[maybe_unused]] inline VI AddI(VI a, VI b) { return _mm512_add_epi32(a, b); }
+inline VI AndI(VI a, VI b) { return _mm512_and_si512(a, b); }
 [[maybe_unused]] inline VI AddI16(VI a, VI b) { return _mm512_add_epi16(a, b); }
 // u8 x s8 products, adjacent pairs summed to int16 (saturating: callers keep within range).
 [[maybe_unused]] inline VI MulU8S8PairsI16(VI u, VI s) { return _mm512_maddubs_epi16(u, s); }
@@ -76,14 +77,9 @@ inline VI TopTwoBits(VI v, int to) {
   return _mm512_sll_epi32(_mm512_srli_epi32(v, 30), _mm_cvtsi32_si128(to));
 }
 inline VI OrI(VI a, VI b) { return _mm512_or_si512(a, b); }
-// kInt6: the stored values (q + 32, 0 to 63) of quads j and j + 4 of kLanes features, from `raw`
-// (their nibble slot j) and `top` (their 2-bit slot j % 2, bits 2 (j / 2) and 4 + 2 (j / 2)).
-inline void Int6Quads(VI raw, VI top, int64_t j, VI& lo, VI& hi) {
-  const VI mask = _mm512_set1_epi8(0x30);
-  const VI lo_top = j < 2 ? _mm512_slli_epi16(top, 4) : _mm512_slli_epi16(top, 2);
-  const VI hi_top = j < 2 ? top : _mm512_srli_epi16(top, 2);
-  lo = _mm512_or_si512(LowNibbles(raw), _mm512_and_si512(lo_top, mask));
-  hi = _mm512_or_si512(HighNibbles(raw), _mm512_and_si512(hi_top, mask));
+template <int kShift>
+inline VI ShiftI16(VI v) {  // left by kShift, or right by -kShift
+  return kShift >= 0 ? _mm512_slli_epi16(v, kShift) : _mm512_srli_epi16(v, -kShift);
 }
 #if defined(__AVX512VNNI__)
 // acc[i] += u[4i] s[4i] + ... + u[4i+3] s[4i+3] (u unsigned, s signed bytes).
@@ -111,6 +107,7 @@ inline VI HighNibbles(VI v) {
   return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(0xf0)));
 }
 [[maybe_unused]] inline VI AddI(VI a, VI b) { return _mm256_add_epi32(a, b); }
+inline VI AndI(VI a, VI b) { return _mm256_and_si256(a, b); }
 [[maybe_unused]] inline VI AddI16(VI a, VI b) { return _mm256_add_epi16(a, b); }
 [[maybe_unused]] inline VI MulU8S8PairsI16(VI u, VI s) { return _mm256_maddubs_epi16(u, s); }
 [[maybe_unused]] inline VI WidenI16Pairs(VI v) {
@@ -127,12 +124,9 @@ inline VI TopTwoBits(VI v, int to) {
   return _mm256_sll_epi32(_mm256_srli_epi32(v, 30), _mm_cvtsi32_si128(to));
 }
 inline VI OrI(VI a, VI b) { return _mm256_or_si256(a, b); }
-inline void Int6Quads(VI raw, VI top, int64_t j, VI& lo, VI& hi) {
-  const VI mask = _mm256_set1_epi8(0x30);
-  const VI lo_top = j < 2 ? _mm256_slli_epi16(top, 4) : _mm256_slli_epi16(top, 2);
-  const VI hi_top = j < 2 ? top : _mm256_srli_epi16(top, 2);
-  lo = _mm256_or_si256(LowNibbles(raw), _mm256_and_si256(lo_top, mask));
-  hi = _mm256_or_si256(HighNibbles(raw), _mm256_and_si256(hi_top, mask));
+template <int kShift>
+inline VI ShiftI16(VI v) {  // left by kShift, or right by -kShift
+  return kShift >= 0 ? _mm256_slli_epi16(v, kShift) : _mm256_srli_epi16(v, -kShift);
 }
 #if defined(__AVXVNNI__)
 inline VI DotU8S8(VI acc, VI u, VI s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
@@ -151,6 +145,13 @@ inline VI DotU8S8(VI acc, VI u, VI s) {
 }
 #endif
 #endif
+// kInt6: the stored values (q + 32, 0 to 63) of quads j and j + 4 of kLanes features, from `raw`
+// (their nibble slot j) and `top` (their 2-bit slot j % 2, bits 2 (j / 2) and 4 + 2 (j / 2)).
+inline void Int6Quads(VI raw, VI top, int64_t j, VI& lo, VI& hi) {
+  const VI bits45 = Set1I(0x30303030);
+  lo = OrI(LowNibbles(raw), AndI(j < 2 ? ShiftI16<4>(top) : ShiftI16<2>(top), bits45));
+  hi = OrI(HighNibbles(raw), AndI(j < 2 ? top : ShiftI16<-2>(top), bits45));
+}
 // The many-row tile on vpdpbusd (AVX-VNNI, or its emulation) instead of vpmaddubsw.
 #if defined(__AVXVNNI__) || defined(INFER_AVXVNNI_EMULATE)
 #define INFER_YMM_VNNI 1
@@ -383,44 +384,32 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
             dot[t][r][1] = AddI(dot[t][r][1], Shr4I32(dot_hi[t][r][1]));
           }
         }
-      } else if constexpr (kInt4) {
+      } else if (kInt4 || six) {
+        // The 4-bit types on vpdpbusd, and kInt6: nibble slot j's quads j and j + 4, for kInt6
+        // with their top bits (slot j % 2, loaded and prefetched at j = 0 and 1, read again at
+        // 2 and 3). kInt6 without VNNI takes vpmaddubsw: a quad's products u x, u <= 63,
+        // |x| <= 127, stay within 4 * 63 * 127 = 32004 in int16.
 #pragma GCC unroll 4
         for (int64_t j = 0; j < 4; ++j) {
 #pragma GCC unroll 8
           for (int t = 0; t < kTiles; ++t) {
             VI raw0, raw1;
             LoadStep(base[t] + b * sub_bytes + j * kPanel * 4, raw0, raw1);
-            const VI lo0 = LowNibbles(raw0), hi0 = HighNibbles(raw0);
-            const VI lo1 = LowNibbles(raw1), hi1 = HighNibbles(raw1);
-#pragma GCC unroll 8
-            for (int r = 0; r < kRows; ++r) {
-              const VI xlo = Set1I(Quad(xq + r * x.padded_k + 4 * j));
-              const VI xhi = Set1I(Quad(xq + r * x.padded_k + 4 * (j + 4)));
-              dot[t][r][0] = DotU8S8(DotU8S8(dot[t][r][0], lo0, xlo), hi0, xhi);
-              dot[t][r][1] = DotU8S8(DotU8S8(dot[t][r][1], lo1, xlo), hi1, xhi);
-            }
-          }
-        }
-      } else if (six) {
-        // kInt6: nibble slot j's quads j and j + 4 with their top bits (slot j % 2, loaded and
-        // prefetched at j = 0 and 1, read again at 2 and 3). Without VNNI, vpmaddubsw: a quad's
-        // products u x, u <= 63, |x| <= 127, stay within 4 * 63 * 127 = 32004 in int16.
-#pragma GCC unroll 4
-        for (int64_t j = 0; j < 4; ++j) {
-#pragma GCC unroll 8
-          for (int t = 0; t < kTiles; ++t) {
-            VI raw0, raw1;
-            LoadStep(base[t] + b * sub_bytes + j * kPanel * 4, raw0, raw1);
-            const uint8_t* top = base[t] + b * sub_bytes + 4 * kPanel * 4 + j % 2 * kPanel * 4;
-            if (j < 2) PrefetchLine(top + kPrefetchBytes);
             VI lo0, hi0, lo1, hi1;
-            Int6Quads(raw0, LoadI(top), j, lo0, hi0);
-            Int6Quads(raw1, LoadI(top + kLanes * 4), j, lo1, hi1);
+            if (!kInt4) {
+              const uint8_t* top = base[t] + b * sub_bytes + 4 * kPanel * 4 + j % 2 * kPanel * 4;
+              if (j < 2) PrefetchLine(top + kPrefetchBytes);
+              Int6Quads(raw0, LoadI(top), j, lo0, hi0);
+              Int6Quads(raw1, LoadI(top + kLanes * 4), j, lo1, hi1);
+            } else {
+              lo0 = LowNibbles(raw0), hi0 = HighNibbles(raw0);
+              lo1 = LowNibbles(raw1), hi1 = HighNibbles(raw1);
+            }
 #pragma GCC unroll 8
             for (int r = 0; r < kRows; ++r) {
               const VI xlo = Set1I(Quad(xq + r * x.padded_k + 4 * j));
               const VI xhi = Set1I(Quad(xq + r * x.padded_k + 4 * (j + 4)));
-              if constexpr (kInt4OnMaddubs) {
+              if constexpr (!kInt4 && kInt4OnMaddubs) {
                 dot[t][r][0] = AddI(dot[t][r][0], WidenI16Pairs(AddI16(MulU8S8PairsI16(lo0, xlo),
                                                                        MulU8S8PairsI16(hi0, xhi))));
                 dot[t][r][1] = AddI(dot[t][r][1], WidenI16Pairs(AddI16(MulU8S8PairsI16(lo1, xlo),
@@ -600,6 +589,22 @@ inline void Int4KGroupScales(const uint8_t* scales, int64_t lane, float* out) {
 // otherwise regroup a block's unrolled steps into a tree whose partial sums spill to the stack.
 inline void KeepChain(VI& v) { asm("" : "+x"(v)); }
 
+// The stored values of quads j and j + 4 (the two halves of a kNr-feature tile) from a 4-bit
+// type's nibble slot j or, `six`, kInt6's (with their top bits from slot j % 2); `wb` is the
+// tile's first byte in the sub-block (ops.h).
+inline void QuadPair(const uint8_t* wb, int64_t j, bool six, VI& lo0, VI& hi0, VI& lo1, VI& hi1) {
+  const VI raw0 = LoadI(wb + j * kPanel * 4);
+  const VI raw1 = LoadI(wb + j * kPanel * 4 + kLanes * 4);
+  if (six) {
+    const uint8_t* top = wb + 4 * kPanel * 4 + j % 2 * kPanel * 4;
+    Int6Quads(raw0, LoadI(top), j, lo0, hi0);
+    Int6Quads(raw1, LoadI(top + kLanes * 4), j, lo1, hi1);
+  } else {
+    lo0 = LowNibbles(raw0), lo1 = LowNibbles(raw1);
+    hi0 = HighNibbles(raw0), hi1 = HighNibbles(raw1);
+  }
+}
+
 // kInt4K's sub-block scales come from `table` (Int4KGroupScales of the tile's groups g0 to g1,
 // one after another), made once per task for every row block.
 template <bool kInt4, int kRows>
@@ -636,31 +641,11 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
 #if defined(INFER_YMM_VNNI)
 #pragma GCC unroll 8
       for (int r = 0; r < kRows; ++r) dot[r][0] = dot[r][1] = ZeroI();
-      if constexpr (kInt4) {
+      if (kInt4 || six) {
 #pragma GCC unroll 4
         for (int64_t j = 0; j < 4; ++j) {
-          const VI raw0 = LoadI(wb + j * kPanel * 4);
-          const VI raw1 = LoadI(wb + j * kPanel * 4 + kLanes * 4);
-          const VI lo0 = LowNibbles(raw0), lo1 = LowNibbles(raw1);
-          const VI hi0 = HighNibbles(raw0), hi1 = HighNibbles(raw1);
-#pragma GCC unroll 8
-          for (int r = 0; r < kRows; ++r) {
-            const int8_t* xr = x.q + xo + r * x.padded_k;
-            const VI xlo = Set1I(Quad(xr + 4 * j));
-            const VI xhi = Set1I(Quad(xr + 4 * (j + 4)));
-            dot[r][0] = DotU8S8(DotU8S8(dot[r][0], lo0, xlo), hi0, xhi);
-            dot[r][1] = DotU8S8(DotU8S8(dot[r][1], lo1, xlo), hi1, xhi);
-            KeepChain(dot[r][0]);
-            KeepChain(dot[r][1]);
-          }
-        }
-      } else if (six) {
-#pragma GCC unroll 4
-        for (int64_t j = 0; j < 4; ++j) {
-          const uint8_t* top = wb + 4 * kPanel * 4 + j % 2 * kPanel * 4;
           VI lo0, hi0, lo1, hi1;
-          Int6Quads(LoadI(wb + j * kPanel * 4), LoadI(top), j, lo0, hi0);
-          Int6Quads(LoadI(wb + j * kPanel * 4 + kLanes * 4), LoadI(top + kLanes * 4), j, lo1, hi1);
+          QuadPair(wb, j, /*six=*/!kInt4, lo0, hi0, lo1, hi1);
 #pragma GCC unroll 8
           for (int r = 0; r < kRows; ++r) {
             const int8_t* xr = x.q + xo + r * x.padded_k;
@@ -725,10 +710,8 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
         for (int r = 0; r < kRows; ++r) dot[r][0] = dot[r][1] = ZeroI();
 #pragma GCC unroll 4
         for (int64_t j = 0; j < 4; ++j) {
-          const uint8_t* top = wb + 4 * kPanel * 4 + j % 2 * kPanel * 4;
           VI lo0, hi0, lo1, hi1;
-          Int6Quads(LoadI(wb + j * kPanel * 4), LoadI(top), j, lo0, hi0);
-          Int6Quads(LoadI(wb + j * kPanel * 4 + kLanes * 4), LoadI(top + kLanes * 4), j, lo1, hi1);
+          QuadPair(wb, j, true, lo0, hi0, lo1, hi1);
 #pragma GCC unroll 8
           for (int r = 0; r < kRows; ++r) {
             const int8_t* xr = x.q + xo + r * x.padded_k;
