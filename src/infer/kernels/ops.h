@@ -42,8 +42,9 @@ MatMulPrecision ParseMatMulPrecision(std::string_view name);
 //   an f16 scale d and an f16 minimum step dm (<= 0), and per sub-block of 32 a 6-bit scale sc
 //   and a 6-bit minimum mn: w = (d sc) q + (dm mn), q in [0, 15]. d sc and dm mn are exact in
 //   f32 (11 significant bits times 6), so a sub-block multiplies as an int4 group of 32 does.
-// - kInt6: symmetric, one f16 scale d per group of 32 input channels: d = f16(max|w| / 31),
-//   w = d * q, q in [-31, 31] chosen against the rounded d; 6.5 bits per weight (llama.cpp's
+// - kInt6: symmetric, one f16 scale d per group of 32 input channels: of f16(max|w| / 31) and
+//   a few smaller (as kInt4 searches), the least-squares one; w = d * q, q in [-31, 31] chosen
+//   against the rounded d; 6.5 bits per weight (llama.cpp's
 //   Q6_K, its 4-bit files' output head, takes 6.5625). infer's head under
 //   --lm-head-quantization int6.
 // A quantized MatMul rounds its activations to int8 per row and block of 32 input channels

@@ -68,26 +68,26 @@ inline float RoundToEven(float x) {
 #define INFER_TARGET_CLONES_AVX2 __attribute__((target_clones("avx2", "default")))
 #endif
 
-// Squared error of an int4 group quantized with scale d and minimum m, in f32, accumulated in
-// 8 interleaved partial sums that are then added in order (a fixed order the compiler can
-// vectorize; compiled for AVX2 too, picked at load, the same arithmetic). values holds `padded`
-// entries, zeros past count, and the padding is masked out.
-INFER_TARGET_CLONES_AVX2 float Int4GroupError(const float* values, int64_t count, int64_t padded,
-                                              float d, float m) {
+// Squared error of a group quantized with scale d and minimum m (q in [q_lo, q_hi]), in f32,
+// accumulated in 8 interleaved partial sums that are then added in order (a fixed order the
+// compiler can vectorize; compiled for AVX2 too, picked at load, the same arithmetic). values holds
+// `padded` entries, zeros past count, and the padding is masked out.
+INFER_TARGET_CLONES_AVX2 float GroupError(const float* values, int64_t count, int64_t padded,
+                                          float d, float m, float q_lo, float q_hi) {
   const float inverse = d > 0.0F ? 1.0F / d : 0.0F;
   float partial[8] = {};
   const int64_t full = count == padded ? padded : 0;  // a partial group takes the masked loop
   for (int64_t i = 0; i < full; i += 8) {
     for (int64_t j = 0; j < 8; ++j) {
       const float v = values[i + j];
-      const float q = std::min(std::max(RoundToEven((v - m) * inverse), 0.0F), 15.0F);
+      const float q = std::min(std::max(RoundToEven((v - m) * inverse), q_lo), q_hi);
       const float diff = d * q + m - v;
       partial[j] += diff * diff;
     }
   }
   for (int64_t i = full; i < count; ++i) {
     const float v = values[i];
-    const float q = std::min(std::max(RoundToEven((v - m) * inverse), 0.0F), 15.0F);
+    const float q = std::min(std::max(RoundToEven((v - m) * inverse), q_lo), q_hi);
     const float diff = d * q + m - v;
     partial[i % 8] += diff * diff;
   }
@@ -318,8 +318,9 @@ void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, i
           amax = std::max(amax, std::fabs(values[i]));
         }
         // The scale (and minimum) are rounded to f16 first; q is chosen against the rounded
-        // values. int4: among a few scales at and below the range's (clipping the extremes a
-        // little), the one with the least squared error wins (int8's 255 levels gain nothing).
+        // values. int4 and int6: among a few scales at and below the range's (clipping the
+        // extremes a little), the one with the least squared error wins (int8's 255 levels gain
+        // nothing; int6's head gained top-1 and KL on the fixtures' 1024 positions).
         m = kInt4 ? F16ToF32(F32ToF16(lo)) : 0.0F;
         const float base = kInt4 ? (hi - m) / 15.0F : amax / static_cast<float>(kMaxQ);
         INFER_CHECK(base <= kMaxF16 && std::fabs(m) <= kMaxF16,
@@ -328,11 +329,13 @@ void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, i
                     row, begin, amax);
         auto round_scale = [](float scale) { return F16ToF32(F32ToF16(scale)); };
         d = round_scale(base);
-        if constexpr (kInt4) {
-          float best_error = Int4GroupError(values, count, group, d, m);
+        if constexpr (kType != Quantization::kInt8) {
+          const float q_lo = kInt4 ? 0.0F : -static_cast<float>(kMaxQ);
+          const float q_hi = kInt4 ? 15.0F : static_cast<float>(kMaxQ);
+          float best_error = GroupError(values, count, group, d, m, q_lo, q_hi);
           for (int step = 1; step < kScaleCandidates; ++step) {
             const float candidate = round_scale(base * (1.0F - kScaleStep * step));
-            const float error = Int4GroupError(values, count, group, candidate, m);
+            const float error = GroupError(values, count, group, candidate, m, q_lo, q_hi);
             if (error < best_error) {
               best_error = error;
               d = candidate;

@@ -28,7 +28,9 @@ std::vector<Isa> AllIsas() {
 // The quantization rule, written independently of quantized.cc: per row and group of
 // `group` input channels,
 //   int8: d = f16(max|w| / 127), q = clamp(round(w / d), -127, 127), w' = d q;
-//   int6: the same with 31 for 127;
+//   int6: d = f16(max|w| / 31), then as int4's search below (m = 0, q = clamp(round(w / d),
+//         -31, 31)): of d_i = f16(max|w| / 31 * (1 - 0.02 i)), i < 8, the first with the least
+//         error;
 //   int4: m = f16(min w); of the scales d_i = f16((max w - m) / 15 * (1 - 0.02 i)), i < 8,
 //         the first with the least sum of (w' - w)^2, where q = clamp(round((w - m) / d), 0, 15)
 //         and w' = d q + m.
@@ -158,6 +160,26 @@ Dequantized QuantizeByRule(const std::vector<float>& w, int64_t n, int64_t k, Qu
                     : std::clamp(std::nearbyint(v * inverse), -q_max, q_max);
       };
       float d = F16ToF32(F32ToF16(amax / q_max));
+      if (type == Quantization::kInt6) {
+        auto sse = [&](float candidate) {
+          float partial[8] = {};
+          for (int64_t c = g0; c < g1; ++c) {
+            const float e = candidate * q_of(w[row * k + c], candidate) - w[row * k + c];
+            partial[(c - g0) % 8] += e * e;
+          }
+          float total = 0;
+          for (float p : partial) total += p;
+          return total;
+        };
+        float best = sse(d);
+        for (int i = 1; i < 8; ++i) {
+          const float candidate = F16ToF32(F32ToF16(amax / q_max * (1.0F - 0.02F * i)));
+          if (sse(candidate) < best) {
+            best = sse(candidate);
+            d = candidate;
+          }
+        }
+      }
       if (int4) {
         // The error of a candidate: f32 squares in 8 interleaved partial sums, added in order.
         auto sse = [&](float candidate) {
@@ -238,11 +260,11 @@ TEST(QuantizedTest, StoredWeightsFollowTheRule) {
           const double want = rule.values[row * k + col];
           ASSERT_EQ(packed.At(row, col), static_cast<float>(want))
               << Name(qc) << " " << DTypeName(dtype) << " [" << row << ", " << col << "]";
-          // int8 and int6 round to nearest: within half a step, plus the f16 rounding of the
-          // scale times |q| <= 127 (31). int4's smaller scales clip the top of the range by up
-          // to 14% of 15 steps.
+          // int8 rounds to nearest: within half a step, plus the f16 rounding of the scale
+          // times |q| <= 127. int4's and int6's smaller scales clip the top of the range by up
+          // to 14% of 15 (31) steps.
           const double steps = qc.type == Quantization::kInt8   ? 0.5 + 127 * 1e-3
-                               : qc.type == Quantization::kInt6 ? 0.5 + 31 * 1e-3
+                               : qc.type == Quantization::kInt6 ? 0.5 + 31 * 0.14
                                                                 : 0.5 + 15 * 0.14;
           ASSERT_LE(std::fabs(want - w.widened[row * k + col]),
                     rule.step[row * k + col] * steps + 1e-30);
