@@ -86,13 +86,13 @@ MatMulPrecision ParseMatMulPrecision(std::string_view name) {
 
 int PackedMatrix::QuantAt(int64_t row, int64_t col) const {
   bool high = false;
-  const uint8_t byte = static_cast<const uint8_t*>(data())[QuantIndex(row, col, &high)];
-  if (quantization_ == Quantization::kInt8) return byte;
-  const int low = high ? byte >> 4 : byte & 0x0f;
+  const auto* bytes = static_cast<const uint8_t*>(data());
+  const int64_t at = QuantIndex(row, col, &high);
+  if (quantization_ == Quantization::kInt8) return bytes[at];
+  const int low = high ? bytes[at] >> 4 : bytes[at] & 0x0f;
   if (quantization_ != Quantization::kInt6) return low;
-  int shift = 0;
-  const uint8_t top = static_cast<const uint8_t*>(data())[Int6HighIndex(row, col, &shift)];
-  return low | (top >> shift & 3) << 4;
+  const int64_t quad = col % kQuantBlock / 4;
+  return low | (bytes[at + Int6TopDelta(quad)] >> Int6TopShift(quad) & 3) << 4;
 }
 
 namespace {

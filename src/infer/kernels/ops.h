@@ -189,14 +189,19 @@ class PackedMatrix {
            in_group / kQuantBlock * sub_block_bytes() + (quad_slot * kPanelRows + lane) * 4 +
            col % 4;
   }
+  // kInt6: bytes from the byte holding quad `quad`'s low 4 bits (QuantIndex) to the byte
+  // holding its top 2 bits (slot quad % 2 of the plane after the nibbles), at bit
+  // Int6TopShift(quad).
+  static constexpr int64_t Int6TopDelta(int64_t quad) {
+    return (4 + quad % 2 - quad % 4) * kPanelRows * 4;
+  }
+  static constexpr int Int6TopShift(int64_t quad) { return static_cast<int>(2 * (quad / 2)); }
   // kInt6: byte of q(row, col)'s top 2 bits, and their shift in it.
   int64_t Int6HighIndex(int64_t row, int64_t col, int* shift) const {
     const int64_t quad = col % kQuantBlock / 4;
-    *shift = static_cast<int>(2 * (quad / 2));
+    *shift = Int6TopShift(quad);
     bool high = false;
-    const int64_t nibble = QuantIndex(row, col, &high);
-    const int64_t in_sub = (quad % 4 * kPanelRows + row % kPanelRows) * 4 + col % 4;
-    return nibble - in_sub + 512 + (quad % 2 * kPanelRows + row % kPanelRows) * 4 + col % 4;
+    return QuantIndex(row, col, &high) + Int6TopDelta(quad);
   }
   // Byte of the f16 scale d (and for kInt4, 2 * kPanelRows bytes on, the minimum m; for kInt4K
   // the minimum step dm, then 2 * kPanelRows bytes on its scale words) of row's group g.

@@ -348,16 +348,16 @@ void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, i
       for (int64_t j = 0; j < subs; ++j) sub_inverse[j] = sub_d[j] > 0.0F ? 1.0F / sub_d[j] : 0.0F;
       bool high = false;
       // The group's first byte: element i sits at first + sub-block offset + quad slot * 128
-      // + i % 4 (ops.h); kInt6's top 2 bits 512 bytes on, in slot quad % 2 at bit 2 (quad / 2).
+      // + i % 4 (ops.h); kInt6's top 2 bits Int6TopDelta on.
       const int64_t first = packed.QuantIndex(row, begin, &high);
       auto store = [&](int64_t i, int u) {
         const int64_t quad = i % kQuantBlock / 4;
         const int64_t sub = first + i / kQuantBlock * sub_bytes + i % 4;
         if constexpr (kType == Quantization::kInt6) {
-          bytes[sub + quad % 4 * PackedMatrix::kPanelRows * 4] |=
-              static_cast<uint8_t>((u & 15) << (quad >= 4 ? 4 : 0));
-          bytes[sub + 512 + quad % 2 * PackedMatrix::kPanelRows * 4] |=
-              static_cast<uint8_t>((u >> 4) << (2 * (quad / 2)));
+          const int64_t at = sub + quad % 4 * PackedMatrix::kPanelRows * 4;
+          bytes[at] |= static_cast<uint8_t>((u & 15) << (quad >= 4 ? 4 : 0));
+          bytes[at + PackedMatrix::Int6TopDelta(quad)] |=
+              static_cast<uint8_t>((u >> 4) << PackedMatrix::Int6TopShift(quad));
         } else if constexpr (kInt4) {
           uint8_t& byte = bytes[sub + quad % 4 * PackedMatrix::kPanelRows * 4];
           byte = static_cast<uint8_t>(quad >= 4 ? (byte & 0x0f) | (u << 4) : (byte & 0xf0) | u);

@@ -199,6 +199,32 @@ inline void LoadStep(const uint8_t* p, VI& v0, VI& v1) {
   v1 = LoadI(p + kLanes * 4);
 }
 
+// The stored values of quads j and j + 4 (the two halves of a kNr-feature tile) from a 4-bit
+// type's nibble slot j or, `six`, kInt6's (with their top bits, PackedMatrix::Int6TopDelta on);
+// `wb` is the tile's first byte in the sub-block (ops.h). kPrefetch: the streaming order's
+// loads, which ask for the lines kPrefetchBytes ahead (the top bits' at j = 0 and 1; j = 2 and 3
+// read the same slots again).
+template <bool kPrefetch>
+inline void QuadPair(const uint8_t* wb, int64_t j, bool six, VI& lo0, VI& hi0, VI& lo1, VI& hi1) {
+  const uint8_t* nibbles = wb + j * kPanel * 4;
+  VI raw0, raw1;
+  if constexpr (kPrefetch) {
+    LoadStep(nibbles, raw0, raw1);
+  } else {
+    raw0 = LoadI(nibbles);
+    raw1 = LoadI(nibbles + kLanes * 4);
+  }
+  if (six) {
+    const uint8_t* top = nibbles + PackedMatrix::Int6TopDelta(j);
+    if (kPrefetch && j < 2) PrefetchLine(top + kPrefetchBytes);
+    Int6Quads(raw0, LoadI(top), j, lo0, hi0);
+    Int6Quads(raw1, LoadI(top + kLanes * 4), j, lo1, hi1);
+  } else {
+    lo0 = LowNibbles(raw0), lo1 = LowNibbles(raw1);
+    hi0 = HighNibbles(raw0), hi1 = HighNibbles(raw1);
+  }
+}
+
 // The activations rounded to int8: row i's values at q + i * padded_k, its block scales and
 // sums at d / sum + i * blocks.
 struct QuantizedRows {
@@ -393,18 +419,8 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
         for (int64_t j = 0; j < 4; ++j) {
 #pragma GCC unroll 8
           for (int t = 0; t < kTiles; ++t) {
-            VI raw0, raw1;
-            LoadStep(base[t] + b * sub_bytes + j * kPanel * 4, raw0, raw1);
             VI lo0, hi0, lo1, hi1;
-            if (!kInt4) {
-              const uint8_t* top = base[t] + b * sub_bytes + 4 * kPanel * 4 + j % 2 * kPanel * 4;
-              if (j < 2) PrefetchLine(top + kPrefetchBytes);
-              Int6Quads(raw0, LoadI(top), j, lo0, hi0);
-              Int6Quads(raw1, LoadI(top + kLanes * 4), j, lo1, hi1);
-            } else {
-              lo0 = LowNibbles(raw0), hi0 = HighNibbles(raw0);
-              lo1 = LowNibbles(raw1), hi1 = HighNibbles(raw1);
-            }
+            QuadPair<true>(base[t] + b * sub_bytes, j, /*six=*/!kInt4, lo0, hi0, lo1, hi1);
 #pragma GCC unroll 8
             for (int r = 0; r < kRows; ++r) {
               const VI xlo = Set1I(Quad(xq + r * x.padded_k + 4 * j));
@@ -589,22 +605,6 @@ inline void Int4KGroupScales(const uint8_t* scales, int64_t lane, float* out) {
 // otherwise regroup a block's unrolled steps into a tree whose partial sums spill to the stack.
 inline void KeepChain(VI& v) { asm("" : "+x"(v)); }
 
-// The stored values of quads j and j + 4 (the two halves of a kNr-feature tile) from a 4-bit
-// type's nibble slot j or, `six`, kInt6's (with their top bits from slot j % 2); `wb` is the
-// tile's first byte in the sub-block (ops.h).
-inline void QuadPair(const uint8_t* wb, int64_t j, bool six, VI& lo0, VI& hi0, VI& lo1, VI& hi1) {
-  const VI raw0 = LoadI(wb + j * kPanel * 4);
-  const VI raw1 = LoadI(wb + j * kPanel * 4 + kLanes * 4);
-  if (six) {
-    const uint8_t* top = wb + 4 * kPanel * 4 + j % 2 * kPanel * 4;
-    Int6Quads(raw0, LoadI(top), j, lo0, hi0);
-    Int6Quads(raw1, LoadI(top + kLanes * 4), j, lo1, hi1);
-  } else {
-    lo0 = LowNibbles(raw0), lo1 = LowNibbles(raw1);
-    hi0 = HighNibbles(raw0), hi1 = HighNibbles(raw1);
-  }
-}
-
 // kInt4K's sub-block scales come from `table` (Int4KGroupScales of the tile's groups g0 to g1,
 // one after another), made once per task for every row block.
 template <bool kInt4, int kRows>
@@ -645,7 +645,7 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
 #pragma GCC unroll 4
         for (int64_t j = 0; j < 4; ++j) {
           VI lo0, hi0, lo1, hi1;
-          QuadPair(wb, j, /*six=*/!kInt4, lo0, hi0, lo1, hi1);
+          QuadPair<false>(wb, j, /*six=*/!kInt4, lo0, hi0, lo1, hi1);
 #pragma GCC unroll 8
           for (int r = 0; r < kRows; ++r) {
             const int8_t* xr = x.q + xo + r * x.padded_k;
@@ -711,7 +711,7 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
 #pragma GCC unroll 4
         for (int64_t j = 0; j < 4; ++j) {
           VI lo0, hi0, lo1, hi1;
-          QuadPair(wb, j, true, lo0, hi0, lo1, hi1);
+          QuadPair<false>(wb, j, /*six=*/true, lo0, hi0, lo1, hi1);
 #pragma GCC unroll 8
           for (int r = 0; r < kRows; ++r) {
             const int8_t* xr = x.q + xo + r * x.padded_k;
@@ -924,7 +924,8 @@ inline void AmxBlockTerms(const int32_t* c, const QuantizedRows& x, int64_t row0
   for (int64_t r = 0; r < kTileRows; ++r) {
     const VI dot = LoadI(reinterpret_cast<const uint8_t*>(c + r * kTileFeatures));
     acc[r] = AddBlockTerm<kInt4>(acc[r], dot, d, mn, x.d[(row0 + r) * x.blocks + block],
-                                 x.sum[(row0 + r) * x.blocks + block], 128);
+                                 x.sum[(row0 + r) * x.blocks + block],
+                                 QuantStoredOffset(Quantization::kInt8));
   }
 }
 
