@@ -513,16 +513,18 @@ int main(int argc, char** argv) {
           !options.cached && std::find(options.ms.begin(), options.ms.end(), 1) != options.ms.end();
       const int copies =
           streams ? static_cast<int>(std::max<size_t>(1, (512u << 20) / weight_bytes)) : 1;
-      // Packed once, as the model packs its weights at load.
+      // Packed once, as the model packs its weights at load (one after another in 2 MiB pages).
       std::vector<kernels::PackedMatrix> weights;
+      infer::TensorArena arena;
+      infer::TensorArena* const storage = options.huge_pages ? &arena : nullptr;
       // (The copies are byte copies of one: quantizing 512 MiB with int4k's search took minutes.)
       {
         Tensor values = Tensor::Empty(options.dtype, {shape.n, shape.k});
         Fill(values);
         weights.push_back(
-            kernels::PackedMatrix::Quantize(values, quantization, 0, nullptr, options.huge_pages));
+            kernels::PackedMatrix::Quantize(values, quantization, 0, nullptr, storage));
       }
-      for (int c = 1; c < copies; ++c) weights.push_back(weights[0].Copy(options.huge_pages));
+      for (int c = 1; c < copies; ++c) weights.push_back(weights[0].Copy(storage));
       for (int64_t m : options.ms) {
         std::vector<float> x(static_cast<size_t>(m * shape.k), 0.01F);
         std::vector<float> y(static_cast<size_t>(m * shape.n));

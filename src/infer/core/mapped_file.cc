@@ -53,23 +53,24 @@ constexpr size_t kSimdAlignBytes = 64;  // one cache line, one zmm register
 AlignedBuffer::AlignedBuffer(size_t size_bytes, bool huge_pages) : size_bytes_(size_bytes) {
   if (size_bytes == 0) return;
   if (huge_pages) {
-    // Over-allocate by one huge page so the start can be 2 MiB-aligned: THP only backs
-    // aligned 2 MiB ranges.
-    mapped_bytes_ = size_bytes + kHugePageBytes;
+    // The size rounded up to whole 2 MiB pages (the last partial one is a huge page too), and
+    // one huge page more so that the start can be 2 MiB-aligned: THP only backs aligned 2 MiB
+    // ranges.
+    const size_t rounded = (size_bytes + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
+    const size_t reserved = rounded + kHugePageBytes;
     void* mapped =
-        ::mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        ::mmap(nullptr, reserved, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     INFER_CHECK(mapped != MAP_FAILED, "cannot allocate {} bytes: {}", size_bytes,
                 std::strerror(errno));
-    auto base = reinterpret_cast<uintptr_t>(mapped);
+    const auto base = reinterpret_cast<uintptr_t>(mapped);
     const uintptr_t aligned = (base + kHugePageBytes - 1) & ~(kHugePageBytes - 1);
-    ::madvise(reinterpret_cast<void*>(aligned), size_bytes, MADV_HUGEPAGE);
-    data_ = reinterpret_cast<std::byte*>(aligned);
-    // Unmap the unused head and tail so the mapping is exactly [aligned, aligned + size).
+    // Unmap the unused head and tail so the mapping is exactly [aligned, aligned + rounded).
     if (aligned > base) ::munmap(mapped, aligned - base);
-    const uintptr_t end = aligned + ((size_bytes + kHugePageBytes - 1) & ~(kHugePageBytes - 1));
-    const uintptr_t mapped_end = base + mapped_bytes_;
-    if (mapped_end > end) ::munmap(reinterpret_cast<void*>(end), mapped_end - end);
-    mapped_bytes_ = std::min<uintptr_t>(end, mapped_end) - aligned;
+    const uintptr_t end = aligned + rounded;
+    if (base + reserved > end) ::munmap(reinterpret_cast<void*>(end), base + reserved - end);
+    ::madvise(reinterpret_cast<void*>(aligned), rounded, MADV_HUGEPAGE);
+    data_ = reinterpret_cast<std::byte*>(aligned);
+    mapped_bytes_ = rounded;
   } else {
     const size_t rounded = (size_bytes + kSimdAlignBytes - 1) & ~(kSimdAlignBytes - 1);
     data_ = static_cast<std::byte*>(std::aligned_alloc(kSimdAlignBytes, rounded));

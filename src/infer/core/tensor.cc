@@ -48,6 +48,21 @@ Tensor Tensor::Empty(DType dtype, Shape shape, bool huge_pages) {
   return {dtype, std::move(shape), data, std::move(buffer)};
 }
 
+Tensor TensorArena::Empty(DType dtype, Shape shape) {
+  constexpr size_t kAlignBytes = 64;
+  const auto bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+  if (bytes == 0) return Tensor::Empty(dtype, std::move(shape));
+  // Larger than a chunk: 2 MiB pages of its own, and the current chunk stays in use.
+  if (bytes > chunk_bytes_) return Tensor::Empty(dtype, std::move(shape), /*huge_pages=*/true);
+  size_t offset = (used_ + kAlignBytes - 1) & ~(kAlignBytes - 1);
+  if (chunk_ == nullptr || offset + bytes > chunk_->size_bytes()) {
+    chunk_ = std::make_shared<AlignedBuffer>(chunk_bytes_, /*huge_pages=*/true);
+    offset = 0;
+  }
+  used_ = offset + bytes;
+  return {dtype, std::move(shape), chunk_->data() + offset, chunk_};
+}
+
 bool Tensor::is_contiguous() const { return strides_ == RowMajorStrides(shape_); }
 
 Tensor Tensor::Row(int64_t index) const {

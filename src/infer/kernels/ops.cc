@@ -178,15 +178,16 @@ void PackRows(const Tensor& w, const PackedMatrix& packed, T* dst, int64_t row_b
 
 }  // namespace
 
-PackedMatrix PackedMatrix::Copy(bool huge_pages) const {
+PackedMatrix PackedMatrix::Copy(TensorArena* arena) const {
   PackedMatrix copy = *this;
-  copy.storage_ = Tensor::Empty(storage_.dtype(), storage_.shape(), huge_pages);
+  copy.storage_ = arena != nullptr ? arena->Empty(storage_.dtype(), storage_.shape())
+                                   : Tensor::Empty(storage_.dtype(), storage_.shape());
   if (storage_.size_bytes() > 0)
     std::memcpy(copy.storage_.raw(), storage_.raw(), storage_.size_bytes());
   return copy;
 }
 
-PackedMatrix PackedMatrix::Pack(const Tensor& w, ThreadPool* pool, bool huge_pages) {
+PackedMatrix PackedMatrix::Pack(const Tensor& w, ThreadPool* pool, TensorArena* arena) {
   INFER_CHECK(w.rank() == 2, "PackedMatrix: weight has shape {}, expected [n, k]",
               ShapeString(w.shape()));
   INFER_CHECK(IsFloat(w.dtype()), "PackedMatrix: weight has dtype {}, expected f32, bf16 or f16",
@@ -199,7 +200,8 @@ PackedMatrix PackedMatrix::Pack(const Tensor& w, ThreadPool* pool, bool huge_pag
   packed.cols_ = w.dim(1);
   // At least one element, so that an empty matrix is still defined().
   const int64_t size = std::max<int64_t>(1, packed.num_panels() * packed.steps() * 2 * kPanelRows);
-  packed.storage_ = Tensor::Empty(w.dtype(), {size}, huge_pages);
+  packed.storage_ =
+      arena != nullptr ? arena->Empty(w.dtype(), {size}) : Tensor::Empty(w.dtype(), {size});
   if (w.numel() == 0) return packed;
   auto pack = [&](int64_t begin, int64_t end) {
     const int64_t row_begin = begin * kPanelRows;

@@ -144,19 +144,21 @@ class PackedMatrix {
 
   PackedMatrix() = default;
   // w: contiguous [n, k], bf16, f16 or f32. Throws infer::Error otherwise. The copy runs on
-  // `pool` when given, into 2 MiB pages when `huge_pages`.
-  static PackedMatrix Pack(const Tensor& w, ThreadPool* pool = nullptr, bool huge_pages = false);
+  // `pool` when given, into memory from `arena` when given (2 MiB pages shared with the
+  // matrices packed before and after it: a model's weights), else into a buffer of its own.
+  static PackedMatrix Pack(const Tensor& w, ThreadPool* pool = nullptr,
+                           TensorArena* arena = nullptr);
   // w quantized as `quantization` says (kNone: Pack). group_size 0 takes the type's default
   // (32 for kInt8, kDefaultInt4Group for kInt4, kSuperBlock for kInt4K); otherwise 32, 64 or
   // 128 (kInt4 only).
   // Throws infer::Error for a weight that is not finite or whose scale an f16 cannot hold.
   // (kInt6 takes groups of 32 only.)
   static PackedMatrix Quantize(const Tensor& w, Quantization quantization, int64_t group_size = 0,
-                               ThreadPool* pool = nullptr, bool huge_pages = false);
+                               ThreadPool* pool = nullptr, TensorArena* arena = nullptr);
 
-  // A copy with storage of its own (into 2 MiB pages when `huge_pages`): benchmarks that
-  // stream several copies of one matrix make them without quantizing each.
-  PackedMatrix Copy(bool huge_pages = false) const;
+  // A copy with storage of its own (from `arena` when given): benchmarks that stream several
+  // copies of one matrix make them without quantizing each.
+  PackedMatrix Copy(TensorArena* arena = nullptr) const;
 
   bool defined() const { return storage_.raw() != nullptr; }
   // The element type of the stored values (kNone only; a quantized matrix stores bytes).

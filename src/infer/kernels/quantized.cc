@@ -395,8 +395,8 @@ void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, i
 }  // namespace
 
 PackedMatrix PackedMatrix::Quantize(const Tensor& w, Quantization quantization, int64_t group_size,
-                                    ThreadPool* pool, bool huge_pages) {
-  if (quantization == Quantization::kNone) return Pack(w, pool, huge_pages);
+                                    ThreadPool* pool, TensorArena* arena) {
+  if (quantization == Quantization::kNone) return Pack(w, pool, arena);
   INFER_CHECK(w.rank() == 2, "quantize: weight has shape {}, expected [n, k]",
               ShapeString(w.shape()));
   INFER_CHECK(w.dtype() == DType::kF32 || w.dtype() == DType::kBF16 || w.dtype() == DType::kF16,
@@ -423,8 +423,11 @@ PackedMatrix PackedMatrix::Quantize(const Tensor& w, Quantization quantization, 
   packed.quantization_ = quantization;
   packed.group_size_ = group_size;
   const int64_t bytes = std::max<int64_t>(4, packed.num_panels() * packed.panel_bytes());
-  // Zero bytes: padding rows dequantize to 0 (int4: d = m = 0; int8: d = 0).
-  packed.storage_ = Tensor::Empty(DType::kI32, {(bytes + 3) / 4}, huge_pages);
+  // Zero bytes (both kinds of storage start zeroed): padding rows dequantize to 0 (int4:
+  // d = m = 0; int8: d = 0).
+  const Shape words = {(bytes + 3) / 4};
+  packed.storage_ =
+      arena != nullptr ? arena->Empty(DType::kI32, words) : Tensor::Empty(DType::kI32, words);
   if (w.numel() == 0) return packed;
   auto* data = static_cast<uint8_t*>(packed.storage_.raw());
   auto run = [&](int64_t begin, int64_t end) {

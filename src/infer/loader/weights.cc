@@ -167,7 +167,8 @@ std::shared_ptr<AlignedBuffer> AllocateSlots(std::vector<WeightSlot>& slots,
 // A weight matrix in the layout MatMul reads, quantized when asked (an untied embedding table
 // is only gathered from, so it stays as loaded).
 kernels::PackedMatrix PackMatrix(const WeightSlot& slot, const Tensor& values,
-                                 const ModelConfig& config, const LoadOptions& options) {
+                                 const ModelConfig& config, const LoadOptions& options,
+                                 TensorArena& arena) {
   const bool embedding = slot.hf_name == "model.embed_tokens.weight";
   const bool head = slot.hf_name == "lm_head.weight" || (embedding && config.tie_word_embeddings);
   kernels::Quantization quantization = options.quantization;
@@ -179,8 +180,7 @@ kernels::PackedMatrix PackMatrix(const WeightSlot& slot, const Tensor& values,
                                                                    : kernels::Quantization::kInt8;
   }
   try {
-    return kernels::PackedMatrix::Quantize(values, quantization, 0, options.pool,
-                                           /*huge_pages=*/true);
+    return kernels::PackedMatrix::Quantize(values, quantization, 0, options.pool, &arena);
   } catch (const Error& error) {
     Fail("tensor '{}': {}", slot.hf_name, error.what());
   }
@@ -203,6 +203,7 @@ void InitDummy(const ModelConfig& config, std::vector<WeightSlot>& slots,
     }
   }
   AlignedBuffer staging(max_matrix_bytes, /*huge_pages=*/true);
+  TensorArena arena;
   const float norm_value = config.norm_style == NormStyle::kOffsetInF32 ? 0.0F : 1.0F;
   for (auto& slot : slots) {
     if (slot.matrix != nullptr) {
@@ -210,7 +211,7 @@ void InitDummy(const ModelConfig& config, std::vector<WeightSlot>& slots,
       Tensor values = Tensor::Borrow(config.dtype, slot.shape, staging.data());
       FillUniform(values, slot.hf_name, options.dummy_seed,
                   1.0 / std::sqrt(static_cast<double>(slot.shape.back())), options.pool);
-      *slot.matrix = PackMatrix(slot, values, config, options);
+      *slot.matrix = PackMatrix(slot, values, config, options, arena);
       continue;
     }
     const bool is_norm = slot.hf_name.find("norm.weight") != std::string::npos;
@@ -258,13 +259,14 @@ void LoadFromCheckpoint(const std::string& folder, std::vector<WeightSlot>& slot
             : fmt::format("unexpected tensor '{}' in {} ignored", name, location.file->path());
     warnings.push_back(std::move(warning));
   }
+  TensorArena arena;  // the matrices, one after another in 2 MiB pages
   for (size_t i = 0; i < slots.size(); ++i) {
     if (slots[i].matrix == nullptr) continue;
     INFER_CHECK(views[i].dtype() == DType::kF32 || views[i].dtype() == DType::kBF16 ||
                     views[i].dtype() == DType::kF16,
                 "{}: tensor '{}' has dtype {}, which infer cannot compute with (f32, bf16 or f16)",
                 folder, prefix + slots[i].hf_name, DTypeName(views[i].dtype()));
-    *slots[i].matrix = PackMatrix(slots[i], views[i], config, options);
+    *slots[i].matrix = PackMatrix(slots[i], views[i], config, options, arena);
   }
   if (options.placement == WeightPlacement::kMmap) {
     for (size_t i = 0; i < slots.size(); ++i) {

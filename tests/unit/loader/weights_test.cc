@@ -90,6 +90,32 @@ TEST_P(FixtureWeights, MatricesArePackedFromTheCheckpoint) {
   EXPECT_EQ(matrices, 1 + 7 * loaded.config.num_layers);
 }
 
+// The packed matrices share 2 MiB pages: each starts where the one before it ended (64-byte
+// aligned), dummy or from a checkpoint, so none leaves a tail in 4 KiB pages.
+TEST_P(FixtureWeights, MatricesSitOneAfterAnotherInTheirPages) {
+  const std::string path = FixturePath(std::string("models/") + GetParam() + "/model").string();
+  for (const bool dummy : {false, true}) {
+    LoadOptions options;
+    options.dummy = dummy;
+    options.quantization = kernels::Quantization::kInt4K;
+    LoadedModel loaded = LoadModel(path, options);
+    const std::byte* end = nullptr;
+    int matrices = 0;
+    for (const WeightSlot& slot : WeightSlots(loaded.config, loaded.weights)) {
+      if (slot.matrix == nullptr || !slot.matrix->defined()) continue;
+      const auto* start = static_cast<const std::byte*>(slot.matrix->data());
+      if (end == nullptr) {
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(start) % (2 << 20), 0U) << slot.hf_name;
+      } else {
+        EXPECT_EQ(start, end + (64 - reinterpret_cast<uintptr_t>(end) % 64) % 64) << slot.hf_name;
+      }
+      end = start + slot.matrix->size_bytes();
+      ++matrices;
+    }
+    EXPECT_EQ(matrices, 1 + 7 * loaded.config.num_layers);
+  }
+}
+
 TEST_P(FixtureWeights, HugePageCopyEqualsMmap) {
   const std::string path = FixturePath(std::string("models/") + GetParam() + "/model").string();
   LoadOptions mmap_options;
