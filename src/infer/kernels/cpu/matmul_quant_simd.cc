@@ -188,6 +188,11 @@ constexpr int64_t kStreamTasksPerThread = 4;
 // measured within the noise of 1 KiB.
 constexpr int64_t kPrefetchBytes = 1024;
 
+// An empty asm that takes v in a register and may change it: the compiler cannot move the
+// work that makes v past this point (nor hoist the next step's products above it, to spill
+// them).
+inline void KeepInRegister(VI& v) { asm volatile("" : "+v"(v)); }
+
 inline void PrefetchLine(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
 // One step of a tile: the two vectors at `p` (features [0, kLanes) and [kLanes, kNr) of the
@@ -362,6 +367,8 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
                                       MulU8S8PairsI16(hi0, xhi));
               sum16[t][r][1] = AddI16(AddI16(sum16[t][r][1], MulU8S8PairsI16(lo1, xlo)),
                                       MulU8S8PairsI16(hi1, xhi));
+              KeepInRegister(sum16[t][r][0]);
+              KeepInRegister(sum16[t][r][1]);
             }
           }
         }
