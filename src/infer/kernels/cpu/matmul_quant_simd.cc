@@ -191,7 +191,7 @@ constexpr int64_t kPrefetchBytes = 1024;
 // An empty asm that takes v in a register and may change it: the compiler cannot move the
 // work that makes v past this point (nor hoist the next step's products above it, to spill
 // them).
-inline void KeepInRegister(VI& v) { asm volatile("" : "+v"(v)); }
+[[maybe_unused]] inline void KeepInRegister(VI& v) { asm volatile("" : "+v"(v)); }
 
 inline void PrefetchLine(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
