@@ -63,6 +63,11 @@ Tensor TensorArena::Empty(DType dtype, Shape shape) {
   return {dtype, std::move(shape), chunk_->data() + offset, chunk_};
 }
 
+Tensor EmptyIn(TensorArena* arena, DType dtype, Shape shape) {
+  return arena != nullptr ? arena->Empty(dtype, std::move(shape))
+                          : Tensor::Empty(dtype, std::move(shape));
+}
+
 bool Tensor::is_contiguous() const { return strides_ == RowMajorStrides(shape_); }
 
 Tensor Tensor::Row(int64_t index) const {

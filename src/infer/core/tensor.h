@@ -85,6 +85,9 @@ class TensorArena {
   size_t used_ = 0;
 };
 
+// Zeroed storage from `arena` when given, else a buffer of its own.
+Tensor EmptyIn(TensorArena* arena, DType dtype, Shape shape);
+
 // Reads element i of a contiguous tensor of any float dtype as f32.
 float ElementAsF32(const Tensor& tensor, int64_t index);
 // Writes element i of a contiguous tensor from f32 (rounded to nearest even for bf16/f16).

@@ -180,8 +180,7 @@ void PackRows(const Tensor& w, const PackedMatrix& packed, T* dst, int64_t row_b
 
 PackedMatrix PackedMatrix::Copy(TensorArena* arena) const {
   PackedMatrix copy = *this;
-  copy.storage_ = arena != nullptr ? arena->Empty(storage_.dtype(), storage_.shape())
-                                   : Tensor::Empty(storage_.dtype(), storage_.shape());
+  copy.storage_ = EmptyIn(arena, storage_.dtype(), storage_.shape());
   if (storage_.size_bytes() > 0)
     std::memcpy(copy.storage_.raw(), storage_.raw(), storage_.size_bytes());
   return copy;
@@ -200,8 +199,7 @@ PackedMatrix PackedMatrix::Pack(const Tensor& w, ThreadPool* pool, TensorArena* 
   packed.cols_ = w.dim(1);
   // At least one element, so that an empty matrix is still defined().
   const int64_t size = std::max<int64_t>(1, packed.num_panels() * packed.steps() * 2 * kPanelRows);
-  packed.storage_ =
-      arena != nullptr ? arena->Empty(w.dtype(), {size}) : Tensor::Empty(w.dtype(), {size});
+  packed.storage_ = EmptyIn(arena, w.dtype(), {size});
   if (w.numel() == 0) return packed;
   auto pack = [&](int64_t begin, int64_t end) {
     const int64_t row_begin = begin * kPanelRows;

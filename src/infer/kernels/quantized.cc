@@ -425,9 +425,7 @@ PackedMatrix PackedMatrix::Quantize(const Tensor& w, Quantization quantization, 
   const int64_t bytes = std::max<int64_t>(4, packed.num_panels() * packed.panel_bytes());
   // Zero bytes (both kinds of storage start zeroed): padding rows dequantize to 0 (int4:
   // d = m = 0; int8: d = 0).
-  const Shape words = {(bytes + 3) / 4};
-  packed.storage_ =
-      arena != nullptr ? arena->Empty(DType::kI32, words) : Tensor::Empty(DType::kI32, words);
+  packed.storage_ = EmptyIn(arena, DType::kI32, {(bytes + 3) / 4});
   if (w.numel() == 0) return packed;
   auto* data = static_cast<uint8_t*>(packed.storage_.raw());
   auto run = [&](int64_t begin, int64_t end) {

@@ -82,12 +82,6 @@ int64_t ParameterCount(const ModelConfig& config) {
 
 namespace {
 
-constexpr size_t kTensorAlignBytes = 64;
-
-size_t AlignUp(size_t value, size_t alignment) {
-  return (value + alignment - 1) / alignment * alignment;
-}
-
 uint64_t SplitMix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -143,25 +137,12 @@ void FillConstant(Tensor& tensor, float value) {
   }
 }
 
-// Carves every vector slot (not the matrices) out of one buffer (2 MiB pages when asked),
-// 64-byte aligned each.
-std::shared_ptr<AlignedBuffer> AllocateSlots(std::vector<WeightSlot>& slots,
-                                             const std::vector<DType>& dtypes, bool huge_pages) {
-  size_t total = 0;
+// Every vector slot (not the matrices), one after another in 2 MiB pages of their own.
+void AllocateSlots(std::vector<WeightSlot>& slots, const std::vector<DType>& dtypes) {
+  TensorArena arena;
   for (size_t i = 0; i < slots.size(); ++i) {
-    if (slots[i].tensor == nullptr) continue;
-    total = AlignUp(total, kTensorAlignBytes) +
-            static_cast<size_t>(NumElements(slots[i].shape)) * DTypeSize(dtypes[i]);
+    if (slots[i].tensor != nullptr) *slots[i].tensor = arena.Empty(dtypes[i], slots[i].shape);
   }
-  auto buffer = std::make_shared<AlignedBuffer>(std::max<size_t>(total, 1), huge_pages);
-  size_t offset = 0;
-  for (size_t i = 0; i < slots.size(); ++i) {
-    if (slots[i].tensor == nullptr) continue;
-    offset = AlignUp(offset, kTensorAlignBytes);
-    *slots[i].tensor = Tensor(dtypes[i], slots[i].shape, buffer->data() + offset, buffer);
-    offset += slots[i].tensor->size_bytes();
-  }
-  return buffer;
 }
 
 // A weight matrix in the layout MatMul reads, quantized when asked (an untied embedding table
@@ -192,7 +173,7 @@ void InitDummy(const ModelConfig& config, std::vector<WeightSlot>& slots,
   // No file to map: dummy weights always live in 2 MiB pages, the best case a checkpoint
   // reaches with --weights-placement hugepage.
   (void)options.placement;
-  AllocateSlots(slots, dtypes, /*huge_pages=*/true);
+  AllocateSlots(slots, dtypes);
   // Matrices are generated row-major into one reused buffer (2 MiB pages: no zeroing pass),
   // then packed.
   size_t max_matrix_bytes = 0;
@@ -274,7 +255,7 @@ void LoadFromCheckpoint(const std::string& folder, std::vector<WeightSlot>& slot
     }
     return;
   }
-  AllocateSlots(slots, dtypes, /*huge_pages=*/true);
+  AllocateSlots(slots, dtypes);
   for (size_t i = 0; i < slots.size(); ++i) {
     if (slots[i].tensor == nullptr) continue;
     auto* destination = static_cast<std::byte*>(slots[i].tensor->raw());
