@@ -230,8 +230,12 @@ inline void QuadPair(const uint8_t* wb, int64_t j, bool six, VI& lo0, VI& hi0, V
   }
 }
 
-// The activations rounded to int8: row i's values at q + i * padded_k, its block scales and
-// sums at d / sum + i * blocks.
+// The activations rounded to int8, block by block: a block's kQuantBlock values at
+// q + Index(row, block) * kQuantBlock, its scale and sum of q at d / sum + Index(row, block).
+// With group_rows 1 that is row after row (row i's values at q + i * padded_k). AVX2's many-row
+// order keeps kGemmRows rows together, their blocks b one after another: a tile's rows then read
+// one run of bytes per block, where rows padded_k apart (a multiple of 4 KiB at k = 2048 and
+// 8192) would meet in the same few L1 sets and evict one another (2x slower, kernels_bench).
 struct QuantizedRows {
   const int8_t* q = nullptr;
   const float* d = nullptr;
@@ -239,6 +243,10 @@ struct QuantizedRows {
   int64_t padded_k = 0;
   int64_t blocks = 0;
   const uint8_t* abs_q = nullptr;  // |q|, as q (AVX2's many-row int8 tile only)
+  int64_t group_rows = 1;
+  int64_t Index(int64_t row, int64_t block) const {
+    return (row / group_rows * blocks + block) * group_rows + row % group_rows;
+  }
 };
 
 inline int32_t Quad(const int8_t* p) {
@@ -295,8 +303,8 @@ inline void SubBlockScales(const uint8_t* scales, int64_t lane, int64_t b, bool 
 }
 
 // kRows rows (from row0) against kTiles column tiles from feature j0, over weight groups
-// [g0, g1). y holds the sum of the earlier groups when `accumulate`; bias (features from j0,
-// or null) is added after the last group.
+// [g0, g1); x row after row (group_rows 1). y holds the sum of the earlier groups when
+// `accumulate`; bias (features from j0, or null) is added after the last group.
 template <bool kInt4, int kRows, int kTiles>
 inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, int64_t j0,
                       int64_t g0, int64_t g1, float* y, int64_t y_stride, bool accumulate,
@@ -613,7 +621,8 @@ inline void Int4KGroupScales(const uint8_t* scales, int64_t lane, float* out) {
 inline void KeepChain(VI& v) { asm("" : "+x"(v)); }
 
 // kInt4K's sub-block scales come from `table` (Int4KGroupScales of the tile's groups g0 to g1,
-// one after another), made once per task for every row block.
+// one after another), made once per task for every row block. x's rows in groups of kGemmRows
+// (QuantizedRows), row0 the first of one.
 template <bool kInt4, int kRows>
 void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, int64_t j0,
                  int64_t g0, int64_t g1, float* y, int64_t y_stride, bool accumulate,
@@ -638,11 +647,13 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
     Store(acc[r] + kLanes, accumulate && c1 > 0 ? LoadN(yr + kLanes, c1) : Zero());
   }
   [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);  // (the sign trick's widening)
+  const int64_t x_row0 = x.Index(row0, 0);
   for (int64_t g = g0; g < g1; ++g) {
     const uint8_t* scales = base - lane * 4 + values_bytes;
     for (int64_t b = 0; b < subs; ++b) {
       const int64_t block = g * subs + b;
-      const int64_t xo = row0 * x.padded_k + block * kQuantBlock;
+      // Row r's block at x0 + r (row0 starts a group of x.group_rows = kGemmRows rows).
+      const int64_t x0 = x_row0 + block * x.group_rows;
       const uint8_t* wb = base + b * sub_bytes;
       VI dot[kRows][2];
 #if defined(INFER_YMM_VNNI)
@@ -655,7 +666,7 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
           QuadPair<false>(wb, j, /*six=*/!kInt4, lo0, hi0, lo1, hi1);
 #pragma GCC unroll 8
           for (int r = 0; r < kRows; ++r) {
-            const int8_t* xr = x.q + xo + r * x.padded_k;
+            const int8_t* xr = x.q + (x0 + r) * kQuantBlock;
             const VI xlo = Set1I(Quad(xr + 4 * j));
             const VI xhi = Set1I(Quad(xr + 4 * (j + 4)));
             dot[r][0] = DotU8S8(DotU8S8(dot[r][0], lo0, xlo), hi0, xhi);
@@ -671,7 +682,7 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
           const VI w1 = LoadI(wb + j * kPanel * 4 + kLanes * 4);
 #pragma GCC unroll 8
           for (int r = 0; r < kRows; ++r) {
-            const VI xb = Set1I(Quad(x.q + xo + r * x.padded_k + 4 * j));
+            const VI xb = Set1I(Quad(x.q + (x0 + r) * kQuantBlock + 4 * j));
             dot[r][0] = DotU8S8(dot[r][0], w0, xb);
             dot[r][1] = DotU8S8(dot[r][1], w1, xb);
             KeepChain(dot[r][0]);
@@ -694,7 +705,7 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
           const VI hi1 = _mm256_and_si256(_mm256_srli_epi16(raw1, 4), low);
 #pragma GCC unroll 8
           for (int r = 0; r < kRows; ++r) {
-            const int8_t* xr = x.q + xo + r * x.padded_k;
+            const int8_t* xr = x.q + (x0 + r) * kQuantBlock;
             const VI xlo = Set1I(Quad(xr + 4 * j));
             sum16[r][0] = _mm256_add_epi16(sum16[r][0], _mm256_maddubs_epi16(lo0, xlo));
             sum16[r][1] = _mm256_add_epi16(sum16[r][1], _mm256_maddubs_epi16(lo1, xlo));
@@ -721,7 +732,7 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
           QuadPair<false>(wb, j, /*six=*/true, lo0, hi0, lo1, hi1);
 #pragma GCC unroll 8
           for (int r = 0; r < kRows; ++r) {
-            const int8_t* xr = x.q + xo + r * x.padded_k;
+            const int8_t* xr = x.q + (x0 + r) * kQuantBlock;
             const VI xlo = Set1I(Quad(xr + 4 * j));
             const VI xhi = Set1I(Quad(xr + 4 * (j + 4)));
             dot[r][0] = _mm256_add_epi32(
@@ -747,7 +758,7 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
           const VI w1 = _mm256_xor_si256(LoadI(wb + j * kPanel * 4 + kLanes * 4), flip);
 #pragma GCC unroll 8
           for (int r = 0; r < kRows; ++r) {
-            const int64_t at = xo + r * x.padded_k + 4 * j;
+            const int64_t at = (x0 + r) * kQuantBlock + 4 * j;
             const VI ax = Set1I(Quad(reinterpret_cast<const int8_t*>(x.abs_q) + at));
             const VI sx = Set1I(Quad(x.q + at));
             dot[r][0] = _mm256_add_epi32(
@@ -775,9 +786,9 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
       }
 #pragma GCC unroll 8
       for (int r = 0; r < kRows; ++r) {
-        const float dx = x.d[(row0 + r) * x.blocks + block];
+        const float dx = x.d[x0 + r];
         if constexpr (kInt4) {
-          const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
+          const int32_t sx = x.sum[x0 + r];
           Store(acc[r], AddBlockTerm<true>(Load(acc[r]), dot[r][0], d0, m0, dx, sx, 0));
           Store(acc[r] + kLanes,
                 AddBlockTerm<true>(Load(acc[r] + kLanes), dot[r][1], d1, m1, dx, sx, 0));
@@ -791,7 +802,7 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
             Store(acc[r], AddInt8Term(Load(acc[r]), dot[r][0], d0, dx));
             Store(acc[r] + kLanes, AddInt8Term(Load(acc[r] + kLanes), dot[r][1], d1, dx));
           } else {
-            const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
+            const int32_t sx = x.sum[x0 + r];
             Store(acc[r], AddBlockTerm<false>(Load(acc[r]), dot[r][0], d0, Zero(), dx, sx, offset));
             Store(acc[r] + kLanes, AddBlockTerm<false>(Load(acc[r] + kLanes), dot[r][1], d1, Zero(),
                                                        dx, sx, offset));
@@ -1098,8 +1109,10 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
 }
 
 // One row's blocks: the scalar reference's arithmetic (the same f32 operations), with the max
-// and the rounding in vectors.
-void QuantizeRow(const float* x, int64_t k, int64_t padded_k, int8_t* q, float* d, int32_t* sum) {
+// and the rounding in vectors. Block b goes to q + b * step * kQuantBlock, d[b * step] and
+// sum[b * step] (QuantizedRows: step is its group_rows).
+void QuantizeRow(const float* x, int64_t k, int64_t padded_k, int64_t step, int8_t* q, float* d,
+                 int32_t* sum) {
   alignas(64) float values[kQuantBlock];
   for (int64_t begin = 0; begin < padded_k; begin += kQuantBlock) {
     const int64_t count = std::clamp<int64_t>(k - begin, 0, kQuantBlock);
@@ -1113,7 +1126,8 @@ void QuantizeRow(const float* x, int64_t k, int64_t padded_k, int8_t* q, float* 
     const float inverse = scale > 0.0F ? 1.0F / scale : 0.0F;
     const V vinv = Set1(inverse);
     int32_t total = 0;
-    int8_t* out = q + begin;
+    const int64_t block = begin / kQuantBlock;
+    int8_t* out = q + block * step * kQuantBlock;
     for (int64_t c = 0; c < kQuantBlock; c += kLanes) {
       const V r = Round(Mul(Load(values + c), vinv));
       alignas(64) float rounded[kLanes];
@@ -1124,8 +1138,18 @@ void QuantizeRow(const float* x, int64_t k, int64_t padded_k, int8_t* q, float* 
         total += v;
       }
     }
-    d[begin / kQuantBlock] = scale;
-    sum[begin / kQuantBlock] = total;
+    d[block * step] = scale;
+    sum[block * step] = total;
+  }
+}
+
+// Rows [begin, end) of x, placed as `layout` says (its own pointers are not used).
+void QuantizeRows(const float* x, int64_t begin, int64_t end, int64_t k, int64_t x_stride,
+                  const QuantizedRows& layout, int8_t* q, float* d, int32_t* sum) {
+  for (int64_t i = begin; i < end; ++i) {
+    const int64_t at = layout.Index(i, 0);
+    QuantizeRow(x + i * x_stride, k, layout.padded_k, layout.group_rows, q + at * kQuantBlock,
+                d + at, sum + at);
   }
 }
 
@@ -1133,10 +1157,8 @@ void QuantizeRow(const float* x, int64_t k, int64_t padded_k, int8_t* q, float* 
 
 void QuantizeActivations(const float* x, int64_t m, int64_t k, int64_t x_stride, int64_t padded_k,
                          int8_t* q, float* d, int32_t* sum) {
-  const int64_t blocks = padded_k / kQuantBlock;
-  for (int64_t i = 0; i < m; ++i) {
-    QuantizeRow(x + i * x_stride, k, padded_k, q + i * padded_k, d + i * blocks, sum + i * blocks);
-  }
+  const QuantizedRows row_after_row{.padded_k = padded_k, .blocks = padded_k / kQuantBlock};
+  QuantizeRows(x, 0, m, k, x_stride, row_after_row, q, d, sum);
 }
 
 void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
@@ -1155,10 +1177,16 @@ void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
     return;
   }
   const int64_t blocks = padded_k / kQuantBlock;
+  QuantizedRows rows{.padded_k = padded_k, .blocks = blocks};
 #if defined(INFER_AMX_TILES)
   // The tile path (QuantGemm's many-row order) reads whole tiles of rows: the rows past m are
   // zeros. Fewer rows never reach it, and decode pays nothing.
   const int64_t padded_m = StreamingOrder(m) ? m : (m + kTileRows - 1) / kTileRows * kTileRows;
+#elif !defined(__AVX512F__)
+  // AVX2's many-row order reads its rows kGemmRows together (QuantizedRows), the last group
+  // filled up with rows of zeros.
+  if (!StreamingOrder(m)) rows.group_rows = kGemmRows;
+  const int64_t padded_m = (m + rows.group_rows - 1) / rows.group_rows * rows.group_rows;
 #else
   const int64_t padded_m = m;
 #endif
@@ -1166,25 +1194,29 @@ void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
   auto* d = tls_d_scratch.Array<float>(static_cast<size_t>(padded_m * blocks));
   auto* sum = tls_sum_scratch.Array<int32_t>(static_cast<size_t>(padded_m * blocks));
   if (padded_m > m) {
-    std::memset(q + m * padded_k, 0, static_cast<size_t>((padded_m - m) * padded_k));
-    std::fill(d + m * blocks, d + padded_m * blocks, 0.0F);
-    std::fill(sum + m * blocks, sum + padded_m * blocks, 0);
+    // From the last group's first row: its blocks lie among the real rows' (group_rows > 1), and
+    // those are written over below.
+    const int64_t from = m / rows.group_rows * rows.group_rows;
+    std::memset(q + from * padded_k, 0, static_cast<size_t>((padded_m - from) * padded_k));
+    std::fill(d + from * blocks, d + padded_m * blocks, 0.0F);
+    std::fill(sum + from * blocks, sum + padded_m * blocks, 0);
   }
   constexpr int64_t kRowsPerTask = 16;
   if (m <= kRowsPerTask) {
-    QuantizeActivations(x, m, k, x_stride, padded_k, q, d, sum);
+    QuantizeRows(x, 0, m, k, x_stride, rows, q, d, sum);
   } else {
     pool.ParallelFor(m, kRowsPerTask, [&](int64_t begin, int64_t end) {
-      QuantizeActivations(x + begin * x_stride, end - begin, k, x_stride, padded_k,
-                          q + begin * padded_k, d + begin * blocks, sum + begin * blocks);
+      QuantizeRows(x, begin, end, k, x_stride, rows, q, d, sum);
     });
   }
-  QuantizedRows rows{q, d, sum, padded_k, blocks};
+  rows.q = q;
+  rows.d = d;
+  rows.sum = sum;
 #if !defined(__AVX512F__) && !defined(INFER_YMM_VNNI)
-  // |q| for the many-row int8 tile's sign trick.
+  // |q| for the many-row int8 tile's sign trick (byte for byte, whatever the layout).
   if (!StreamingOrder(m) && first.quantization() == Quantization::kInt8) {
-    auto* abs_q = tls_abs_scratch.Array<uint8_t>(static_cast<size_t>(m * padded_k));
-    pool.ParallelFor(m, kRowsPerTask, [&](int64_t begin, int64_t end) {
+    auto* abs_q = tls_abs_scratch.Array<uint8_t>(static_cast<size_t>(padded_m * padded_k));
+    pool.ParallelFor(padded_m, kRowsPerTask, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin * padded_k; i < end * padded_k; i += 32) {
         const VI v = _mm256_loadu_si256(reinterpret_cast<const VI*>(q + i));
         _mm256_storeu_si256(reinterpret_cast<VI*>(abs_q + i), _mm256_abs_epi8(v));
