@@ -35,6 +35,20 @@ const Tensor* OptionalTensor(const Tensor& tensor) {
   return tensor.raw() != nullptr ? &tensor : nullptr;
 }
 
+// Runs fn(first, rows) over token rows [0, n): split across the pool when they are many
+// (prefill, large batches), on this thread otherwise. A row's elementwise and per-row work (norms,
+// RoPE, activations, residual adds) does not depend on the other rows, so the results are the
+// same bits either way. (On one thread these took 10-15% of gemma-3-1b's prefill at 2 threads.)
+template <typename Fn>
+void ForTokenRows(ThreadPool& pool, int64_t n, Fn&& fn) {
+  constexpr int64_t kRowsPerChunk = 4;
+  if (pool.num_threads() == 1 || n < 2 * kRowsPerChunk) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  pool.ParallelFor(n, kRowsPerChunk, [&](int64_t begin, int64_t end) { fn(begin, end - begin); });
+}
+
 }  // namespace
 
 Decoder::Decoder(const LoadedModel& model, ThreadPool& pool, kernels::MatMulPrecision precision)
@@ -192,24 +206,31 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,
   const int64_t n = num_tokens;
 
   // Attention block.
-  kernels::RmsNorm(hidden_.data(), n, hidden, w.attn_norm, eps, norm_weight_offset_,
-                   normed_.data());
+  ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
+    kernels::RmsNorm(hidden_.data() + t0 * hidden, rows, hidden, w.attn_norm, eps,
+                     norm_weight_offset_, normed_.data() + t0 * hidden);
+  });
   const kernels::MatMulOutput qkv[] = {{&w.q_proj, OptionalTensor(w.q_bias), q_.data(), q_dim},
                                        {&w.k_proj, OptionalTensor(w.k_bias), k_.data(), kv_dim},
                                        {&w.v_proj, OptionalTensor(w.v_bias), v_.data(), kv_dim}};
   kernels::MatMuls(normed_.data(), n, hidden, hidden, qkv, pool_, precision_);
-  if (config_.qk_norm) {
-    // Per head over head_dim, before RoPE.
-    kernels::RmsNorm(q_.data(), n * config_.num_heads, head_dim, w.q_norm, eps, norm_weight_offset_,
-                     q_.data());
-    kernels::RmsNorm(k_.data(), n * config_.num_kv_heads, head_dim, w.k_norm, eps,
-                     norm_weight_offset_, k_.data());
-  }
   const size_t rope = layer_rope_[static_cast<size_t>(layer_idx)];
-  kernels::Rope(q_.data(), n, config_.num_heads, head_dim, q_dim, rope_cos_[rope].data(),
-                rope_sin_[rope].data());
-  kernels::Rope(k_.data(), n, config_.num_kv_heads, head_dim, kv_dim, rope_cos_[rope].data(),
-                rope_sin_[rope].data());
+  ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
+    float* q = q_.data() + t0 * q_dim;
+    float* k = k_.data() + t0 * kv_dim;
+    if (config_.qk_norm) {
+      // Per head over head_dim, before RoPE.
+      kernels::RmsNorm(q, rows * config_.num_heads, head_dim, w.q_norm, eps, norm_weight_offset_,
+                       q);
+      kernels::RmsNorm(k, rows * config_.num_kv_heads, head_dim, w.k_norm, eps, norm_weight_offset_,
+                       k);
+    }
+    // (The tables hold head_dim / 2 angles per token.)
+    const float* cos = rope_cos_[rope].data() + t0 * (head_dim / 2);
+    const float* sin = rope_sin_[rope].data() + t0 * (head_dim / 2);
+    kernels::Rope(q, rows, config_.num_heads, head_dim, q_dim, cos, sin);
+    kernels::Rope(k, rows, config_.num_kv_heads, head_dim, kv_dim, cos, sin);
+  });
   kernels::AttentionParams params;
   params.num_heads = config_.num_heads;
   params.num_kv_heads = config_.num_kv_heads;
@@ -227,30 +248,39 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,
                           pool_);
   kernels::MatMul(attn_.data(), n, q_dim, q_dim, w.o_proj, OptionalTensor(w.o_bias), proj_.data(),
                   hidden, pool_, precision_);
-  if (config_.sandwich_norms) {
-    kernels::RmsNorm(proj_.data(), n, hidden, w.attn_post_norm, eps, norm_weight_offset_,
-                     proj_.data());
-  }
-  kernels::Add(hidden_.data(), proj_.data(), n * hidden);
-
-  // MLP block.
-  kernels::RmsNorm(hidden_.data(), n, hidden, w.mlp_norm, eps, norm_weight_offset_, normed_.data());
+  // The residual add, then the MLP's norm.
+  ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
+    float* x = hidden_.data() + t0 * hidden;
+    float* proj = proj_.data() + t0 * hidden;
+    if (config_.sandwich_norms) {
+      kernels::RmsNorm(proj, rows, hidden, w.attn_post_norm, eps, norm_weight_offset_, proj);
+    }
+    kernels::Add(x, proj, rows * hidden);
+    kernels::RmsNorm(x, rows, hidden, w.mlp_norm, eps, norm_weight_offset_,
+                     normed_.data() + t0 * hidden);
+  });
   const kernels::MatMulOutput gate_up[] = {
       {&w.gate_proj, OptionalTensor(w.gate_bias), gate_.data(), inter},
       {&w.up_proj, OptionalTensor(w.up_bias), up_.data(), inter}};
   kernels::MatMuls(normed_.data(), n, hidden, hidden, gate_up, pool_, precision_);
-  if (config_.activation == Activation::kSilu) {
-    kernels::SiluMul(gate_.data(), up_.data(), gate_.data(), n * inter);
-  } else {
-    kernels::GeluTanhMul(gate_.data(), up_.data(), gate_.data(), n * inter);
-  }
+  ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
+    float* gate = gate_.data() + t0 * inter;
+    const float* up = up_.data() + t0 * inter;
+    if (config_.activation == Activation::kSilu) {
+      kernels::SiluMul(gate, up, gate, rows * inter);
+    } else {
+      kernels::GeluTanhMul(gate, up, gate, rows * inter);
+    }
+  });
   kernels::MatMul(gate_.data(), n, inter, inter, w.down_proj, OptionalTensor(w.down_bias),
                   proj_.data(), hidden, pool_, precision_);
-  if (config_.sandwich_norms) {
-    kernels::RmsNorm(proj_.data(), n, hidden, w.mlp_post_norm, eps, norm_weight_offset_,
-                     proj_.data());
-  }
-  kernels::Add(hidden_.data(), proj_.data(), n * hidden);
+  ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
+    float* proj = proj_.data() + t0 * hidden;
+    if (config_.sandwich_norms) {
+      kernels::RmsNorm(proj, rows, hidden, w.mlp_post_norm, eps, norm_weight_offset_, proj);
+    }
+    kernels::Add(hidden_.data() + t0 * hidden, proj, rows * hidden);
+  });
 }
 
 }  // namespace infer
