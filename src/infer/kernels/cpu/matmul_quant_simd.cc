@@ -1128,6 +1128,7 @@ void QuantizeRow(const float* x, int64_t k, int64_t padded_k, int64_t step, int8
     int32_t total = 0;
     const int64_t block = begin / kQuantBlock;
     int8_t* out = q + block * step * kQuantBlock;
+#if defined(__AVX512F__)
     for (int64_t c = 0; c < kQuantBlock; c += kLanes) {
       const V r = Round(Mul(Load(values + c), vinv));
       alignas(64) float rounded[kLanes];
@@ -1138,6 +1139,21 @@ void QuantizeRow(const float* x, int64_t k, int64_t padded_k, int64_t step, int8
         total += v;
       }
     }
+#else
+    // The rounded values are whole numbers within [-127, 127]: exact as int32, and the packs
+    // to 16 and 8 bits never saturate.
+    VI sums = ZeroI();
+    for (int64_t c = 0; c < kQuantBlock; c += kLanes) {
+      const VI v = _mm256_cvtps_epi32(Round(Mul(Load(values + c), vinv)));
+      sums = AddI(sums, v);
+      const __m128i halves =
+          _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(out + c), _mm_packs_epi16(halves, halves));
+    }
+    alignas(32) int32_t lanes[kLanes];
+    _mm256_store_si256(reinterpret_cast<VI*>(lanes), sums);
+    for (const int32_t v : lanes) total += v;
+#endif
     d[block * step] = scale;
     sum[block * step] = total;
   }

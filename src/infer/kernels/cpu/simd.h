@@ -120,14 +120,24 @@ inline V Zero() { return _mm256_setzero_ps(); }
 inline V Set1(float v) { return _mm256_set1_ps(v); }
 inline V Load(const float* p) { return _mm256_loadu_ps(p); }
 inline void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
-inline V LoadN(const float* p, int64_t n) { return _mm256_maskload_ps(p, FirstNMask(n)); }
+// The masked moves only for a partial vector: AMD's Zen 2 and 3 run vmaskmovps as microcode
+// (the store about 10x slower than vmovups; GeluTanhMul ran at 3.5 ns per element on Zen 3).
+inline V LoadN(const float* p, int64_t n) {
+  return n >= kLanes ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, FirstNMask(n));
+}
 inline V LoadNOr(const float* p, int64_t n, float fill) {
   const __m256i mask = FirstNMask(n);
   return _mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(p, mask),
                           _mm256_castsi256_ps(mask));
 }
 inline V KeepFirstN(V v, int64_t n) { return _mm256_and_ps(v, _mm256_castsi256_ps(FirstNMask(n))); }
-inline void StoreN(float* p, V v, int64_t n) { _mm256_maskstore_ps(p, FirstNMask(n), v); }
+inline void StoreN(float* p, V v, int64_t n) {
+  if (n >= kLanes) {
+    _mm256_storeu_ps(p, v);
+  } else {
+    _mm256_maskstore_ps(p, FirstNMask(n), v);
+  }
+}
 inline V Add(V a, V b) { return _mm256_add_ps(a, b); }
 inline V Sub(V a, V b) { return _mm256_sub_ps(a, b); }
 inline V Mul(V a, V b) { return _mm256_mul_ps(a, b); }
