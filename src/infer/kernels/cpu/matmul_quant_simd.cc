@@ -175,9 +175,15 @@ constexpr bool StreamingOrder(int64_t m) { return (m + kMr - 1) / kMr <= kStream
 // kNc x kKc int8 weights (256 KiB) stays in L2 while the row blocks pass.
 constexpr int64_t kNc = 256;
 constexpr int64_t kKc = 1024;
-// w's groups per k-block (kInt4K's groups of 256 take 4).
+// w's groups per k-block: about kKc channels (kInt4K's groups of 256: 4), split evenly, with a
+// remainder under a quarter of a k-block folded into the others. gemma-3-1b's k = 1152 is then
+// one k-block, not 1024 channels and a second pass over every row block for 128 more.
+// (A k-block's sums pass through y in f32, exactly, so the blocking never changes the bits.)
 inline int64_t KcGroups(const PackedMatrix& w) {
-  return std::max<int64_t>(1, kKc / w.group_size());
+  const int64_t per_block = std::max<int64_t>(1, kKc / w.group_size());
+  const int64_t blocks =
+      std::max<int64_t>(1, (w.num_groups() - per_block / 4 + per_block - 1) / per_block);
+  return (w.num_groups() + blocks - 1) / blocks;
 }
 // Tiles per thread in the streaming order, claimed dynamically.
 constexpr int64_t kStreamTasksPerThread = 4;
