@@ -873,8 +873,9 @@ void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> out
     const int64_t tiles = (std::min(o->w->rows(), j0 + step) - j0 + kNr - 1) / kNr;
     const int64_t groups = o->w->num_groups();
     const PackedMatrix& w = *o->w;
-    for (int64_t g0 = 0; g0 < groups; g0 += KcGroups(w)) {
-      const int64_t g1 = std::min(groups, g0 + KcGroups(w));
+    const int64_t kc_groups = KcGroups(w);
+    for (int64_t g0 = 0; g0 < groups; g0 += kc_groups) {
+      const int64_t g1 = std::min(groups, g0 + kc_groups);
       // kInt4K: the k-block's sub-block scales, once for every row block (the tile would
       // otherwise unpack them per row block, with shifts by a run-time sub-block).
       float* table = nullptr;
@@ -969,8 +970,9 @@ void AmxTask(const QuantizedRows& x, int64_t m, const Product& o, int64_t j0, in
   const int64_t groups = w.num_groups();
   const int64_t j1 = std::min(w.rows(), j0 + nc);
   alignas(64) int32_t sums[2][kTileRows * kTileFeatures];
-  for (int64_t g0 = 0; g0 < groups; g0 += KcGroups(w)) {
-    const int64_t g1 = std::min(groups, g0 + KcGroups(w));
+  const int64_t kc_groups = KcGroups(w);
+  for (int64_t g0 = 0; g0 < groups; g0 += kc_groups) {
+    const int64_t g1 = std::min(groups, g0 + kc_groups);
     const int64_t blocks = (g1 - g0) * subs;
     for (int64_t jh = j0; jh < j1; jh += kTileFeatures) {
       const int64_t cols = std::min(kTileFeatures, j1 - jh);
@@ -1085,8 +1087,9 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
         run(*o, 0, j0, tiles, 0, groups);
         return;
       }
-      for (int64_t g0 = 0; g0 < groups; g0 += KcGroups(*o->w)) {
-        const int64_t g1 = std::min(groups, g0 + KcGroups(*o->w));
+      const int64_t kc_groups = KcGroups(*o->w);
+      for (int64_t g0 = 0; g0 < groups; g0 += kc_groups) {
+        const int64_t g1 = std::min(groups, g0 + kc_groups);
         for (int64_t p = 0; p < row_blocks; ++p) run(*o, p, j0, tiles, g0, g1);
       }
     });
@@ -1106,8 +1109,9 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
     const auto [o, j0] = ProductTask(outputs, task, kNc);
     const int64_t tiles = (std::min(o->w->rows(), j0 + kNc) - j0 + kNr - 1) / kNr;
     const int64_t groups = o->w->num_groups();
-    for (int64_t g0 = 0; g0 < groups; g0 += KcGroups(*o->w)) {
-      const int64_t g1 = std::min(groups, g0 + KcGroups(*o->w));
+    const int64_t kc_groups = KcGroups(*o->w);
+    for (int64_t g0 = 0; g0 < groups; g0 += kc_groups) {
+      const int64_t g1 = std::min(groups, g0 + kc_groups);
       for (int64_t p = 0; p < row_blocks; ++p) run(*o, p, j0, tiles, g0, g1);
     }
   });
