@@ -5,8 +5,8 @@
 // block's integer dot products with the weights' unsigned values run on the integer units:
 // vpdpbusd (u8 x s8, four products per 32-bit lane) where the CPU has AVX-512 VNNI or AVX-VNNI
 // (ymm; namespace avxvnni, and avxvnni_emulated for the tests), otherwise the same sums from
-// vpmaddwd on 16-bit halves, and on AVX2's many-row tile from vpmaddubsw arranged never to
-// saturate (ManyRowTile) (exact either way). A block's integer sum r
+// vpmaddwd on 16-bit halves, and on AVX2's many-row tiles from vpmaddubsw arranged never to
+// saturate (ManyRowTile, Int8PanelTile) (exact either way). A block's integer sum r
 // then becomes a float term, with dx the activation block's scale, s its sum of q, d and m the
 // weight group's scale and minimum:
 //   int8 (stored q + 128):  (r - 128 s) * (d dx)
@@ -248,7 +248,11 @@ struct QuantizedRows {
   const int32_t* sum = nullptr;
   int64_t padded_k = 0;
   int64_t blocks = 0;
-  const uint8_t* abs_q = nullptr;  // |q|, as q (AVX2's many-row int8 tile only)
+  // AVX2's many-row int8 tile only (Int8PanelTile), laid out as q and sum: |q|, the byte f
+  // (0x80 where q >= 0, 0x7f where q < 0), and per block the sum of |q| over q < 0.
+  const uint8_t* abs_q = nullptr;
+  const uint8_t* flip = nullptr;
+  const int32_t* neg = nullptr;
   int64_t group_rows = 1;
   int64_t Index(int64_t row, int64_t block) const {
     return (row / group_rows * blocks + block) * group_rows + row % group_rows;
@@ -598,8 +602,10 @@ inline void QuantTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t 
 // AVX2's many-row order (prefill, batches): without VNNI the integer sums come from
 // vpmaddubsw (u8 x s8, pairs summed to int16, saturating) and vpmaddwd, arranged so that no
 // int16 can saturate, so the sums are exact and the f32 terms are the streaming tile's bits:
-// - int8: the sign trick. maddubs(|x|, sign(q, x)) = q x pairwise, |q x + q' x'| <= 2 * 127 *
-//   127 = 32258 (q, x in [-127, 127]); vpmaddwd by ones widens to int32 per quad.
+// - int8 (Int8PanelTile): maddubs(|x|, u ^ f), u the stored q + 128 and f = 0x80 where x >= 0
+//   (u ^ f = q), 0x7f where x < 0 (u ^ f = ~q = -q - 1). Pairwise that is q x less |x| where
+//   x < 0, within 2 * 127 * 128 = 32512; vpmaddwd by ones widens to int32 per quad, and the
+//   block's sum of |x| over x < 0 (QuantizedRows::neg) is added back: the exact sum of q x.
 // - int4: maddubs(w, x), w in [0, 15], |w x + w' x'| <= 2 * 15 * 127 = 3810; a block's 8 such
 //   int16 sums (4 steps, low and high nibbles) stay within 30480 < 32767, so they add in int16
 //   and are widened once per block.
@@ -652,7 +658,7 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
     Store(acc[r], accumulate ? LoadN(yr, c0) : Zero());
     Store(acc[r] + kLanes, accumulate && c1 > 0 ? LoadN(yr + kLanes, c1) : Zero());
   }
-  [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);  // (the sign trick's widening)
+  [[maybe_unused]] const __m256i ones = _mm256_set1_epi16(1);  // (vpmaddwd's widening)
   const int64_t x_row0 = x.Index(row0, 0);
   for (int64_t g = g0; g < g1; ++g) {
     const uint8_t* scales = base - lane * 4 + values_bytes;
@@ -754,29 +760,9 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
           }
         }
       } else {
-        const VI flip = _mm256_set1_epi8(static_cast<char>(0x80));
+        // (int8 takes Int8PanelTile.)
 #pragma GCC unroll 8
         for (int r = 0; r < kRows; ++r) dot[r][0] = dot[r][1] = ZeroI();
-#pragma GCC unroll 8
-        for (int64_t j = 0; j < 8; ++j) {
-          // The stored q + 128 back to q.
-          const VI w0 = _mm256_xor_si256(LoadI(wb + j * kPanel * 4), flip);
-          const VI w1 = _mm256_xor_si256(LoadI(wb + j * kPanel * 4 + kLanes * 4), flip);
-#pragma GCC unroll 8
-          for (int r = 0; r < kRows; ++r) {
-            const int64_t at = (x0 + r) * kQuantBlock + 4 * j;
-            const VI ax = Set1I(Quad(reinterpret_cast<const int8_t*>(x.abs_q) + at));
-            const VI sx = Set1I(Quad(x.q + at));
-            dot[r][0] = _mm256_add_epi32(
-                dot[r][0],
-                _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, sx)), ones));
-            dot[r][1] = _mm256_add_epi32(
-                dot[r][1],
-                _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, sx)), ones));
-            KeepChain(dot[r][0]);
-            KeepChain(dot[r][1]);
-          }
-        }
       }
 #endif
       V d0, m0, d1, m1;
@@ -799,20 +785,11 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
           Store(acc[r] + kLanes,
                 AddBlockTerm<true>(Load(acc[r] + kLanes), dot[r][1], d1, m1, dx, sx, 0));
         } else {
-#if defined(INFER_YMM_VNNI)
-          const bool signed_dot = false;  // vpdpbusd's sums are of the stored q + offset
-#else
-          const bool signed_dot = !six;  // the sign trick's sums are of q itself
-#endif
-          if (signed_dot) {
-            Store(acc[r], AddInt8Term(Load(acc[r]), dot[r][0], d0, dx));
-            Store(acc[r] + kLanes, AddInt8Term(Load(acc[r] + kLanes), dot[r][1], d1, dx));
-          } else {
-            const int32_t sx = x.sum[x0 + r];
-            Store(acc[r], AddBlockTerm<false>(Load(acc[r]), dot[r][0], d0, Zero(), dx, sx, offset));
-            Store(acc[r] + kLanes, AddBlockTerm<false>(Load(acc[r] + kLanes), dot[r][1], d1, Zero(),
-                                                       dx, sx, offset));
-          }
+          // (The sums are of the stored q + offset.)
+          const int32_t sx = x.sum[x0 + r];
+          Store(acc[r], AddBlockTerm<false>(Load(acc[r]), dot[r][0], d0, Zero(), dx, sx, offset));
+          Store(acc[r] + kLanes,
+                AddBlockTerm<false>(Load(acc[r] + kLanes), dot[r][1], d1, Zero(), dx, sx, offset));
         }
       }
     }
@@ -831,6 +808,108 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
   }
 }
 
+#if !defined(INFER_YMM_VNNI)
+// Rows r0 and, kPair, r0 + 1 of Int8PanelTile's block at x0 (as ManyRowTile's) against the
+// panel's weights at wb: the exact sums of q x, 4 vectors of kLanes features per row. Each
+// broadcast of x feeds four weight vectors, which vpxor reads straight from L1; per 32 products
+// two instructions take the multiply pipes (vpmaddubsw, vpmaddwd), where the sign trick's
+// vpsignb made three on Zen 3.
+template <bool kPair>
+inline void Int8PanelDots(const QuantizedRows& x, int64_t x0, int r0, const uint8_t* wb,
+                          VI (&dot)[2][kPanel / kLanes]) {
+  constexpr int kVecs = kPanel / kLanes;
+  constexpr int kPairRows = kPair ? 2 : 1;
+  const VI ones = _mm256_set1_epi16(1);
+#pragma GCC unroll 2
+  for (int r = 0; r < kPairRows; ++r) {
+#pragma GCC unroll 4
+    for (int v = 0; v < kVecs; ++v) dot[r][v] = Set1I(x.neg[x0 + r0 + r]);
+  }
+#pragma GCC unroll 8
+  for (int64_t j = 0; j < kQuantBlock / 4; ++j) {
+#pragma GCC unroll 2
+    for (int r = 0; r < kPairRows; ++r) {
+      const int64_t at = (x0 + r0 + r) * kQuantBlock + 4 * j;
+      const VI ax = Set1I(Quad(reinterpret_cast<const int8_t*>(x.abs_q) + at));
+      const VI fx = Set1I(Quad(reinterpret_cast<const int8_t*>(x.flip) + at));
+#pragma GCC unroll 4
+      for (int v = 0; v < kVecs; ++v) {
+        const VI qx = _mm256_xor_si256(fx, LoadI(wb + (j * kPanel + v * kLanes) * 4));
+        dot[r][v] =
+            _mm256_add_epi32(dot[r][v], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, qx), ones));
+        KeepChain(dot[r][v]);
+      }
+    }
+  }
+}
+
+// AVX2's many-row int8 tile without VNNI: kRows rows (1 to kGemmRows, row0 a group's first, as
+// ManyRowTile's) against the whole panel at j0 (a panel's first feature), over groups [g0, g1).
+// Two rows at a time: 8 integer accumulators; the f32 sums stay in memory, as ManyRowTile's.
+template <int kRows>
+void Int8PanelTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, int64_t j0,
+                   int64_t g0, int64_t g1, float* y, int64_t y_stride, bool accumulate,
+                   const float* bias) {
+  constexpr int kVecs = kPanel / kLanes;
+  const auto* data = static_cast<const uint8_t*>(w.data());
+  const int64_t subs = w.group_size() / kQuantBlock;
+  const int64_t sub_bytes = w.sub_block_bytes();
+  const int64_t group_bytes = w.group_bytes();
+  const int64_t values_bytes = subs * sub_bytes;
+  const uint8_t* base = data + (j0 / kPanel) * w.panel_bytes() + g0 * group_bytes;
+  const int64_t cols = std::min<int64_t>(kPanel, w.rows() - j0);
+  int64_t count[kVecs];
+  for (int v = 0; v < kVecs; ++v) count[v] = std::clamp<int64_t>(cols - v * kLanes, 0, kLanes);
+  alignas(32) float acc[kRows][kPanel];
+  for (int r = 0; r < kRows; ++r) {
+    for (int v = 0; v < kVecs; ++v) {
+      const float* yv = y + r * y_stride + v * kLanes;
+      Store(acc[r] + v * kLanes, accumulate && count[v] > 0 ? LoadN(yv, count[v]) : Zero());
+    }
+  }
+  const int64_t x_row0 = x.Index(row0, 0);
+  for (int64_t g = g0; g < g1; ++g) {
+    const uint8_t* scales = base + values_bytes;
+    for (int64_t b = 0; b < subs; ++b) {
+      const int64_t x0 = x_row0 + (g * subs + b) * x.group_rows;
+      const uint8_t* wb = base + b * sub_bytes;
+      V d[kVecs];
+      for (int v = 0; v < kVecs; ++v) {
+        V unused;
+        SubBlockScales<false>(scales, v * kLanes, b, false, d[v], unused);
+      }
+#pragma GCC unroll 2
+      for (int r0 = 0; r0 < kRows; r0 += 2) {
+        VI dot[2][kVecs];
+        const bool pair = r0 + 1 < kRows;
+        if (pair) {
+          Int8PanelDots<true>(x, x0, r0, wb, dot);
+        } else {
+          Int8PanelDots<false>(x, x0, r0, wb, dot);
+        }
+        for (int r = r0; r < r0 + (pair ? 2 : 1); ++r) {
+          const float dx = x.d[x0 + r];
+#pragma GCC unroll 4
+          for (int v = 0; v < kVecs; ++v) {
+            float* a = acc[r] + v * kLanes;
+            Store(a, AddInt8Term(Load(a), dot[r - r0][v], d[v], dx));
+          }
+        }
+      }
+    }
+    base += group_bytes;
+  }
+  for (int r = 0; r < kRows; ++r) {
+    for (int v = 0; v < kVecs; ++v) {
+      if (count[v] == 0) continue;
+      V sum = Load(acc[r] + v * kLanes);
+      if (bias != nullptr) sum = Add(sum, LoadN(bias + v * kLanes, count[v]));
+      StoreN(y + r * y_stride + v * kLanes, sum, count[v]);
+    }
+  }
+}
+#endif  // !INFER_YMM_VNNI
+
 // `rows` (1 to kGemmRows) rows against `tiles` tiles from j0.
 // kInt4K: `table` holds each tile's Int4KGroupScales for groups [g0, g1), tile after tile.
 template <bool kInt4, int kRows = kGemmRows>
@@ -843,6 +922,16 @@ void ManyRowTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t row0,
                                      bias, table);
       return;
     }
+#if !defined(INFER_YMM_VNNI)
+    if (!kInt4 && w.quantization() == Quantization::kInt8) {
+      // A panel (two tiles) at a time; j0 is a panel's first feature (ManyRowGemm's tasks).
+      for (int64_t t = 0; t < tiles; t += kPanel / kNr) {
+        Int8PanelTile<kRows>(x, row0, w, j0 + t * kNr, g0, g1, y + t * kNr, y_stride, accumulate,
+                             bias != nullptr ? bias + t * kNr : nullptr);
+      }
+      return;
+    }
+#endif
     const int64_t table_stride = (g1 - g0) * (kSuperBlock / kQuantBlock) * 2 * kNr;
     for (int64_t t = 0; t < tiles; ++t) {
       ManyRowTile<kInt4, kRows>(x, row0, w, j0 + t * kNr, g0, g1, y + t * kNr, y_stride, accumulate,
@@ -909,6 +998,8 @@ thread_local Scratch tls_q_scratch;
 thread_local Scratch tls_d_scratch;
 thread_local Scratch tls_sum_scratch;
 thread_local Scratch tls_abs_scratch;
+thread_local Scratch tls_flip_scratch;
+thread_local Scratch tls_neg_scratch;
 
 #if defined(INFER_AMX_TILES)
 
@@ -1239,16 +1330,31 @@ void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
   rows.d = d;
   rows.sum = sum;
 #if !defined(__AVX512F__) && !defined(INFER_YMM_VNNI)
-  // |q| for the many-row int8 tile's sign trick (byte for byte, whatever the layout).
+  // Int8PanelTile's |q|, f and neg (QuantizedRows), block by block, whatever the layout.
   if (!StreamingOrder(m) && first.quantization() == Quantization::kInt8) {
+    static_assert(kQuantBlock == 32);
     auto* abs_q = tls_abs_scratch.Array<uint8_t>(static_cast<size_t>(padded_m * padded_k));
+    auto* flip = tls_flip_scratch.Array<uint8_t>(static_cast<size_t>(padded_m * padded_k));
+    auto* neg = tls_neg_scratch.Array<int32_t>(static_cast<size_t>(padded_m * blocks));
     pool.ParallelFor(padded_m, kRowsPerTask, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin * padded_k; i < end * padded_k; i += 32) {
+      for (int64_t i = begin * padded_k; i < end * padded_k; i += kQuantBlock) {
         const VI v = _mm256_loadu_si256(reinterpret_cast<const VI*>(q + i));
-        _mm256_storeu_si256(reinterpret_cast<VI*>(abs_q + i), _mm256_abs_epi8(v));
+        const VI a = _mm256_abs_epi8(v);
+        const VI negative = _mm256_cmpgt_epi8(_mm256_setzero_si256(), v);
+        _mm256_storeu_si256(reinterpret_cast<VI*>(abs_q + i), a);
+        _mm256_storeu_si256(reinterpret_cast<VI*>(flip + i),
+                            _mm256_xor_si256(negative, _mm256_set1_epi8(static_cast<char>(0x80))));
+        // The four 64-bit sums of 8 bytes each of |q| where q < 0.
+        const VI sums = _mm256_sad_epu8(_mm256_and_si256(a, negative), _mm256_setzero_si256());
+        const __m128i two =
+            _mm_add_epi64(_mm256_castsi256_si128(sums), _mm256_extracti128_si256(sums, 1));
+        neg[i / kQuantBlock] = static_cast<int32_t>(
+            _mm_cvtsi128_si64(_mm_add_epi64(two, _mm_unpackhi_epi64(two, two))));
       }
     });
     rows.abs_q = abs_q;
+    rows.flip = flip;
+    rows.neg = neg;
   }
 #endif
   if (IsInt4(first.quantization())) {
