@@ -418,8 +418,8 @@ TEST(QuantizedTest, MatMulEqualsFloat64ProductOfTheDequantizedValues) {
 //   int8: acc = fma(float(r), d * dx, acc)
 //   int4: acc = fma(float(r), d * dx, acc); acc = fma(m, dx * float(sx), acc)
 // and finally acc + bias. Every SIMD path (each its own integer instructions: vpmaddwd,
-// vpmaddubsw of |x| and sign-adjusted q, vpdpbusd, AMX tiles) must give these bits exactly, for a row
-// alone, in small batches (the streaming order) and in large ones (the many-row order).
+// vpmaddubsw of |x| and sign-adjusted q, vpdpbusd, AMX tiles) must give these bits exactly, for a
+// row alone, in small batches (the streaming order) and in large ones (the many-row order).
 std::vector<float> ScalarTwin(const std::vector<float>& x, int64_t m, int64_t k, int64_t x_stride,
                               const PackedMatrix& w, const float* bias) {
   const int64_t padded_k = w.num_groups() * w.group_size();
