@@ -169,8 +169,18 @@ constexpr bool kInt4OnMaddubs = false;
 constexpr int kMr = kLanes == 16 ? 4 : 2;
 // Up to this many row blocks take the streaming order.
 constexpr int64_t kStreamMaxBlocks = 4;
-// Whether m rows take the streaming order (QuantGemm); more take the many-row order.
-constexpr bool StreamingOrder(int64_t m) { return (m + kMr - 1) / kMr <= kStreamMaxBlocks; }
+// Whether m rows of weights of type q take the streaming order (QuantGemm); more take the
+// many-row order. On AVX2 without VNNI, int8 and int4k leave the streaming order after one row
+// block: their streaming tiles (vpmaddwd on 16-bit halves; int4k's scale work) are bound by
+// compute from 3 rows on, where the many-row tiles read the weights once at the same cost
+// (kernels_bench --isa=avx2 --threads=2 --m=3,4,6,8, Zen 3, MODEL_BENCH_LOG 2026-11-28: int8
+// 1.6-2.1x faster from 4 rows, int4k 1.1-1.7x; int4 and int6 were mixed, so they stay).
+inline bool StreamingOrder(int64_t m, [[maybe_unused]] Quantization q) {
+#if !defined(__AVX512F__) && !defined(INFER_YMM_VNNI)
+  if (q == Quantization::kInt8 || q == Quantization::kInt4K) return m <= kMr;
+#endif
+  return (m + kMr - 1) / kMr <= kStreamMaxBlocks;
+}
 // Output features per task in the many-row order, and input channels per k-block: a block of
 // kNc x kKc int8 weights (256 KiB) stays in L2 while the row blocks pass.
 constexpr int64_t kNc = 256;
@@ -1162,7 +1172,7 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
                       o.y_stride, g0 > 0,
                       g1 == groups && o.bias != nullptr ? o.bias + j0 : nullptr);
   };
-  if (StreamingOrder(m)) {
+  if (StreamingOrder(m, outputs.front().w->quantization())) {
     // Ranges of whole panels, about kStreamTasksPerThread per thread over all outputs.
     int64_t total_tiles = 0;
     for (const Product& o : outputs) total_tiles += (o.w->rows() + kNr - 1) / kNr;
@@ -1298,11 +1308,12 @@ void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
 #if defined(INFER_AMX_TILES)
   // The tile path (QuantGemm's many-row order) reads whole tiles of rows: the rows past m are
   // zeros. Fewer rows never reach it, and decode pays nothing.
-  const int64_t padded_m = StreamingOrder(m) ? m : (m + kTileRows - 1) / kTileRows * kTileRows;
+  const int64_t padded_m =
+      StreamingOrder(m, first.quantization()) ? m : (m + kTileRows - 1) / kTileRows * kTileRows;
 #elif !defined(__AVX512F__)
   // AVX2's many-row order reads its rows kGemmRows together (QuantizedRows), the last group
   // filled up with rows of zeros.
-  if (!StreamingOrder(m)) rows.group_rows = kGemmRows;
+  if (!StreamingOrder(m, first.quantization())) rows.group_rows = kGemmRows;
   const int64_t padded_m = (m + rows.group_rows - 1) / rows.group_rows * rows.group_rows;
 #else
   const int64_t padded_m = m;
@@ -1331,7 +1342,7 @@ void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
   rows.sum = sum;
 #if !defined(__AVX512F__) && !defined(INFER_YMM_VNNI)
   // Int8PanelTile's |q|, f and neg (QuantizedRows), block by block, whatever the layout.
-  if (!StreamingOrder(m) && first.quantization() == Quantization::kInt8) {
+  if (!StreamingOrder(m, first.quantization()) && first.quantization() == Quantization::kInt8) {
     static_assert(kQuantBlock == 32);
     auto* abs_q = tls_abs_scratch.Array<uint8_t>(static_cast<size_t>(padded_m * padded_k));
     auto* flip = tls_flip_scratch.Array<uint8_t>(static_cast<size_t>(padded_m * padded_k));
