@@ -743,9 +743,10 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
           dot[r][0] = _mm256_madd_epi16(sum16[r][0], ones);
           dot[r][1] = _mm256_madd_epi16(sum16[r][1], ones);
         }
-      } else if (six) {
-        // kInt6: u <= 63, so vpmaddubsw(u, x) needs no sign trick: a quad's products stay
-        // within 4 * 63 * 127 = 32004 in int16, widened per quad; the term subtracts 32 s.
+      } else {
+        // kInt6 (int8 takes Int8PanelTile): u <= 63, so vpmaddubsw(u, x) needs no sign trick: a
+        // quad's products stay within 4 * 63 * 127 = 32004 in int16, widened per quad; the term
+        // subtracts 32 s.
 #pragma GCC unroll 8
         for (int r = 0; r < kRows; ++r) dot[r][0] = dot[r][1] = ZeroI();
 #pragma GCC unroll 4
@@ -769,10 +770,6 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
             KeepChain(dot[r][1]);
           }
         }
-      } else {
-        // (int8 takes Int8PanelTile.)
-#pragma GCC unroll 8
-        for (int r = 0; r < kRows; ++r) dot[r][0] = dot[r][1] = ZeroI();
       }
 #endif
       V d0, m0, d1, m1;
@@ -1305,15 +1302,15 @@ void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
   }
   const int64_t blocks = padded_k / kQuantBlock;
   QuantizedRows rows{.padded_k = padded_k, .blocks = blocks};
+  [[maybe_unused]] const bool streaming = StreamingOrder(m, first.quantization());
 #if defined(INFER_AMX_TILES)
   // The tile path (QuantGemm's many-row order) reads whole tiles of rows: the rows past m are
   // zeros. Fewer rows never reach it, and decode pays nothing.
-  const int64_t padded_m =
-      StreamingOrder(m, first.quantization()) ? m : (m + kTileRows - 1) / kTileRows * kTileRows;
+  const int64_t padded_m = streaming ? m : (m + kTileRows - 1) / kTileRows * kTileRows;
 #elif !defined(__AVX512F__)
   // AVX2's many-row order reads its rows kGemmRows together (QuantizedRows), the last group
   // filled up with rows of zeros.
-  if (!StreamingOrder(m, first.quantization())) rows.group_rows = kGemmRows;
+  if (!streaming) rows.group_rows = kGemmRows;
   const int64_t padded_m = (m + rows.group_rows - 1) / rows.group_rows * rows.group_rows;
 #else
   const int64_t padded_m = m;
@@ -1342,7 +1339,7 @@ void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
   rows.sum = sum;
 #if !defined(__AVX512F__) && !defined(INFER_YMM_VNNI)
   // Int8PanelTile's |q|, f and neg (QuantizedRows), block by block, whatever the layout.
-  if (!StreamingOrder(m, first.quantization()) && first.quantization() == Quantization::kInt8) {
+  if (!streaming && first.quantization() == Quantization::kInt8) {
     static_assert(kQuantBlock == 32);
     auto* abs_q = tls_abs_scratch.Array<uint8_t>(static_cast<size_t>(padded_m * padded_k));
     auto* flip = tls_flip_scratch.Array<uint8_t>(static_cast<size_t>(padded_m * padded_k));
