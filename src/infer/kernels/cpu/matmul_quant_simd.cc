@@ -263,6 +263,9 @@ struct QuantizedRows {
   const uint8_t* abs_q = nullptr;
   const uint8_t* flip = nullptr;
   const int32_t* neg = nullptr;
+  // AVX2's many-row int4 tiles only (ManyRowTile), laid out as d: per block d * sum, the
+  // factor of the minimum's term (AddInt4Term), made once instead of per tile.
+  const float* d_sum = nullptr;
   int64_t group_rows = 1;
   int64_t Index(int64_t row, int64_t block) const {
     return (row / group_rows * blocks + block) * group_rows + row % group_rows;
@@ -284,11 +287,14 @@ inline V AddInt8Term(V acc, VI signed_dot, V d, float dx) {
   return Fma(ToFloat(signed_dot), Mul(d, Set1(dx)), acc);
 }
 // The symmetric types' dot is of the stored q + offset (QuantStoredOffset): r = dot - offset s.
+// int4's term, with dx_sx = dx * sx (in f32, as AddBlockTerm rounds it).
+inline V AddInt4Term(V acc, VI dot, V d, V m, float dx, float dx_sx) {
+  return Fma(m, Set1(dx_sx), Fma(ToFloat(dot), Mul(d, Set1(dx)), acc));
+}
 template <bool kInt4>
 inline V AddBlockTerm(V acc, VI dot, V d, V m, float dx, int32_t sx, int32_t offset) {
   if constexpr (kInt4) {
-    acc = Fma(ToFloat(dot), Mul(d, Set1(dx)), acc);
-    return Fma(m, Set1(dx * static_cast<float>(sx)), acc);
+    return AddInt4Term(acc, dot, d, m, dx, dx * static_cast<float>(sx));
   } else {
     return AddInt8Term(acc, SubI(dot, Set1I(offset * sx)), d, dx);
   }
@@ -623,17 +629,29 @@ inline void QuantTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t 
 // (L1), loaded and stored once per block, to leave the registers to the integer work.
 constexpr int kGemmRows = 4;
 
-// kInt4K: every sub-block's d sc (out[2 b kNr + ...]) and dm mn (out[(2 b + 1) kNr + ...]) of
-// the group whose scales start at `scales`, for the kNr features from lane `lane`: the exact
-// f32 values SubBlockScales gives, with immediate shifts (b a constant in the unrolled loop).
-inline void Int4KGroupScales(const uint8_t* scales, int64_t lane, float* out) {
+// The 4-bit types' scales of every sub-block of the group whose scales start at `scales`, for
+// the kNr features from lane `lane`: d (out[2 b kNr + ...]) and m (out[(2 b + 1) kNr + ...]),
+// for kInt4K (`super`) d sc and dm mn, the exact f32 values SubBlockScales gives (kInt4K's
+// with immediate shifts, b a constant in the unrolled loop). Made once per task, for every row
+// block (ManyRowGemm), where the tile would convert f16 or unpack 6-bit scales per block.
+inline void Int4GroupScales(const uint8_t* scales, int64_t lane, bool super, int64_t subs,
+                            float* out) {
   for (int64_t half = 0; half < 2; ++half) {
+    V db, mb;
+    if (super) {
 #pragma GCC unroll 8
-    for (int64_t b = 0; b < kSuperBlock / kQuantBlock; ++b) {
-      V db, mb;
-      SubBlockScales<true>(scales, lane + half * kLanes, b, true, db, mb);
-      Store(out + 2 * b * kNr + half * kLanes, db);
-      Store(out + (2 * b + 1) * kNr + half * kLanes, mb);
+      for (int64_t b = 0; b < kSuperBlock / kQuantBlock; ++b) {
+        SubBlockScales<true>(scales, lane + half * kLanes, b, true, db, mb);
+        Store(out + 2 * b * kNr + half * kLanes, db);
+        Store(out + (2 * b + 1) * kNr + half * kLanes, mb);
+      }
+    } else {
+      // (kInt4's d and m are the group's, the same for each sub-block.)
+      SubBlockScales<true>(scales, lane + half * kLanes, 0, false, db, mb);
+      for (int64_t b = 0; b < subs; ++b) {
+        Store(out + 2 * b * kNr + half * kLanes, db);
+        Store(out + (2 * b + 1) * kNr + half * kLanes, mb);
+      }
     }
   }
 }
@@ -642,9 +660,9 @@ inline void Int4KGroupScales(const uint8_t* scales, int64_t lane, float* out) {
 // otherwise regroup a block's unrolled steps into a tree whose partial sums spill to the stack.
 inline void KeepChain(VI& v) { asm("" : "+x"(v)); }
 
-// kInt4K's sub-block scales come from `table` (Int4KGroupScales of the tile's groups g0 to g1,
-// one after another), made once per task for every row block. x's rows in groups of kGemmRows
-// (QuantizedRows), row0 the first of one.
+// The 4-bit types' sub-block scales come from `table` (Int4GroupScales of the tile's groups g0
+// to g1, one after another), made once per task for every row block. x's rows in groups of
+// kGemmRows (QuantizedRows), row0 the first of one.
 template <bool kInt4, int kRows>
 void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, int64_t j0,
                  int64_t g0, int64_t g1, float* y, int64_t y_stride, bool accumulate,
@@ -773,7 +791,7 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
       }
 #endif
       V d0, m0, d1, m1;
-      if (kInt4 && super) {
+      if constexpr (kInt4) {
         const float* sb = table + ((g - g0) * subs + b) * 2 * kNr;
         d0 = Load(sb);
         d1 = Load(sb + kLanes);
@@ -787,10 +805,9 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
       for (int r = 0; r < kRows; ++r) {
         const float dx = x.d[x0 + r];
         if constexpr (kInt4) {
-          const int32_t sx = x.sum[x0 + r];
-          Store(acc[r], AddBlockTerm<true>(Load(acc[r]), dot[r][0], d0, m0, dx, sx, 0));
-          Store(acc[r] + kLanes,
-                AddBlockTerm<true>(Load(acc[r] + kLanes), dot[r][1], d1, m1, dx, sx, 0));
+          const float dx_sx = x.d_sum[x0 + r];
+          Store(acc[r], AddInt4Term(Load(acc[r]), dot[r][0], d0, m0, dx, dx_sx));
+          Store(acc[r] + kLanes, AddInt4Term(Load(acc[r] + kLanes), dot[r][1], d1, m1, dx, dx_sx));
         } else {
           // (The sums are of the stored q + offset.)
           const int32_t sx = x.sum[x0 + r];
@@ -918,7 +935,8 @@ void Int8PanelTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, 
 #endif  // !INFER_YMM_VNNI
 
 // `rows` (1 to kGemmRows) rows against `tiles` tiles from j0.
-// kInt4K: `table` holds each tile's Int4KGroupScales for groups [g0, g1), tile after tile.
+// The 4-bit types: `table` holds each tile's Int4GroupScales for groups [g0, g1), tile after
+// tile.
 template <bool kInt4, int kRows = kGemmRows>
 void ManyRowTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t row0,
                   const PackedMatrix& w, int64_t j0, int64_t g0, int64_t g1, float* y,
@@ -939,7 +957,7 @@ void ManyRowTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t row0,
       return;
     }
 #endif
-    const int64_t table_stride = (g1 - g0) * (kSuperBlock / kQuantBlock) * 2 * kNr;
+    const int64_t table_stride = (g1 - g0) * (w.group_size() / kQuantBlock) * 2 * kNr;
     for (int64_t t = 0; t < tiles; ++t) {
       ManyRowTile<kInt4, kRows>(x, row0, w, j0 + t * kNr, g0, g1, y + t * kNr, y_stride, accumulate,
                                 bias != nullptr ? bias + t * kNr : nullptr,
@@ -972,20 +990,21 @@ void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> out
     const int64_t kc_groups = KcGroups(w);
     for (int64_t g0 = 0; g0 < groups; g0 += kc_groups) {
       const int64_t g1 = std::min(groups, g0 + kc_groups);
-      // kInt4K: the k-block's sub-block scales, once for every row block (the tile would
-      // otherwise unpack them per row block, with shifts by a run-time sub-block).
+      // The 4-bit types: the k-block's sub-block scales in f32, once for every row block.
       float* table = nullptr;
-      if (kInt4 && w.quantization() == Quantization::kInt4K) {
-        constexpr int64_t kGroupFloats = kSuperBlock / kQuantBlock * 2 * kNr;
+      if constexpr (kInt4) {
+        const bool super = w.quantization() == Quantization::kInt4K;
+        const int64_t subs = w.group_size() / kQuantBlock;
+        const int64_t group_floats = subs * 2 * kNr;
         table =
-            tls_scale_table_scratch.Floats(static_cast<size_t>(tiles * (g1 - g0) * kGroupFloats));
+            tls_scale_table_scratch.Floats(static_cast<size_t>(tiles * (g1 - g0) * group_floats));
         const auto* data = static_cast<const uint8_t*>(w.data());
         for (int64_t t = 0; t < tiles; ++t) {
           const int64_t jt = j0 + t * kNr;
           const int64_t panel_row = jt - jt % kPanel;  // (the group's scales from lane 0)
           for (int64_t g = g0; g < g1; ++g) {
-            Int4KGroupScales(data + w.ScaleIndex(panel_row, g), jt % kPanel,
-                             table + (t * (g1 - g0) + (g - g0)) * kGroupFloats);
+            Int4GroupScales(data + w.ScaleIndex(panel_row, g), jt % kPanel, super, subs,
+                            table + (t * (g1 - g0) + (g - g0)) * group_floats);
           }
         }
       }
@@ -1007,6 +1026,7 @@ thread_local Scratch tls_sum_scratch;
 thread_local Scratch tls_abs_scratch;
 thread_local Scratch tls_flip_scratch;
 thread_local Scratch tls_neg_scratch;
+thread_local Scratch tls_d_sum_scratch;
 
 #if defined(INFER_AMX_TILES)
 
@@ -1363,6 +1383,15 @@ void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
     rows.abs_q = abs_q;
     rows.flip = flip;
     rows.neg = neg;
+  }
+#endif
+#if !defined(__AVX512F__)
+  // ManyRowTile's int4 factor d * sum, block by block (the rows of zeros give 0).
+  if (!streaming && IsInt4(first.quantization())) {
+    const int64_t count = padded_m * blocks;
+    auto* d_sum = tls_d_sum_scratch.Array<float>(static_cast<size_t>(count));
+    for (int64_t i = 0; i < count; ++i) d_sum[i] = d[i] * static_cast<float>(sum[i]);
+    rows.d_sum = d_sum;
   }
 #endif
   if (IsInt4(first.quantization())) {
