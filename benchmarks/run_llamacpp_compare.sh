@@ -17,6 +17,10 @@
 #   rows (or an infer type) is run once per repetition. An infer type may name its output head's
 #   type after a slash (--lm-head-quantization): "int4k/int6:q4_0" (llama.cpp's 4-bit files keep
 #   a Q6_K head).
+#   FORCE_ISA=avx2|avxvnni: both engines on that narrower ISA, to measure such a CPU on a wider
+#   one: infer under INFER_FORCE_ISA, llama.cpp with only its matching prebuilt CPU variant
+#   (haswell: AVX2, FMA, F16C, BMI2; alderlake: those and AVX-VNNI), from a hard-linked copy of
+#   the install that holds no other variant (.cache/llamacpp-VARIANT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reps="${1:-2}"
@@ -26,6 +30,20 @@ models=("$@")
 threads=2
 bash benchmarks/llamacpp/setup.sh >/dev/null
 export NODE_LLAMA_CPP_DIR="$PWD/.cache/llamacpp/node_modules/node-llama-cpp"
+force_isa="${FORCE_ISA:-}"
+if [[ -n "$force_isa" ]]; then
+  declare -A variant_of=([avx2]=haswell [avxvnni]=alderlake)
+  variant="${variant_of[$force_isa]:-}"
+  [[ -n "$variant" ]] || { echo "FORCE_ISA: avx2 or avxvnni, not '$force_isa'" >&2; exit 2; }
+  export INFER_FORCE_ISA="$force_isa"
+  copy=".cache/llamacpp-$variant"
+  if [[ ! -d "$copy" ]]; then
+    cp -al .cache/llamacpp "$copy.tmp"
+    find "$copy.tmp" -name 'libggml-cpu-*.so' ! -name "libggml-cpu-$variant.so" -delete
+    mv "$copy.tmp" "$copy"
+  fi
+  export NODE_LLAMA_CPP_DIR="$PWD/$copy/node_modules/node-llama-cpp"
+fi
 mkdir -p .cache/gguf
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 work=.cache/llamacpp_compare-$stamp  # kept: a failure late in the run loses nothing
@@ -57,10 +75,11 @@ for model in "${models[@]}"; do
     done
   done
 done
-python3 - "$work" "benchmarks/reports/llamacpp_compare-$stamp.json" "$reps" "${pairs[*]}" \
-  "${models[@]}" <<'PY'
+FORCE_ISA="$force_isa" python3 - "$work" "benchmarks/reports/llamacpp_compare-$stamp.json" \
+  "$reps" "${pairs[*]}" "${models[@]}" <<'PY'
 import json, os, subprocess, sys
 work, report, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+force_isa = os.environ.get("FORCE_ISA") or None
 pairs = [tuple(pair.split(":", 1)) for pair in sys.argv[4].split()]
 models = [os.path.basename(m) for m in sys.argv[5:]]
 
@@ -99,7 +118,8 @@ cpu = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
 model_name = next((l.split(":", 1)[1].strip() for l in cpu.splitlines() if l.startswith("Model name")), "?")
 flags = next((l.split(":", 1)[1].split() for l in cpu.splitlines() if l.startswith("Flags")), [])
 rows = []
-print(f"CPU: {model_name} ({' '.join(f for f in flags if f.startswith(('avx512', 'amx', 'avx_vnni')))})")
+print(f"CPU: {model_name} ({' '.join(f for f in flags if f.startswith(('avx512', 'amx', 'avx_vnni')))})"
+      + (f"; both engines forced to {force_isa}" if force_isa else ""))
 print("| model | infer type | llama.cpp type | pp512 infer | pp512 llama.cpp | ratio | tg128 infer | tg128 llama.cpp | ratio | infer % of probe ceiling | infer tg128 @ d512 |")
 print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 for m, q, t in [(m, q, t) for m in models
@@ -123,7 +143,8 @@ for m, q, t in [(m, q, t) for m in models
           f"{row['pp_ratio']:.2f}x | {row['infer_tg128_tok_s']:.1f} | {row['llamacpp_tg128_tok_s']:.1f} | "
           f"{row['tg_ratio']:.2f}x | {100 * (row['infer_decode_fraction_of_ceiling'] or 0):.0f}% | "
           f"{row['infer_tg128_depth512_tok_s']:.1f} |")
-json.dump({"cpu": model_name, "threads": 2, "repetitions": reps,
+json.dump({"cpu": model_name, "cpu_flags": [f for f in flags if f.startswith(("avx", "amx", "fma", "f16c"))],
+           "force_isa": force_isa, "threads": 2, "repetitions": reps,
            "order": "engines alternate per repetition, the first one swapping each time",
            "tg128": "decode of 128 tokens after a 1-token prompt on both sides (llama-bench's tg128); infer_tg128_depth512_tok_s: infer's after the 512-token prompt", "models": "random weights of " + ", ".join(models),
            "llamacpp": "node-llama-cpp 3.22.1 prebuilt CPU build", "rows": rows},

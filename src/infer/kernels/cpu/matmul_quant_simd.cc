@@ -330,8 +330,11 @@ inline void SubBlockScales(const uint8_t* scales, int64_t lane, int64_t b, bool 
 
 // kRows rows (from row0) against kTiles column tiles from feature j0, over weight groups
 // [g0, g1); x row after row (group_rows 1). y holds the sum of the earlier groups when
-// `accumulate`; bias (features from j0, or null) is added after the last group.
-template <bool kInt4, int kRows, int kTiles>
+// `accumulate`; bias (features from j0, or null) is added after the last group. kSix: kInt6
+// (kInt4 false), a template argument so that int8's decode loop is compiled without int6's
+// (with it, AVX-512 int8 decode ran 10-20% slower: kernels_bench m = 1, MODEL_BENCH_LOG
+// 2026-11-28).
+template <bool kInt4, int kRows, int kTiles, bool kSix = false>
 inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, int64_t j0,
                       int64_t g0, int64_t g1, float* y, int64_t y_stride, bool accumulate,
                       const float* bias) {
@@ -341,8 +344,9 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
   const int64_t group_bytes = w.group_bytes();
   const int64_t values_bytes = subs * sub_bytes;
   [[maybe_unused]] const bool super = w.quantization() == Quantization::kInt4K;
-  [[maybe_unused]] const bool six = w.quantization() == Quantization::kInt6;
-  const int32_t offset = QuantStoredOffset(w.quantization());
+  static_assert(!(kInt4 && kSix));
+  constexpr int32_t offset =
+      kInt4 ? 0 : QuantStoredOffset(kSix ? Quantization::kInt6 : Quantization::kInt8);
   const uint8_t* base[kTiles];
   int64_t cols[kTiles];
   int64_t lanes[kTiles];  // the tile's first lane in its panel
@@ -451,7 +455,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
             dot[t][r][1] = AddI(dot[t][r][1], Shr4I32(dot_hi[t][r][1]));
           }
         }
-      } else if (kInt4 || six) {
+      } else if constexpr (kInt4 || kSix) {
         // The 4-bit types on vpdpbusd, and kInt6: nibble slot j's quads j and j + 4, for kInt6
         // with their top bits (slot j % 2, loaded and prefetched at j = 0 and 1, read again at
         // 2 and 3). kInt6 without VNNI takes vpmaddubsw: a quad's products u x, u <= 63,
@@ -587,6 +591,25 @@ constexpr int TilesPerCall(int rows) {
   }
 }
 
+// kRows rows against `tiles` column tiles from j0, TilesPerCall(kRows) at a time.
+template <bool kInt4, int kRows, bool kSix>
+inline void QuantTileRun(int64_t tiles, const QuantizedRows& x, int64_t row0, const PackedMatrix& w,
+                         int64_t j0, int64_t g0, int64_t g1, float* y, int64_t y_stride,
+                         bool accumulate, const float* bias) {
+  constexpr int kGroup = TilesPerCall(kRows);
+  int64_t t = 0;
+  if constexpr (kGroup > 1) {
+    for (; t + kGroup <= tiles; t += kGroup) {
+      QuantTile<kInt4, kRows, kGroup, kSix>(x, row0, w, j0 + t * kNr, g0, g1, y + t * kNr, y_stride,
+                                            accumulate, bias != nullptr ? bias + t * kNr : nullptr);
+    }
+  }
+  for (; t < tiles; ++t) {
+    QuantTile<kInt4, kRows, 1, kSix>(x, row0, w, j0 + t * kNr, g0, g1, y + t * kNr, y_stride,
+                                     accumulate, bias != nullptr ? bias + t * kNr : nullptr);
+  }
+}
+
 // `rows` rows against `tiles` column tiles from j0.
 template <bool kInt4, int kRows = kMr>
 inline void QuantTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t row0,
@@ -598,18 +621,14 @@ inline void QuantTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t 
                                    bias);
       return;
     }
-    constexpr int kGroup = TilesPerCall(kRows);
-    int64_t t = 0;
-    if constexpr (kGroup > 1) {
-      for (; t + kGroup <= tiles; t += kGroup) {
-        QuantTile<kInt4, kRows, kGroup>(x, row0, w, j0 + t * kNr, g0, g1, y + t * kNr, y_stride,
-                                        accumulate, bias != nullptr ? bias + t * kNr : nullptr);
+    if constexpr (!kInt4) {
+      if (w.quantization() == Quantization::kInt6) {
+        QuantTileRun<false, kRows, true>(tiles, x, row0, w, j0, g0, g1, y, y_stride, accumulate,
+                                         bias);
+        return;
       }
     }
-    for (; t < tiles; ++t) {
-      QuantTile<kInt4, kRows, 1>(x, row0, w, j0 + t * kNr, g0, g1, y + t * kNr, y_stride,
-                                 accumulate, bias != nullptr ? bias + t * kNr : nullptr);
-    }
+    QuantTileRun<kInt4, kRows, false>(tiles, x, row0, w, j0, g0, g1, y, y_stride, accumulate, bias);
   }
 }
 
