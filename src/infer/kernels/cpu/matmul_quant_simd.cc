@@ -345,7 +345,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
   const int64_t values_bytes = subs * sub_bytes;
   [[maybe_unused]] const bool super = w.quantization() == Quantization::kInt4K;
   static_assert(!(kInt4 && kSix));
-  constexpr int32_t offset =
+  constexpr int32_t kOffset =
       kInt4 ? 0 : QuantStoredOffset(kSix ? Quantization::kInt6 : Quantization::kInt8);
   const uint8_t* base[kTiles];
   int64_t cols[kTiles];
@@ -526,8 +526,8 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
         for (int r = 0; r < kRows; ++r) {
           const float dx = x.d[(row0 + r) * x.blocks + block];
           const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
-          acc[t][r][0] = AddBlockTerm<kInt4>(acc[t][r][0], dot[t][r][0], d0, m0, dx, sx, offset);
-          acc[t][r][1] = AddBlockTerm<kInt4>(acc[t][r][1], dot[t][r][1], d1, m1, dx, sx, offset);
+          acc[t][r][0] = AddBlockTerm<kInt4>(acc[t][r][0], dot[t][r][0], d0, m0, dx, sx, kOffset);
+          acc[t][r][1] = AddBlockTerm<kInt4>(acc[t][r][1], dot[t][r][1], d1, m1, dx, sx, kOffset);
         }
       }
     }
