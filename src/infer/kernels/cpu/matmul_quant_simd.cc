@@ -286,11 +286,11 @@ inline int32_t Quad(const int8_t* p) {
 inline V AddInt8Term(V acc, VI signed_dot, V d, float dx) {
   return Fma(ToFloat(signed_dot), Mul(d, Set1(dx)), acc);
 }
-// The symmetric types' dot is of the stored q + offset (QuantStoredOffset): r = dot - offset s.
 // int4's term, with dx_sx = dx * sx (in f32, as AddBlockTerm rounds it).
 inline V AddInt4Term(V acc, VI dot, V d, V m, float dx, float dx_sx) {
   return Fma(m, Set1(dx_sx), Fma(ToFloat(dot), Mul(d, Set1(dx)), acc));
 }
+// The symmetric types' dot is of the stored q + offset (QuantStoredOffset): r = dot - offset s.
 template <bool kInt4>
 inline V AddBlockTerm(V acc, VI dot, V d, V m, float dx, int32_t sx, int32_t offset) {
   if constexpr (kInt4) {
@@ -691,7 +691,6 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
   const int64_t sub_bytes = w.sub_block_bytes();
   const int64_t group_bytes = w.group_bytes();
   const int64_t values_bytes = subs * sub_bytes;
-  [[maybe_unused]] const bool super = w.quantization() == Quantization::kInt4K;
   [[maybe_unused]] const bool six = w.quantization() == Quantization::kInt6;
   [[maybe_unused]] const int32_t offset = QuantStoredOffset(w.quantization());
   const int64_t lane = j0 % kPanel;
