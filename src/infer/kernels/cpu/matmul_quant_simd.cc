@@ -197,12 +197,18 @@ inline int64_t KcGroups(const PackedMatrix& w) {
 }
 // Tiles per thread in the streaming order, claimed dynamically.
 constexpr int64_t kStreamTasksPerThread = 4;
-// Prefetch distance along a panel's stream, in bytes (the streaming order runs 4 panel
-// streams per thread). 1 KiB against the earlier 4 KiB, the two alternated on Qwen3-1.7B decode
-// (AMD EPYC, 2 threads): int8 ahead in 8 of 11 pairs, 27.2 against 25.1 tok/s on average and
-// 87-97% of the bandwidth probe against 83-85%; int4 ahead in 3 of 4. Shorter distances (512)
-// measured within the noise of 1 KiB.
-constexpr int64_t kPrefetchBytes = 1024;
+// Prefetch distance along a panel's stream, in bytes, for a tile of `rows` rows.
+// - AVX-512 (4 panel streams per thread at one row): 1 KiB against the earlier 4 KiB, the two
+//   alternated on Qwen3-1.7B decode (AMD EPYC, 2 threads): int8 ahead in 8 of 11 pairs, 27.2
+//   against 25.1 tok/s on average and 87-97% of the bandwidth probe against 83-85%; int4 ahead
+//   in 3 of 4. Shorter distances (512) measured within the noise of 1 KiB. On an AVX-512 AMD
+//   EPYC with vp2intersect (2026-11-28) 1 KiB still led 2 and 4 KiB for int8 and int4k.
+// - AVX2 at one row (one panel stream per thread): 8 KiB. kernels_bench --isa=avx2 --m=1 on
+//   that CPU, alternated, one thread, GOP/s at 1 / 2 / 4 / 8 / 16 KiB: int8 65 / 68 / 75 / 80 /
+//   79 (42 GB/s at 8 KiB, the probe's 42), int4k 94 / 106 / 115 / 130 / 135, int6 70 / 75 / 88 /
+//   102 / 97. With more rows 1 KiB: 8 KiB was 5-9% slower at m = 4 and 8 (several row blocks
+//   over each k-block) and level at m = 2.
+constexpr int64_t PrefetchBytes(int rows) { return kLanes == 8 && rows == 1 ? 8192 : 1024; }
 
 // An empty asm that takes v in a register and may change it: the compiler cannot move the
 // work that makes v past this point (nor hoist the next step's products above it, to spill
@@ -212,10 +218,10 @@ constexpr int64_t kPrefetchBytes = 1024;
 inline void PrefetchLine(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
 // One step of a tile: the two vectors at `p` (features [0, kLanes) and [kLanes, kNr) of the
-// tile, four bytes each), with the same two lines kPrefetchBytes ahead asked for.
-inline void LoadStep(const uint8_t* p, VI& v0, VI& v1) {
-  PrefetchLine(p + kPrefetchBytes);
-  PrefetchLine(p + kPrefetchBytes + 64);
+// tile, four bytes each), with the same two lines `ahead` bytes on asked for.
+inline void LoadStep(const uint8_t* p, int64_t ahead, VI& v0, VI& v1) {
+  PrefetchLine(p + ahead);
+  PrefetchLine(p + ahead + 64);
   v0 = LoadI(p);
   v1 = LoadI(p + kLanes * 4);
 }
@@ -223,21 +229,22 @@ inline void LoadStep(const uint8_t* p, VI& v0, VI& v1) {
 // The stored values of quads j and j + 4 (the two halves of a kNr-feature tile) from a 4-bit
 // type's nibble slot j or, `six`, kInt6's (with their top bits, PackedMatrix::Int6TopDelta on);
 // `wb` is the tile's first byte in the sub-block (ops.h). kPrefetch: the streaming order's
-// loads, which ask for the lines kPrefetchBytes ahead (the top bits' at j = 0 and 1; j = 2 and 3
+// loads, which ask for the lines `ahead` bytes on (the top bits' at j = 0 and 1; j = 2 and 3
 // read the same slots again).
 template <bool kPrefetch>
-inline void QuadPair(const uint8_t* wb, int64_t j, bool six, VI& lo0, VI& hi0, VI& lo1, VI& hi1) {
+inline void QuadPair(const uint8_t* wb, int64_t j, bool six, int64_t ahead, VI& lo0, VI& hi0,
+                     VI& lo1, VI& hi1) {
   const uint8_t* nibbles = wb + j * kPanel * 4;
   VI raw0, raw1;
   if constexpr (kPrefetch) {
-    LoadStep(nibbles, raw0, raw1);
+    LoadStep(nibbles, ahead, raw0, raw1);
   } else {
     raw0 = LoadI(nibbles);
     raw1 = LoadI(nibbles + kLanes * 4);
   }
   if (six) {
     const uint8_t* top = nibbles + PackedMatrix::Int6TopDelta(j);
-    if (kPrefetch && j < 2) PrefetchLine(top + kPrefetchBytes);
+    if (kPrefetch && j < 2) PrefetchLine(top + ahead);
     Int6Quads(raw0, LoadI(top), j, lo0, hi0);
     Int6Quads(raw1, LoadI(top + kLanes * 4), j, lo1, hi1);
   } else {
@@ -345,6 +352,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
   const int64_t values_bytes = subs * sub_bytes;
   [[maybe_unused]] const bool super = w.quantization() == Quantization::kInt4K;
   static_assert(!(kInt4 && kSix));
+  constexpr int64_t kAhead = PrefetchBytes(kRows);
   constexpr int32_t kOffset =
       kInt4 ? 0 : QuantStoredOffset(kSix ? Quantization::kInt6 : Quantization::kInt8);
   const uint8_t* base[kTiles];
@@ -394,7 +402,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
 #pragma GCC unroll 8
           for (int t = 0; t < kTiles; ++t) {
             VI raw0, raw1;
-            LoadStep(base[t] + b * sub_bytes + j * kPanel * 4, raw0, raw1);
+            LoadStep(base[t] + b * sub_bytes + j * kPanel * 4, kAhead, raw0, raw1);
             const VI lo0 = LowNibbles(raw0), hi0 = HighNibbles(raw0);
             const VI lo1 = LowNibbles(raw1), hi1 = HighNibbles(raw1);
 #pragma GCC unroll 8
@@ -433,7 +441,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
 #pragma GCC unroll 8
           for (int t = 0; t < kTiles; ++t) {
             VI raw0, raw1;
-            LoadStep(base[t] + b * sub_bytes + j * kPanel * 4, raw0, raw1);
+            LoadStep(base[t] + b * sub_bytes + j * kPanel * 4, kAhead, raw0, raw1);
             const VI lo0 = LowNibbles(raw0), hi0 = HighNibblesTimes16(raw0);
             const VI lo1 = LowNibbles(raw1), hi1 = HighNibblesTimes16(raw1);
 #pragma GCC unroll 8
@@ -465,7 +473,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
 #pragma GCC unroll 8
           for (int t = 0; t < kTiles; ++t) {
             VI lo0, hi0, lo1, hi1;
-            QuadPair<true>(base[t] + b * sub_bytes, j, /*six=*/!kInt4, lo0, hi0, lo1, hi1);
+            QuadPair<true>(base[t] + b * sub_bytes, j, /*six=*/!kInt4, kAhead, lo0, hi0, lo1, hi1);
 #pragma GCC unroll 8
             for (int r = 0; r < kRows; ++r) {
               const VI xlo = Set1I(Quad(xq + r * x.padded_k + 4 * j));
@@ -488,7 +496,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
 #pragma GCC unroll 8
           for (int t = 0; t < kTiles; ++t) {
             VI w0, w1;
-            LoadStep(base[t] + b * sub_bytes + j * kPanel * 4, w0, w1);
+            LoadStep(base[t] + b * sub_bytes + j * kPanel * 4, kAhead, w0, w1);
 #pragma GCC unroll 8
             for (int r = 0; r < kRows; ++r) {
               const VI xb = Set1I(Quad(xq + r * x.padded_k + 4 * j));
@@ -516,8 +524,8 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
         // The loads above prefetch the values' lines; the scale lines (64 or 128 bytes per
         // group, 6-20% of the stream) need their own.
         if (b == 0) {
-          PrefetchLine(scales + kPrefetchBytes);
-          if constexpr (kInt4) PrefetchLine(scales + kPrefetchBytes + 64);
+          PrefetchLine(scales + kAhead);
+          if constexpr (kInt4) PrefetchLine(scales + kAhead + 64);
         }
         V d0, m0, d1, m1;
         SubBlockScales<kInt4>(scales, lanes[t], b, false, d0, m0);
@@ -721,7 +729,7 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
 #pragma GCC unroll 4
         for (int64_t j = 0; j < 4; ++j) {
           VI lo0, hi0, lo1, hi1;
-          QuadPair<false>(wb, j, /*six=*/!kInt4, lo0, hi0, lo1, hi1);
+          QuadPair<false>(wb, j, /*six=*/!kInt4, 0, lo0, hi0, lo1, hi1);
 #pragma GCC unroll 8
           for (int r = 0; r < kRows; ++r) {
             const int8_t* xr = x.q + (x0 + r) * kQuantBlock;
@@ -788,7 +796,7 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
 #pragma GCC unroll 4
         for (int64_t j = 0; j < 4; ++j) {
           VI lo0, hi0, lo1, hi1;
-          QuadPair<false>(wb, j, /*six=*/true, lo0, hi0, lo1, hi1);
+          QuadPair<false>(wb, j, /*six=*/true, 0, lo0, hi0, lo1, hi1);
 #pragma GCC unroll 8
           for (int r = 0; r < kRows; ++r) {
             const int8_t* xr = x.q + (x0 + r) * kQuantBlock;

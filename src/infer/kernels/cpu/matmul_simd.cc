@@ -53,9 +53,8 @@ constexpr int64_t kNc = 256;
 constexpr int64_t kStreamMaxPanels = 4;
 // Software prefetch distance (steps) along the weights: from L2 into L1 in the many-panel
 // order (measured +2-5% over the hardware prefetcher alone), from memory in the streaming
-// order (1-2 KiB per stream; 0.5-8 KiB measured within the noise of this host).
+// order (StreamPrefetchSteps).
 constexpr int64_t kBlockPrefetchSteps = 8;
-constexpr int64_t kStreamPrefetchSteps = 16;
 // Column tiles the streaming order takes together (TilesPerCall(1) of them in one call).
 constexpr int64_t kStreamGroup = 4;
 // Tile groups per thread in the streaming order, claimed dynamically: a thread slowed by the
@@ -337,7 +336,25 @@ constexpr int TilesPerCall(int rows) {
   if constexpr (kLanes == 16) {
     return rows <= 2 ? 4 : rows <= 6 ? 2 : 1;
   } else {
-    return rows <= 2 ? 2 : 1;
+    return rows <= 1 ? 4 : rows <= 2 ? 2 : 1;
+  }
+}
+
+// The streaming order's prefetch distance along each of a call's weight streams (the panels
+// its `tiles_per_call` tiles span), for steps of `step_bytes`.
+// - AVX-512: 16 steps (2 KiB of bf16 per stream, 4 streams at one row; 0.5-8 KiB measured
+//   within the noise of a Zen 4 host).
+// - AVX2: about 8 KiB ahead per thread, split over the streams. kernels_bench --isa=avx2
+//   --m=1,2,4 on an AVX-512 AMD EPYC (2026-11-28, MODEL_BENCH_LOG): 2 KiB per stream read
+//   33 GB/s per core against the probe's 42; at one row (2 streams) 4 KiB per stream read
+//   40-42 and 8 KiB 39-40; at 2 and 4 rows (one stream) 8 KiB beat 4 KiB by 3-15%.
+constexpr int64_t StreamPrefetchSteps(int tiles_per_call, int64_t step_bytes) {
+  if constexpr (kLanes == 16) {
+    return 16;
+  } else {
+    constexpr int64_t kAheadBytes = 8192;
+    const int64_t streams = std::max<int64_t>(1, tiles_per_call * kNr / kPanel);
+    return std::max<int64_t>(1, kAheadBytes / (streams * step_bytes));
   }
 }
 
@@ -449,23 +466,31 @@ void Gemm(const float* x, int64_t m, int64_t k, int64_t x_stride, std::span<cons
   };
   if (num_panels <= kStreamMaxPanels) {
     // Contiguous ranges of kStreamGroup tiles, about kStreamTasksPerThread per thread over all
-    // outputs; each group runs all its k-blocks, every x panel per block.
+    // outputs. With one x panel, the tiles of one microkernel call run all their k-blocks before
+    // the next call's, so the weights are read as one sequential stream per panel in the call
+    // (whole panels at few rows; before, calls alternated every k-block and the AVX2 decode
+    // read 20% below the probe); with more, each group runs all its k-blocks, every x panel per
+    // block.
     int64_t groups = 0;
     for (const Product& o : outputs) {
       groups += ((o.w->rows() + kNr - 1) / kNr + kStreamGroup - 1) / kStreamGroup;
     }
     const int64_t max_tasks = kStreamTasksPerThread * pool.num_threads();
     const int64_t step = (groups + max_tasks - 1) / max_tasks * kStreamGroup * kNr;
+    const int64_t sub = num_panels == 1 ? TilesPerCall(static_cast<int>(m)) : kStreamGroup;
+    const int64_t stream_prefetch =
+        StreamPrefetchSteps(TilesPerCall(static_cast<int>(std::min<int64_t>(m, kMr))),
+                            kStepElems * static_cast<int64_t>(sizeof(typename G::W)));
     pool.RunTasks(static_cast<int>(ProductTasks(outputs, step)), [&](int task) {
       const auto [o, j0] = ProductTask(outputs, task, step);
       const int64_t num_tiles = (o->w->rows() + kNr - 1) / kNr;
       const int64_t t_end = std::min(num_tiles, (j0 + step) / kNr);
-      for (int64_t t = j0 / kNr; t < t_end; t += kStreamGroup) {
-        const int64_t tiles = std::min(kStreamGroup, t_end - t);
+      for (int64_t t = j0 / kNr; t < t_end; t += sub) {
+        const int64_t tiles = std::min(sub, t_end - t);
         for (int64_t s0 = 0; s0 < steps; s0 += G::kKc) {
           const int64_t kc = std::min(G::kKc, steps - s0);
           for (int64_t p = 0; p < num_panels; ++p) {
-            run(*o, p, t * kNr, tiles, s0, kc, p == 0 ? kStreamPrefetchSteps : kBlockPrefetchSteps);
+            run(*o, p, t * kNr, tiles, s0, kc, p == 0 ? stream_prefetch : kBlockPrefetchSteps);
           }
         }
       }
