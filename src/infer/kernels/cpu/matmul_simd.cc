@@ -343,7 +343,7 @@ constexpr int TilesPerCall(int rows) {
 // The streaming order's prefetch distance along each of a call's weight streams (the panels
 // its `tiles_per_call` tiles span), for steps of `step_bytes`.
 // - AVX-512: 16 steps (2 KiB of bf16 per stream, 4 streams at one row; 0.5-8 KiB measured
-//   within the noise of a Zen 4 host).
+//   within the noise on an earlier host).
 // - AVX2: about 8 KiB ahead per thread, split over the streams. kernels_bench --isa=avx2
 //   --m=1,2,4 on an AVX-512 AMD EPYC (2026-11-28, MODEL_BENCH_LOG): 2 KiB per stream read
 //   33 GB/s per core against the probe's 42; at one row (2 streams) 4 KiB per stream read
@@ -468,9 +468,9 @@ void Gemm(const float* x, int64_t m, int64_t k, int64_t x_stride, std::span<cons
     // Contiguous ranges of kStreamGroup tiles, about kStreamTasksPerThread per thread over all
     // outputs. With one x panel, the tiles of one microkernel call run all their k-blocks before
     // the next call's, so the weights are read as one sequential stream per panel in the call
-    // (whole panels at few rows; before, calls alternated every k-block and the AVX2 decode
-    // read 20% below the probe); with more, each group runs all its k-blocks, every x panel per
-    // block.
+    // (whole panels at few rows; before, a group's calls alternated every k-block, each stream
+    // restarting every 16 KiB; with StreamPrefetchSteps, AVX2 bf16 at 2 and 4 rows ran 5-60%
+    // faster); with more, each group runs all its k-blocks, every x panel per block.
     int64_t groups = 0;
     for (const Product& o : outputs) {
       groups += ((o.w->rows() + kNr - 1) / kNr + kStreamGroup - 1) / kStreamGroup;
