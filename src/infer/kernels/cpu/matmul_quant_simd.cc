@@ -175,9 +175,14 @@ constexpr int64_t kStreamMaxBlocks = 4;
 // compute from 3 rows on, where the many-row tiles read the weights once at the same cost
 // (kernels_bench --isa=avx2 --threads=2 --m=3,4,6,8, Zen 3, MODEL_BENCH_LOG 2026-11-28: int8
 // 1.6-2.1x faster from 4 rows, int4k 1.1-1.7x; int4 and int6 were mixed, so they stay).
+// int8 leaves it at 2 rows: Int8PanelTile streams whole panels with a far prefetch there
+// (kernels_bench --isa=avx2 --m=2 --quantization=int8 --shape=lm_head, from memory, forced on an
+// AVX-512 AMD EPYC, MODEL_BENCH_LOG 2026-11-28 17:30: 73 -> 135 GOP/s on one thread, +24% on
+// two; in-cache shapes 1.8-1.95x).
 inline bool StreamingOrder(int64_t m, [[maybe_unused]] Quantization q) {
 #if !defined(__AVX512F__) && !defined(INFER_YMM_VNNI)
-  if (q == Quantization::kInt8 || q == Quantization::kInt4K) return m <= kMr;
+  if (q == Quantization::kInt8) return m <= 1;
+  if (q == Quantization::kInt4K) return m <= kMr;
 #endif
   return (m + kMr - 1) / kMr <= kStreamMaxBlocks;
 }
@@ -898,6 +903,9 @@ inline void Int8PanelDots(const QuantizedRows& x, int64_t x0, int r0, const uint
   }
 }
 
+// How far ahead Int8PanelTile asks for the weights at one or two rows (streaming from memory).
+constexpr int64_t kInt8PanelAhead = 8192;
+
 // AVX2's many-row int8 tile without VNNI: kRows rows (1 to kGemmRows, row0 a group's first, as
 // ManyRowTile's) against the whole panel at j0 (a panel's first feature), over groups [g0, g1).
 // Two rows at a time: 8 integer accumulators; the f32 sums stay in memory, as ManyRowTile's.
@@ -925,9 +933,16 @@ void Int8PanelTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, 
   const int64_t x_row0 = x.Index(row0, 0);
   for (int64_t g = g0; g < g1; ++g) {
     const uint8_t* scales = base + values_bytes;
+    if constexpr (kRows <= 2) PrefetchLine(scales + kInt8PanelAhead);
     for (int64_t b = 0; b < subs; ++b) {
       const int64_t x0 = x_row0 + (g * subs + b) * x.group_rows;
       const uint8_t* wb = base + b * sub_bytes;
+      if constexpr (kRows <= 2) {
+        // Two rows stream the weights from memory (ManyRowGemm takes whole panels then).
+        for (int64_t line = 0; line < sub_bytes; line += 64) {
+          PrefetchLine(wb + kInt8PanelAhead + line);
+        }
+      }
       V d[kVecs];
       for (int v = 0; v < kVecs; ++v) {
         V unused;
@@ -1018,7 +1033,10 @@ void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> out
     const int64_t tiles = (std::min(o->w->rows(), j0 + step) - j0 + kNr - 1) / kNr;
     const int64_t groups = o->w->num_groups();
     const PackedMatrix& w = *o->w;
-    const int64_t kc_groups = KcGroups(w);
+    // One or two rows of int8: nothing to keep in L2 for other row blocks, so each panel's
+    // weights are one sequential stream (Int8PanelTile prefetches far ahead then).
+    const int64_t kc_groups =
+        !kInt4 && m <= 2 && w.quantization() == Quantization::kInt8 ? groups : KcGroups(w);
     for (int64_t g0 = 0; g0 < groups; g0 += kc_groups) {
       const int64_t g1 = std::min(groups, g0 + kc_groups);
       // The 4-bit types: the k-block's sub-block scales in f32, once for every row block.
