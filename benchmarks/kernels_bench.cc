@@ -1,5 +1,6 @@
 // Kernel micro-benchmark: MatMul at Llama-3.2-1B shapes, m = 1 (GB/s of weights streamed,
-// the decode bound) and m = 512 (GFLOP/s, the prefill bound), per ISA and thread count; then
+// the decode bound; up to m = 16, batched decode, the weights stream from memory too) and
+// m = 512 (GFLOP/s, the prefill bound), per ISA and thread count; then
 // one layer of PagedAttention (decode at Llama-3.2-1B and Gemma-3-1B shapes over 0 .. 4096
 // keys, f32 and bf16 KV, and a 512-token prefill), to be read next to the matmul rows.
 // Prints a markdown table; --json writes one JSON object per line instead (matmul only).
@@ -28,6 +29,9 @@
 namespace {
 
 using infer::DType;
+
+// Up to this many rows the matmuls cycle through copies of the weights (--cached: not).
+constexpr int64_t kStreamedRows = 16;
 using infer::Tensor;
 using infer::ThreadPool;
 namespace kernels = infer::kernels;
@@ -507,9 +511,12 @@ int main(int argc, char** argv) {
                               .size_bytes() *
                           static_cast<size_t>((shape.n + 31) / 32)
                     : static_cast<size_t>(shape.n * shape.k) * infer::DTypeSize(options.dtype);
-      // m = 1 must stream from memory: cycle through copies worth >= 512 MiB so none is cached.
+      // Decode and batched decode (m <= kStreamedRows) must stream from memory, as in a model:
+      // cycle through copies worth >= 512 MiB so none is cached. (Prefill shapes are
+      // compute-bound and call one matrix.)
       const bool streams =
-          !options.cached && std::find(options.ms.begin(), options.ms.end(), 1) != options.ms.end();
+          !options.cached && std::any_of(options.ms.begin(), options.ms.end(),
+                                         [](int64_t m) { return m <= kStreamedRows; });
       const int copies =
           streams ? static_cast<int>(std::max<size_t>(1, (512u << 20) / weight_bytes)) : 1;
       // Packed once, as the model packs its weights at load (one after another in 2 MiB pages).
@@ -536,7 +543,7 @@ int main(int argc, char** argv) {
               ThreadPool pool(threads);
               const std::string precision_name(quantized ? kernels::QuantizationName(quantization)
                                                          : kernels::MatMulPrecisionName(precision));
-              const int calls_per_rep = m == 1 ? copies * 4 : 1;
+              const int calls_per_rep = m == 1 ? copies * 4 : m <= kStreamedRows ? copies : 1;
               std::vector<double> times;
               for (int rep = -1; rep < options.reps; ++rep) {  // rep -1 warms up
                 const double start = NowSeconds();

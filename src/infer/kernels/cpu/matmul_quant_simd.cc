@@ -175,10 +175,10 @@ constexpr int64_t kStreamMaxBlocks = 4;
 // compute from 3 rows on, where the many-row tiles read the weights once at the same cost
 // (kernels_bench --isa=avx2 --threads=2 --m=3,4,6,8, Zen 3, MODEL_BENCH_LOG 2026-11-28: int8
 // 1.6-2.1x faster from 4 rows, int4k 1.1-1.7x; int4 and int6 were mixed, so they stay).
-// int8 leaves it at 2 rows: Int8PanelTile streams whole panels with a far prefetch there
-// (kernels_bench --isa=avx2 --m=2 --quantization=int8 --shape=lm_head, from memory, forced on an
-// AVX-512 AMD EPYC, MODEL_BENCH_LOG 2026-11-28 17:30: 73 -> 135 GOP/s on one thread, +24% on
-// two; in-cache shapes 1.8-1.95x).
+// int8 leaves it at 2 rows: in one row block (up to kGemmRows rows) Int8PanelTile streams
+// whole panels with a far prefetch (kernels_bench --isa=avx2 --quantization=int8
+// --shape=lm_head, from memory, forced on an AVX-512 AMD EPYC, MODEL_BENCH_LOG 2026-11-28 17:30:
+// at 2 rows 73 -> 135 GOP/s on one thread; at 3 and 4 rows 2.8-3.0x the k-blocked order).
 inline bool StreamingOrder(int64_t m, [[maybe_unused]] Quantization q) {
 #if !defined(__AVX512F__) && !defined(INFER_YMM_VNNI)
   if (q == Quantization::kInt8) return m <= 1;
@@ -903,16 +903,18 @@ inline void Int8PanelDots(const QuantizedRows& x, int64_t x0, int r0, const uint
   }
 }
 
-// How far ahead Int8PanelTile asks for the weights at one or two rows (streaming from memory).
+// How far ahead Int8PanelTile asks for the weights when they stream from memory.
 constexpr int64_t kInt8PanelAhead = 8192;
 
 // AVX2's many-row int8 tile without VNNI: kRows rows (1 to kGemmRows, row0 a group's first, as
 // ManyRowTile's) against the whole panel at j0 (a panel's first feature), over groups [g0, g1).
 // Two rows at a time: 8 integer accumulators; the f32 sums stay in memory, as ManyRowTile's.
+// `stream`: the weights come from memory (one row block: ManyRowGemm's k-block is all of k),
+// so the tile asks for them kInt8PanelAhead bytes ahead.
 template <int kRows>
 void Int8PanelTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, int64_t j0,
                    int64_t g0, int64_t g1, float* y, int64_t y_stride, bool accumulate,
-                   const float* bias) {
+                   const float* bias, bool stream) {
   constexpr int kVecs = kPanel / kLanes;
   const auto* data = static_cast<const uint8_t*>(w.data());
   const int64_t subs = w.group_size() / kQuantBlock;
@@ -933,12 +935,11 @@ void Int8PanelTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, 
   const int64_t x_row0 = x.Index(row0, 0);
   for (int64_t g = g0; g < g1; ++g) {
     const uint8_t* scales = base + values_bytes;
-    if constexpr (kRows <= 2) PrefetchLine(scales + kInt8PanelAhead);
+    if (stream) PrefetchLine(scales + kInt8PanelAhead);
     for (int64_t b = 0; b < subs; ++b) {
       const int64_t x0 = x_row0 + (g * subs + b) * x.group_rows;
       const uint8_t* wb = base + b * sub_bytes;
-      if constexpr (kRows <= 2) {
-        // Two rows stream the weights from memory (ManyRowGemm takes whole panels then).
+      if (stream) {
         for (int64_t line = 0; line < sub_bytes; line += 64) {
           PrefetchLine(wb + kInt8PanelAhead + line);
         }
@@ -986,11 +987,12 @@ void Int8PanelTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, 
 template <bool kInt4, int kRows = kGemmRows>
 void ManyRowTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t row0,
                   const PackedMatrix& w, int64_t j0, int64_t g0, int64_t g1, float* y,
-                  int64_t y_stride, bool accumulate, const float* bias, const float* table) {
+                  int64_t y_stride, bool accumulate, const float* bias, const float* table,
+                  bool stream) {
   if constexpr (kRows > 0) {
     if (rows != kRows) {
       ManyRowTiles<kInt4, kRows - 1>(rows, tiles, x, row0, w, j0, g0, g1, y, y_stride, accumulate,
-                                     bias, table);
+                                     bias, table, stream);
       return;
     }
 #if !defined(INFER_YMM_VNNI)
@@ -998,7 +1000,7 @@ void ManyRowTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t row0,
       // A panel (two tiles) at a time; j0 is a panel's first feature (ManyRowGemm's tasks).
       for (int64_t t = 0; t < tiles; t += kPanel / kNr) {
         Int8PanelTile<kRows>(x, row0, w, j0 + t * kNr, g0, g1, y + t * kNr, y_stride, accumulate,
-                             bias != nullptr ? bias + t * kNr : nullptr);
+                             bias != nullptr ? bias + t * kNr : nullptr, stream);
       }
       return;
     }
@@ -1033,10 +1035,10 @@ void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> out
     const int64_t tiles = (std::min(o->w->rows(), j0 + step) - j0 + kNr - 1) / kNr;
     const int64_t groups = o->w->num_groups();
     const PackedMatrix& w = *o->w;
-    // One or two rows of int8: nothing to keep in L2 for other row blocks, so each panel's
-    // weights are one sequential stream (Int8PanelTile prefetches far ahead then).
-    const int64_t kc_groups =
-        !kInt4 && m <= 2 && w.quantization() == Quantization::kInt8 ? groups : KcGroups(w);
+    // int8 in one row block (batched decode): nothing to keep in L2 for other row blocks, so
+    // each panel's weights are one sequential stream, which Int8PanelTile prefetches far ahead.
+    const bool stream = !kInt4 && row_blocks == 1 && w.quantization() == Quantization::kInt8;
+    const int64_t kc_groups = stream ? groups : KcGroups(w);
     for (int64_t g0 = 0; g0 < groups; g0 += kc_groups) {
       const int64_t g1 = std::min(groups, g0 + kc_groups);
       // The 4-bit types: the k-block's sub-block scales in f32, once for every row block.
@@ -1061,7 +1063,8 @@ void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> out
         const int rows = static_cast<int>(std::min<int64_t>(kGemmRows, m - p * kGemmRows));
         ManyRowTiles<kInt4>(rows, tiles, x, p * kGemmRows, w, j0, g0, g1,
                             o->y + p * kGemmRows * o->y_stride + j0, o->y_stride, g0 > 0,
-                            g1 == groups && o->bias != nullptr ? o->bias + j0 : nullptr, table);
+                            g1 == groups && o->bias != nullptr ? o->bias + j0 : nullptr, table,
+                            stream);
       }
     }
   });
