@@ -1021,6 +1021,8 @@ thread_local Scratch tls_scale_table_scratch;
 // Narrower tasks where kNc would give few: gemma-3-1b's down projection (1152 features) makes 5
 // tasks of 256, so one of 2 threads would do 3 while the other waits.
 constexpr int64_t kMinTasksPerThread = 8;
+// Up to this many row blocks of int8 take the panel-after-panel stream (ManyRowGemm).
+constexpr int64_t kStreamRowBlocks = 4;
 
 template <bool kInt4>
 void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outputs,
@@ -1035,10 +1037,24 @@ void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> out
     const int64_t tiles = (std::min(o->w->rows(), j0 + step) - j0 + kNr - 1) / kNr;
     const int64_t groups = o->w->num_groups();
     const PackedMatrix& w = *o->w;
-    // int8 in one row block (batched decode): nothing to keep in L2 for other row blocks, so
-    // each panel's weights are one sequential stream, which Int8PanelTile prefetches far ahead.
-    const bool stream = !kInt4 && row_blocks == 1 && w.quantization() == Quantization::kInt8;
-    const int64_t kc_groups = stream ? groups : KcGroups(w);
+    // int8 in up to kStreamRowBlocks row blocks (batched decode): panel after panel, each
+    // panel's weights over all of k as one sequential stream, which Int8PanelTile prefetches
+    // far ahead for the first row block; the others find the panel (at most 32 x k bytes) in L2.
+    if (!kInt4 && row_blocks <= kStreamRowBlocks && w.quantization() == Quantization::kInt8) {
+      for (int64_t t = 0; t < tiles; t += kPanel / kNr) {
+        const int64_t n = std::min<int64_t>(kPanel / kNr, tiles - t);
+        const int64_t jt = j0 + t * kNr;
+        for (int64_t p = 0; p < row_blocks; ++p) {
+          const int rows = static_cast<int>(std::min<int64_t>(kGemmRows, m - p * kGemmRows));
+          ManyRowTiles<kInt4>(rows, n, x, p * kGemmRows, w, jt, 0, groups,
+                              o->y + p * kGemmRows * o->y_stride + jt, o->y_stride, false,
+                              o->bias != nullptr ? o->bias + jt : nullptr, nullptr,
+                              /*stream=*/p == 0);
+        }
+      }
+      return;
+    }
+    const int64_t kc_groups = KcGroups(w);
     for (int64_t g0 = 0; g0 < groups; g0 += kc_groups) {
       const int64_t g1 = std::min(groups, g0 + kc_groups);
       // The 4-bit types: the k-block's sub-block scales in f32, once for every row block.
@@ -1064,7 +1080,7 @@ void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> out
         ManyRowTiles<kInt4>(rows, tiles, x, p * kGemmRows, w, j0, g0, g1,
                             o->y + p * kGemmRows * o->y_stride + j0, o->y_stride, g0 > 0,
                             g1 == groups && o->bias != nullptr ? o->bias + j0 : nullptr, table,
-                            stream);
+                            /*stream=*/false);
       }
     }
   });
