@@ -697,10 +697,16 @@ inline void Int4GroupScales(const uint8_t* scales, int64_t lane, bool super, int
 // otherwise regroup a block's unrolled steps into a tree whose partial sums spill to the stack.
 inline void KeepChain(VI& v) { asm("" : "+x"(v)); }
 
+// How far ahead the many-row tiles ask for the weights when they stream from memory (one
+// panel at a time over all of k: ManyRowGemm's batched decode).
+constexpr int64_t kStreamAhead = 8192;
+
 // The 4-bit types' sub-block scales come from `table` (Int4GroupScales of the tile's groups g0
 // to g1, one after another), made once per task for every row block. x's rows in groups of
 // kGemmRows (QuantizedRows), row0 the first of one.
-template <bool kInt4, int kRows>
+// kStream: the weights come from memory (ManyRowGemm's batched decode), asked for kStreamAhead
+// bytes ahead (a template argument: the prefill's loop is compiled without it).
+template <bool kInt4, int kRows, bool kStream>
 void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, int64_t j0,
                  int64_t g0, int64_t g1, float* y, int64_t y_stride, bool accumulate,
                  const float* bias, const float* table) {
@@ -731,6 +737,11 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
       // Row r's block at x0 + r (row0 starts a group of x.group_rows = kGemmRows rows).
       const int64_t x0 = x_row0 + block * x.group_rows;
       const uint8_t* wb = base + b * sub_bytes;
+      if (kStream && lane == 0) {  // (the panel's first tile asks for the sub-block's lines)
+        for (int64_t line = 0; line < sub_bytes; line += 64) {
+          PrefetchLine(wb + kStreamAhead + line);
+        }
+      }
       VI dot[kRows][2];
 #if defined(INFER_YMM_VNNI)
 #pragma GCC unroll 8
@@ -903,14 +914,11 @@ inline void Int8PanelDots(const QuantizedRows& x, int64_t x0, int r0, const uint
   }
 }
 
-// How far ahead Int8PanelTile asks for the weights when they stream from memory.
-constexpr int64_t kInt8PanelAhead = 8192;
-
 // AVX2's many-row int8 tile without VNNI: kRows rows (1 to kGemmRows, row0 a group's first, as
 // ManyRowTile's) against the whole panel at j0 (a panel's first feature), over groups [g0, g1).
 // Two rows at a time: 8 integer accumulators; the f32 sums stay in memory, as ManyRowTile's.
 // `stream`: the weights come from memory (one row block: ManyRowGemm's k-block is all of k),
-// so the tile asks for them kInt8PanelAhead bytes ahead.
+// so the tile asks for them kStreamAhead bytes ahead.
 template <int kRows>
 void Int8PanelTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, int64_t j0,
                    int64_t g0, int64_t g1, float* y, int64_t y_stride, bool accumulate,
@@ -935,13 +943,13 @@ void Int8PanelTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, 
   const int64_t x_row0 = x.Index(row0, 0);
   for (int64_t g = g0; g < g1; ++g) {
     const uint8_t* scales = base + values_bytes;
-    if (stream) PrefetchLine(scales + kInt8PanelAhead);
+    if (stream) PrefetchLine(scales + kStreamAhead);
     for (int64_t b = 0; b < subs; ++b) {
       const int64_t x0 = x_row0 + (g * subs + b) * x.group_rows;
       const uint8_t* wb = base + b * sub_bytes;
       if (stream) {
         for (int64_t line = 0; line < sub_bytes; line += 64) {
-          PrefetchLine(wb + kInt8PanelAhead + line);
+          PrefetchLine(wb + kStreamAhead + line);
         }
       }
       V d[kVecs];
@@ -1007,9 +1015,16 @@ void ManyRowTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t row0,
 #endif
     const int64_t table_stride = (g1 - g0) * (w.group_size() / kQuantBlock) * 2 * kNr;
     for (int64_t t = 0; t < tiles; ++t) {
-      ManyRowTile<kInt4, kRows>(x, row0, w, j0 + t * kNr, g0, g1, y + t * kNr, y_stride, accumulate,
-                                bias != nullptr ? bias + t * kNr : nullptr,
-                                table != nullptr ? table + t * table_stride : nullptr);
+      const int64_t jt = j0 + t * kNr;
+      const float* tile_table = table != nullptr ? table + t * table_stride : nullptr;
+      const float* tile_bias = bias != nullptr ? bias + t * kNr : nullptr;
+      if (stream) {
+        ManyRowTile<kInt4, kRows, true>(x, row0, w, jt, g0, g1, y + t * kNr, y_stride, accumulate,
+                                        tile_bias, tile_table);
+      } else {
+        ManyRowTile<kInt4, kRows, false>(x, row0, w, jt, g0, g1, y + t * kNr, y_stride, accumulate,
+                                         tile_bias, tile_table);
+      }
     }
   }
 }
@@ -1021,8 +1036,28 @@ thread_local Scratch tls_scale_table_scratch;
 // Narrower tasks where kNc would give few: gemma-3-1b's down projection (1152 features) makes 5
 // tasks of 256, so one of 2 threads would do 3 while the other waits.
 constexpr int64_t kMinTasksPerThread = 8;
-// Up to this many row blocks of int8 take the panel-after-panel stream (ManyRowGemm).
+// Up to this many row blocks take the panel-after-panel stream (ManyRowGemm).
 constexpr int64_t kStreamRowBlocks = 4;
+
+// The 4-bit types' sub-block scales of `tiles` tiles from j0 over groups [g0, g1) in f32
+// (Int4GroupScales, tile after tile), in this thread's scratch.
+const float* ScaleTable(const PackedMatrix& w, int64_t j0, int64_t tiles, int64_t g0, int64_t g1) {
+  const bool super = w.quantization() == Quantization::kInt4K;
+  const int64_t subs = w.group_size() / kQuantBlock;
+  const int64_t group_floats = subs * 2 * kNr;
+  float* table =
+      tls_scale_table_scratch.Floats(static_cast<size_t>(tiles * (g1 - g0) * group_floats));
+  const auto* data = static_cast<const uint8_t*>(w.data());
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t jt = j0 + t * kNr;
+    const int64_t panel_row = jt - jt % kPanel;  // (the group's scales from lane 0)
+    for (int64_t g = g0; g < g1; ++g) {
+      Int4GroupScales(data + w.ScaleIndex(panel_row, g), jt % kPanel, super, subs,
+                      table + (t * (g1 - g0) + (g - g0)) * group_floats);
+    }
+  }
+  return table;
+}
 
 template <bool kInt4>
 void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outputs,
@@ -1040,15 +1075,16 @@ void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> out
     // int8 in up to kStreamRowBlocks row blocks (batched decode): panel after panel, each
     // panel's weights over all of k as one sequential stream, which Int8PanelTile prefetches
     // far ahead for the first row block; the others find the panel (at most 32 x k bytes) in L2.
-    if (!kInt4 && row_blocks <= kStreamRowBlocks && w.quantization() == Quantization::kInt8) {
+    if (row_blocks <= kStreamRowBlocks && (kInt4 || w.quantization() == Quantization::kInt8)) {
       for (int64_t t = 0; t < tiles; t += kPanel / kNr) {
         const int64_t n = std::min<int64_t>(kPanel / kNr, tiles - t);
         const int64_t jt = j0 + t * kNr;
+        const float* table = kInt4 ? ScaleTable(w, jt, n, 0, groups) : nullptr;
         for (int64_t p = 0; p < row_blocks; ++p) {
           const int rows = static_cast<int>(std::min<int64_t>(kGemmRows, m - p * kGemmRows));
           ManyRowTiles<kInt4>(rows, n, x, p * kGemmRows, w, jt, 0, groups,
                               o->y + p * kGemmRows * o->y_stride + jt, o->y_stride, false,
-                              o->bias != nullptr ? o->bias + jt : nullptr, nullptr,
+                              o->bias != nullptr ? o->bias + jt : nullptr, table,
                               /*stream=*/p == 0);
         }
       }
@@ -1058,23 +1094,7 @@ void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> out
     for (int64_t g0 = 0; g0 < groups; g0 += kc_groups) {
       const int64_t g1 = std::min(groups, g0 + kc_groups);
       // The 4-bit types: the k-block's sub-block scales in f32, once for every row block.
-      float* table = nullptr;
-      if constexpr (kInt4) {
-        const bool super = w.quantization() == Quantization::kInt4K;
-        const int64_t subs = w.group_size() / kQuantBlock;
-        const int64_t group_floats = subs * 2 * kNr;
-        table =
-            tls_scale_table_scratch.Floats(static_cast<size_t>(tiles * (g1 - g0) * group_floats));
-        const auto* data = static_cast<const uint8_t*>(w.data());
-        for (int64_t t = 0; t < tiles; ++t) {
-          const int64_t jt = j0 + t * kNr;
-          const int64_t panel_row = jt - jt % kPanel;  // (the group's scales from lane 0)
-          for (int64_t g = g0; g < g1; ++g) {
-            Int4GroupScales(data + w.ScaleIndex(panel_row, g), jt % kPanel, super, subs,
-                            table + (t * (g1 - g0) + (g - g0)) * group_floats);
-          }
-        }
-      }
+      const float* table = kInt4 ? ScaleTable(w, j0, tiles, g0, g1) : nullptr;
       for (int64_t p = 0; p < row_blocks; ++p) {
         const int rows = static_cast<int>(std::min<int64_t>(kGemmRows, m - p * kGemmRows));
         ManyRowTiles<kInt4>(rows, tiles, x, p * kGemmRows, w, j0, g0, g1,
