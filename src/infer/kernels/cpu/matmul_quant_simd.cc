@@ -917,8 +917,8 @@ inline void Int8PanelDots(const QuantizedRows& x, int64_t x0, int r0, const uint
 // AVX2's many-row int8 tile without VNNI: kRows rows (1 to kGemmRows, row0 a group's first, as
 // ManyRowTile's) against the whole panel at j0 (a panel's first feature), over groups [g0, g1).
 // Two rows at a time: 8 integer accumulators; the f32 sums stay in memory, as ManyRowTile's.
-// `stream`: the weights come from memory (one row block: ManyRowGemm's k-block is all of k),
-// so the tile asks for them kStreamAhead bytes ahead.
+// `stream`: the weights come from memory (the first row block of ManyRowGemm's panel-after-panel
+// order), so the tile asks for them kStreamAhead bytes ahead.
 template <int kRows>
 void Int8PanelTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, int64_t j0,
                    int64_t g0, int64_t g1, float* y, int64_t y_stride, bool accumulate,
@@ -1072,9 +1072,11 @@ void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> out
     const int64_t tiles = (std::min(o->w->rows(), j0 + step) - j0 + kNr - 1) / kNr;
     const int64_t groups = o->w->num_groups();
     const PackedMatrix& w = *o->w;
-    // int8 in up to kStreamRowBlocks row blocks (batched decode): panel after panel, each
-    // panel's weights over all of k as one sequential stream, which Int8PanelTile prefetches
-    // far ahead for the first row block; the others find the panel (at most 32 x k bytes) in L2.
+    // int8 and the 4-bit types in up to kStreamRowBlocks row blocks (batched decode): panel
+    // after panel, each panel's weights over all of k as one sequential stream, which the first
+    // row block's tile asks for far ahead; the others find the panel (at most 32 x k bytes of
+    // values and scales) in L2. From memory at 3-8 rows: int8 1.7-3.0x and int4k 1.4-2.2x the
+    // k-blocked order (kernels_bench --isa=avx2 --shape=lm_head, MODEL_BENCH_LOG 2026-11-28).
     if (row_blocks <= kStreamRowBlocks && (kInt4 || w.quantization() == Quantization::kInt8)) {
       for (int64_t t = 0; t < tiles; t += kPanel / kNr) {
         const int64_t n = std::min<int64_t>(kPanel / kNr, tiles - t);
