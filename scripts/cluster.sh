@@ -148,7 +148,15 @@ cmd_up() {
   echo "http://127.0.0.1:$front"
 }
 
-alive() { [[ -f "$1" ]] && kill -0 "$(cat "$1")" 2>/dev/null; }
+# A process that has exited but is not yet reaped (a zombie: the replicas are orphans, and PID 1
+# may reap them late) still answers kill -0; it counts as gone (its sockets are closed).
+alive() {
+  [[ -f "$1" ]] || return 1
+  local pid
+  pid=$(cat "$1")
+  kill -0 "$pid" 2>/dev/null || return 1
+  [[ "$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f1)" != "Z" ]]
+}
 
 cmd_status() {
   [[ -f "$run_dir/replicas" ]] || die "no cluster in $run_dir"
