@@ -183,6 +183,11 @@ inline bool StreamingOrder(int64_t m, [[maybe_unused]] Quantization q) {
 #if !defined(__AVX512F__) && !defined(INFER_YMM_VNNI)
   if (q == Quantization::kInt8) return m <= 1;
   if (q == Quantization::kInt4K) return m <= kMr;
+#elif defined(INFER_YMM_VNNI)
+  // AVX-VNNI: from 3 rows ManyRowGemm's panel-after-panel stream, not 2 to 4 k-blocked row
+  // blocks (kernels_bench --isa=avxvnni --m=3,4,8 from memory, MODEL_BENCH_LOG 2026-11-28:
+  // lm_head 1.6-2.75x for int8, int4 and int4k; down 0.94-1.89x). int6 was not measured.
+  if (q != Quantization::kInt6) return m <= kMr;
 #endif
   return (m + kMr - 1) / kMr <= kStreamMaxBlocks;
 }
