@@ -220,9 +220,11 @@ constexpr int64_t kStreamTasksPerThread = 4;
 //   over each k-block) and level at m = 2.
 // - AVX-512 int6 at one row (its top bits are a second set of lines per sub-block): 2 KiB, 7-12%
 //   ahead of 1 KiB on that CPU (kernels_bench --isa=avx512bf16 --threads=1 --m=1, alternated).
+// kStreamAhead: also the many-row tiles' distance when ManyRowGemm streams panel after panel.
+constexpr int64_t kStreamAhead = 8192;
 constexpr int64_t PrefetchBytes(int rows, bool six) {
   if (rows != 1) return 1024;
-  return kLanes == 8 ? 8192 : six ? 2048 : 1024;
+  return kLanes == 8 ? kStreamAhead : six ? 2048 : 1024;
 }
 
 // An empty asm that takes v in a register and may change it: the compiler cannot move the
@@ -702,9 +704,12 @@ inline void Int4GroupScales(const uint8_t* scales, int64_t lane, bool super, int
 // otherwise regroup a block's unrolled steps into a tree whose partial sums spill to the stack.
 inline void KeepChain(VI& v) { asm("" : "+x"(v)); }
 
-// How far ahead the many-row tiles ask for the weights when they stream from memory (one
-// panel at a time over all of k: ManyRowGemm's batched decode).
-constexpr int64_t kStreamAhead = 8192;
+// A sub-block's lines (`bytes` from wb) kStreamAhead bytes on: the many-row tiles' prefetch when
+// the weights stream from memory (one panel at a time over all of k: ManyRowGemm's batched
+// decode).
+inline void PrefetchSubBlock(const uint8_t* wb, int64_t bytes) {
+  for (int64_t line = 0; line < bytes; line += 64) PrefetchLine(wb + kStreamAhead + line);
+}
 
 // The 4-bit types' sub-block scales come from `table` (Int4GroupScales of the tile's groups g0
 // to g1, one after another), made once per task for every row block. x's rows in groups of
@@ -742,11 +747,7 @@ void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, in
       // Row r's block at x0 + r (row0 starts a group of x.group_rows = kGemmRows rows).
       const int64_t x0 = x_row0 + block * x.group_rows;
       const uint8_t* wb = base + b * sub_bytes;
-      if (kStream && lane == 0) {  // (the panel's first tile asks for the sub-block's lines)
-        for (int64_t line = 0; line < sub_bytes; line += 64) {
-          PrefetchLine(wb + kStreamAhead + line);
-        }
-      }
+      if (kStream && lane == 0) PrefetchSubBlock(wb, sub_bytes);  // (the panel's first tile)
       VI dot[kRows][2];
 #if defined(INFER_YMM_VNNI)
 #pragma GCC unroll 8
@@ -952,11 +953,7 @@ void Int8PanelTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, 
     for (int64_t b = 0; b < subs; ++b) {
       const int64_t x0 = x_row0 + (g * subs + b) * x.group_rows;
       const uint8_t* wb = base + b * sub_bytes;
-      if (stream) {
-        for (int64_t line = 0; line < sub_bytes; line += 64) {
-          PrefetchLine(wb + kStreamAhead + line);
-        }
-      }
+      if (stream) PrefetchSubBlock(wb, sub_bytes);
       V d[kVecs];
       for (int v = 0; v < kVecs; ++v) {
         V unused;
