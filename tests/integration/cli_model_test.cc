@@ -79,5 +79,32 @@ TEST(CliBench, JsonReportHasTheContractFields) {
   EXPECT_EQ(report["results"].size(), 1U);
 }
 
+// --parallel B: B sequences decode together, one result per batch size, and the table names
+// the batch ("tg8 x3"); every row generates its tokens (decode of a batch measured at all).
+TEST(CliBench, ParallelRunsBatchesOfSequences) {
+  const std::string model = testing::FixturePath("models/llama/model").string();
+  const auto result = testing::RunCommand(
+      {INFER_BINARY, "bench", "--model", model, "--prompt-tokens", "8", "--gen-tokens", "6",
+       "--parallel", "1,3", "--repetitions", "1", "--threads", "1", "--json"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  const auto report = nlohmann::json::parse(result.out);
+  ASSERT_EQ(report["results"].size(), 2U);
+  EXPECT_EQ(report["results"][0]["parallel"], 1);
+  EXPECT_EQ(report["results"][1]["parallel"], 3);
+  for (const auto& row : report["results"]) {
+    EXPECT_GT(row["decode_tok_s"].get<double>(), 0.0);
+    EXPECT_GT(row["prefill_tok_s"].get<double>(), 0.0);
+  }
+  const auto table = testing::RunCommand({INFER_BINARY, "bench", "--model", model,
+                                          "--prompt-tokens", "8", "--gen-tokens", "6", "--parallel",
+                                          "3", "--repetitions", "1", "--threads", "1"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_NE(table.out.find("tg6 x3"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("pp8 x3"), std::string::npos) << table.out;
+  const auto zero = testing::RunCommand(
+      {INFER_BINARY, "bench", "--model", model, "--parallel", "0", "--threads", "1"});
+  EXPECT_NE(zero.exit_code, 0);
+}
+
 }  // namespace
 }  // namespace infer

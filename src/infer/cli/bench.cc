@@ -1,7 +1,9 @@
 // `infer bench`: llama-bench-style prefill (ppN) and decode (tgN) throughput on a model (real or
 // --load-format dummy), with warm-up, repetitions and mean +- sd. It runs through the engine
 // (Generate): ppN is one prefill step of N tokens, tgN the N decode steps after it, so tgN is
-// measured at a depth of N prompt tokens (pp1 gives decode at depth ~0).
+// measured at a depth of N prompt tokens (pp1 gives decode at depth ~0). --parallel B runs B
+// sequences together (llama-batched-bench's -npl): their B prompts of N tokens in one prefill
+// step, then B rows per decode step; its t/s are the batch's (all B rows' tokens per second).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -30,6 +32,7 @@ struct BenchArgs {
   std::vector<int64_t> prompt_tokens = {512};
   int64_t gen_tokens = 128;
   std::vector<int> threads = {0};
+  std::vector<int64_t> parallel = {1};
   int repetitions = 5;
   bool as_json = false;
   std::string report;
@@ -51,14 +54,20 @@ Stats Summarize(const std::vector<double>& values) {
   return stats;
 }
 
+// The table's mark of a batch of B sequences: " xB" (none for one).
+std::string BatchSuffix(int64_t parallel) {
+  return parallel == 1 ? std::string() : fmt::format(" x{}", parallel);
+}
+
 double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-// Deterministic pseudo-random token ids (no tokenizer needed).
-std::vector<int32_t> SyntheticPrompt(int64_t length, int64_t vocab) {
+// Deterministic pseudo-random token ids (no tokenizer needed); `stream` picks one of several
+// distinct prompts (a batch's rows share no prefix).
+std::vector<int32_t> SyntheticPrompt(int64_t length, int64_t vocab, uint64_t stream = 0) {
   std::vector<int32_t> ids(static_cast<size_t>(length));
-  uint64_t state = 0x243f6a8885a308d3ull;
+  uint64_t state = 0x243f6a8885a308d3ull + stream * 0x9e3779b97f4a7c15ull;
   for (auto& id : ids) {
     state = state * 6364136223846793005ull + 1442695040888963407ull;
     id = static_cast<int32_t>((state >> 33) % static_cast<uint64_t>(vocab));
@@ -122,9 +131,9 @@ void RunBench(const BenchArgs& args) {
                                     : "";
 
   nlohmann::json results = nlohmann::json::array();
-  std::string table = fmt::format("| {:<24} | {:>7} | {:>5} | {:>7} | {:>7} | {:>18} |\n", "model",
+  std::string table = fmt::format("| {:<24} | {:>7} | {:>5} | {:>7} | {:>9} | {:>18} |\n", "model",
                                   "params", "dtype", "threads", "test", "t/s");
-  table += fmt::format("| {:-<24} | {:->7} | {:->5} | {:->7} | {:->7} | {:->18} |\n", "", "", "",
+  table += fmt::format("| {:-<24} | {:->7} | {:->5} | {:->7} | {:->9} | {:->18} |\n", "", "", "",
                        "", "", "");
   const std::string params =
       fmt::format("{:.2f}B", static_cast<double>(ParameterCount(config)) / 1e9);
@@ -142,43 +151,61 @@ void RunBench(const BenchArgs& args) {
     }
     greedy.max_new_tokens = args.gen_tokens + 1;  // the first token ends the prefill step
     for (int64_t prompt_tokens : args.prompt_tokens) {
-      const std::vector<int32_t> prompt = SyntheticPrompt(prompt_tokens, config.vocab_size);
-      options.max_num_batched_tokens = prompt_tokens;  // the whole prompt in one step
-      std::vector<double> prefill_tok_s, decode_tok_s;
-      for (int rep = 0; rep < args.repetitions; ++rep) {
-        const GenerationOutput result = Generate(*model, nullptr, prompt, greedy, options);
-        prefill_tok_s.push_back(static_cast<double>(prompt_tokens) / result.timing.prefill_time_s);
-        decode_tok_s.push_back(static_cast<double>(result.timing.decode_times_s.size()) /
-                               result.timing.decode_time_s());
-        if (!args.as_json) {
-          std::fprintf(stderr, "\r%s threads=%d pp%lld rep %d/%d: %.1f / %.1f tok/s   ",
-                       ModelName(loaded.path).c_str(), pool.num_threads(),
-                       static_cast<long long>(prompt_tokens), rep + 1, args.repetitions,
-                       prefill_tok_s.back(), decode_tok_s.back());
+      for (int64_t parallel : args.parallel) {
+        std::vector<std::vector<int32_t>> prompts;
+        for (int64_t row = 0; row < parallel; ++row) {
+          prompts.push_back(
+              SyntheticPrompt(prompt_tokens, config.vocab_size, static_cast<uint64_t>(row)));
         }
+        // Every prompt in one step; the rows then decode together, step after step.
+        options.max_num_batched_tokens = prompt_tokens * parallel;
+        std::vector<double> prefill_tok_s, decode_tok_s;
+        for (int rep = 0; rep < args.repetitions; ++rep) {
+          const std::vector<GenerationOutput> rows =
+              GenerateBatch(*model, nullptr, prompts, {greedy}, options);
+          // The batch's time is its slowest row's (the rows share every step).
+          double prefill_s = 0, decode_s = 0;
+          int64_t decoded = 0;
+          for (const GenerationOutput& row : rows) {
+            prefill_s = std::max(prefill_s, row.timing.prefill_time_s);
+            decode_s = std::max(decode_s, row.timing.decode_time_s());
+            decoded += static_cast<int64_t>(row.timing.decode_times_s.size());
+          }
+          prefill_tok_s.push_back(static_cast<double>(prompt_tokens * parallel) / prefill_s);
+          decode_tok_s.push_back(static_cast<double>(decoded) / decode_s);
+          if (!args.as_json) {
+            std::fprintf(stderr, "\r%s threads=%d pp%lld%s rep %d/%d: %.1f / %.1f tok/s   ",
+                         ModelName(loaded.path).c_str(), pool.num_threads(),
+                         static_cast<long long>(prompt_tokens), BatchSuffix(parallel).c_str(),
+                         rep + 1, args.repetitions, prefill_tok_s.back(), decode_tok_s.back());
+          }
+        }
+        if (!args.as_json) std::fprintf(stderr, "\n");
+        const Stats prefill = Summarize(prefill_tok_s);
+        const Stats decode = Summarize(decode_tok_s);
+        table += fmt::format("| {:<24} | {:>7} | {:>5} | {:>7} | {:>9} | {:>18} |\n",
+                             ModelName(loaded.path), params, weight_type, pool.num_threads(),
+                             fmt::format("pp{}{}", prompt_tokens, BatchSuffix(parallel)),
+                             fmt::format("{:.2f} ± {:.2f}", prefill.mean, prefill.sd));
+        table += fmt::format("| {:<24} | {:>7} | {:>5} | {:>7} | {:>9} | {:>18} |\n",
+                             ModelName(loaded.path), params, weight_type, pool.num_threads(),
+                             fmt::format("tg{}{}", args.gen_tokens, BatchSuffix(parallel)),
+                             fmt::format("{:.2f} ± {:.2f}", decode.mean, decode.sd));
+        results.push_back(
+            {{"threads", pool.num_threads()},
+             {"prompt_tokens", prompt_tokens},
+             {"gen_tokens", args.gen_tokens},
+             {"parallel", parallel},
+             {"repetitions", args.repetitions},
+             {"prefill_tok_s", prefill.mean},
+             {"prefill_tok_s_sd", prefill.sd},
+             {"decode_tok_s", decode.mean},
+             {"decode_tok_s_sd", decode.sd},
+             {"prefill_tok_s_samples", prefill_tok_s},
+             {"decode_tok_s_samples", decode_tok_s},
+             // (a decode step reads the weights once for all its rows)
+             {"decode_gb_s", decode.mean / static_cast<double>(parallel) * weight_gb_per_token}});
       }
-      if (!args.as_json) std::fprintf(stderr, "\n");
-      const Stats prefill = Summarize(prefill_tok_s);
-      const Stats decode = Summarize(decode_tok_s);
-      table += fmt::format("| {:<24} | {:>7} | {:>5} | {:>7} | {:>7} | {:>18} |\n",
-                           ModelName(loaded.path), params, weight_type, pool.num_threads(),
-                           fmt::format("pp{}", prompt_tokens),
-                           fmt::format("{:.2f} ± {:.2f}", prefill.mean, prefill.sd));
-      table += fmt::format("| {:<24} | {:>7} | {:>5} | {:>7} | {:>7} | {:>18} |\n",
-                           ModelName(loaded.path), params, weight_type, pool.num_threads(),
-                           fmt::format("tg{}", args.gen_tokens),
-                           fmt::format("{:.2f} ± {:.2f}", decode.mean, decode.sd));
-      results.push_back({{"threads", pool.num_threads()},
-                         {"prompt_tokens", prompt_tokens},
-                         {"gen_tokens", args.gen_tokens},
-                         {"repetitions", args.repetitions},
-                         {"prefill_tok_s", prefill.mean},
-                         {"prefill_tok_s_sd", prefill.sd},
-                         {"decode_tok_s", decode.mean},
-                         {"decode_tok_s_sd", decode.sd},
-                         {"prefill_tok_s_samples", prefill_tok_s},
-                         {"decode_tok_s_samples", decode_tok_s},
-                         {"decode_gb_s", decode.mean * weight_gb_per_token}});
     }
   }
   const double probe_after_gb_s = ProbeReadBandwidthGbS(load_pool, size_t{1} << 30);
@@ -239,6 +266,13 @@ void AddBenchCommand(CLI::App& app) {
   command->add_option("--threads", args->threads, "Thread counts, e.g. 1,2 (0: all CPUs)")
       ->delimiter(',')
       ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  command
+      ->add_option("--parallel", args->parallel,
+                   "Sequences run together, e.g. 1,4,8 (llama-batched-bench's -npl); t/s are the "
+                   "batch's")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 256))
       ->capture_default_str();
   command->add_option("--repetitions", args->repetitions, "Timed repetitions per test")
       ->capture_default_str();
