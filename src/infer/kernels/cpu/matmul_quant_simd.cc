@@ -207,6 +207,14 @@ inline int64_t KcGroups(const PackedMatrix& w) {
 }
 // Tiles per thread in the streaming order, claimed dynamically.
 constexpr int64_t kStreamTasksPerThread = 4;
+// Bytes of weights in one k-block of a streaming-order task with several row blocks, where its
+// share of the outputs made more than twice as many: an output head's 8 tasks made k-blocks of
+// megabytes, read again from memory by every row block. kernels_bench --m=3,4,5,6,8,16
+// --shape=lm_head from memory, against 8 tasks (AMD EPYC with AVX-512, MODEL_BENCH_LOG
+// 2026-11-28 20:40): forced AVX2 int4 1.53-1.73x, int6 1.47-1.89x; AVX-512 int8 1.50-2.54x,
+// int4k 1.36-1.76x, int6 1.34-2.27x; AVX-VNNI int6 1.60-2.54x; gate_up on AVX-512 1.01-1.15x.
+// Narrowing smaller excesses (down, 288 KB) ran int4k 3-7% slower on one thread.
+constexpr int64_t kStreamBlockBytes = 256 << 10;
 // Prefetch distance along a panel's stream, in bytes, for a tile of `rows` rows.
 // - AVX-512 (4 panel streams per thread at one row): 1 KiB against the earlier 4 KiB, the two
 //   alternated on Qwen3-1.7B decode (AMD EPYC, 2 threads): int8 ahead in 8 of 11 pairs, 27.2
@@ -1268,6 +1276,27 @@ void AmxGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outputs
 
 #endif  // INFER_AMX_TILES
 
+// The streaming order's tasks: ranges of whole panels, about kStreamTasksPerThread per thread
+// over all outputs; with several row blocks, each of which passes over a task's k-block,
+// narrowed to kStreamBlockBytes per k-block where they were more than twice that (so that the
+// later passes find it in L2).
+int64_t StreamTilesPerTask(std::span<const Product> outputs, int64_t row_blocks, int threads) {
+  constexpr int64_t kPanelTiles = kPanel / kNr;
+  int64_t total_tiles = 0;
+  for (const Product& o : outputs) total_tiles += (o.w->rows() + kNr - 1) / kNr;
+  const int64_t max_tasks = kStreamTasksPerThread * threads;
+  const int64_t panels =
+      std::max<int64_t>(1, (total_tiles + max_tasks - 1) / max_tasks / kPanelTiles);
+  if (row_blocks > 1) {
+    const PackedMatrix& w = *outputs.front().w;
+    const int64_t panel_block_bytes = KcGroups(w) * w.group_bytes();
+    if (panels * panel_block_bytes > 2 * kStreamBlockBytes) {
+      return std::max<int64_t>(1, kStreamBlockBytes / panel_block_bytes) * kPanelTiles;
+    }
+  }
+  return panels * kPanelTiles;
+}
+
 // x's rows against every output's weights (all quantized as kInt4 says), in one region.
 template <bool kInt4>
 void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outputs,
@@ -1282,13 +1311,7 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
                       g1 == groups && o.bias != nullptr ? o.bias + j0 : nullptr);
   };
   if (StreamingOrder(m, outputs.front().w->quantization())) {
-    // Ranges of whole panels, about kStreamTasksPerThread per thread over all outputs.
-    int64_t total_tiles = 0;
-    for (const Product& o : outputs) total_tiles += (o.w->rows() + kNr - 1) / kNr;
-    const int64_t max_tasks = kStreamTasksPerThread * pool.num_threads();
-    const int64_t tiles_per_task = std::max<int64_t>(
-        kPanel / kNr, (total_tiles + max_tasks - 1) / max_tasks / (kPanel / kNr) * (kPanel / kNr));
-    const int64_t step = tiles_per_task * kNr;
+    const int64_t step = StreamTilesPerTask(outputs, row_blocks, pool.num_threads()) * kNr;
     pool.RunTasks(static_cast<int>(ProductTasks(outputs, step)), [&](int task) {
       const auto [o, j0] = ProductTask(outputs, task, step);
       const int64_t tiles = (std::min(o->w->rows(), j0 + step) - j0 + kNr - 1) / kNr;
