@@ -174,7 +174,10 @@ constexpr int64_t kStreamMaxBlocks = 4;
 // block: their streaming tiles (vpmaddwd on 16-bit halves; int4k's scale work) are bound by
 // compute from 3 rows on, where the many-row tiles read the weights once at the same cost
 // (kernels_bench --isa=avx2 --threads=2 --m=3,4,6,8, Zen 3, MODEL_BENCH_LOG 2026-11-28: int8
-// 1.6-2.1x faster from 4 rows, int4k 1.1-1.7x; int4 and int6 were mixed, so they stay).
+// 1.6-2.1x faster from 4 rows, int4k 1.1-1.7x; int4 was mixed, so it stays). int6 too, since
+// ManyRowGemm streams it panel after panel (kernels_bench --isa=avx2,avxvnni --m=3,4,8,16
+// --quantization=int6 from memory, forced on an AVX-512 AMD EPYC, MODEL_BENCH_LOG 2026-11-28
+// 20:40: 1.3-2.0x on gate_up, down and lm_head, one and two threads).
 // int8 leaves it at 2 rows: in one row block (up to kGemmRows rows) Int8PanelTile streams
 // whole panels with a far prefetch (kernels_bench --isa=avx2 --quantization=int8
 // --shape=lm_head, from memory, forced on an AVX-512 AMD EPYC, MODEL_BENCH_LOG 2026-11-28 17:30:
@@ -182,12 +185,12 @@ constexpr int64_t kStreamMaxBlocks = 4;
 inline bool StreamingOrder(int64_t m, [[maybe_unused]] Quantization q) {
 #if !defined(__AVX512F__) && !defined(INFER_YMM_VNNI)
   if (q == Quantization::kInt8) return m <= 1;
-  if (q == Quantization::kInt4K) return m <= kMr;
+  if (q == Quantization::kInt4K || q == Quantization::kInt6) return m <= kMr;
 #elif defined(INFER_YMM_VNNI)
   // AVX-VNNI: from 3 rows ManyRowGemm's panel-after-panel stream, not 2 to 4 k-blocked row
   // blocks (kernels_bench --isa=avxvnni --m=3,4,8 from memory, MODEL_BENCH_LOG 2026-11-28:
-  // lm_head 1.6-2.75x for int8, int4 and int4k; down 0.94-1.89x). int6 was not measured.
-  if (q != Quantization::kInt6) return m <= kMr;
+  // lm_head 1.6-2.75x for int8, int4 and int4k; down 0.94-1.89x; int6 1.4-2.0x everywhere).
+  return m <= kMr;
 #endif
   return (m + kMr - 1) / kMr <= kStreamMaxBlocks;
 }
@@ -1082,12 +1085,12 @@ void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> out
     const int64_t tiles = (std::min(o->w->rows(), j0 + step) - j0 + kNr - 1) / kNr;
     const int64_t groups = o->w->num_groups();
     const PackedMatrix& w = *o->w;
-    // int8 and the 4-bit types in up to kStreamRowBlocks row blocks (batched decode): panel
-    // after panel, each panel's weights over all of k as one sequential stream, which the first
-    // row block's tile asks for far ahead; the others find the panel (at most 32 x k bytes of
-    // values and scales) in L2. From memory at 3-8 rows: int8 1.7-3.0x and int4k 1.4-2.2x the
-    // k-blocked order (kernels_bench --isa=avx2 --shape=lm_head, MODEL_BENCH_LOG 2026-11-28).
-    if (row_blocks <= kStreamRowBlocks && (kInt4 || w.quantization() == Quantization::kInt8)) {
+    // Up to kStreamRowBlocks row blocks (batched decode): panel after panel, each panel's weights
+    // over all of k as one sequential stream, which the first row block's tile asks for far ahead;
+    // the others find the panel (at most 32 x k bytes of values and scales) in L2. From memory at
+    // 3-8 rows: int8 1.7-3.0x and int4k 1.4-2.2x the k-blocked order (kernels_bench --isa=avx2
+    // --shape=lm_head, MODEL_BENCH_LOG 2026-11-28), int6 1.3-2.0x the streaming order at 3-16 rows.
+    if (row_blocks <= kStreamRowBlocks) {
       for (int64_t t = 0; t < tiles; t += kPanel / kNr) {
         const int64_t n = std::min<int64_t>(kPanel / kNr, tiles - t);
         const int64_t jt = j0 + t * kNr;
