@@ -214,8 +214,8 @@ constexpr int64_t kStreamTasksPerThread = 4;
 // share of the outputs made more than twice as many: an output head's 8 tasks made k-blocks of
 // megabytes, read again from memory by every row block. kernels_bench --m=3,4,5,6,8,16
 // --shape=lm_head from memory, against 8 tasks (AMD EPYC with AVX-512, MODEL_BENCH_LOG
-// 2026-11-28 20:40): forced AVX2 int4 1.53-1.73x, int6 1.47-1.89x; AVX-512 int8 1.50-2.54x,
-// int4k 1.36-1.76x, int6 1.34-2.27x; AVX-VNNI int6 1.60-2.54x; gate_up on AVX-512 1.01-1.15x.
+// 2026-11-28 20:40): forced AVX2 int4 1.38-1.93x, int6 1.47-1.89x; AVX-512 int8 1.50-2.54x,
+// int4k 1.25-1.76x, int6 1.34-2.27x; AVX-VNNI int6 1.60-2.54x; gate_up on AVX-512 1.00-1.15x.
 // Narrowing smaller excesses (down, 288 KB) ran int4k 3-7% slower on one thread.
 constexpr int64_t kStreamBlockBytes = 256 << 10;
 // Prefetch distance along a panel's stream, in bytes, for a tile of `rows` rows.
