@@ -725,8 +725,9 @@ inline void PrefetchSubBlock(const uint8_t* wb, int64_t bytes) {
 // The 4-bit types' sub-block scales come from `table` (Int4GroupScales of the tile's groups g0
 // to g1, one after another), made once per task for every row block. x's rows in groups of
 // kGemmRows (QuantizedRows), row0 the first of one.
-// kStream: the weights come from memory (ManyRowGemm's batched decode), asked for kStreamAhead
-// bytes ahead (a template argument: the prefill's loop is compiled without it).
+// kStream: the weights come from memory (ManyRowGemm's first row block over them), asked for
+// kStreamAhead bytes ahead (a template argument: the later row blocks' loop is compiled without
+// it).
 template <bool kInt4, int kRows, bool kStream>
 void ManyRowTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, int64_t j0,
                  int64_t g0, int64_t g1, float* y, int64_t y_stride, bool accumulate,
@@ -934,8 +935,8 @@ inline void Int8PanelDots(const QuantizedRows& x, int64_t x0, int r0, const uint
 // AVX2's many-row int8 tile without VNNI: kRows rows (1 to kGemmRows, row0 a group's first, as
 // ManyRowTile's) against the whole panel at j0 (a panel's first feature), over groups [g0, g1).
 // Two rows at a time: 8 integer accumulators; the f32 sums stay in memory, as ManyRowTile's.
-// `stream`: the weights come from memory (the first row block of ManyRowGemm's panel-after-panel
-// order), so the tile asks for them kStreamAhead bytes ahead.
+// `stream`: the weights come from memory (ManyRowGemm's first row block over them), so the tile
+// asks for them kStreamAhead bytes ahead.
 template <int kRows>
 void Int8PanelTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, int64_t j0,
                    int64_t g0, int64_t g1, float* y, int64_t y_stride, bool accumulate,
@@ -1108,14 +1109,18 @@ void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> out
     const int64_t kc_groups = KcGroups(w);
     for (int64_t g0 = 0; g0 < groups; g0 += kc_groups) {
       const int64_t g1 = std::min(groups, g0 + kc_groups);
-      // The 4-bit types: the k-block's sub-block scales in f32, once for every row block.
+      // The 4-bit types: the k-block's sub-block scales in f32, once for every row block. The
+      // first row block reads the k-block from memory and asks for it ahead; the others find it
+      // in L2 (kernels_bench --isa=avx2,avxvnni --m=24,32,64 --shape=gate_up,down from memory,
+      // forced on an AVX-512 AMD EPYC, MODEL_BENCH_LOG 2026-11-28 20:40: int8 1.06-1.28x, int4k
+      // 1.02-1.12x, int6 1.12-1.16x; m = 512 level).
       const float* table = kInt4 ? ScaleTable(w, j0, tiles, g0, g1) : nullptr;
       for (int64_t p = 0; p < row_blocks; ++p) {
         const int rows = static_cast<int>(std::min<int64_t>(kGemmRows, m - p * kGemmRows));
         ManyRowTiles<kInt4>(rows, tiles, x, p * kGemmRows, w, j0, g0, g1,
                             o->y + p * kGemmRows * o->y_stride + j0, o->y_stride, g0 > 0,
                             g1 == groups && o->bias != nullptr ? o->bias + j0 : nullptr, table,
-                            /*stream=*/false);
+                            /*stream=*/p == 0);
       }
     }
   });
