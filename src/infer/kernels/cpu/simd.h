@@ -25,12 +25,6 @@ inline V Set1(float v) { return _mm512_set1_ps(v); }
 inline V Load(const float* p) { return _mm512_loadu_ps(p); }
 inline void Store(float* p, V v) { _mm512_storeu_ps(p, v); }
 inline V LoadN(const float* p, int64_t n) { return _mm512_maskz_loadu_ps(FirstN(n), p); }
-// Lanes >= n take `fill`.
-inline V LoadNOr(const float* p, int64_t n, float fill) {
-  return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), FirstN(n), p);
-}
-// Lanes >= n set to zero.
-inline V KeepFirstN(V v, int64_t n) { return _mm512_maskz_mov_ps(FirstN(n), v); }
 inline void StoreN(float* p, V v, int64_t n) { _mm512_mask_storeu_ps(p, FirstN(n), v); }
 inline V Add(V a, V b) { return _mm512_add_ps(a, b); }
 inline V Sub(V a, V b) { return _mm512_sub_ps(a, b); }
@@ -125,12 +119,6 @@ inline void Store(float* p, V v) { _mm256_storeu_ps(p, v); }
 inline V LoadN(const float* p, int64_t n) {
   return n >= kLanes ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, FirstNMask(n));
 }
-inline V LoadNOr(const float* p, int64_t n, float fill) {
-  const __m256i mask = FirstNMask(n);
-  return _mm256_blendv_ps(_mm256_set1_ps(fill), _mm256_maskload_ps(p, mask),
-                          _mm256_castsi256_ps(mask));
-}
-inline V KeepFirstN(V v, int64_t n) { return _mm256_and_ps(v, _mm256_castsi256_ps(FirstNMask(n))); }
 inline void StoreN(float* p, V v, int64_t n) {
   if (n >= kLanes) {
     _mm256_storeu_ps(p, v);
