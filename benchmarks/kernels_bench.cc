@@ -1,7 +1,6 @@
 // Kernel micro-benchmark: MatMul at Llama-3.2-1B shapes, m = 1 (GB/s of weights streamed,
 // the decode bound; up to m = 64, batched decode and short prefills, the weights stream from
-// memory too) and
-// m = 512 (GFLOP/s, the prefill bound), per ISA and thread count; then
+// memory too) and m = 512 (GFLOP/s, the prefill bound), per ISA and thread count; then
 // one layer of PagedAttention (decode at Llama-3.2-1B and Gemma-3-1B shapes over 0 .. 4096
 // keys, f32 and bf16 KV, and a 512-token prefill), to be read next to the matmul rows.
 // Prints a markdown table; --json writes one JSON object per line instead (matmul only).
@@ -30,12 +29,12 @@
 namespace {
 
 using infer::DType;
-
-// Up to this many rows the matmuls cycle through copies of the weights (--cached: not).
-constexpr int64_t kStreamedRows = 64;
 using infer::Tensor;
 using infer::ThreadPool;
 namespace kernels = infer::kernels;
+
+// Up to this many rows the matmuls cycle through copies of the weights (--cached: not).
+constexpr int64_t kStreamedRows = 64;
 
 struct Options {
   bool json = false;

@@ -131,8 +131,11 @@ void RunBench(const BenchArgs& args) {
                                     : "";
 
   nlohmann::json results = nlohmann::json::array();
-  std::string table = fmt::format("| {:<24} | {:>7} | {:>5} | {:>7} | {:>9} | {:>18} |\n", "model",
-                                  "params", "dtype", "threads", "test", "t/s");
+  // One line of the table: model, params, dtype, threads, test, t/s.
+  auto row = [](const auto&... cells) {
+    return fmt::format("| {:<24} | {:>7} | {:>5} | {:>7} | {:>9} | {:>18} |\n", cells...);
+  };
+  std::string table = row("model", "params", "dtype", "threads", "test", "t/s");
   table += fmt::format("| {:-<24} | {:->7} | {:->5} | {:->7} | {:->9} | {:->18} |\n", "", "", "",
                        "", "", "");
   const std::string params =
@@ -183,14 +186,12 @@ void RunBench(const BenchArgs& args) {
         if (!args.as_json) std::fprintf(stderr, "\n");
         const Stats prefill = Summarize(prefill_tok_s);
         const Stats decode = Summarize(decode_tok_s);
-        table += fmt::format("| {:<24} | {:>7} | {:>5} | {:>7} | {:>9} | {:>18} |\n",
-                             ModelName(loaded.path), params, weight_type, pool.num_threads(),
-                             fmt::format("pp{}{}", prompt_tokens, BatchSuffix(parallel)),
-                             fmt::format("{:.2f} ± {:.2f}", prefill.mean, prefill.sd));
-        table += fmt::format("| {:<24} | {:>7} | {:>5} | {:>7} | {:>9} | {:>18} |\n",
-                             ModelName(loaded.path), params, weight_type, pool.num_threads(),
-                             fmt::format("tg{}{}", args.gen_tokens, BatchSuffix(parallel)),
-                             fmt::format("{:.2f} ± {:.2f}", decode.mean, decode.sd));
+        table += row(ModelName(loaded.path), params, weight_type, pool.num_threads(),
+                     fmt::format("pp{}{}", prompt_tokens, BatchSuffix(parallel)),
+                     fmt::format("{:.2f} ± {:.2f}", prefill.mean, prefill.sd));
+        table += row(ModelName(loaded.path), params, weight_type, pool.num_threads(),
+                     fmt::format("tg{}{}", args.gen_tokens, BatchSuffix(parallel)),
+                     fmt::format("{:.2f} ± {:.2f}", decode.mean, decode.sd));
         results.push_back(
             {{"threads", pool.num_threads()},
              {"prompt_tokens", prompt_tokens},

@@ -1082,46 +1082,44 @@ void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> out
     step /= 2;
   }
   pool.RunTasks(static_cast<int>(ProductTasks(outputs, step)), [&](int task) {
-    const auto [o, j0] = ProductTask(outputs, task, step);
+    // (Not a structured binding: clang's C++20 lambdas cannot capture one.)
+    const std::pair<const Product*, int64_t> range = ProductTask(outputs, task, step);
+    const Product* const o = range.first;
+    const int64_t j0 = range.second;
     const int64_t tiles = (std::min(o->w->rows(), j0 + step) - j0 + kNr - 1) / kNr;
     const int64_t groups = o->w->num_groups();
     const PackedMatrix& w = *o->w;
+    // Every row block over `n` tiles from jt and groups [g0, g1): the first reads the weights
+    // from memory and asks for them ahead; the others find them in L2. The 4-bit types' sub-block
+    // scales in f32 are made once for all of them.
+    auto row_blocks_over = [&](int64_t jt, int64_t n, int64_t g0, int64_t g1) {
+      const float* table = kInt4 ? ScaleTable(w, jt, n, g0, g1) : nullptr;
+      for (int64_t p = 0; p < row_blocks; ++p) {
+        const int rows = static_cast<int>(std::min<int64_t>(kGemmRows, m - p * kGemmRows));
+        ManyRowTiles<kInt4>(rows, n, x, p * kGemmRows, w, jt, g0, g1,
+                            o->y + p * kGemmRows * o->y_stride + jt, o->y_stride, g0 > 0,
+                            g1 == groups && o->bias != nullptr ? o->bias + jt : nullptr, table,
+                            /*stream=*/p == 0);
+      }
+    };
     // Up to kStreamRowBlocks row blocks (batched decode): panel after panel, each panel's weights
-    // over all of k as one sequential stream, which the first row block's tile asks for far ahead;
-    // the others find the panel (at most 32 x k bytes of values and scales) in L2. From memory at
-    // 3-8 rows: int8 1.7-3.0x and int4k 1.4-2.2x the k-blocked order (kernels_bench --isa=avx2
-    // --shape=lm_head, MODEL_BENCH_LOG 2026-11-28), int6 1.3-2.0x the streaming order at 3-16 rows.
+    // over all of k as one sequential stream (at most 32 x k bytes of values and scales, which
+    // stay in L2). From memory at 3-8 rows: int8 1.7-3.0x and int4k 1.4-2.2x the k-blocked order
+    // (kernels_bench --isa=avx2 --shape=lm_head, MODEL_BENCH_LOG 2026-11-28), int6 1.3-2.0x the
+    // streaming order at 3-16 rows.
     if (row_blocks <= kStreamRowBlocks) {
       for (int64_t t = 0; t < tiles; t += kPanel / kNr) {
-        const int64_t n = std::min<int64_t>(kPanel / kNr, tiles - t);
-        const int64_t jt = j0 + t * kNr;
-        const float* table = kInt4 ? ScaleTable(w, jt, n, 0, groups) : nullptr;
-        for (int64_t p = 0; p < row_blocks; ++p) {
-          const int rows = static_cast<int>(std::min<int64_t>(kGemmRows, m - p * kGemmRows));
-          ManyRowTiles<kInt4>(rows, n, x, p * kGemmRows, w, jt, 0, groups,
-                              o->y + p * kGemmRows * o->y_stride + jt, o->y_stride, false,
-                              o->bias != nullptr ? o->bias + jt : nullptr, table,
-                              /*stream=*/p == 0);
-        }
+        row_blocks_over(j0 + t * kNr, std::min<int64_t>(kPanel / kNr, tiles - t), 0, groups);
       }
       return;
     }
+    // More: the task's k-blocks one after another. The first row block's prefetch there:
+    // kernels_bench --isa=avx2,avxvnni --m=24,32,64 --shape=gate_up,down from memory, forced on
+    // an AVX-512 AMD EPYC, MODEL_BENCH_LOG 2026-11-28 20:40: int8 1.06-1.28x, int4k 1.02-1.12x,
+    // int6 1.12-1.16x; m = 512 level.
     const int64_t kc_groups = KcGroups(w);
     for (int64_t g0 = 0; g0 < groups; g0 += kc_groups) {
-      const int64_t g1 = std::min(groups, g0 + kc_groups);
-      // The 4-bit types: the k-block's sub-block scales in f32, once for every row block. The
-      // first row block reads the k-block from memory and asks for it ahead; the others find it
-      // in L2 (kernels_bench --isa=avx2,avxvnni --m=24,32,64 --shape=gate_up,down from memory,
-      // forced on an AVX-512 AMD EPYC, MODEL_BENCH_LOG 2026-11-28 20:40: int8 1.06-1.28x, int4k
-      // 1.02-1.12x, int6 1.12-1.16x; m = 512 level).
-      const float* table = kInt4 ? ScaleTable(w, j0, tiles, g0, g1) : nullptr;
-      for (int64_t p = 0; p < row_blocks; ++p) {
-        const int rows = static_cast<int>(std::min<int64_t>(kGemmRows, m - p * kGemmRows));
-        ManyRowTiles<kInt4>(rows, tiles, x, p * kGemmRows, w, j0, g0, g1,
-                            o->y + p * kGemmRows * o->y_stride + j0, o->y_stride, g0 > 0,
-                            g1 == groups && o->bias != nullptr ? o->bias + j0 : nullptr, table,
-                            /*stream=*/p == 0);
-      }
+      row_blocks_over(j0, tiles, g0, std::min(groups, g0 + kc_groups));
     }
   });
 }
