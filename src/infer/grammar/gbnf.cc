@@ -339,11 +339,24 @@ class Parser {
       if (AtEnd() || Peek() == '|' || Peek() == ')') break;
       if (depth == 0 && AtRuleStart()) break;
       Sequence atom = ParseAtom(depth, rule_name);
+      // Stacked *, + and ? are one repetition: x** is x*, x++ x+, x?? x?, any two others x*.
+      // (As nested rules, each level doubled the parse stacks of a step.)
+      char stacked = 0;
       while (true) {
         SkipSpace();
         const char c = Peek();
-        if (c != '*' && c != '+' && c != '?' && c != '{') break;
-        atom = ParseRepetition(std::move(atom), rule_name);
+        if (c == '*' || c == '+' || c == '?') {
+          stacked = stacked == 0 || stacked == c ? c : '*';
+          ++pos_;
+          continue;
+        }
+        if (stacked != 0) {
+          atom = Repeat(std::move(atom), stacked == '+' ? 1 : 0, stacked == '?' ? 1 : 0,
+                        stacked != '?', rule_name);
+          stacked = 0;
+        }
+        if (c != '{') break;
+        atom = ParseBoundedRepetition(std::move(atom), rule_name);
       }
       seq.insert(seq.end(), atom.begin(), atom.end());
     }
@@ -363,38 +376,35 @@ class Parser {
     return static_cast<uint32_t>(n);
   }
 
-  Sequence ParseRepetition(Sequence atom, const std::string& rule_name) {
-    const size_t at = pos_;
-    const char op = text_[pos_++];
+  // x{m}, x{m,}, x{m,n}, x{,n}.
+  Sequence ParseBoundedRepetition(Sequence atom, const std::string& rule_name) {
+    const size_t at = pos_++;
     uint32_t min = 0, max = 0;
     bool unbounded = false;
-    if (op == '*') {
-      unbounded = true;
-    } else if (op == '+') {
-      min = 1;
-      unbounded = true;
-    } else if (op == '?') {
-      max = 1;
-    } else {
-      SkipSpace();
-      if (Peek() != ',') min = ParseNumber();
-      SkipSpace();
-      if (Peek() == ',') {
-        ++pos_;
-        SkipSpace();
-        if (Peek() == '}') {
-          unbounded = true;
-        } else {
-          max = ParseNumber();
-          if (max < min) Error(at, "repetition {{{},{}}} has max below min", min, max);
-        }
-      } else {
-        max = min;
-      }
-      SkipSpace();
-      if (Peek() != '}') Error(pos_, "expected '}}' to close the repetition");
+    SkipSpace();
+    if (Peek() != ',') min = ParseNumber();
+    SkipSpace();
+    if (Peek() == ',') {
       ++pos_;
+      SkipSpace();
+      if (Peek() == '}') {
+        unbounded = true;
+      } else {
+        max = ParseNumber();
+        if (max < min) Error(at, "repetition {{{},{}}} has max below min", min, max);
+      }
+    } else {
+      max = min;
     }
+    SkipSpace();
+    if (Peek() != '}') Error(pos_, "expected '}}' to close the repetition");
+    ++pos_;
+    return Repeat(std::move(atom), min, max, unbounded, rule_name);
+  }
+
+  // `atom` from `min` to `max` times (no upper bound when `unbounded`).
+  Sequence Repeat(Sequence atom, uint32_t min, uint32_t max, bool unbounded,
+                  const std::string& rule_name) {
     // The repeated thing as one element.
     Element x;
     if (atom.size() == 1) {

@@ -66,6 +66,36 @@ int32_t StackPool::Intern(int32_t pos, int32_t parent) {
   return id;
 }
 
+namespace {
+thread_local size_t t_budget_left = 0;
+thread_local size_t t_budget_max = 0;
+thread_local bool t_budget_open = false;
+}  // namespace
+
+StepBudget::StepBudget(size_t max_stacks) : outermost_(!t_budget_open) {
+  if (!outermost_) return;
+  t_budget_open = true;
+  t_budget_left = max_stacks;
+  t_budget_max = max_stacks;
+}
+
+StepBudget::~StepBudget() {
+  if (!outermost_) return;
+  t_budget_open = false;
+}
+
+void StepBudget::Charge(size_t stacks) {
+  if (!t_budget_open) return;
+  if (stacks > t_budget_left) {
+    t_budget_left = 0;
+    throw GrammarError(fmt::format(
+        "grammar: one step visits more than {} parse stacks (nested repetitions such as (x*)* "
+        "multiply them); simplify the grammar",
+        t_budget_max));
+  }
+  t_budget_left -= stacks;
+}
+
 void Stepper::Close(const int32_t* seeds, size_t n, StackSet& out) {
   out.tops.clear();
   out.complete = false;
@@ -111,6 +141,7 @@ void Stepper::Close(const int32_t* seeds, size_t n, StackSet& out) {
     }
   }
   std::sort(out.tops.begin(), out.tops.end());
+  StepBudget::Charge(visited);
 }
 
 namespace {

@@ -62,6 +62,25 @@ struct StackSet {
   bool operator==(const StackSet&) const = default;
 };
 
+// A bound on the work of one operation (one token's mask, one accepted token, one grammar's
+// compile): the stacks that all its closures visit together, counted per thread while a
+// StepBudget lives (nested ones leave the count to the outermost). Past it, Close throws
+// GrammarError. kMaxClosure bounds one closure; a state of tens of thousands of stacks, each
+// closed on its own for one mask, still took minutes (gbnf_fuzz: `[a-z]*+++...*?*`), and a
+// grammar from a request must not stall the batch it decodes in.
+class StepBudget {
+ public:
+  explicit StepBudget(size_t max_stacks);
+  ~StepBudget();
+  StepBudget(const StepBudget&) = delete;
+  StepBudget& operator=(const StepBudget&) = delete;
+  // Counts `stacks` against the open budget (none open: nothing counted).
+  static void Charge(size_t stacks);
+
+ private:
+  bool outermost_;
+};
+
 // The step functions over a pool; `scratch` state reused between calls to avoid allocation.
 class Stepper {
  public:

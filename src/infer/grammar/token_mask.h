@@ -102,6 +102,9 @@ class VocabularyIndex {
 
 class CompiledGrammar {
  public:
+  // StepBudget of a compile (GrammarError past it): the tests' and grammar_bench's grammars stay
+  // below 35,000 stacks.
+  static constexpr size_t kMaxCompileStacks = size_t{1} << 23;
   // Throws GrammarError (from the grammar checks).
   CompiledGrammar(const Grammar& grammar, std::shared_ptr<const VocabularyIndex> vocabulary);
   static std::shared_ptr<const CompiledGrammar> FromGbnf(
@@ -281,6 +284,9 @@ class CompiledGrammar {
 class GrammarMatcher {
  public:
   explicit GrammarMatcher(std::shared_ptr<const CompiledGrammar> compiled);
+  // StepBudget of one mask, token or string: the JSON and schema grammars of the tests and of
+  // grammar_bench stay below 75,000 stacks.
+  static constexpr size_t kMaxStepStacks = size_t{1} << 22;
 
   // Words of a bitmask over `vocab_size` ids.
   static size_t BitmaskWords(int64_t vocab_size) {
