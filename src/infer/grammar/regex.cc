@@ -19,6 +19,9 @@ namespace {
 constexpr size_t kUnbounded = static_cast<size_t>(-1);
 // {m,n} bounds beyond this are refused before anything multiplies them.
 constexpr size_t kMaxCount = 100000;
+// Group depth: the parser and the passes over its tree recurse once per level (json_schema_fuzz
+// overflowed the stack with thousands of '(').
+constexpr int kMaxGroupDepth = 256;
 
 struct Node {
   enum class Kind { kSet, kSeq, kAlt, kRepeat };
@@ -276,9 +279,12 @@ class Parser {
         Fail(at, "this group syntax (inline flags, conditionals, atomic groups) is not supported");
       }
     }
+    if (++depth_ > kMaxGroupDepth)
+      Fail(at, fmt::format("groups nested deeper than {}", kMaxGroupDepth));
     NodePtr inner = ParseAlt();
     if (Peek() != ')') Fail(at, "unclosed '('");
     ++pos_;
+    --depth_;
     return inner;
   }
 
@@ -450,6 +456,7 @@ class Parser {
 
   std::string_view src_;
   size_t pos_ = 0;
+  int depth_ = 0;  // groups open at pos_
 };
 
 // Sizes: the expanded number of character positions, and the length range of the language.

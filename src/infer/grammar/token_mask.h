@@ -331,7 +331,7 @@ class GrammarMatcher {
   // them; -1 and none when that is not so); this step's frames whose tops took one mask, and
   // those tops.
   std::unordered_map<int32_t, std::pair<int32_t, std::vector<int32_t>>> groups_;
-  std::vector<int32_t> grouped_, covered_;
+  std::vector<int32_t> frames_, covered_;
 };
 
 }  // namespace infer::grammar

@@ -182,6 +182,8 @@ ModelConfig ParseFamily(const ConfigReader& reader, Family family, ModelConfig c
                                                     : family == Family::kQwen3 ? 32768
                                                                                : 131072);
   config.rms_norm_eps = reader.Number("rms_norm_eps", 1e-6);
+  INFER_CHECK(config.rms_norm_eps >= 0, "{}: 'rms_norm_eps' must be at least 0, got {}", source,
+              config.rms_norm_eps);
   config.attention_bias = reader.Bool("attention_bias", false);
   config.mlp_bias = family == Family::kLlama && reader.Bool("mlp_bias", false);
   config.tie_word_embeddings = reader.Bool("tie_word_embeddings", family == Family::kGemma3);
@@ -263,6 +265,9 @@ ModelConfig ParseFamily(const ConfigReader& reader, Family family, ModelConfig c
     INFER_CHECK(scalar > 0, "{}: query_pre_attn_scalar must be positive", source);
     config.query_scale = 1.0 / std::sqrt(scalar);
     config.final_logit_softcap = reader.Number("final_logit_softcapping", 0.0);
+    INFER_CHECK(config.final_logit_softcap >= 0,
+                "{}: 'final_logit_softcapping' must be at least 0 (0: none), got {}", source,
+                config.final_logit_softcap);
     const std::string act = reader.Has("hidden_activation")
                                 ? reader.String("hidden_activation", "")
                                 : reader.String("hidden_act", "gelu_pytorch_tanh");

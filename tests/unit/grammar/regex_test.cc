@@ -137,6 +137,8 @@ TEST(RegexToGbnf, RefusesWhatItDoesNotSupportWithTheOffset) {
       {"a{3,2}", "offset 1: repetition {m,n} with m > n"},
       {"[]a]", "offset 1:"},
       {"\\q", "offset 0: unknown escape"},
+      // json_schema_fuzz: thousands of '(' overflowed the recursive parser's stack.
+      {std::string(5000, '(') + "a" + std::string(5000, ')'), "offset 256: groups nested deeper"},
   };
   for (const auto& [pattern, expected] : cases) {
     try {
@@ -157,6 +159,9 @@ TEST(RegexToGbnf, ExponentialPatternsCompileAndHugeExpansionsAreRefused) {
   EXPECT_THROW(RegexToGbnf("((a{1000}){1000}){1000}"), GrammarError);
   EXPECT_THROW(RegexToGbnf("a{1000000}"), GrammarError);
   EXPECT_NO_THROW(RegexToGbnf("[0-9]{3}-[0-9]{4}"));
+  const Grammar nested(RegexToGbnf(std::string(256, '(') + "ab" + std::string(256, ')') + "+"));
+  EXPECT_TRUE(nested.Accepts("abab"));
+  EXPECT_FALSE(nested.Accepts("aba"));
 }
 
 TEST(RegexToGbnf, NonAsciiAndEscapedCharactersRoundTrip) {

@@ -173,6 +173,13 @@ TEST(HfConfig, ClearErrors) {
   EXPECT_NE(ErrorOf(Minimal("llama", R"(,"hidden_act":"relu")")).find("relu"), std::string::npos);
   EXPECT_NE(ErrorOf(Minimal("llama", R"(,"rms_norm_eps":"small")")).find("rms_norm_eps"),
             std::string::npos);
+  // config_fuzz's find: a negative epsilon was accepted (a NaN under the square root).
+  EXPECT_NE(ErrorOf(Minimal("llama", R"(,"rms_norm_eps":-6e10)"))
+                .find("'rms_norm_eps' must be at least 0, got -60000000000"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Minimal("gemma3_text", R"(,"final_logit_softcapping":-30.0)"))
+                .find("final_logit_softcapping"),
+            std::string::npos);
   EXPECT_NE(ErrorOf(Minimal("llama", R"(,"head_dim":0)")).find("head_dim"), std::string::npos);
   EXPECT_NE(ErrorOf(Minimal("llama", R"(,"torch_dtype":"int8")")).find("int8"), std::string::npos);
   // Inconsistent values are named (issue 16): heads that do not divide the hidden size, special
