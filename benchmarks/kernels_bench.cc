@@ -8,7 +8,7 @@
 //   kernels_bench [--json] [--isa=avx512bf16,avx512,avx2] [--threads=1,2] [--m=1,512] [--reps=N]
 //                 [--dtype=bf16|f16|f32] [--precision=f32,bf16]
 //                 [--shape=qo_proj,kv_proj,gate_up,down,lm_head,
-//                          gemma_q,gemma_gate_up,gemma_down]
+//                          gemma_q,gemma_gate_up,gemma_down,qwen_qkv,qwen_gate_up,qwen_down]
 //                 [--no-huge-pages] [--no-probe] [--no-attention] [--cached]
 #include <immintrin.h>
 
@@ -453,7 +453,12 @@ int main(int argc, char** argv) {
                           // gemma-3-1b's (hidden 1152, intermediate 6912, 4 x 256 query heads)
                           {"gemma_q", 1024, 1152},
                           {"gemma_gate_up", 6912, 1152},
-                          {"gemma_down", 1152, 6912}};
+                          {"gemma_down", 1152, 6912},
+                          // Qwen3-1.7B's (hidden 2048, intermediate 6144, q 16 x 128 and k, v
+                          // 8 x 128 in one)
+                          {"qwen_qkv", 4096, 2048},
+                          {"qwen_gate_up", 6144, 2048},
+                          {"qwen_down", 2048, 6144}};
   if (!options.json) {
     std::printf("dtype %s, huge pages %s, detected ISA %s\n\n",
                 std::string(infer::DTypeName(options.dtype)).c_str(),
@@ -499,8 +504,10 @@ int main(int argc, char** argv) {
   for (const Shape& shape : shapes) {
     const bool named =
         std::find(options.shapes.begin(), options.shapes.end(), shape.name) != options.shapes.end();
-    // (gemma's shapes only when named: the default set stays Llama's)
-    if (options.shapes.empty() ? std::string_view(shape.name).starts_with("gemma_") : !named) {
+    // (gemma's and Qwen3's shapes only when named: the default set stays Llama's)
+    if (options.shapes.empty() ? std::string_view(shape.name).starts_with("gemma_") ||
+                                     std::string_view(shape.name).starts_with("qwen_")
+                               : !named) {
       continue;
     }
     for (kernels::Quantization quantization : options.quantizations) {
