@@ -461,6 +461,33 @@ TEST(TokenMaskTest, BoundedRepetitionsSyntheticMasksEqualBruteForce) {
   EXPECT_GT(terminated_count, 3);
 }
 
+// A long bounded repetition, alone and under a star (gbnf_fuzz's `"b"{0,080300} *`, whose
+// chain of rules took n^2 / 2 steps to find its top): masks after every step against brute force.
+TEST(TokenMaskTest, LongRepetitionChainsMaskAsBruteForce) {
+  std::vector<std::string> tokens{""};
+  AppendAllStrings("<>abc", 3, tokens);
+  const auto end_id = static_cast<int32_t>(tokens.size());
+  tokens.push_back("</s>");
+  auto vocab = MakeVocab(tokens, {}, {end_id});
+  for (const char* gbnf : {"root ::= \"<\" x{0,3000} \">\"\nx ::= \"a\" | \"ab\" | \"c\"\n",
+                           "root ::= \"<\" (x{0,3000})* \">\"\nx ::= \"a\" | \"bc\"\n",
+                           "root ::= \"<\" \"b\"{2,3000} * \">\"\n"}) {
+    SCOPED_TRACE(gbnf);
+    auto compiled = CompiledGrammar::FromGbnf(gbnf, vocab);
+    // The chain's rules share their top's masks, but for the last few (tokens are at most 4
+    // bytes): without that, one mask per rule.
+    EXPECT_LT(compiled->num_masks(), 100u);
+    int terminated_count = 0;
+    for (uint32_t seed = 0; seed < 20; ++seed) {
+      bool terminated = false;
+      RandomWalk(compiled, seed, 12, 1, terminated);
+      if (HasFailure()) return;
+      terminated_count += terminated ? 1 : 0;
+    }
+    EXPECT_GT(terminated_count, 2);
+  }
+}
+
 // The matcher takes one mask for tops that are every start of one rule called at one place (a
 // string's character). After "a" below, such a set (the next x) shares its frame with a top
 // inside the x just begun ("a" may go on to "ab"), which must keep its own mask; in a bounded
