@@ -461,14 +461,32 @@ TEST(TokenMaskTest, BoundedRepetitionsSyntheticMasksEqualBruteForce) {
   EXPECT_GT(terminated_count, 3);
 }
 
-// A long bounded repetition, alone and under a star (gbnf_fuzz's `"b"{0,080300} *`, whose
-// chain of rules took n^2 / 2 steps to find its top): masks after every step against brute force.
-TEST(TokenMaskTest, LongRepetitionChainsMaskAsBruteForce) {
+// Every string of up to 3 characters over "<>abc", and an end token "</s>".
+std::shared_ptr<const VocabularyIndex> AngleBracketVocab() {
   std::vector<std::string> tokens{""};
   AppendAllStrings("<>abc", 3, tokens);
   const auto end_id = static_cast<int32_t>(tokens.size());
   tokens.push_back("</s>");
-  auto vocab = MakeVocab(tokens, {}, {end_id});
+  return MakeVocab(tokens, {}, {end_id});
+}
+
+// `walks` random walks of up to 12 tokens (seeds 0, 1, ...), masks against brute force after
+// every step; how many ended with an end token (-1 at the first failure).
+int TerminatedWalks(const std::shared_ptr<const CompiledGrammar>& compiled, uint32_t walks) {
+  int terminated_count = 0;
+  for (uint32_t seed = 0; seed < walks; ++seed) {
+    bool terminated = false;
+    RandomWalk(compiled, seed, 12, 1, terminated);
+    if (::testing::Test::HasFailure()) return -1;
+    terminated_count += terminated ? 1 : 0;
+  }
+  return terminated_count;
+}
+
+// A long bounded repetition, alone and under a star (gbnf_fuzz's `"b"{0,080300} *`, whose
+// chain of rules took n^2 / 2 steps to find its top): masks after every step against brute force.
+TEST(TokenMaskTest, LongRepetitionChainsMaskAsBruteForce) {
+  const auto vocab = AngleBracketVocab();
   for (const char* gbnf : {"root ::= \"<\" x{0,3000} \">\"\nx ::= \"a\" | \"ab\" | \"c\"\n",
                            "root ::= \"<\" (x{0,3000})* \">\"\nx ::= \"a\" | \"bc\"\n",
                            "root ::= \"<\" \"b\"{2,3000} * \">\"\n"}) {
@@ -477,13 +495,8 @@ TEST(TokenMaskTest, LongRepetitionChainsMaskAsBruteForce) {
     // The chain's rules share their top's masks, but for the last few (tokens are at most 4
     // bytes): without that, one mask per rule.
     EXPECT_LT(compiled->num_masks(), 100u);
-    int terminated_count = 0;
-    for (uint32_t seed = 0; seed < 20; ++seed) {
-      bool terminated = false;
-      RandomWalk(compiled, seed, 12, 1, terminated);
-      if (HasFailure()) return;
-      terminated_count += terminated ? 1 : 0;
-    }
+    const int terminated_count = TerminatedWalks(compiled, 20);
+    if (HasFailure()) return;
     EXPECT_GT(terminated_count, 2);
   }
 }
@@ -493,23 +506,13 @@ TEST(TokenMaskTest, LongRepetitionChainsMaskAsBruteForce) {
 // inside the x just begun ("a" may go on to "ab"), which must keep its own mask; in a bounded
 // repetition the call's mask is a ladder of its own. Masks after every step against brute force.
 TEST(TokenMaskTest, OneMaskPerCalledRuleKeepsTheOtherTopsOverItsFrame) {
-  std::vector<std::string> tokens{""};
-  AppendAllStrings("<>abc", 3, tokens);
-  const auto end_id = static_cast<int32_t>(tokens.size());
-  tokens.push_back("</s>");
-  auto vocab = MakeVocab(tokens, {}, {end_id});
+  const auto vocab = AngleBracketVocab();
   for (const char* gbnf :
        {"root ::= \"<\" x* \">\"\nx ::= \"a\" | \"ab\" | \"c\" | \"ca\"\n",
         "root ::= \"<\" x{0,6} \">\"\nx ::= \"a\" | \"ab\" | \"c\" | \"ca\"\n"}) {
     SCOPED_TRACE(gbnf);
-    auto compiled = CompiledGrammar::FromGbnf(gbnf, vocab);
-    int terminated_count = 0;
-    for (uint32_t seed = 0; seed < 30; ++seed) {
-      bool terminated = false;
-      RandomWalk(compiled, seed, 12, 1, terminated);
-      if (HasFailure()) return;
-      terminated_count += terminated ? 1 : 0;
-    }
+    const int terminated_count = TerminatedWalks(CompiledGrammar::FromGbnf(gbnf, vocab), 30);
+    if (HasFailure()) return;
     EXPECT_GT(terminated_count, 3);
   }
 }
