@@ -70,11 +70,13 @@ namespace {
 thread_local size_t t_budget_left = 0;
 thread_local size_t t_budget_max = 0;
 thread_local bool t_budget_open = false;
+thread_local const char* t_budget_what = "";
 }  // namespace
 
-StepBudget::StepBudget(size_t max_stacks) : outermost_(!t_budget_open) {
+StepBudget::StepBudget(size_t max_stacks, const char* what) : outermost_(!t_budget_open) {
   if (!outermost_) return;
   t_budget_open = true;
+  t_budget_what = what;
   t_budget_left = max_stacks;
   t_budget_max = max_stacks;
 }
@@ -89,9 +91,9 @@ void StepBudget::Charge(size_t stacks) {
   if (stacks > t_budget_left) {
     t_budget_left = 0;
     throw GrammarError(fmt::format(
-        "grammar: one step visits more than {} parse stacks (nested repetitions such as (x*)* "
+        "grammar: {} visits more than {} parse stacks (nested repetitions such as (x*)* "
         "multiply them); simplify the grammar",
-        t_budget_max));
+        t_budget_what, t_budget_max));
   }
   t_budget_left -= stacks;
 }

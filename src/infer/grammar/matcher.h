@@ -70,7 +70,8 @@ struct StackSet {
 // grammar from a request must not stall the batch it decodes in.
 class StepBudget {
  public:
-  explicit StepBudget(size_t max_stacks);
+  // `what` names the operation in the error ("one step", "the compile"): a static string.
+  StepBudget(size_t max_stacks, const char* what);
   ~StepBudget();
   StepBudget(const StepBudget&) = delete;
   StepBudget& operator=(const StepBudget&) = delete;

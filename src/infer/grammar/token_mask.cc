@@ -205,7 +205,7 @@ CompiledGrammar::CompiledGrammar(const Grammar& grammar,
                                  std::shared_ptr<const VocabularyIndex> vocabulary)
     : vocab_(std::move(vocabulary)) {
   const auto t0 = std::chrono::steady_clock::now();
-  const StepBudget budget(kMaxCompileStacks);
+  const StepBudget budget(kMaxCompileStacks, "the compile");
   ValidateGrammar(grammar);
   flat_ = std::make_shared<const FlatGrammar>(grammar);
   const FlatGrammar& g = *flat_;
@@ -1146,7 +1146,7 @@ const CompiledGrammar::PositionMask* GrammarMatcher::ContextMaskOf(int32_t node)
 }
 
 void GrammarMatcher::FillNextTokenBitmask(std::span<uint32_t> bitmask) {
-  const StepBudget budget(kMaxStepStacks);
+  const StepBudget budget(kMaxStepStacks, "one step");
   std::fill(bitmask.begin(), bitmask.end(), 0u);
   if (terminated_) return;
   const VocabularyIndex& vocab = compiled_->vocabulary();
@@ -1239,7 +1239,7 @@ void GrammarMatcher::FillNextTokenBitmask(std::span<uint32_t> bitmask) {
 }
 
 bool GrammarMatcher::AcceptToken(int32_t id) {
-  const StepBudget budget(kMaxStepStacks);
+  const StepBudget budget(kMaxStepStacks, "one step");
   if (terminated_) return false;
   const VocabularyIndex& vocab = compiled_->vocabulary();
   if (vocab.IsEnd(id)) {
@@ -1260,7 +1260,7 @@ bool GrammarMatcher::AcceptToken(int32_t id) {
 }
 
 bool GrammarMatcher::AcceptString(std::string_view bytes) {
-  const StepBudget budget(kMaxStepStacks);
+  const StepBudget budget(kMaxStepStacks, "one step");
   if (terminated_) return false;
   return bytes_.AcceptString(bytes);
 }
@@ -1276,7 +1276,7 @@ void GrammarMatcher::Rollback(int num_tokens) {
 }
 
 std::string GrammarMatcher::JumpForwardString() {
-  const StepBudget budget(kMaxStepStacks);
+  const StepBudget budget(kMaxStepStacks, "one step");
   std::string out;
   if (terminated_) return out;
   StackSet state = bytes_.state();
