@@ -21,6 +21,10 @@
 #   one: infer under INFER_FORCE_ISA, llama.cpp with only its matching prebuilt CPU variant
 #   (haswell: AVX2, FMA, F16C, BMI2; alderlake: those and AVX-VNNI), from a hard-linked copy of
 #   the install that holds no other variant (.cache/llamacpp-VARIANT).
+#   IK_LLAMA_BENCH=PATH: ik_llama.cpp's llama-bench too (benchmarks/llamacpp/build_ik_llama.sh
+#   builds it, for FORCE_ISA's flags), on the same GGUFs with its run-time repacking (-rtr 1:
+#   Q8_0 to Q8_0_R8 and so on) and its defaults otherwise; the three engines then take turns
+#   per repetition, the first one rotating.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 reps="${1:-2}"
@@ -49,12 +53,23 @@ stamp=$(date -u +%Y%m%dT%H%M%SZ)
 work=.cache/llamacpp_compare-$stamp  # kept: a failure late in the run loses nothing
 mkdir -p "$work"
 read -r -a pairs <<<"${PAIRS:-none:bf16 int8:q8_0 int4:q4_0}"
+ik_bench="${IK_LLAMA_BENCH:-}"
+engines=(llamacpp infer)
+if [[ -n "$ik_bench" ]]; then
+  [[ -x "$ik_bench" ]] || { echo "IK_LLAMA_BENCH: no executable at '$ik_bench'" >&2; exit 2; }
+  engines+=(ik_llama)
+fi
 declare -A gguf_name=([Llama-3.2-1B-Instruct]=Llama-3.2-1B [Qwen3-1.7B]=Qwen3-1.7B
   [gemma-3-1b-it]=gemma-3-1b)
 # One repetition of each engine for $model / $name, type $q, repetition $r.
 run_llamacpp() {
   local out="$work/llamacpp-$name-$type-$r.json"
   [[ -s "$out" ]] || node benchmarks/llamacpp/bench.mjs "$gguf" "$threads" 512 128 1 >"$out"
+}
+run_ik_llama() {
+  local out="$work/ik_llama-$name-$type-$r.json"
+  [[ -s "$out" ]] || "$ik_bench" -m "$gguf" -t "$threads" -p 512 -n 128 -r 1 -rtr 1 -o json \
+    >"$out" 2>"$work/ik_llama-$name-$type-$r.log"
 }
 run_infer() {
   local out="$work/infer-$name-${q//\//_}-$r.json" head=auto
@@ -71,17 +86,25 @@ for model in "${models[@]}"; do
     gguf=".cache/gguf/${gguf_name[$name]:-$name}-$type.gguf"
     [[ -s "$gguf" ]] || python3 benchmarks/llamacpp/make_gguf.py "$model" "$type" "$gguf" >/dev/null
     for ((r = 1; r <= reps; r++)); do
-      if ((r % 2)); then run_llamacpp; run_infer; else run_infer; run_llamacpp; fi
+      for ((e = 0; e < ${#engines[@]}; e++)); do
+        "run_${engines[(e + r - 1) % ${#engines[@]}]}"
+      done
     done
   done
 done
-FORCE_ISA="$force_isa" python3 - "$work" "benchmarks/reports/llamacpp_compare-$stamp.json" \
+FORCE_ISA="$force_isa" IK_LLAMA_BENCH="$ik_bench" python3 - "$work" "benchmarks/reports/llamacpp_compare-$stamp.json" \
   "$reps" "${pairs[*]}" "${models[@]}" <<'PY'
 import json, os, subprocess, sys
 work, report, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])
 force_isa = os.environ.get("FORCE_ISA") or None
 pairs = [tuple(pair.split(":", 1)) for pair in sys.argv[4].split()]
 models = [os.path.basename(m) for m in sys.argv[5:]]
+ik = os.environ.get("IK_LLAMA_BENCH") or None
+# build_ik_llama.sh leaves the source's commit beside the build (llama-bench's own build_commit
+# would name the repository the build folder sits in).
+ik_source = "?"
+if ik and os.path.exists(os.path.join(os.path.dirname(ik), "../../SOURCE_COMMIT")):
+    ik_source = open(os.path.join(os.path.dirname(ik), "../../SOURCE_COMMIT")).read().strip()
 
 
 def mean(values):
@@ -96,6 +119,15 @@ def load(engine, m, q):
         text = open(f"{work}/{engine}-{m}-{q.replace('/', '_')}-{r}.json").read().strip()
         if engine == "llamacpp":
             runs.append(json.loads(text.splitlines()[-1]))
+            continue
+        if engine == "ik_llama":  # llama-bench -o json: one entry per test (pp512, tg128)
+            tests = json.loads(text)
+            pp = next(t for t in tests if t["n_prompt"] == 512 and t["n_gen"] == 0)
+            tg = next(t for t in tests if t["n_prompt"] == 0 and t["n_gen"] == 128)
+            runs.append({"pp_tok_s": pp["avg_ts"], "tg_tok_s": tg["avg_ts"],
+                         "build": f"ik_llama.cpp {ik_source} llama-bench -rtr 1",
+                         "cpu_info": pp.get("cpu_info"), "type": pp.get("model_type"),
+                         "flash_attn": pp.get("flash_attn")})
             continue
         run = json.loads(text)
         by_prompt = {result["prompt_tokens"]: result for result in run["results"]}
@@ -138,14 +170,33 @@ for m, q, t in [(m, q, t) for m in models
                     "read_bandwidth_gb_s": mine.get("read_bandwidth_gb_s_runs")}}
     row["pp_ratio"] = row["infer_pp512_tok_s"] / row["llamacpp_pp512_tok_s"]
     row["tg_ratio"] = row["infer_tg128_tok_s"] / row["llamacpp_tg128_tok_s"]
+    if ik:
+        fork = load("ik_llama", m, t)
+        row.update(ik_llama_pp512_tok_s=fork["pp_tok_s"], ik_llama_tg128_tok_s=fork["tg_tok_s"],
+                   ik_llama_build=fork["build"], ik_llama_flash_attn=fork["flash_attn"],
+                   pp_ratio_to_ik_llama=row["infer_pp512_tok_s"] / fork["pp_tok_s"],
+                   tg_ratio_to_ik_llama=row["infer_tg128_tok_s"] / fork["tg_tok_s"],
+                   ik_llama_over_llamacpp_pp=fork["pp_tok_s"] / row["llamacpp_pp512_tok_s"],
+                   ik_llama_over_llamacpp_tg=fork["tg_tok_s"] / row["llamacpp_tg128_tok_s"])
+        row["runs"].update(ik_llama_pp512=fork["pp_tok_s_runs"], ik_llama_tg128=fork["tg_tok_s_runs"])
     rows.append(row)
     print(f"| {m} | {q} | {t} | {row['infer_pp512_tok_s']:.1f} | {row['llamacpp_pp512_tok_s']:.1f} | "
           f"{row['pp_ratio']:.2f}x | {row['infer_tg128_tok_s']:.1f} | {row['llamacpp_tg128_tok_s']:.1f} | "
           f"{row['tg_ratio']:.2f}x | {100 * (row['infer_decode_fraction_of_ceiling'] or 0):.0f}% | "
           f"{row['infer_tg128_depth512_tok_s']:.1f} |")
+if ik:
+    print()
+    print("| model | infer type | GGUF type | pp512 ik_llama.cpp | ik / llama.cpp | infer / ik | tg128 ik_llama.cpp | ik / llama.cpp | infer / ik |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for row in rows:
+        print(f"| {row['model']} | {row['infer_quantization']} | {row['llamacpp_type']} | "
+              f"{row['ik_llama_pp512_tok_s']:.1f} | {row['ik_llama_over_llamacpp_pp']:.2f}x | "
+              f"{row['pp_ratio_to_ik_llama']:.2f}x | {row['ik_llama_tg128_tok_s']:.1f} | "
+              f"{row['ik_llama_over_llamacpp_tg']:.2f}x | {row['tg_ratio_to_ik_llama']:.2f}x |")
 json.dump({"cpu": model_name, "cpu_flags": [f for f in flags if f.startswith(("avx", "amx", "fma", "f16c"))],
            "force_isa": force_isa, "threads": 2, "repetitions": reps,
-           "order": "engines alternate per repetition, the first one swapping each time",
+           "order": "engines take turns per repetition, the first one rotating each time",
+           "ik_llama": ik and f"{ik} ({ik_source})",
            "tg128": "decode of 128 tokens after a 1-token prompt on both sides (llama-bench's tg128); infer_tg128_depth512_tok_s: infer's after the 512-token prompt", "models": "random weights of " + ", ".join(models),
            "llamacpp": "node-llama-cpp 3.22.1 prebuilt CPU build", "rows": rows},
           open(report, "w"), indent=1)
