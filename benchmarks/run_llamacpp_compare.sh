@@ -13,7 +13,9 @@
 #          [REPETITIONS [MODEL_DIR...]]
 #   (idle machine; ~10 GB of GGUFs in .cache/gguf; default: the three models/ folders)
 #   PAIRS: infer's --quantization and llama.cpp's GGUF type per row (make_gguf.py's types:
-#   bf16, q8_0, q4_0, q4_k_m), e.g. "int4:q4_0 int4k:q4_0 int4k:q4_k_m". A GGUF type in several
+#   bf16, q8_0, q4_0, q4_k_m), e.g. "int4:q4_0 int4k:q4_0 int4k:q4_k_m". infer's "none" keeps
+#   bf16 weights and multiplies in f32 (its default --matmul-precision); "bf16" multiplies in
+#   bf16 (--matmul-precision bf16: activations rounded to bf16, as llama.cpp's BF16 does). A GGUF type in several
 #   rows (or an infer type) is run once per repetition. An infer type may name its output head's
 #   type after a slash (--lm-head-quantization): "int4k/int6:q4_0" (llama.cpp's 4-bit files keep
 #   a Q6_K head).
@@ -72,10 +74,14 @@ run_ik_llama() {
     >"$out" 2>"$work/ik_llama-$name-$type-$r.log"
 }
 run_infer() {
-  local out="$work/infer-$name-${q//\//_}-$r.json" head=auto
+  local out="$work/infer-$name-${q//\//_}-$r.json" head=auto weights=${q%%/*} precision=f32
   [[ $q == */* ]] && head=${q#*/}
+  # "bf16": bf16 weights multiplied in bf16 (activations rounded), as llama.cpp's BF16 files;
+  # "none": the same weights in f32 (infer's default precision).
+  [[ $weights == bf16 ]] && weights=none precision=bf16
   [[ -s "$out" ]] || build/infer bench --model "$model" --load-format dummy \
-    --quantization "${q%%/*}" --lm-head-quantization "$head" --prompt-tokens 512,1 \
+    --quantization "$weights" --matmul-precision "$precision" \
+    --lm-head-quantization "$head" --prompt-tokens 512,1 \
     --gen-tokens 128 --threads "$threads" --repetitions 1 --report "$out" >/dev/null 2>&1
 }
 for model in "${models[@]}"; do
