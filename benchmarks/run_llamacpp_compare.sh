@@ -15,8 +15,8 @@
 #   PAIRS: infer's --quantization and llama.cpp's GGUF type per row (make_gguf.py's types:
 #   bf16, q8_0, q4_0, q4_k_m), e.g. "int4:q4_0 int4k:q4_0 int4k:q4_k_m". infer's "none" keeps
 #   bf16 weights and multiplies in f32 (its default --matmul-precision); "bf16" multiplies in
-#   bf16 (--matmul-precision bf16: activations rounded to bf16, as llama.cpp's BF16 does). A GGUF type in several
-#   rows (or an infer type) is run once per repetition. An infer type may name its output head's
+#   bf16 (--matmul-precision bf16: activations rounded to bf16, as llama.cpp's BF16 does).
+#   A GGUF type in several rows (or an infer type) is run once per repetition. An infer type may name its output head's
 #   type after a slash (--lm-head-quantization): "int4k/int6:q4_0" (llama.cpp's 4-bit files keep
 #   a Q6_K head).
 #   FORCE_ISA=avx2|avxvnni: both engines on that narrower ISA, to measure such a CPU on a wider
