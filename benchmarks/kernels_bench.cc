@@ -321,6 +321,7 @@ TimeStats Summarize(const std::vector<double>& times) {
 struct Shape {
   const char* name;
   int64_t n, k;
+  bool by_default = true;  // in the set run when --shape names none (Llama's)
 };
 
 // ---- Attention ---------------------------------------------------------------------------
@@ -451,14 +452,14 @@ int main(int argc, char** argv) {
                           {"down", 2048, 8192},
                           {"lm_head", 128256, 2048},
                           // gemma-3-1b's (hidden 1152, intermediate 6912, 4 x 256 query heads)
-                          {"gemma_q", 1024, 1152},
-                          {"gemma_gate_up", 6912, 1152},
-                          {"gemma_down", 1152, 6912},
+                          {"gemma_q", 1024, 1152, false},
+                          {"gemma_gate_up", 6912, 1152, false},
+                          {"gemma_down", 1152, 6912, false},
                           // Qwen3-1.7B's (hidden 2048, intermediate 6144, q 16 x 128 and k, v
                           // 8 x 128 in one)
-                          {"qwen_qkv", 4096, 2048},
-                          {"qwen_gate_up", 6144, 2048},
-                          {"qwen_down", 2048, 6144}};
+                          {"qwen_qkv", 4096, 2048, false},
+                          {"qwen_gate_up", 6144, 2048, false},
+                          {"qwen_down", 2048, 6144, false}};
   if (!options.json) {
     std::printf("dtype %s, huge pages %s, detected ISA %s\n\n",
                 std::string(infer::DTypeName(options.dtype)).c_str(),
@@ -504,12 +505,7 @@ int main(int argc, char** argv) {
   for (const Shape& shape : shapes) {
     const bool named =
         std::find(options.shapes.begin(), options.shapes.end(), shape.name) != options.shapes.end();
-    // (gemma's and Qwen3's shapes only when named: the default set stays Llama's)
-    if (options.shapes.empty() ? std::string_view(shape.name).starts_with("gemma_") ||
-                                     std::string_view(shape.name).starts_with("qwen_")
-                               : !named) {
-      continue;
-    }
+    if (options.shapes.empty() ? !shape.by_default : !named) continue;
     for (kernels::Quantization quantization : options.quantizations) {
       const bool quantized = quantization != kernels::Quantization::kNone;
       const size_t weight_bytes =

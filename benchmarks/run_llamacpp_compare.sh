@@ -108,9 +108,8 @@ models = [os.path.basename(m) for m in sys.argv[5:]]
 ik = os.environ.get("IK_LLAMA_BENCH") or None
 # build_ik_llama.sh leaves the source's commit beside the build (llama-bench's own build_commit
 # would name the repository the build folder sits in).
-ik_source = "?"
-if ik and os.path.exists(os.path.join(os.path.dirname(ik), "../../SOURCE_COMMIT")):
-    ik_source = open(os.path.join(os.path.dirname(ik), "../../SOURCE_COMMIT")).read().strip()
+ik_commit_file = ik and os.path.join(os.path.dirname(ik), "../../SOURCE_COMMIT")
+ik_source = open(ik_commit_file).read().strip() if ik and os.path.exists(ik_commit_file) else "?"
 
 
 def mean(values):
@@ -132,7 +131,6 @@ def load(engine, m, q):
             tg = next(t for t in tests if t["n_prompt"] == 0 and t["n_gen"] == 128)
             runs.append({"pp_tok_s": pp["avg_ts"], "tg_tok_s": tg["avg_ts"],
                          "build": f"ik_llama.cpp {ik_source} llama-bench -rtr 1",
-                         "cpu_info": pp.get("cpu_info"), "type": pp.get("model_type"),
                          "flash_attn": pp.get("flash_attn")})
             continue
         run = json.loads(text)
