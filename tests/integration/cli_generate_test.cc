@@ -128,6 +128,32 @@ TEST(CliGenerate, StreamedTextEqualsResultText) {
   EXPECT_NE(streamed.err.find("generated tokens"), std::string::npos) << streamed.err;
 }
 
+// --reasoning-budget on a tiny model with Qwen3's vocabulary: from a prompt that opens the
+// reasoning block, the first 2 tokens are the unbounded run's, then "\n</think>\n\n" (the
+// text Qwen3's template closes an empty block with).
+TEST(CliGenerate, ReasoningBudgetForcesTheEndOfThinking) {
+  if (!testing::RequireRealTokenizer("qwen3")) return;
+  testing::Qwen3VocabModelDir model;
+  const auto run = [&](const std::string& budget) {
+    const auto result =
+        Generate(model.path(), {"--load-format", "dummy", "--prompt",
+                                "<|im_start|>assistant\n<think>\n", "--temperature", "0",
+                                "--max-new-tokens", "6", "--reasoning-budget", budget, "--json"});
+    EXPECT_EQ(result.exit_code, 0) << result.err;
+    return json::parse(result.out);
+  };
+  const json free = run("-1");
+  const json bounded = run("2");
+  const auto free_ids = free["token_ids"].get<std::vector<int>>();
+  const auto ids = bounded["token_ids"].get<std::vector<int>>();
+  ASSERT_EQ(ids.size(), 6U);
+  EXPECT_EQ(std::vector<int>(ids.begin(), ids.begin() + 2),
+            std::vector<int>(free_ids.begin(), free_ids.begin() + 2));
+  const std::string text = bounded["text"].get<std::string>();
+  ASSERT_NE(text.find("</think>"), std::string::npos) << text;
+  EXPECT_EQ(text.substr(text.find("</think>") - 1, 11), "\n</think>\n\n") << text;
+}
+
 // The child's side of a pseudo-terminal: what a user at a terminal would see and type.
 class PtySession {
  public:

@@ -7,11 +7,13 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <future>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -453,6 +455,51 @@ TEST_F(ServeTextTest, ShutdownEndsEveryStreamWithAnError) {
     EXPECT_NE(summary.last.value("error", "").find("shutting down"), std::string::npos);
   }
   EXPECT_NE(server_->log().find("shutting down"), std::string::npos) << server_->log();
+}
+
+// A tiny model with the real Qwen3 vocabulary, OpenAI's completions: a prompt that opens the
+// reasoning block thinks for the budget's tokens, then has the block's end forced; the server's
+// --reasoning-budget is the default a request lifts with -1 or replaces with its own.
+TEST(ServeThinking, TheBudgetForcesTheEndOfTheBlock) {
+  if (!testing::RequireRealTokenizer("qwen3")) return;
+  testing::Qwen3VocabModelDir model;
+  ServerProcess server({"--model", model.path(), "--load-format", "dummy", "--served-model-name",
+                        "qwen3", "--completions-format", "openai", "--reasoning-budget", "3",
+                        "--threads", "1"});
+  ASSERT_TRUE(server.started()) << server.log();
+  EXPECT_NE(server.log().find("reasoning budget 3"), std::string::npos) << server.log();
+  const auto post = [&](const std::string& path, const json& body) {
+    const auto [status, text] = server::HttpPost("127.0.0.1", server.port(), path, body.dump());
+    EXPECT_EQ(status, 200) << text;
+    return json::parse(text);
+  };
+  const auto complete = [&](std::optional<int> budget) {
+    json body = {{"model", "qwen3"},
+                 {"prompt", "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n"},
+                 {"max_tokens", 10},
+                 {"temperature", 0},
+                 {"return_token_ids", true}};
+    if (budget) body["thinking_token_budget"] = *budget;
+    return post("/v1/completions", body)["choices"][0]["token_ids"].get<std::vector<int32_t>>();
+  };
+  const auto forced = post("/tokenize", {{"model", "qwen3"},
+                                         {"prompt", "\n</think>\n\n"},
+                                         {"add_special_tokens", false}})["tokens"]
+                          .get<std::vector<int32_t>>();
+  ASSERT_EQ(forced.size(), 3U);  // "\n", </think>, "\n\n"
+  const std::vector<int32_t> free = complete(-1);
+  ASSERT_EQ(free.size(), 10U);
+  ASSERT_EQ(std::find(free.begin(), free.begin() + 5, forced[1]), free.begin() + 5)
+      << "the random model closed its block by itself";
+  for (const auto& [budget, spent] :
+       {std::pair{std::optional<int>(), 3}, std::pair{std::optional(5), 5},
+        std::pair{std::optional(0), 0}}) {
+    const std::vector<int32_t> ids = complete(budget);
+    ASSERT_EQ(ids.size(), 10U);
+    EXPECT_TRUE(std::equal(free.begin(), free.begin() + spent, ids.begin())) << spent;
+    EXPECT_TRUE(std::equal(forced.begin(), forced.end(), ids.begin() + spent)) << spent;
+  }
+  EXPECT_EQ(server.Stop(SIGTERM), 0) << server.log();
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// A tiny Llama (the fixture's shapes) with the real Llama 3 vocabulary and tokenizer files, for
-// --load-format dummy runs that need text: string prompts, stop strings, chat.
+// Tiny models (the fixtures' shapes) with the real Llama 3 or Qwen3 vocabulary and tokenizer
+// files, for --load-format dummy runs that need text: string prompts, stop strings, chat,
+// reasoning tags.
 #pragma once
 
 #include <filesystem>
@@ -13,26 +14,46 @@
 
 namespace infer::testing {
 
-class Llama3VocabModelDir {
+// A fixture's tiny shapes (models/FIXTURE) with a real vocabulary: `tokenizer`'s files from
+// .cache/tokenizers and `config` merged over the fixture's config.json.
+class RealVocabModelDir {
  public:
-  Llama3VocabModelDir() {
+  RealVocabModelDir(const std::string& fixture, const std::string& tokenizer,
+                    const nlohmann::json& overrides) {
     nlohmann::json config;
-    std::ifstream(FixturePath("models/llama/model/config.json")) >> config;
-    config["vocab_size"] = 128256;
-    config["bos_token_id"] = 128000;
-    config["eos_token_id"] = nlohmann::json::array({128001, 128008, 128009});
+    std::ifstream(FixturePath("models/" + fixture + "/model/config.json")) >> config;
+    config.update(overrides);
     WriteFile(dir_.path() / "config.json", config.dump());
-    const auto tokenizer = RealTokenizerDir("llama3");
     for (const char* name : {"tokenizer.json", "tokenizer_config.json"}) {
-      std::filesystem::copy_file(tokenizer / name, dir_.path() / name);
+      std::filesystem::copy_file(RealTokenizerDir(tokenizer) / name, dir_.path() / name);
     }
-    std::filesystem::copy_file(FixturePath("configs/Llama-3.2-1B-Instruct/generation_config.json"),
-                               dir_.path() / "generation_config.json");
   }
   std::string path() const { return dir_.path().string(); }
 
- private:
+ protected:
   TempDir dir_;
+};
+
+class Llama3VocabModelDir : public RealVocabModelDir {
+ public:
+  Llama3VocabModelDir()
+      : RealVocabModelDir("llama", "llama3",
+                          {{"vocab_size", 128256},
+                           {"bos_token_id", 128000},
+                           {"eos_token_id", nlohmann::json::array({128001, 128008, 128009})}}) {
+    std::filesystem::copy_file(FixturePath("configs/Llama-3.2-1B-Instruct/generation_config.json"),
+                               dir_.path() / "generation_config.json");
+  }
+};
+
+// Qwen3's vocabulary (<think> and </think> among its added tokens).
+class Qwen3VocabModelDir : public RealVocabModelDir {
+ public:
+  Qwen3VocabModelDir()
+      : RealVocabModelDir("qwen3", "qwen3",
+                          {{"vocab_size", 151936},
+                           {"bos_token_id", 151643},
+                           {"eos_token_id", nlohmann::json::array({151645, 151643})}}) {}
 };
 
 }  // namespace infer::testing

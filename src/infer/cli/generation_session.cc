@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -38,6 +39,12 @@ void AddSamplingOptions(CLI::App& command, SamplingArgs& args) {
   command.add_flag("--enable-jump-forward,!--no-jump-forward", args.jump_forward,
                    "Structured output: emit the tokens the grammar forces (fixed keys, "
                    "punctuation) without a sampling step each (default: on)");
+  command
+      .add_option("--reasoning-budget", args.reasoning_budget,
+                  "Most tokens inside <think>...</think> before the block's end is forced (as "
+                  "llama.cpp's flag); 0 ends it at once, -1 is unbounded")
+      ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()))
+      ->capture_default_str();
   schema->excludes(regex)->excludes(grammar)->excludes(choice);
   regex->excludes(grammar)->excludes(choice);
   grammar->excludes(choice);
@@ -78,6 +85,7 @@ SamplingParams ResolveSamplingParams(const SamplingArgs& args, const GenerationC
   if (args.top_p) params.top_p = *args.top_p;
   if (args.repetition_penalty) params.repetition_penalty = *args.repetition_penalty;
   if (args.max_new_tokens) params.max_new_tokens = *args.max_new_tokens;
+  if (args.reasoning_budget >= 0) params.thinking_token_budget = args.reasoning_budget;
   params.stop = args.stop;
   params.seed = args.seed;
   params.structured_output = ResolveStructuredOutput(args);

@@ -35,7 +35,8 @@ struct SamplingArgs {
   std::string regex;
   std::string grammar_file;
   std::vector<std::string> choices;
-  bool jump_forward = true;  // structured output: take forced tokens without sampling each
+  bool jump_forward = true;       // structured output: take forced tokens without sampling each
+  int64_t reasoning_budget = -1;  // thinking_token_budget; -1: unbounded
 };
 
 void AddSamplingOptions(CLI::App& command, SamplingArgs& args);

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <thread>
 
@@ -35,6 +36,7 @@ struct ServeArgs {
   std::string kv_cache_dtype = "bf16";
   std::string kv_cache_memory;
   std::string reasoning_parser = "auto";
+  int64_t reasoning_budget = -1;
   // Mode names as given; parsed into the configs' enums by RunServe.
   std::string batching_mode = "continuous";
   std::string scheduling_policy = "fcfs";
@@ -123,6 +125,9 @@ void RunServe(ServeArgs& args) {
                args.server.host.c_str(), args.server.port);
   GenerationSession session(args.model);
   args.server.default_sampling = SamplingParamsFromGenerationConfig(session.loaded().generation);
+  if (args.reasoning_budget >= 0) {
+    args.server.default_sampling.thinking_token_budget = args.reasoning_budget;
+  }
   const ChatTemplate* chat_template = nullptr;
   if (session.tokenizer() != nullptr) {
     try {
@@ -158,14 +163,17 @@ void RunServe(ServeArgs& args) {
   std::fprintf(stderr,
                "infer serve: listening on http://%s:%d (model \"%s\", %s batching, %s policy, "
                "max num seqs %lld, max waiting %lld, prefix caching %s, preemption %s; "
-               "/v1/completions format %s, reasoning parser %s, replica %s)\n",
+               "/v1/completions format %s, reasoning parser %s, reasoning budget %s, replica "
+               "%s)\n",
                args.server.host.c_str(), port, args.engine.model.c_str(),
                args.batching_mode.c_str(), args.scheduling_policy.c_str(),
                static_cast<long long>(args.engine.max_num_seqs),
                static_cast<long long>(args.engine.max_waiting_requests),
                args.engine.enable_prefix_caching ? "on" : "off",
                args.engine.enable_preemption ? "on" : "off", args.completions_format.c_str(),
-               args.reasoning_parser.c_str(), args.server.replica_id.c_str());
+               args.reasoning_parser.c_str(),
+               args.reasoning_budget >= 0 ? std::to_string(args.reasoning_budget).c_str() : "off",
+               args.server.replica_id.c_str());
   std::fflush(stderr);
   signals.Serve(&http);
   http.Run();
@@ -297,6 +305,14 @@ void AddServeCommand(CLI::App& app) {
                    "qwen3: chat replies' <think>...</think> text goes to reasoning_content; "
                    "none: it stays in content; auto: qwen3 when the vocabulary has both tags")
       ->check(CLI::IsMember({"auto", "qwen3", "none"}))
+      ->capture_default_str();
+  command
+      ->add_option("--reasoning-budget", args->reasoning_budget,
+                   "Default thinking budget of requests that give none (thinking_token_budget, "
+                   "Anthropic's thinking.budget_tokens): after this many tokens inside "
+                   "<think>...</think> the block's end is forced; 0 ends it at once, -1 is "
+                   "unbounded")
+      ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
   command->callback([args] {
     if (args->server.api_key.empty()) {

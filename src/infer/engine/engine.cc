@@ -75,6 +75,7 @@ Engine::Engine(EngineConfig config, LanguageModel& model, const Tokenizer* token
   if (tokenizer_ != nullptr) {
     structured_ = std::make_unique<StructuredOutputCompiler>(*tokenizer_, std::move(eos_token_ids));
     constraint_factory_ = [this](const StructuredOutput& spec) { return structured_->Make(spec); };
+    thinking_tokens_ = ThinkingTokensOf(*tokenizer_);
   }
   kv_cache_ = SizeKvCache(config_, model_);
   model_.AllocateKvCache(kv_cache_.num_blocks, kv_cache_.block_size, kv_cache_.dtype,
@@ -248,6 +249,10 @@ std::shared_ptr<Request> Engine::MakeRequest(std::string id, std::vector<int32_t
   if (request->sampling_params.structured_output) {
     INFER_CHECK(constraint_factory_, "structured output needs a tokenizer");
     request->constraint = constraint_factory_(*request->sampling_params.structured_output);
+  }
+  if (request->sampling_params.thinking_token_budget && thinking_tokens_) {
+    request->thinking.emplace(*thinking_tokens_, *request->sampling_params.thinking_token_budget,
+                              request->prompt_token_ids);
   }
   return request;
 }

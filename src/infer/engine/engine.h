@@ -136,6 +136,12 @@ class Engine {
   using ConstraintFactory =
       std::function<std::unique_ptr<TokenConstraint>(const StructuredOutput& spec)>;
   void SetConstraintFactory(ConstraintFactory factory) { constraint_factory_ = std::move(factory); }
+  // Thinking budgets (SamplingParams::thinking_token_budget): the reasoning tags of the
+  // tokenizer's vocabulary (ThinkingTokensOf); tests put stand-in ids here. Set it before
+  // requests arrive; none: budgets have nothing to bound.
+  void SetThinkingTokens(std::optional<ThinkingTokens> tokens) {
+    thinking_tokens_ = std::move(tokens);
+  }
   // Starts indexing the vocabulary for structured output on a thread of its own, so that the
   // first structured request does not wait for it (a server calls it at start; without it the
   // first such request indexes). Nothing without a tokenizer.
@@ -199,7 +205,8 @@ class Engine {
   void ObserveToken(const Request& request);
   void ObserveEnd(const Request& request, double now);
   static StepOutput ErrorOutput(const Request& request, const std::string& message);
-  // A new request, its constraint made when it asks for structured output.
+  // A new request, its constraint made when it asks for structured output, its thinking budget
+  // when it gives one.
   std::shared_ptr<Request> MakeRequest(std::string id, std::vector<int32_t> prompt_ids,
                                        SamplingParams params, int64_t priority) const;
 
@@ -212,6 +219,7 @@ class Engine {
   ModelRunner runner_;
   std::unique_ptr<StructuredOutputCompiler> structured_;  // null without a tokenizer
   ConstraintFactory constraint_factory_;
+  std::optional<ThinkingTokens> thinking_tokens_;  // requests' ThinkingBudgets refer to it
   const std::chrono::steady_clock::time_point start_time_ = std::chrono::steady_clock::now();
   int64_t next_seq_id_ = 0;  // guarded by mutex_
   int64_t num_added_ = 0;    // guarded by mutex_: wakes the loop

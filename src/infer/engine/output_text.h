@@ -26,6 +26,8 @@ class OutputText {
 
   const std::string& text() const { return text_; }
   bool stopped() const { return stopped_; }
+  // The last tokens end inside a character (their text is held back until it completes).
+  bool MidCharacter() const { return detokenizer_ && detokenizer_->HoldsBack(); }
   // The text that became final since the last call: while generating, the last
   // (longest stop - 1) bytes are held back (they may start a stop string), never half a
   // UTF-8 character; after a stop or Finish(), everything left.

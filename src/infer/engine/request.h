@@ -15,6 +15,7 @@
 #include "infer/engine/output_text.h"
 #include "infer/engine/sampler.h"
 #include "infer/engine/sampling_params.h"
+#include "infer/engine/thinking_budget.h"
 
 namespace infer {
 
@@ -75,6 +76,9 @@ struct Request {
   // Structured output: which tokens may come next (null: any). Its state follows the generated
   // tokens, which a preempted request keeps, so recompute needs no rollback.
   std::unique_ptr<TokenConstraint> constraint;
+  // sampling_params.thinking_token_budget on a model with reasoning tags: what it has spent and
+  // the forced end once it is spent. Follows the generated tokens, as the constraint does.
+  std::optional<ThinkingBudget> thinking;
   std::shared_ptr<OutputChannel> output;  // where the engine delivers StepOutputs (may be null)
 };
 

@@ -83,9 +83,11 @@ void ModelRunner::TakeToken(Request& request, std::span<float> logits,
   const bool suppress_eos = request.num_generated_tokens() < params.min_tokens;
   std::optional<TokenLogprobs> logprobs;
   if (params.logprobs) logprobs.emplace();
+  const size_t words = (logits.size() + 31) / 32;
+  bool masked = false;
   if (request.constraint) {
     // As vLLM: the grammar's mask comes first, so logprobs are of the constrained distribution.
-    mask_.assign((logits.size() + 31) / 32, 0);
+    mask_.assign(words, 0);
     request.constraint->FillMask(mask_);
     if (suppress_eos) {
       for (const int32_t id : eos_ids_) {
@@ -102,8 +104,23 @@ void ModelRunner::TakeToken(Request& request, std::span<float> logits,
                                         request.num_generated_tokens(), params.min_tokens));
       return;
     }
-    ApplyTokenMask(logits, mask_);
+    masked = true;
   }
+  // A spent thinking budget forces the end of the reasoning block, one token a draw, where the
+  // grammar (if any) allows it: the draw is masked to that token. It begins once the text does
+  // not end inside a character (or after a few draws).
+  std::optional<int32_t> forced = request.thinking ? request.thinking->Forced() : std::nullopt;
+  if (forced && request.text.MidCharacter() && request.thinking->MayWait()) forced.reset();
+  if (forced && *forced >= 0 && static_cast<size_t>(*forced) < logits.size()) {
+    const auto word = static_cast<size_t>(*forced) / 32;
+    const uint32_t bit = 1U << (*forced % 32);
+    if (!masked || (mask_[word] & bit) != 0) {
+      mask_.assign(words, 0);
+      mask_[word] = bit;
+      masked = true;
+    }
+  }
+  if (masked) ApplyTokenMask(logits, mask_);
   const int32_t token = request.sampler.Sample(
       logits, request.token_ids, request.num_prompt_tokens(),
       suppress_eos ? std::span<const int32_t>(eos_ids_) : std::span<const int32_t>(),
@@ -134,6 +151,7 @@ StepOutput ModelRunner::AppendToken(Request& request, int32_t token, bool is_eos
   request.token_ids.push_back(token);
   request.generated_token_ids.push_back(token);
   request.state = RequestState::kDecode;
+  if (request.thinking) request.thinking->Accept(token);
   std::optional<FinishReason> reason;
   if (is_eos && !params.ignore_eos) {
     reason = FinishReason::kEos;

@@ -31,6 +31,9 @@ void SamplingParams::Validate() const {
               "min_tokens must be in [0, max_tokens={}], got {}", max_new_tokens, min_tokens);
   INFER_CHECK(!logprobs.has_value() || (*logprobs >= 0 && *logprobs <= kMaxLogprobs),
               "logprobs must be in [0, {}], got {}", kMaxLogprobs, logprobs.value_or(0));
+  INFER_CHECK(!thinking_token_budget.has_value() || *thinking_token_budget >= 0,
+              "thinking_token_budget must be >= 0 (or unset), got {}",
+              thinking_token_budget.value_or(0));
 }
 
 SamplingParams SamplingParamsFromGenerationConfig(const GenerationConfig& config) {

@@ -1,5 +1,6 @@
 // Per-request sampling settings (temperature, top-k, top-p, repetition / presence / frequency
-// penalties, logit bias, length, stop strings, seed, logprobs) and their validation.
+// penalties, logit bias, length, stop strings, seed, logprobs, structured output, thinking
+// budget) and their validation.
 #pragma once
 
 #include <cstdint>
@@ -48,6 +49,10 @@ struct SamplingParams {
   // draw is masked to the tokens the grammar allows, and the end of generation is allowed
   // exactly where the grammar is complete. Compiled by the engine's front door.
   std::optional<StructuredOutput> structured_output;
+  // At most this many tokens inside the model's reasoning blocks (<think> ... </think>), then
+  // the block's end is forced (vLLM's thinking_token_budget; engine/thinking_budget.h). nullopt:
+  // unbounded. Without reasoning tags in the vocabulary there is nothing to bound.
+  std::optional<int64_t> thinking_token_budget;
 
   // Throws infer::Error naming the first invalid field and its allowed range.
   void Validate() const;

@@ -199,7 +199,8 @@ void ChatToolChoice(const ordered_json& choice, ordered_json& chat) {
   }
 }
 
-// thinking {type: enabled (budget_tokens) | disabled | adaptive}: Qwen3's enable_thinking.
+// thinking {type: enabled (budget_tokens) | disabled | adaptive}: Qwen3's enable_thinking (the
+// budget is read beside it).
 bool EnableThinking(const ordered_json& thinking) {
   if (thinking.is_object() && thinking.contains("type") && thinking["type"].is_string()) {
     const std::string type = thinking["type"].get<std::string>();
@@ -282,8 +283,17 @@ ordered_json AnthropicToChatBody(std::string_view body, bool count_tokens,
   }
   if (fields.Get("tools")) chat["tools"] = ChatTools(ordered["tools"]);
   if (fields.Get("tool_choice")) ChatToolChoice(ordered["tool_choice"], chat);
-  if (fields.Get("thinking")) {
-    chat["chat_template_kwargs"] = {{"enable_thinking", EnableThinking(ordered["thinking"])}};
+  if (const json* thinking_field = fields.Get("thinking")) {
+    const json& thinking = *thinking_field;
+    const bool enabled = EnableThinking(ordered["thinking"]);
+    chat["chat_template_kwargs"] = {{"enable_thinking", enabled}};
+    // budget_tokens bounds the thinking (the engine forces the block's end once it is spent).
+    if (const auto budget = thinking.find("budget_tokens");
+        enabled && budget != thinking.end() && !budget->is_null()) {
+      const std::optional<int64_t> tokens = JsonInteger(*budget);
+      if (!tokens || *tokens < 0) Reject("'thinking.budget_tokens' must be a non-negative integer");
+      chat["thinking_token_budget"] = *tokens;
+    }
   }
   if (fields.Get("mcp_servers")) Reject("'mcp_servers' is not supported by this server");
   if (fields.Get("container")) Reject("'container' is not supported by this server");

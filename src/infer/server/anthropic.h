@@ -31,9 +31,10 @@ nlohmann::ordered_json AnthropicErrorJson(int status, std::string_view message);
 // except for count_tokens), temperature, top_p, top_k, stop_sequences (as stop), stream; tools
 // ({name, description, input_schema}) as function tools; tool_choice (auto, any as required,
 // tool as a named function, none; disable_parallel_tool_use); thinking (Qwen3's
-// enable_thinking); metadata accepted. Throws RequestError(400) for what Anthropic's API refuses
-// or this server cannot do (images, documents, server tools, an assistant prefill); the chat
-// parser then checks the rest. `ignored`: fields this server does not know.
+// enable_thinking, budget_tokens as thinking_token_budget); metadata accepted. Throws
+// RequestError(400) for what Anthropic's API refuses or this server cannot do (images, documents,
+// server tools, an assistant prefill); the chat parser then checks the rest. `ignored`: fields this
+// server does not know.
 nlohmann::ordered_json AnthropicToChatBody(std::string_view body, bool count_tokens,
                                            std::vector<std::string>* ignored = nullptr);
 

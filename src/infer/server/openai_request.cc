@@ -102,7 +102,8 @@ void ParseSampling(Fields& fields, OpenAiRequest& request) {
   if (const json* value = fields.Get("stop")) params.stop = fields.Stop(*value);
 }
 
-// seed, n, stream_options, min_tokens, priority; then the fields accepted without effect.
+// seed, n, stream_options, min_tokens, thinking_token_budget, priority; then the fields accepted
+// without effect.
 void ParseOptions(Fields& fields, OpenAiRequest& request) {
   SamplingParams& params = request.params;
   if (const json* value = fields.Get("seed")) {
@@ -124,6 +125,16 @@ void ParseOptions(Fields& fields, OpenAiRequest& request) {
   }
   if (const json* value = fields.Get("min_tokens")) {
     params.min_tokens = fields.Integer(*value, "min_tokens");
+  }
+  if (const json* value = fields.Get("thinking_token_budget")) {
+    // vLLM's field; -1 lifts a server default (--reasoning-budget), as llama.cpp's -1.
+    const int64_t budget = fields.Integer(*value, "thinking_token_budget");
+    if (budget < -1) {
+      Reject(
+          fmt::format("'thinking_token_budget' must be >= 0, or -1 for unbounded, got {}", budget),
+          "thinking_token_budget");
+    }
+    params.thinking_token_budget = budget >= 0 ? std::optional(budget) : std::nullopt;
   }
   if (const json* value = fields.Get("priority")) {
     request.priority = fields.Integer(*value, "priority");

@@ -21,6 +21,8 @@ class IncrementalDetokenizer {
   std::string Finish();
 
   const std::vector<int32_t>& ids() const { return ids_; }
+  // Some ids' text is held back: half a UTF-8 character, or a byte run still open.
+  bool HoldsBack() const { return read_offset_ < ids_.size(); }
 
  private:
   std::string DecodeRange(size_t begin, size_t end) const;

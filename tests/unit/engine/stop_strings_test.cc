@@ -38,27 +38,6 @@ std::vector<int32_t> Concat(std::initializer_list<std::vector<int32_t>> parts) {
   return all;
 }
 
-// The GPT-2 byte-level alphabet: printable bytes stand for themselves, the others for
-// U+0100 onwards in byte order; returned as UTF-8.
-std::string ByteLevelChar(unsigned char byte) {
-  const auto printable = [](int b) {
-    return (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
-  };
-  int code_point = byte;
-  if (!printable(byte)) {
-    code_point = 256;
-    for (int b = 0; b < byte; ++b) code_point += printable(b) ? 0 : 1;
-  }
-  std::string utf8;
-  if (code_point < 0x80) {
-    utf8 += static_cast<char>(code_point);
-  } else {
-    utf8 += static_cast<char>(0xC0 | (code_point >> 6));
-    utf8 += static_cast<char>(0x80 | (code_point & 0x3F));
-  }
-  return utf8;
-}
-
 class StopStringsTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -68,19 +47,8 @@ class StopStringsTest : public ::testing::TestWithParam<std::string> {
   std::vector<int32_t> Encode(const std::string& text) const {
     return tokenizer_->Encode(text, /*add_special_tokens=*/false);
   }
-  // Ids whose tokens are the single bytes of `text` (byte-level or byte-fallback vocab).
   std::vector<int32_t> ByteTokens(const std::string& text) const {
-    std::vector<int32_t> ids;
-    for (const char c : text) {
-      const auto byte = static_cast<unsigned char>(c);
-      char fallback[8];
-      std::snprintf(fallback, sizeof(fallback), "<0x%02X>", byte);
-      std::optional<int32_t> id = tokenizer_->TokenToId(fallback);
-      if (!id) id = tokenizer_->TokenToId(ByteLevelChar(byte));
-      EXPECT_TRUE(id.has_value()) << "no token for byte " << int{byte};
-      ids.push_back(id.value_or(0));
-    }
-    return ids;
+    return testing::ByteTokens(*tokenizer_, text);
   }
   std::unique_ptr<Tokenizer> tokenizer_;
 };

@@ -53,7 +53,7 @@ TEST(AnthropicRequest, TranslatesEveryFieldToTheChatBody) {
   EXPECT_EQ(Plain(chat), json::parse(R"({
       "model": "m", "max_tokens": 64, "temperature": 0.5, "top_p": 0.9, "top_k": 20,
       "stream": true, "stop": ["END", "\n\n"],
-      "chat_template_kwargs": {"enable_thinking": true},
+      "chat_template_kwargs": {"enable_thinking": true}, "thinking_token_budget": 1024,
       "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
                  "parameters": {"type": "object", "properties": {"z": {}, "a": {}}}}}],
       "tool_choice": "required", "parallel_tool_calls": false,
@@ -82,6 +82,7 @@ TEST(AnthropicRequest, TranslatesEveryFieldToTheChatBody) {
   EXPECT_EQ(request.messages[3]["role"], "tool");
   EXPECT_EQ(request.messages[3]["tool_call_id"], "toolu_1");
   EXPECT_EQ(request.chat_template_kwargs["enable_thinking"], true);
+  EXPECT_EQ(request.params.thinking_token_budget, 1024);
 }
 
 TEST(AnthropicRequest, ToolChoicesAndThinkingModes) {
@@ -96,6 +97,12 @@ TEST(AnthropicRequest, ToolChoicesAndThinkingModes) {
             json::parse(R"({"type":"function","function":{"name":"f"}})"));
   EXPECT_EQ(chat_of(R"("thinking":{"type":"disabled"})")["chat_template_kwargs"],
             json::parse(R"({"enable_thinking":false})"));
+  // A budget bounds enabled thinking only; adaptive thinking has none.
+  EXPECT_FALSE(chat_of(R"("thinking":{"type":"disabled","budget_tokens":5})")
+                   .contains("thinking_token_budget"));
+  EXPECT_FALSE(chat_of(R"("thinking":{"type":"adaptive"})").contains("thinking_token_budget"));
+  EXPECT_EQ(chat_of(R"("thinking":{"type":"enabled","budget_tokens":0})")["thinking_token_budget"],
+            0);
   EXPECT_EQ(chat_of(R"("system":"S")")["messages"],
             json::parse(R"([{"role":"system","content":"S"},{"role":"user","content":"x"}])"));
   // A user turn of tool results only is no user message.
@@ -141,6 +148,8 @@ TEST(AnthropicRequest, RefusesWhatAnthropicOrThisServerCannotServe) {
           R"("messages":[{"role":"user","content":"x"}],"tool_choice":{"type":"required"})",
           R"("messages":[{"role":"user","content":"x"}],"stop_sequences":"END")",
           R"("messages":[{"role":"user","content":"x"}],"thinking":{"type":"maybe"})",
+          R"("messages":[{"role":"user","content":"x"}],"thinking":{"type":"enabled","budget_tokens":-1})",
+          R"("messages":[{"role":"user","content":"x"}],"thinking":{"type":"enabled","budget_tokens":"9"})",
           R"("messages":[{"role":"user","content":"x"}],"system":[{"type":"image"}])",
       }) {
     EXPECT_EQ(Refusal(std::string(R"({"model":"m","max_tokens":4,)") + bad + "}"), 400) << bad;

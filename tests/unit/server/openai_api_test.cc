@@ -52,7 +52,7 @@ TEST(OpenAiRequest, ChatFieldsOverTheModelDefaults) {
       "presence_penalty":0.5,"frequency_penalty":-0.5,"stop":"x","seed":3,"n":2,"stream":true,
       "stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":4,"min_tokens":2,
       "ignore_eos":true,"logit_bias":{"17":-100},"chat_template_kwargs":{"enable_thinking":false},
-      "return_token_ids":true,"priority":-3,"user":"u1"})");
+      "return_token_ids":true,"priority":-3,"user":"u1","thinking_token_budget":5})");
   EXPECT_EQ(full.max_tokens, 9);
   EXPECT_EQ(full.params.temperature, 0.0);
   EXPECT_EQ(full.params.top_p, 0.5);
@@ -72,7 +72,20 @@ TEST(OpenAiRequest, ChatFieldsOverTheModelDefaults) {
   EXPECT_EQ(full.chat_template_kwargs["enable_thinking"], false);
   EXPECT_TRUE(full.return_token_ids);
   EXPECT_EQ(full.priority, -3);
+  EXPECT_EQ(full.params.thinking_token_budget, 5);
   EXPECT_TRUE(full.ignored_fields.empty());
+
+  // A server default budget (--reasoning-budget), lifted by -1 and refused below it.
+  defaults.thinking_token_budget = 64;
+  EXPECT_EQ(Chat(R"({"messages":[{"role":"user","content":"Hi"}]})", defaults)
+                .params.thinking_token_budget,
+            64);
+  EXPECT_FALSE(
+      Chat(R"({"messages":[{"role":"user","content":"Hi"}],"thinking_token_budget":-1})", defaults)
+          .params.thinking_token_budget.has_value());
+  EXPECT_THROW(
+      Chat(R"({"messages":[{"role":"user","content":"Hi"}],"thinking_token_budget":-2})", defaults),
+      RequestError);
 }
 
 TEST(OpenAiRequest, MessagesContentPartsAndRoles) {
