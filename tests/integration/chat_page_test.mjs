@@ -3,8 +3,8 @@
 // stop, and check through /metrics that the server freed (aborted) the request; then a short
 // reply runs to its end and shows TTFT and tokens/s, and the conversation is kept. Replies are
 // rendered as Markdown (never as HTML), code blocks copy to the clipboard, a tool call made
-// under tool_choice "required" shows as one and its result goes back as the tool's message, and
-// Qwen3-style reasoning folds into a block. Screenshots are saved to $INFER_ARTIFACTS (ctest:
+// under tool_choice "required" shows as one and its result goes back as the tool's message (with
+// the thinking budget field's value), and Qwen3-style reasoning folds into a block. Screenshots are saved to $INFER_ARTIFACTS (ctest:
 // build/test-artifacts).
 //
 // Usage: node --test tests/integration/chat_page_test.mjs   (INFER_BINARY=build/infer)
@@ -177,6 +177,7 @@ test('a tool call shows as one, and the next message goes back as its result', a
   assert.match(await page.getAttribute('#input', 'placeholder'), /^Result of get_weather/);
   // The result goes back as the tool's message, after the assistant's call.
   await page.selectOption('#tool_choice', 'none');
+  await page.fill('#thinking_budget', '64');
   await page.fill('#max_tokens', '5');
   await page.fill('#input', '18 C and sunny');
   await page.press('#input', 'Enter');
@@ -188,6 +189,9 @@ test('a tool call shows as one, and the next message goes back as its result', a
   assert.deepEqual(turns.at(-1),
     { role: 'tool', tool_call_id: turns.at(-2).tool_calls[0].id, content: '18 C and sunny' });
   assert.equal(bodies[1].tool_choice, 'none');
+  // The thinking budget field: sent once filled in, absent while empty.
+  assert.equal(bodies[0].thinking_token_budget, undefined);
+  assert.equal(bodies[1].thinking_token_budget, 64);
   await page.close();
 });
 

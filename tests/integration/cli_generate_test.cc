@@ -223,7 +223,8 @@ TEST(CliChat, TwoTurnsResetAndExitUnderAPty) {
   if (!testing::RequireRealTokenizer("llama3")) return;
   testing::Llama3VocabModelDir model;
   PtySession chat({INFER_BINARY, "chat", "--model", model.path(), "--load-format", "dummy",
-                   "--threads", "2", "--max-new-tokens", "6", "--seed", "5"});
+                   "--threads", "2", "--max-new-tokens", "6", "--seed", "5", "--reasoning-budget",
+                   "32"});
   ASSERT_TRUE(chat.started());
   // Sampling defaults come from generation_config.json (temperature 0.6, top_p 0.9).
   const std::string banner = chat.ReadUntil("> ");
@@ -254,7 +255,9 @@ TEST(CliChat, TwoTurnsResetAndExitUnderAPty) {
   EXPECT_GT(prompt2, prompt1) << second;
   EXPECT_GE(cached2, prompt1 / 16 * 16) << second;
   chat.Type("/params\n");
-  EXPECT_NE(chat.ReadUntil("\n> ").find("max_new_tokens=6"), std::string::npos);
+  const std::string params = chat.ReadUntil("\n> ");
+  EXPECT_NE(params.find("max_new_tokens=6"), std::string::npos) << params;
+  EXPECT_NE(params.find("reasoning_budget=32"), std::string::npos) << params;
   chat.Type("/reset\n");
   EXPECT_NE(chat.ReadUntil("\n> ").find("[conversation cleared]"), std::string::npos);
   chat.Type("Hi again\n");

@@ -100,10 +100,12 @@ std::string DescribeSamplingParams(const SamplingParams& params, bool use_kv_cac
   }
   return fmt::format(
       "temperature={} top_k={} top_p={} repetition_penalty={} max_new_tokens={} stop=[{}] "
-      "seed={} kv_cache={}",
+      "seed={} reasoning_budget={} kv_cache={}",
       params.temperature, params.top_k ? std::to_string(*params.top_k) : "off", params.top_p,
       params.repetition_penalty, params.max_new_tokens, stops,
-      params.seed ? std::to_string(*params.seed) : "random", use_kv_cache ? "on" : "off");
+      params.seed ? std::to_string(*params.seed) : "random",
+      params.thinking_token_budget ? std::to_string(*params.thinking_token_budget) : "off",
+      use_kv_cache ? "on" : "off");
 }
 
 GenerationSession::GenerationSession(const ModelArgs& args)
