@@ -262,7 +262,8 @@ std::vector<std::variant<std::string, std::vector<int32_t>>> ParsePrompts(const 
   return prompts;
 }
 
-// Chat only: logprobs / top_logprobs, the template's variables, continue_final_message.
+// Chat only: logprobs / top_logprobs, the template's variables (reasoning_effort among them),
+// continue_final_message.
 void ParseChatFields(Fields& fields, OpenAiRequest& request) {
   const json* logprobs = fields.Get("logprobs");
   const bool want_logprobs = logprobs && fields.Boolean(*logprobs, "logprobs");
@@ -280,6 +281,21 @@ void ParseChatFields(Fields& fields, OpenAiRequest& request) {
   if (const json* value = fields.Get("chat_template_kwargs")) {
     if (!value->is_object()) Reject("'chat_template_kwargs' must be an object");
     request.chat_template_kwargs = *value;
+  }
+  if (const json* value = fields.Get("reasoning_effort"); value && !value->is_null()) {
+    // OpenAI's field, as Responses' reasoning.effort: Qwen3's enable_thinking ("none" turns it
+    // off) unless chat_template_kwargs sets it; the template also gets it, as vLLM passes it.
+    static const std::vector<std::string> kEfforts = {"none",   "minimal", "low",
+                                                      "medium", "high",    "xhigh"};
+    if (!value->is_string() ||
+        std::find(kEfforts.begin(), kEfforts.end(), value->get<std::string>()) == kEfforts.end()) {
+      Reject("'reasoning_effort' must be none, minimal, low, medium, high or xhigh",
+             "reasoning_effort");
+    }
+    if (!request.chat_template_kwargs.contains("enable_thinking")) {
+      request.chat_template_kwargs["enable_thinking"] = *value != "none";
+    }
+    request.chat_template_kwargs["reasoning_effort"] = *value;
   }
   if (const json* value = fields.Get("add_generation_prompt")) {
     request.add_generation_prompt = fields.Boolean(*value, "add_generation_prompt");

@@ -88,6 +88,24 @@ TEST(OpenAiRequest, ChatFieldsOverTheModelDefaults) {
       RequestError);
 }
 
+TEST(OpenAiRequest, ReasoningEffortTurnsQwen3sThinkingOnOrOff) {
+  const std::string messages = R"("messages":[{"role":"user","content":"Hi"}])";
+  const auto kwargs = [&](const std::string& extra) {
+    return Plain(Chat("{" + messages + "," + extra + "}").chat_template_kwargs);
+  };
+  EXPECT_EQ(kwargs(R"("reasoning_effort":"none")"),
+            json::parse(R"({"enable_thinking":false,"reasoning_effort":"none"})"));
+  EXPECT_EQ(kwargs(R"("reasoning_effort":"high")"),
+            json::parse(R"({"enable_thinking":true,"reasoning_effort":"high"})"));
+  // The template's own variable wins.
+  EXPECT_EQ(kwargs(R"("reasoning_effort":"low","chat_template_kwargs":{"enable_thinking":false})"),
+            json::parse(R"({"enable_thinking":false,"reasoning_effort":"low"})"));
+  EXPECT_EQ(Plain(Chat("{" + messages + R"(,"reasoning_effort":null})").chat_template_kwargs),
+            json::object());
+  EXPECT_THROW(Chat("{" + messages + R"(,"reasoning_effort":"max"})"), RequestError);
+  EXPECT_THROW(Chat("{" + messages + R"(,"reasoning_effort":1})"), RequestError);
+}
+
 TEST(OpenAiRequest, MessagesContentPartsAndRoles) {
   const OpenAiRequest request = Chat(R"({"messages":[
       {"role":"developer","content":"Be brief."},
