@@ -30,11 +30,14 @@ ThinkingBudget::ThinkingBudget(const ThinkingTokens& tokens, int64_t budget,
 
 void ThinkingBudget::Enter() {
   state_ = State::kInside;
-  if (spent_ >= budget_) {
-    state_ = State::kForcing;
-    next_forced_ = 0;
-    waited_ = 0;
-  }
+  ForceIfSpent();
+}
+
+void ThinkingBudget::ForceIfSpent() {
+  if (spent_ < budget_) return;
+  state_ = State::kForcing;
+  next_forced_ = 0;
+  waited_ = 0;
 }
 
 std::optional<int32_t> ThinkingBudget::Forced() const {
@@ -58,11 +61,7 @@ void ThinkingBudget::Accept(int32_t token) {
         return;
       }
       ++spent_;
-      if (spent_ >= budget_) {
-        state_ = State::kForcing;
-        next_forced_ = 0;
-        waited_ = 0;
-      }
+      ForceIfSpent();
       return;
     case State::kForcing:
       if (token == tokens_.forced[next_forced_]) {

@@ -48,7 +48,8 @@ class ThinkingBudget {
  private:
   enum class State { kOutside, kInside, kForcing };
 
-  void Enter();
+  void Enter();         // a block opens
+  void ForceIfSpent();  // inside a block: the forced end begins once the budget is spent
 
   const ThinkingTokens& tokens_;
   int64_t budget_;
