@@ -2,9 +2,10 @@
 // (issue 27): a message whose greedy text equals `infer generate --chat`, a streamed message the
 // SDK's stream helper assembles (finalMessage), stop_sequences, a tool-use round trip with
 // tool_choice "any" (the input validates against the tool's schema, then a tool_result turn gets
-// a reply), a streamed tool_use, count_tokens equal to the input_tokens the server reports, and
-// errors in Anthropic's shape. The key goes as x-api-key, as the SDK sends it. The model: the
-// Llama fixture's tiny shapes with the real Llama 3 vocabulary, tokenizer and chat template.
+// a reply), a streamed tool_use, count_tokens equal to the input_tokens the server reports,
+// thinking's budget_tokens accepted, and errors in Anthropic's shape. The key goes as x-api-key,
+// as the SDK sends it. The model: the Llama fixture's tiny shapes with the real Llama 3
+// vocabulary, tokenizer and chat template.
 //
 // Usage: node --test tests/integration/anthropic_client_test.mjs   (INFER_BINARY=build/infer)
 import assert from 'node:assert/strict';
@@ -64,6 +65,23 @@ describe('@anthropic-ai/sdk against infer serve', () => {
     assert.equal(message.usage.input_tokens, expected.prompt_tokens);
     assert.equal(message.usage.output_tokens, expected.generated_tokens);
   });
+
+  test('thinking with budget_tokens: accepted, and a model without reasoning tags is unchanged',
+    async () => {
+      // Llama's template ignores enable_thinking and its vocabulary has no <think>: the budget
+      // has nothing to bound (Qwen3's forced end is tested in serve_api_test.cc).
+      const request = {
+        model: 'tiny', max_tokens: 12, temperature: 0, messages: [{ role: 'user', content: prompt }],
+      };
+      const plain = await client.messages.create(request);
+      const thinking = await client.messages.create(
+        { ...request, thinking: { type: 'enabled', budget_tokens: 1024 } });
+      assert.deepEqual(thinking.content, plain.content);
+      assert.equal(thinking.stop_reason, plain.stop_reason);
+      await assert.rejects(client.messages.create(
+        { ...request, thinking: { type: 'enabled', budget_tokens: -1 } }),
+      (error) => error.status === 400 && /budget_tokens/.test(error.message));
+    });
 
   test('messages.stream: the SDK assembles the same message as create', async () => {
     const request = {
@@ -202,12 +220,12 @@ describe('@anthropic-ai/sdk against infer serve', () => {
     let text = '';
     for (let i = 0; i < 50; ++i) {
       text = await (await fetch(`${server.url}/metrics`, { headers: { 'x-api-key': key } })).text();
-      if (count(text, '/v1/messages', '2xx') >= 9 && count(text, '/v1/messages', '4xx') >= 6) break;
+      if (count(text, '/v1/messages', '2xx') >= 11 && count(text, '/v1/messages', '4xx') >= 7) break;
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
-    // messages: 9 answered (the create, stream, stop, tool and count tests), 6 refused.
-    assert.equal(count(text, '/v1/messages', '2xx'), 9, text);
-    assert.equal(count(text, '/v1/messages', '4xx'), 6, text);
+    // messages: 11 answered (the create, thinking, stream, stop, tool and count tests), 7 refused.
+    assert.equal(count(text, '/v1/messages', '2xx'), 11, text);
+    assert.equal(count(text, '/v1/messages', '4xx'), 7, text);
     assert.equal(count(text, '/v1/messages/count_tokens', '2xx'), 2, text);
   });
 });
