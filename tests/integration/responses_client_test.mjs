@@ -104,7 +104,13 @@ describe('openai client.responses against infer serve', () => {
     assert.equal(final.output_text, whole.output_text);
     assert.equal(streamedText, whole.output_text);
     assert.deepEqual(withoutIds(final.output), withoutIds(whole.output));
-    assert.deepEqual(final.usage, whole.usage);
+    const { input_tokens_details: cached, ...counts } = final.usage;
+    const { input_tokens_details: wholeCached, ...wholeCounts } = whole.usage;
+    assert.deepEqual(counts, wholeCounts);
+    // The same input again: its whole 16-token blocks before the last token come from the
+    // prefix cache.
+    assert.equal(cached.cached_tokens, Math.floor((final.usage.input_tokens - 1) / 16) * 16);
+    assert.ok(wholeCached.cached_tokens <= cached.cached_tokens);
     assert.equal(final.status, whole.status);
     assert.equal(final.instructions, 'You are terse.');
     assert.notEqual(final.id, whole.id);

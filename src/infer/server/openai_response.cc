@@ -190,9 +190,20 @@ ordered_json OpenAiResponse::Usage() const {
   int64_t completion_tokens = 0;
   for (const PromptInfo& prompt : prompts_) prompt_tokens += std::ssize(prompt.ids);
   for (const Choice& choice : choices_) completion_tokens += choice.completion_tokens;
+  // Per prompt, the prompt tokens every one of its choices found in the prefix cache.
+  int64_t cached_tokens = 0;
+  const size_t per_prompt = prompts_.empty() ? 0 : choices_.size() / prompts_.size();
+  for (size_t p = 0; p < prompts_.size() && per_prompt > 0; ++p) {
+    int64_t cached = choices_[p * per_prompt].cached_tokens;
+    for (size_t c = p * per_prompt; c < (p + 1) * per_prompt; ++c) {
+      cached = std::min(cached, choices_[c].cached_tokens);
+    }
+    cached_tokens += cached;
+  }
   return ordered_json{{"prompt_tokens", prompt_tokens},
                       {"completion_tokens", completion_tokens},
-                      {"total_tokens", prompt_tokens + completion_tokens}};
+                      {"total_tokens", prompt_tokens + completion_tokens},
+                      {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 namespace {
@@ -290,6 +301,7 @@ std::vector<ordered_json> OpenAiResponse::AddChunks(const StepOutput& output) {
     new_logprobs = std::span(choice.logprobs).last(1);
   }
   choice.completion_tokens = output.completion_tokens;
+  choice.cached_tokens = output.cached_tokens;
   if (output.finished) {
     choice.finished = true;
     choice.finish_reason = output.finish_reason;

@@ -87,7 +87,8 @@ class OpenAiResponse {
     ReasoningSplitter splitter;
     bool finished = false;
     int64_t completion_tokens = 0;
-    size_t streamed = 0;  // with tools: how much of `text` was sent as content
+    int64_t cached_tokens = 0;  // prompt tokens its request found in the prefix cache
+    size_t streamed = 0;        // with tools: how much of `text` was sent as content
   };
   nlohmann::ordered_json ChunkBase() const;
   // `output`'s text, split into reasoning and content when the response splits them.

@@ -473,7 +473,7 @@ ordered_json ResponsesReply::Response(const std::string& status) const {
   }
   if (status != "in_progress") {
     response["usage"] = {{"input_tokens", input_tokens_},
-                         {"input_tokens_details", {{"cached_tokens", 0}}},
+                         {"input_tokens_details", {{"cached_tokens", cached_tokens_}}},
                          {"output_tokens", output_tokens_},
                          {"output_tokens_details", {{"reasoning_tokens", reasoning_tokens_}}},
                          {"total_tokens", input_tokens_ + output_tokens_}};
@@ -606,7 +606,10 @@ std::string ResponsesReply::Translate(const ordered_json& chunk) {
 }
 
 std::string ResponsesReply::Add(const StepOutput& output) {
-  if (!output.error) output_tokens_ = output.completion_tokens;
+  if (!output.error) {
+    output_tokens_ = output.completion_tokens;
+    cached_tokens_ = output.cached_tokens;
+  }
   std::string events;
   bool reasoning = false;
   bool content = false;

@@ -226,12 +226,17 @@ TEST(OpenAiResponse, ChatStreamWithTwoChoicesAndUsage) {
                           /*reasoning=*/true);
   const std::string id0 = OpenAiResponse::ChoiceRequestId("chatcmpl-7", 0);
   const std::string id1 = OpenAiResponse::ChoiceRequestId("chatcmpl-7", 1);
+  // Choice 0 found 2 prompt tokens in the prefix cache, choice 1 one: the prompt's usage says 1.
+  const auto cached = [](StepOutput output, int64_t tokens) {
+    output.cached_tokens = tokens;
+    return output;
+  };
   std::string stream = response.StreamStart();
-  stream += response.Add(Output(id1, 5, "<think>hm", 1));
-  stream += response.Add(Output(id0, 6, "Hel", 1));
-  stream += response.Add(Output(id0, 7, "lo", 2, FinishReason::kEos));
+  stream += response.Add(cached(Output(id1, 5, "<think>hm", 1), 1));
+  stream += response.Add(cached(Output(id0, 6, "Hel", 1), 2));
+  stream += response.Add(cached(Output(id0, 7, "lo", 2, FinishReason::kEos), 2));
   EXPECT_FALSE(response.finished());
-  stream += response.Add(Output(id1, 8, "</think>ok", 2, FinishReason::kLength));
+  stream += response.Add(cached(Output(id1, 8, "</think>ok", 2, FinishReason::kLength), 1));
   EXPECT_TRUE(response.finished());
   stream += response.StreamEnd();
   const std::vector<json> lines = DataLines(stream);
@@ -251,7 +256,8 @@ TEST(OpenAiResponse, ChatStreamWithTwoChoicesAndUsage) {
   EXPECT_EQ(lines[5]["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(lines[6]["choices"], json::array());
   EXPECT_EQ(lines[6]["usage"],
-            json::parse(R"({"prompt_tokens":3,"completion_tokens":4,"total_tokens":7})"));
+            json::parse(R"({"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,
+                "prompt_tokens_details":{"cached_tokens":1}})"));
   EXPECT_EQ(lines[7], "[DONE]");
 
   const json final = response.Final();

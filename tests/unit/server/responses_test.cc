@@ -305,9 +305,12 @@ TEST(ResponsesReply, ReasoningAndTextStreamAsItemsAndTheirEvents) {
   ResponseStore store(4, 1 << 20);
   Assembly a(R"({"input":"Hi","metadata":{"k":"v"}})", &store);
   std::string stream = a.reply->Start();
-  stream += a.reply->Add(Output(a.id, 5, "<think>hm", 1));
-  stream += a.reply->Add(Output(a.id, 6, "m</think>Hel", 2));
-  stream += a.reply->Add(Output(a.id, 7, "lo", 3, FinishReason::kEos));
+  // One of the two input tokens came from the prefix cache.
+  for (StepOutput output : {Output(a.id, 5, "<think>hm", 1), Output(a.id, 6, "m</think>Hel", 2),
+                            Output(a.id, 7, "lo", 3, FinishReason::kEos)}) {
+    output.cached_tokens = 1;
+    stream += a.reply->Add(output);
+  }
   ASSERT_TRUE(a.reply->finished());
   stream += a.reply->End();
   const auto events = Events(stream);
@@ -355,7 +358,7 @@ TEST(ResponsesReply, ReasoningAndTextStreamAsItemsAndTheirEvents) {
       "annotations": [], "logprobs": [], "text": "Hello"}}]}})",
                                                         message_id)));
   EXPECT_EQ(final["usage"], json::parse(R"({"input_tokens": 2,
-      "input_tokens_details": {"cached_tokens": 0}, "output_tokens": 3,
+      "input_tokens_details": {"cached_tokens": 1}, "output_tokens": 3,
       "output_tokens_details": {"reasoning_tokens": 1}, "total_tokens": 5})"));
   EXPECT_EQ(final["temperature"], 1.0);
   // Stored, with the conversation it ends: the input, then the output items.
