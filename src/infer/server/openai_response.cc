@@ -189,7 +189,11 @@ ordered_json OpenAiResponse::Usage() const {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   for (const PromptInfo& prompt : prompts_) prompt_tokens += std::ssize(prompt.ids);
-  for (const Choice& choice : choices_) completion_tokens += choice.completion_tokens;
+  int64_t reasoning_tokens = 0;
+  for (const Choice& choice : choices_) {
+    completion_tokens += choice.completion_tokens;
+    reasoning_tokens += choice.reasoning_tokens;
+  }
   // Per prompt, the prompt tokens every one of its choices found in the prefix cache.
   int64_t cached_tokens = 0;
   const size_t per_prompt = prompts_.empty() ? 0 : choices_.size() / prompts_.size();
@@ -203,7 +207,8 @@ ordered_json OpenAiResponse::Usage() const {
   return ordered_json{{"prompt_tokens", prompt_tokens},
                       {"completion_tokens", completion_tokens},
                       {"total_tokens", prompt_tokens + completion_tokens},
-                      {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+                      {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}},
+                      {"completion_tokens_details", {{"reasoning_tokens", reasoning_tokens}}}};
 }
 
 namespace {
@@ -292,6 +297,9 @@ std::vector<ordered_json> OpenAiResponse::AddChunks(const StepOutput& output) {
   if (choice.finished) return {};
   const size_t text_offset = choice.text.size();
   auto [reasoning, content] = SplitText(choice, output);
+  if (output.token_id && !output.error && !reasoning.empty() && content.empty()) {
+    ++choice.reasoning_tokens;
+  }
   choice.text += content;
   choice.reasoning += reasoning;
   if (output.token_id && !output.error) choice.token_ids.push_back(*output.token_id);

@@ -76,6 +76,9 @@ class OpenAiResponse {
   std::string StreamEnd();
   // Non-streaming: the whole response object.
   nlohmann::ordered_json Final() const;
+  // {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details.cached_tokens,
+  // completion_tokens_details.reasoning_tokens} so far.
+  nlohmann::ordered_json Usage() const;
 
  private:
   struct Choice {
@@ -87,8 +90,9 @@ class OpenAiResponse {
     ReasoningSplitter splitter;
     bool finished = false;
     int64_t completion_tokens = 0;
-    int64_t cached_tokens = 0;  // prompt tokens its request found in the prefix cache
-    size_t streamed = 0;        // with tools: how much of `text` was sent as content
+    int64_t cached_tokens = 0;     // prompt tokens its request found in the prefix cache
+    int64_t reasoning_tokens = 0;  // steps whose text went to the reasoning alone
+    size_t streamed = 0;           // with tools: how much of `text` was sent as content
   };
   nlohmann::ordered_json ChunkBase() const;
   // `output`'s text, split into reasoning and content when the response splits them.
@@ -100,7 +104,6 @@ class OpenAiResponse {
                                     size_t text_offset) const;
   nlohmann::ordered_json LogprobsJson(std::span<const TokenLogprobs> logprobs,
                                       size_t text_offset) const;
-  nlohmann::ordered_json Usage() const;
   // The end of a choice whose reply may hold tool calls: its text parsed, as one delta.
   nlohmann::ordered_json ToolReplyChunk(size_t index, const Choice& choice) const;
   std::string TokenText(int32_t id) const;

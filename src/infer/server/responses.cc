@@ -472,10 +472,12 @@ ordered_json ResponsesReply::Response(const std::string& status) const {
     response[key] = request_.echo.value(key, ordered_json());
   }
   if (status != "in_progress") {
+    // The chat response's usage (one choice) keeps the cache and reasoning counts.
+    const ordered_json chat = chat_->Usage();
     response["usage"] = {{"input_tokens", input_tokens_},
-                         {"input_tokens_details", {{"cached_tokens", cached_tokens_}}},
+                         {"input_tokens_details", chat["prompt_tokens_details"]},
                          {"output_tokens", output_tokens_},
-                         {"output_tokens_details", {{"reasoning_tokens", reasoning_tokens_}}},
+                         {"output_tokens_details", chat["completion_tokens_details"]},
                          {"total_tokens", input_tokens_ + output_tokens_}};
   } else {
     response["usage"] = nullptr;
@@ -606,23 +608,9 @@ std::string ResponsesReply::Translate(const ordered_json& chunk) {
 }
 
 std::string ResponsesReply::Add(const StepOutput& output) {
-  if (!output.error) {
-    output_tokens_ = output.completion_tokens;
-    cached_tokens_ = output.cached_tokens;
-  }
+  if (!output.error) output_tokens_ = output.completion_tokens;
   std::string events;
-  bool reasoning = false;
-  bool content = false;
-  for (const ordered_json& chunk : chat_->AddChunks(output)) {
-    if (!chunk.contains("error")) {
-      const ordered_json& delta = chunk["choices"].at(0)["delta"];
-      reasoning = reasoning || delta.contains("reasoning_content");
-      content = content || delta.contains("content") || delta.contains("tool_calls");
-    }
-    events += Translate(chunk);
-  }
-  // A step whose text went to the reasoning alone was a reasoning token.
-  if (reasoning && !content && output.token_id) ++reasoning_tokens_;
+  for (const ordered_json& chunk : chat_->AddChunks(output)) events += Translate(chunk);
   if (chat_->finished() && !error_ && request_.store && store_ != nullptr) {
     StoredResponse stored{Final(), request_.conversation};
     for (const ordered_json& item : output_) stored.conversation.push_back(item);

@@ -140,9 +140,7 @@ class ResponsesReply final : public StreamEncoder {
   int64_t sequence_number_ = 0;
   int64_t next_item_ = 0;
   int64_t output_tokens_ = 0;
-  int64_t reasoning_tokens_ = 0;
-  int64_t cached_tokens_ = 0;  // input tokens found in the prefix cache
-  bool incomplete_ = false;    // ended at max_output_tokens
+  bool incomplete_ = false;  // ended at max_output_tokens
   std::optional<std::string> error_;
 };
 

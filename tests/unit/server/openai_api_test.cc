@@ -257,7 +257,8 @@ TEST(OpenAiResponse, ChatStreamWithTwoChoicesAndUsage) {
   EXPECT_EQ(lines[6]["choices"], json::array());
   EXPECT_EQ(lines[6]["usage"],
             json::parse(R"({"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,
-                "prompt_tokens_details":{"cached_tokens":1}})"));
+                "prompt_tokens_details":{"cached_tokens":1},
+                "completion_tokens_details":{"reasoning_tokens":1}})"));
   EXPECT_EQ(lines[7], "[DONE]");
 
   const json final = response.Final();
