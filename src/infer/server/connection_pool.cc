@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -18,6 +19,7 @@ namespace {
 
 thread_local bool t_over_capacity = false;
 thread_local ConnectionPool* t_pool = nullptr;
+thread_local int t_close_when_idle = -1;  // a worker's connection, closed when it is idle
 
 constexpr uint32_t kParkedEvents = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
 // The parking thread looks at the idle deadlines at least this often.
@@ -70,6 +72,15 @@ ConnectionPool* ConnectionPool::Current() { return t_pool; }
 void ConnectionPool::CloseConnection(int fd) {
   ::shutdown(fd, SHUT_RDWR);
   ::close(fd);
+}
+
+void ConnectionPool::CloseWhenIdle(int fd) {
+  if (t_pool != this) {
+    CloseConnection(fd);
+    return;
+  }
+  if (t_close_when_idle >= 0) CloseConnection(t_close_when_idle);
+  t_close_when_idle = fd;
 }
 
 void ConnectionPool::enqueue(std::function<void()> fn) {
@@ -220,6 +231,13 @@ void ConnectionPool::Work(Lane& lane, bool overflow) {
     {
       std::unique_lock lock(mutex_);
       ++lane.idle;
+      if (t_close_when_idle >= 0) {
+        // Idle before the client can see its connection end (CloseWhenIdle).
+        const int fd = std::exchange(t_close_when_idle, -1);
+        lock.unlock();
+        CloseConnection(fd);
+        lock.lock();
+      }
       if (!announced) {
         announced = true;
         all_started_.notify_all();

@@ -55,6 +55,10 @@ class ConnectionPool : public httplib::TaskQueue {
 
   // shutdown() and close() of a connection's socket: how every connection ends.
   static void CloseConnection(int fd);
+  // The same for the connection this worker served, done once the worker counts as idle again:
+  // a client that sees the close and connects at once then finds the worker free, not a 503
+  // from the overflow threads. On another thread it closes at once.
+  void CloseWhenIdle(int fd);
 
   // True on an overflow thread: the connection it serves is beyond the cap.
   static bool OverCapacity();

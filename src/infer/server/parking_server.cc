@@ -184,7 +184,7 @@ void ParkingServer::Serve(int fd, size_t requests_left) {
     pool.Park(fd, requests_left, idle_s_);
     return;
   }
-  ConnectionPool::CloseConnection(fd);
+  pool.CloseWhenIdle(fd);
 }
 
 }  // namespace infer::server
