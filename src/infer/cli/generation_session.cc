@@ -39,15 +39,18 @@ void AddSamplingOptions(CLI::App& command, SamplingArgs& args) {
   command.add_flag("--enable-jump-forward,!--no-jump-forward", args.jump_forward,
                    "Structured output: emit the tokens the grammar forces (fixed keys, "
                    "punctuation) without a sampling step each (default: on)");
-  command
-      .add_option("--reasoning-budget", args.reasoning_budget,
-                  "Most tokens inside <think>...</think> before the block's end is forced (as "
-                  "llama.cpp's flag); 0 ends it at once, -1 is unbounded")
-      ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()))
-      ->capture_default_str();
+  AddReasoningBudgetOption(command, args.reasoning_budget,
+                           "Most tokens inside <think>...</think> before the block's end is "
+                           "forced (as llama.cpp's flag); 0 ends it at once, -1 is unbounded");
   schema->excludes(regex)->excludes(grammar)->excludes(choice);
   regex->excludes(grammar)->excludes(choice);
   grammar->excludes(choice);
+}
+
+void AddReasoningBudgetOption(CLI::App& command, int64_t& budget, const std::string& help) {
+  command.add_option("--reasoning-budget", budget, help)
+      ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()))
+      ->capture_default_str();
 }
 
 namespace {

@@ -40,6 +40,9 @@ struct SamplingArgs {
 };
 
 void AddSamplingOptions(CLI::App& command, SamplingArgs& args);
+// --reasoning-budget N (llama.cpp's flag: -1 unbounded, 0 ends the thinking at once), for the
+// generation commands (AddSamplingOptions) and for `infer serve`'s default.
+void AddReasoningBudgetOption(CLI::App& command, int64_t& budget, const std::string& help);
 // The user's values first, then generation_config.json's, then SamplingParams' defaults.
 SamplingParams ResolveSamplingParams(const SamplingArgs& args, const GenerationConfig& config);
 // "temperature=0.6 top_k=off top_p=0.9 ..." for /params and logs.

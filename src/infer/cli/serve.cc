@@ -9,7 +9,6 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
-#include <limits>
 #include <memory>
 #include <thread>
 
@@ -306,14 +305,11 @@ void AddServeCommand(CLI::App& app) {
                    "none: it stays in content; auto: qwen3 when the vocabulary has both tags")
       ->check(CLI::IsMember({"auto", "qwen3", "none"}))
       ->capture_default_str();
-  command
-      ->add_option("--reasoning-budget", args->reasoning_budget,
-                   "Default thinking budget of requests that give none (thinking_token_budget, "
-                   "Anthropic's thinking.budget_tokens): after this many tokens inside "
-                   "<think>...</think> the block's end is forced; 0 ends it at once, -1 is "
-                   "unbounded")
-      ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()))
-      ->capture_default_str();
+  AddReasoningBudgetOption(*command, args->reasoning_budget,
+                           "Default thinking budget of requests that give none "
+                           "(thinking_token_budget, Anthropic's thinking.budget_tokens): after "
+                           "this many tokens inside <think>...</think> the block's end is forced; "
+                           "0 ends it at once, -1 is unbounded");
   command->callback([args] {
     if (args->server.api_key.empty()) {
       const char* key = std::getenv("INFER_API_KEY");

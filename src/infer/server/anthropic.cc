@@ -283,13 +283,12 @@ ordered_json AnthropicToChatBody(std::string_view body, bool count_tokens,
   }
   if (fields.Get("tools")) chat["tools"] = ChatTools(ordered["tools"]);
   if (fields.Get("tool_choice")) ChatToolChoice(ordered["tool_choice"], chat);
-  if (const json* thinking_field = fields.Get("thinking")) {
-    const json& thinking = *thinking_field;
+  if (const json* thinking = fields.Get("thinking")) {
     const bool enabled = EnableThinking(ordered["thinking"]);
     chat["chat_template_kwargs"] = {{"enable_thinking", enabled}};
     // budget_tokens bounds the thinking (the engine forces the block's end once it is spent).
-    if (const auto budget = thinking.find("budget_tokens");
-        enabled && budget != thinking.end() && !budget->is_null()) {
+    if (const auto budget = thinking->find("budget_tokens");
+        enabled && budget != thinking->end() && !budget->is_null()) {
       const std::optional<int64_t> tokens = JsonInteger(*budget);
       if (!tokens || *tokens < 0) Reject("'thinking.budget_tokens' must be a non-negative integer");
       chat["thinking_token_budget"] = *tokens;

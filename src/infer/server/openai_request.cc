@@ -285,12 +285,8 @@ void ParseChatFields(Fields& fields, OpenAiRequest& request) {
   if (const json* value = fields.Get("reasoning_effort"); value && !value->is_null()) {
     // OpenAI's field, as Responses' reasoning.effort: Qwen3's enable_thinking ("none" turns it
     // off) unless chat_template_kwargs sets it; the template also gets it, as vLLM passes it.
-    static const std::vector<std::string> kEfforts = {"none",   "minimal", "low",
-                                                      "medium", "high",    "xhigh"};
-    if (!value->is_string() ||
-        std::find(kEfforts.begin(), kEfforts.end(), value->get<std::string>()) == kEfforts.end()) {
-      Reject("'reasoning_effort' must be none, minimal, low, medium, high or xhigh",
-             "reasoning_effort");
+    if (!value->is_string() || !IsReasoningEffort(value->get<std::string>())) {
+      Reject(ReasoningEffortError("reasoning_effort"), "reasoning_effort");
     }
     if (!request.chat_template_kwargs.contains("enable_thinking")) {
       request.chat_template_kwargs["enable_thinking"] = *value != "none";

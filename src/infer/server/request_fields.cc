@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 #include <fmt/format.h>
@@ -25,6 +26,20 @@ std::optional<int64_t> JsonInteger(const json& value) {
     }
   }
   return std::nullopt;
+}
+
+namespace {
+constexpr std::string_view kReasoningEfforts[] = {"none",   "minimal", "low",
+                                                  "medium", "high",    "xhigh"};
+}  // namespace
+
+bool IsReasoningEffort(std::string_view effort) {
+  return std::find(std::begin(kReasoningEfforts), std::end(kReasoningEfforts), effort) !=
+         std::end(kReasoningEfforts);
+}
+
+std::string ReasoningEffortError(std::string_view field) {
+  return fmt::format("'{}' must be none, minimal, low, medium, high or xhigh", field);
 }
 
 json ParseJsonObject(std::string_view body) {

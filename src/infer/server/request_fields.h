@@ -38,6 +38,12 @@ std::optional<int64_t> JsonInteger(const nlohmann::json& value);
 // The body as a JSON object; RequestError(400) when it is not valid JSON or not an object.
 nlohmann::json ParseJsonObject(std::string_view body);
 
+// OpenAI's reasoning efforts (chat's reasoning_effort, Responses' reasoning.effort): none,
+// minimal, low, medium, high, xhigh. "none" turns Qwen3's enable_thinking off, any other on.
+bool IsReasoningEffort(std::string_view effort);
+// "'<field>' must be none, minimal, low, medium, high or xhigh".
+std::string ReasoningEffortError(std::string_view field);
+
 // Reads a request's fields. Type errors are RequestError(400) "'name' must be ..."; OpenAI's
 // routes name the field in the error's "param" (`name_param`), the seed protocol's do not.
 class Fields {

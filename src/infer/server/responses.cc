@@ -223,11 +223,8 @@ void ChatReasoning(const ordered_json& reasoning, ordered_json& chat) {
   if (!reasoning.is_object()) Reject("'reasoning' must be an object", "reasoning");
   const ordered_json* effort = Find(reasoning, "effort");
   if (effort == nullptr) return;
-  static const std::vector<std::string> kEfforts = {"none",   "minimal", "low",
-                                                    "medium", "high",    "xhigh"};
-  if (!effort->is_string() ||
-      std::find(kEfforts.begin(), kEfforts.end(), effort->get<std::string>()) == kEfforts.end()) {
-    Reject("'reasoning.effort' must be none, minimal, low, medium, high or xhigh", "reasoning");
+  if (!effort->is_string() || !IsReasoningEffort(effort->get<std::string>())) {
+    Reject(ReasoningEffortError("reasoning.effort"), "reasoning");
   }
   chat["chat_template_kwargs"] = {{"enable_thinking", *effort != "none"}};
 }
