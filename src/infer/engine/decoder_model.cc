@@ -39,10 +39,13 @@ class DecoderModel final : public LanguageModel {
 
   void Forward(std::span<const SequenceStep> steps, std::vector<float>& logits) override {
     if (!cache_) {
-      // Uncached: each sequence from scratch, last position only.
+      // Uncached: each sequence from scratch, last position only (speculation needs the cache:
+      // EngineConfig::Validate).
       logits.clear();
       for (const SequenceStep& step : steps) {
         if (!step.wants_logits) continue;
+        INFER_CHECK(step.num_logits == 1, "sequence {}: {} logits rows without a KV cache",
+                    step.seq_id, step.num_logits);
         decoder_.ForwardUncached(step.tokens, LogitsMode::kLastPosition, row_);
         logits.insert(logits.end(), row_.begin(), row_.end());
       }
@@ -53,8 +56,12 @@ class DecoderModel final : public LanguageModel {
       const auto num_old = static_cast<int64_t>(step.tokens.size()) - step.num_new;
       INFER_CHECK(step.num_new >= 1 && num_old >= 0, "sequence {}: {} new tokens of {}",
                   step.seq_id, step.num_new, step.tokens.size());
+      INFER_CHECK(!step.wants_logits || (step.num_logits >= 1 && step.num_logits <= step.num_new),
+                  "sequence {}: {} logits rows for {} new tokens", step.seq_id, step.num_logits,
+                  step.num_new);
       seqs_.push_back({step.tokens.subspan(static_cast<size_t>(num_old)), num_old, step.block_table,
-                       step.wants_logits ? LogitsMode::kLastPosition : LogitsMode::kNone});
+                       step.wants_logits ? LogitsMode::kLastPosition : LogitsMode::kNone,
+                       step.num_logits});
     }
     decoder_.Forward(seqs_, *cache_, logits);
   }

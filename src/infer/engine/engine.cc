@@ -70,7 +70,7 @@ Engine::Engine(EngineConfig config, LanguageModel& model, const Tokenizer* token
       model_(model),
       tokenizer_(tokenizer),
       chat_template_(chat_template),
-      runner_(model, eos_token_ids, config_.enable_jump_forward) {
+      runner_(model, eos_token_ids, config_.enable_jump_forward, config_.speculative) {
   config_.Validate();
   if (tokenizer_ != nullptr) {
     structured_ = std::make_unique<StructuredOutputCompiler>(*tokenizer_, std::move(eos_token_ids));
@@ -405,6 +405,12 @@ bool Engine::Execute(const SchedulerOutput& step, Held& held) {
   try {
     std::vector<std::vector<StepOutput>> outputs = runner_.Run(step);
     const double now = NowS();
+    if (const ModelRunner::DraftCounts& drafts = runner_.last_draft_counts(); drafts.drafts > 0) {
+      std::lock_guard lock(metrics_mutex_);
+      metrics_.spec_decode_num_drafts += drafts.drafts;
+      metrics_.spec_decode_num_draft_tokens += drafts.draft_tokens;
+      metrics_.spec_decode_num_accepted_tokens += drafts.accepted_tokens;
+    }
     size_t k = 0;
     for (const ScheduledRequest& s : step.scheduled) {
       if (s.num_new == 0 || !s.wants_logits) continue;

@@ -52,6 +52,9 @@ void EngineConfig::Validate() const {
               kv_cache_memory_bytes);
   INFER_CHECK(kv_cache_dtype == DType::kF32 || kv_cache_dtype == DType::kBF16,
               "kv_cache_dtype must be f32 or bf16, got {}", DTypeName(kv_cache_dtype));
+  speculative.Validate();
+  INFER_CHECK(!speculative.enabled() || use_kv_cache,
+              "speculative decoding needs the KV cache (drop --no-kv-cache)");
 }
 
 }  // namespace infer

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "infer/core/dtype.h"
+#include "infer/engine/ngram_proposer.h"
 
 namespace infer {
 
@@ -75,6 +76,12 @@ struct EngineConfig {
   // false: no cache at all, every step recomputes each sequence from its first token (the
   // oracle, --no-kv-cache).
   bool use_kv_cache = true;
+  // Speculative decoding by n-gram lookup (vLLM's --speculative-config): a decoding request
+  // whose last tokens occurred earlier in its context runs, in one step, its sampled token and
+  // the tokens that followed that occurrence; the model's own draws decide how many of them
+  // stand (each kept token is the one it samples there, so outputs are the same as without).
+  // Off by default. Needs the KV cache.
+  SpeculativeConfig speculative;
 
   bool priority_policy() const { return scheduler_policy == SchedulerPolicy::kPriority; }
 

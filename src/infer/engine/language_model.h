@@ -19,6 +19,9 @@ struct SequenceStep {
   int64_t num_new = 0;              // the last num_new tokens run now; the cache holds the rest
   std::span<const int32_t> block_table;  // covers every token of `tokens`
   bool wants_logits = true;              // false for a prompt chunk that does not end the prompt
+  // With wants_logits: rows for the last num_logits tokens (more than one when a speculative
+  // draft is checked), at most num_new.
+  int64_t num_logits = 1;
 };
 
 class LanguageModel {
@@ -41,9 +44,9 @@ class LanguageModel {
   // Bytes the KV pool holds (0 without one).
   virtual int64_t kv_cache_bytes() const { return 0; }
 
-  // Runs one step: every sequence's new tokens in one batched forward. `logits` receives
-  // [number of steps with wants_logits, vocab] f32 rows, for the last token of each such step,
-  // in order.
+  // Runs one step: every sequence's new tokens in one batched forward. `logits` receives f32
+  // rows of `vocab` values: for each step with wants_logits, in order, its last num_logits
+  // tokens' rows, in position order.
   virtual void Forward(std::span<const SequenceStep> steps, std::vector<float>& logits) = 0;
 };
 

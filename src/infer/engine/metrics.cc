@@ -131,6 +131,12 @@ std::string PrometheusText(const EngineMetrics& metrics, std::string_view model_
   out.Counter("vllm:prefix_cache_hits_total",
               "Prefix cache hits, in terms of number of cached tokens.",
               static_cast<double>(metrics.prefix_cache_hits));
+  out.Counter("vllm:spec_decode_num_drafts_total", "Number of spec decoding drafts.",
+              static_cast<double>(metrics.spec_decode_num_drafts));
+  out.Counter("vllm:spec_decode_num_draft_tokens_total", "Number of draft tokens.",
+              static_cast<double>(metrics.spec_decode_num_draft_tokens));
+  out.Counter("vllm:spec_decode_num_accepted_tokens_total", "Number of accepted tokens.",
+              static_cast<double>(metrics.spec_decode_num_accepted_tokens));
   out.Histo("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
             metrics.time_to_first_token_s);
   out.Histo("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",

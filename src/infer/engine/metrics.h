@@ -46,6 +46,11 @@ struct EngineMetrics {
   int64_t num_preemptions = 0;
   int64_t prefix_cache_queries = 0;  // prompt tokens looked up in the prefix cache
   int64_t prefix_cache_hits = 0;     // of those, found
+  // Speculative decoding (vLLM's spec_decode counters): drafts checked, their tokens, and
+  // the tokens the model confirmed.
+  int64_t spec_decode_num_drafts = 0;
+  int64_t spec_decode_num_draft_tokens = 0;
+  int64_t spec_decode_num_accepted_tokens = 0;
 
   Histogram time_to_first_token_s;
   Histogram inter_token_latency_s;

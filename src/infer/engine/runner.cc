@@ -25,14 +25,16 @@ StepOutput FailConstrained(Request& request, StepOutput output, fmt::format_stri
 }  // namespace
 
 ModelRunner::ModelRunner(LanguageModel& model, std::vector<int32_t> eos_token_ids,
-                         bool jump_forward)
+                         bool jump_forward, SpeculativeConfig speculative)
     : model_(model),
       eos_token_ids_(eos_token_ids.begin(), eos_token_ids.end()),
       eos_ids_(std::move(eos_token_ids)),
-      jump_forward_(jump_forward) {}
+      jump_forward_(jump_forward),
+      speculative_(speculative) {}
 
 std::vector<std::vector<StepOutput>> ModelRunner::Run(const SchedulerOutput& step) {
   steps_.clear();
+  draft_counts_ = {};
   for (const ScheduledRequest& s : step.scheduled) {
     if (s.num_new == 0) continue;
     const Request& request = *s.request;
@@ -42,7 +44,8 @@ std::vector<std::vector<StepOutput>> ModelRunner::Run(const SchedulerOutput& ste
                 request.num_tokens());
     steps_.push_back({request.seq_id,
                       std::span<const int32_t>(request.token_ids).first(static_cast<size_t>(end)),
-                      s.num_new, request.block_table.blocks, s.wants_logits});
+                      s.num_new, request.block_table.blocks, s.wants_logits,
+                      1 + request.num_draft_tokens});
   }
   if (steps_.empty()) return {};
   fault::MaybeThrow("forward");  // tests only (INFER_FAULTS)
@@ -52,20 +55,60 @@ std::vector<std::vector<StepOutput>> ModelRunner::Run(const SchedulerOutput& ste
   size_t row = 0;
   for (const ScheduledRequest& s : step.scheduled) {
     if (s.num_new == 0 || !s.wants_logits) continue;
-    INFER_CHECK((row + 1) * vocab <= logits_.size(), "runner: the model returned {} logits rows",
+    Request& request = *s.request;
+    const auto rows = static_cast<size_t>(1 + request.num_draft_tokens);
+    INFER_CHECK((row + rows) * vocab <= logits_.size(), "runner: the model returned {} logits rows",
                 logits_.size() / vocab);
     std::vector<StepOutput>& request_outputs = outputs.emplace_back();
+    const std::span<float> request_logits = std::span(logits_).subspan(row * vocab, rows * vocab);
     try {
-      TakeToken(*s.request, std::span(logits_).subspan(row * vocab, vocab), request_outputs);
+      if (request.num_draft_tokens > 0) {
+        CheckDraft(request, request_logits, request_outputs);
+      } else {
+        TakeToken(request, request_logits, request_outputs);
+      }
+      ProposeDraft(request);
     } catch (const GrammarError& e) {
       // A grammar too ambiguous to go on (its matcher's bound): this request fails, the
       // others of the step go on.
       request_outputs.push_back(
-          FailConstrained(*s.request, NewOutput(*s.request), "structured output: {}", e.what()));
+          FailConstrained(request, NewOutput(request), "structured output: {}", e.what()));
     }
-    ++row;
+    row += rows;
   }
   return outputs;
+}
+
+void ModelRunner::CheckDraft(Request& request, std::span<float> rows,
+                             std::vector<StepOutput>& outputs) {
+  const int64_t k = request.num_draft_tokens;
+  draft_.assign(request.token_ids.end() - k, request.token_ids.end());
+  request.DropDraft();
+  request.num_rejected_tokens = k;
+  ++draft_counts_.drafts;
+  draft_counts_.draft_tokens += k;
+  const size_t vocab = rows.size() / static_cast<size_t>(k + 1);
+  // Each draw is the one the request would make without a draft: the same logits (the kernels
+  // are batch-invariant), the same tokens before it, its own RNG, one draw per token. A draft
+  // token stands only where the draw equals it, so the output is what it would be without one.
+  for (int64_t i = 0; i <= k; ++i) {
+    const size_t first = outputs.size();
+    TakeToken(request, rows.subspan(static_cast<size_t>(i) * vocab, vocab), outputs);
+    if (i == k || outputs.size() == first || outputs[first].token_id != draft_[i]) break;
+    --request.num_rejected_tokens;  // its KV, computed in this step, is the drawn token's
+    ++draft_counts_.accepted_tokens;
+    // Finished, or the grammar forced tokens after it: the rest of the draft is not checked.
+    if (request.done() || outputs.size() != first + 1) break;
+  }
+}
+
+void ModelRunner::ProposeDraft(Request& request) const {
+  if (!speculative_.enabled() || request.done()) return;
+  // The draft and the token drawn after it must fit in max_tokens.
+  const int64_t room = request.sampling_params.max_new_tokens - request.num_generated_tokens() - 1;
+  const std::vector<int32_t> draft = ProposeNgramDraft(request.token_ids, speculative_, room);
+  request.token_ids.insert(request.token_ids.end(), draft.begin(), draft.end());
+  request.num_draft_tokens = static_cast<int64_t>(draft.size());
 }
 
 StepOutput ModelRunner::NewOutput(const Request& request) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <tuple>
+#include <utility>
 
 #include "infer/core/error.h"
 
@@ -58,6 +59,7 @@ bool Scheduler::Add(std::shared_ptr<Request> request) {
 void Scheduler::Preempt(std::shared_ptr<Request> request, SchedulerOutput& output) {
   INFER_CHECK(config_.enable_preemption, "scheduler: out of KV blocks with preemption off");
   blocks_.Free(request->block_table);
+  request->DropDraft();  // recompute covers the accepted tokens only
   request->num_computed_tokens = 0;
   request->state = RequestState::kWaiting;
   ++request->num_preemptions;
@@ -90,13 +92,25 @@ void Scheduler::ScheduleRunning(int64_t& budget, SchedulerOutput& output, bool p
       ++i;
       continue;
     }
-    const int64_t num_new = std::min(request->num_uncomputed(), budget);
+    // A speculative draft is optional: what does not fit the budget is dropped, so that the
+    // step still reaches the request's last token.
+    if (request->num_uncomputed() > budget) request->DropDraft(request->num_uncomputed() - budget);
     bool preempted_self = false;
     try {
-      while (!blocks_.Allocate(request->block_table, request->token_ids,
-                               request->num_computed_tokens + num_new)) {
-        // Out of blocks: preempt the lowest-priority, latest-arrived request not yet scheduled
-        // in this step (running_ is in run order, so that is the last one; maybe this one).
+      // The draft's tokens get blocks but are not known tokens: no block of them is registered
+      // in the prefix cache until the model confirms them (MarkComputed).
+      while (!blocks_.Allocate(
+          request->block_table,
+          std::span<const int32_t>(request->token_ids)
+              .first(request->token_ids.size() - static_cast<size_t>(request->num_draft_tokens)),
+          request->num_computed_tokens + std::min(request->num_uncomputed(), budget))) {
+        // Out of blocks: a draft goes first, then the lowest-priority, latest-arrived request
+        // not yet scheduled in this step is preempted (running_ is in run order, so that is
+        // the last one; maybe this one).
+        if (request->num_draft_tokens > 0) {
+          request->DropDraft();
+          continue;
+        }
         const std::shared_ptr<Request> victim = running_.back();
         Preempt(victim, output);
         if (victim == request) {
@@ -109,6 +123,7 @@ void Scheduler::ScheduleRunning(int64_t& budget, SchedulerOutput& output, bool p
       continue;
     }
     if (preempted_self) break;  // everything after it was preempted first
+    const int64_t num_new = std::min(request->num_uncomputed(), budget);
     output.scheduled.push_back({request, num_new, num_new == request->num_uncomputed()});
     output.num_batched_tokens += num_new;
     budget -= num_new;
@@ -195,7 +210,8 @@ void Scheduler::Update(const SchedulerOutput& output, bool ran) {
   if (ran) {
     for (const ScheduledRequest& s : output.scheduled) {
       Request& request = *s.request;
-      request.num_computed_tokens += s.num_new;
+      // A rejected draft's KV was computed but belongs to no token of the request.
+      request.num_computed_tokens += s.num_new - std::exchange(request.num_rejected_tokens, 0);
       stats_.computed_tokens += s.num_new;
       if (!request.done()) {
         blocks_.MarkComputed(request.block_table, request.token_ids, request.num_computed_tokens);

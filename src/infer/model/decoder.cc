@@ -98,7 +98,9 @@ void Decoder::Forward(std::span<const SequenceTokens> seqs, PagedKvCache& cache,
   int64_t row = 0;
   for (const SequenceTokens& seq : seqs) {
     const auto n = static_cast<int64_t>(seq.tokens.size());
-    const int64_t first = seq.logits == LogitsMode::kAllPositions ? 0 : n - 1;
+    const int64_t first = seq.logits == LogitsMode::kAllPositions
+                              ? 0
+                              : n - std::clamp<int64_t>(seq.num_last_logits, 1, n);
     const int64_t count = seq.logits == LogitsMode::kNone ? 0 : n - first;
     kernels::RmsNorm(hidden_.data() + (row + first) * hidden, count, hidden, weights_.final_norm,
                      static_cast<float>(config_.rms_norm_eps), norm_weight_offset_,

@@ -25,6 +25,8 @@ struct SequenceTokens {
   int64_t first_pos = 0;
   std::span<const int32_t> block_table;  // covers positions 0 .. first_pos + tokens.size() - 1
   LogitsMode logits = LogitsMode::kLastPosition;
+  // kLastPosition: rows for this many trailing positions (a speculative draft's check).
+  int64_t num_last_logits = 1;
 };
 
 class Decoder {

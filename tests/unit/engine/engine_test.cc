@@ -220,6 +220,58 @@ TEST(EngineTest, StepsRunAtMostMaxNumBatchedTokensMixingDecodeAndPrefill) {
   EXPECT_EQ(model.calls().front(), (std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {1, 1}}));
 }
 
+// Speculative decoding with a scripted model whose output repeats: n-gram drafts are checked
+// in one step each, and every kept token is the model's own. The counts below follow from the
+// script by hand (see the comments).
+TEST(EngineTest, SpeculativeDecodingChecksNgramDraftsInOneStep) {
+  const std::vector<int32_t> prompt = {1, 2, 3, 5, 6, 7, 8};
+  const std::vector<int32_t> script = {5, 6, 7, 8, 5, 6, 4, 9};
+  EngineConfig config = TestConfig();
+  config.speculative = {3, 1, 2};
+  {
+    testing::ScriptedModel model(32, script);
+    Engine engine(config, model, nullptr, {9});
+    auto channel = engine.AddRequest("r", prompt, Params(20));
+    while (engine.HasWork()) engine.Step();
+    const auto outputs = Drain(*channel);
+    EXPECT_EQ(TokenIds(outputs), (std::vector<int32_t>{5, 6, 7, 8, 5, 6, 4, 9}));
+    EXPECT_EQ(outputs.back().finish_reason, FinishReason::kEos);
+    EXPECT_EQ(outputs.back().completion_tokens, 8);
+    // Prefill draws 5; "5" occurred after 3, so 6 7 8 is the draft. Its check (4 tokens) keeps
+    // all three and draws 5; "8 5" occurred before, the draft is 6 7 8 again: 6 stands, the
+    // draw after it is 4, so 7 8 are refused. Nothing repeats "6 4": one token, then EOS.
+    EXPECT_EQ(model.num_new_calls(), (std::vector<int64_t>{7, 4, 4, 1}));
+    const EngineMetrics metrics = engine.metrics();
+    EXPECT_EQ(metrics.spec_decode_num_drafts, 2);
+    EXPECT_EQ(metrics.spec_decode_num_draft_tokens, 6);
+    EXPECT_EQ(metrics.spec_decode_num_accepted_tokens, 4);
+    EXPECT_EQ(metrics.generation_tokens, 8);
+  }
+  {
+    // max_tokens bounds the draft: after 5 of 6 tokens there is no room for one.
+    testing::ScriptedModel model(32, script);
+    Engine engine(config, model, nullptr, {9});
+    auto channel = engine.AddRequest("r", prompt, Params(6));
+    while (engine.HasWork()) engine.Step();
+    const auto outputs = Drain(*channel);
+    EXPECT_EQ(TokenIds(outputs), (std::vector<int32_t>{5, 6, 7, 8, 5, 6}));
+    EXPECT_EQ(outputs.back().finish_reason, FinishReason::kLength);
+    EXPECT_EQ(model.num_new_calls(), (std::vector<int64_t>{7, 4, 1}));
+  }
+  {
+    // A token budget of 2 per step leaves room for one draft token only.
+    EngineConfig tight = config;
+    tight.max_num_batched_tokens = 2;
+    testing::ScriptedModel model(32, script);
+    Engine engine(tight, model, nullptr, {9});
+    auto channel = engine.AddRequest("r", prompt, Params(20));
+    while (engine.HasWork()) engine.Step();
+    EXPECT_EQ(TokenIds(Drain(*channel)), (std::vector<int32_t>{5, 6, 7, 8, 5, 6, 4, 9}));
+    for (const int64_t num_new : model.num_new_calls()) EXPECT_LE(num_new, 2);
+    EXPECT_GT(engine.metrics().spec_decode_num_accepted_tokens, 0);
+  }
+}
+
 TEST(EngineTest, StaticBatchPrefillsAsOneUnitAndDeliversFirstTokensTogether) {
   testing::ScriptedModel model(32, {5, 6});
   EngineConfig config = TestConfig();
@@ -466,6 +518,77 @@ TEST_P(EngineFixtureTest, ConstrainedOutputIsTheSameAloneBatchedChunkedCachedAnd
   const auto [preempted, tight_stats] = run(tight);
   EXPECT_EQ(preempted, single) << "preempted";
   EXPECT_GT(tight_stats.preemptions, 0);
+  // n-gram drafts checked through the grammar's masks and jump-forward's forced tokens.
+  EngineConfig speculative = Config(8);
+  speculative.speculative = {4, 1, 3};
+  EXPECT_EQ(run(speculative).first, single) << "speculative";
+}
+
+// Speculative decoding on the fixture models: a kept draft token is the model's own draw from
+// the same logits (the kernels are batch-invariant: a row computed in a draft's check equals the
+// row of a one-token step), so greedy and seeded outputs are those of plain decoding, however
+// the requests are batched, chunked, cached or preempted. The small models repeat themselves,
+// so drafts are made, and both kept and refused.
+TEST_P(EngineFixtureTest, SpeculativeDecodingGivesTheSameOutput) {
+  std::vector<std::vector<int32_t>> prompts = {
+      {1, 17, 42, 17, 42}, {3, 9, 100, 200, 7, 8, 11, 300, 12}, Range(250, 37), Range(20, 20)};
+  prompts[3].insert(prompts[3].begin(), prompts[2].begin(), prompts[2].begin() + 32);
+  std::vector<SamplingParams> params = {Params(40), Params(30, 0.8), Params(25), Params(30, 1.0)};
+  params[1].seed = 31;
+  params[1].top_k = 20;
+  params[3].seed = 32;
+  params[3].top_p = 0.9;
+  params[3].repetition_penalty = 1.1;
+  std::vector<std::vector<int32_t>> plain;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    plain.push_back(Run(Config(1), {prompts[i]}, {params[i]}).front());
+  }
+  int64_t drafted = 0, accepted = 0;
+  const auto check = [&](EngineConfig config, const std::string& what, int passes = 1) {
+    config.speculative = {4, 1, 3};
+    Engine engine(config, *model_, nullptr, {});
+    for (int pass = 0; pass < passes; ++pass) {
+      EXPECT_EQ(RunAll(engine, prompts, params), plain) << what << ", pass " << pass;
+    }
+    drafted += engine.metrics().spec_decode_num_draft_tokens;
+    accepted += engine.metrics().spec_decode_num_accepted_tokens;
+    return engine.stats();
+  };
+  check(Config(1), "alone");
+  check(Config(8), "batched");
+  EngineConfig chunked = Config(8);
+  chunked.max_num_batched_tokens = 6;  // drafts cut to the budget, prompts split
+  check(chunked, "chunked");
+  // A second pass reads the blocks the first one registered: a refused draft's KV never is.
+  EXPECT_GT(check(Config(8), "prefix-cache hits", 2).cached_prompt_tokens, 0);
+  EngineConfig tight = Config(8);
+  tight.num_blocks = 10;
+  tight.enable_preemption = true;
+  EXPECT_GT(check(tight, "preempted").preemptions, 0);
+  EXPECT_GT(accepted, 0);
+  EXPECT_LT(accepted, drafted);
+  {
+    // A chat's next turn (prompt, reply, one more token): every full block of the first turn
+    // is found in the prefix cache, under the tokens it holds, drafts or not. The first turn
+    // computed the KV of all its tokens but the last drawn one.
+    std::vector<std::vector<int32_t>> next = prompts;
+    int64_t expected = 0;
+    for (size_t i = 0; i < next.size(); ++i) {
+      next[i].insert(next[i].end(), plain[i].begin(), plain[i].end());
+      expected += (static_cast<int64_t>(next[i].size()) - 1) / 16 * 16;
+      next[i].push_back(7);
+    }
+    const std::vector<SamplingParams> short_params(next.size(), Params(5));
+    // (Before the engine below: an engine takes the model's KV pool for itself.)
+    const auto cold = Run(Config(8), next, short_params);
+    EngineConfig config = Config(8);
+    config.speculative = {24, 1, 3};  // drafts longer than a block
+    Engine engine(config, *model_, nullptr, {});
+    ASSERT_EQ(RunAll(engine, prompts, params), plain);
+    const int64_t before = engine.stats().cached_prompt_tokens;
+    EXPECT_EQ(RunAll(engine, next, short_params), cold);
+    EXPECT_EQ(engine.stats().cached_prompt_tokens - before, expected);
+  }
 }
 
 TEST_P(EngineFixtureTest, KvPoolHoldsTheConfiguredBlocks) {

@@ -36,11 +36,15 @@ class ScriptedModel : public LanguageModel {
       if (!step.wants_logits) continue;
       const auto length = static_cast<int64_t>(step.tokens.size());
       const int64_t prompt_len = prompt_lens_.try_emplace(step.seq_id, length).first->second;
-      const auto k = static_cast<size_t>(length - prompt_len);
-      const int32_t next = script_.at(std::min(k, script_.size() - 1));
-      const size_t row = logits.size();
-      logits.resize(row + static_cast<size_t>(vocab_size_), 0.0F);
-      logits.at(row + static_cast<size_t>(next)) = 30.0F;  // certain even when sampling at T = 1
+      // One row per position asked (a speculative draft's check asks several): the row after
+      // token j predicts generated token j + 1 - prompt_len.
+      for (int64_t end = length - step.num_logits + 1; end <= length; ++end) {
+        const auto k = static_cast<size_t>(end - prompt_len);
+        const int32_t next = script_.at(std::min(k, script_.size() - 1));
+        const size_t row = logits.size();
+        logits.resize(row + static_cast<size_t>(vocab_size_), 0.0F);
+        logits.at(row + static_cast<size_t>(next)) = 30.0F;  // certain even when sampling at T = 1
+      }
     }
     calls_.push_back(std::move(call));
   }
@@ -70,8 +74,8 @@ class UniformModel : public LanguageModel {
   int64_t vocab_size() const override { return vocab_size_; }
   int64_t context_length() const override { return 1 << 20; }
   void Forward(std::span<const SequenceStep> steps, std::vector<float>& logits) override {
-    const auto rows = std::count_if(steps.begin(), steps.end(),
-                                    [](const SequenceStep& s) { return s.wants_logits; });
+    int64_t rows = 0;
+    for (const SequenceStep& s : steps) rows += s.wants_logits ? s.num_logits : 0;
     logits.assign(static_cast<size_t>(rows * vocab_size_), 0.0F);
   }
 

@@ -373,3 +373,76 @@ TEST(SchedulerTest, AnAllocationThatThrowsFailsOnlyItsRequest) {
 
 }  // namespace
 }  // namespace infer
+
+namespace infer {
+namespace {
+
+// A speculative draft (tokens the runner appended after the last drawn one): scheduled with it
+// while the budget allows, cut to the budget, dropped first when blocks run out and on
+// preemption; its blocks are not registered in the prefix cache until confirmed, and the
+// rejected part's KV is not counted as computed.
+TEST(SchedulerTest, SpeculativeDraftsAreOptionalAndNeverCachedUnconfirmed) {
+  const auto add_draft = [](Request& request, int64_t count) {
+    for (int64_t i = 0; i < count; ++i) request.token_ids.push_back(100 + static_cast<int32_t>(i));
+    request.num_draft_tokens = count;
+  };
+  {
+    EngineConfig config = Config("continuous", 8, /*budget=*/512);
+    config.enable_preemption = true;  // blocks are taken as the sequence grows
+    Scheduler scheduler(config, /*num_blocks=*/16);
+    auto a = MakeRequest("a", Tokens(16), /*max_new_tokens=*/40);
+    ASSERT_TRUE(scheduler.Add(a));
+    Step(scheduler);  // prefill: the prompt's block is computed, token 7 drawn
+    EXPECT_EQ(scheduler.block_manager().num_cached_blocks(), 1);
+    add_draft(*a, 20);  // positions 17-36: a whole block (16-31) of draft tokens
+    SchedulerOutput output = scheduler.Schedule(0.0);
+    EXPECT_EQ(Describe(output), (Strings{"a:21"}));
+    EXPECT_TRUE(output.scheduled.front().wants_logits);
+    EXPECT_EQ(a->block_table.blocks.size(), 3U);
+    EXPECT_EQ(scheduler.block_manager().num_cached_blocks(), 1);  // the draft's block is not
+    // The runner kept 5 draft tokens, drew one more, and refused 15.
+    a->DropDraft();
+    for (int32_t t = 0; t < 6; ++t) {
+      a->token_ids.push_back(100 + t);
+      a->generated_token_ids.push_back(100 + t);
+    }
+    a->num_rejected_tokens = 15;
+    scheduler.Update(output, /*ran=*/true);
+    EXPECT_EQ(a->num_computed_tokens, 16 + 1 + 5);
+    EXPECT_EQ(a->num_uncomputed(), 1);
+    EXPECT_EQ(a->num_rejected_tokens, 0);
+    EXPECT_EQ(scheduler.block_manager().num_cached_blocks(), 1);  // 22 computed: one block
+  }
+  {
+    // A budget of 4 keeps 3 draft tokens.
+    Scheduler scheduler(Config("continuous", 8, /*budget=*/4), /*num_blocks=*/16);
+    auto a = MakeRequest("a", Tokens(4), /*max_new_tokens=*/40);
+    ASSERT_TRUE(scheduler.Add(a));
+    Step(scheduler);
+    add_draft(*a, 6);
+    const SchedulerOutput output = scheduler.Schedule(0.0);
+    EXPECT_EQ(Describe(output), (Strings{"a:4"}));
+    EXPECT_TRUE(output.scheduled.front().wants_logits);
+    EXPECT_EQ(a->num_draft_tokens, 3);
+    EXPECT_EQ(a->num_tokens(), 4 + 1 + 3);
+  }
+  {
+    // Out of blocks: the draft goes before anyone is preempted.
+    EngineConfig config = Config("continuous", 8, /*budget=*/512);
+    config.enable_preemption = true;
+    Scheduler scheduler(config, /*num_blocks=*/2);
+    auto a = MakeRequest("a", Tokens(15), /*max_new_tokens=*/10);
+    auto b = MakeRequest("b", Tokens(8, 50), /*max_new_tokens=*/10);
+    ASSERT_TRUE(scheduler.Add(a));
+    ASSERT_TRUE(scheduler.Add(b));
+    Step(scheduler);   // a's 16th token (7) fills its block; b holds the other one
+    add_draft(*a, 4);  // would need a third block
+    const SchedulerOutput output = scheduler.Schedule(0.0);
+    EXPECT_TRUE(output.preempted.empty());
+    EXPECT_EQ(a->num_draft_tokens, 0);
+    EXPECT_EQ(Describe(output), (Strings{"a:1", "b:1"}));
+  }
+}
+
+}  // namespace
+}  // namespace infer
