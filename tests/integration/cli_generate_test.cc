@@ -52,7 +52,10 @@ TEST(CliGenerate, GreedyJsonMatchesReferenceWithAndWithoutCache) {
     const auto expected = reference["greedy_short"]["generated_ids"].get<std::vector<int>>();
     const std::string prompt = IdList(reference["greedy_short"]["prompt_ids"]);
     const std::string model = (testing::FixturePath(std::string("models/") + arch) / "model");
-    for (const bool cached : {true, false}) {
+    // Cached, uncached, and cached with n-gram drafts (kept only where they are the model's
+    // own greedy choice, so the ids are Hugging Face's still).
+    for (const int mode : {0, 1, 2}) {
+      const bool cached = mode != 1;
       std::vector<std::string> args = {"--prompt-ids",
                                        prompt,
                                        "--temperature",
@@ -61,6 +64,12 @@ TEST(CliGenerate, GreedyJsonMatchesReferenceWithAndWithoutCache) {
                                        std::to_string(expected.size()),
                                        "--json"};
       if (!cached) args.push_back("--no-kv-cache");
+      if (mode == 2) {
+        args.push_back("--speculative-config");
+        args.push_back(
+            R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1,
+                "prompt_lookup_max": 3})");
+      }
       const auto result = Generate(model, args);
       ASSERT_EQ(result.exit_code, 0) << arch << ": " << result.err;
       const json out = json::parse(result.out);
@@ -103,6 +112,14 @@ TEST(CliGenerate, ErrorsAreOneLine) {
       {{"--prompt-ids", "1,99999"}, "outside the vocab"},
       {{"--prompt-ids", "1", "--stop", "x"}, "stop strings need a tokenizer"},
       {{}, "exactly one of --prompt and --prompt-ids"},
+      {{"--prompt-ids", "1", "--speculative-config", "{\"method\": \"ngram\""},
+       "--speculative-config must be a JSON object"},
+      {{"--prompt-ids", "1", "--speculative-config",
+        R"({"method": "eagle", "num_speculative_tokens": 2})"},
+       "--speculative-config: method \"eagle\" is not supported"},
+      {{"--prompt-ids", "1", "--no-kv-cache", "--speculative-config",
+        R"({"method": "ngram", "num_speculative_tokens": 2})"},
+       "speculative decoding needs the KV cache"},
   };
   for (const auto& test_case : cases) {
     const auto result = Generate(model, test_case.args);

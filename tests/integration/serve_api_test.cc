@@ -502,5 +502,54 @@ TEST(ServeThinking, TheBudgetForcesTheEndOfTheBlock) {
   EXPECT_EQ(server.Stop(SIGTERM), 0) << server.log();
 }
 
+// --speculative-config (vLLM's flag): the server checks n-gram drafts and its replies are those
+// of the sequential path; /metrics counts the drafts under vLLM's names.
+TEST(ServeSpeculative, RepliesAreThoseOfPlainDecodingAndDraftsAreCounted) {
+  if (!testing::RequireRealTokenizer("llama3")) return;
+  testing::Llama3VocabModelDir model;
+  const std::string config =
+      R"({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1,
+          "prompt_lookup_max": 3})";
+  ServerProcess server({"--model", model.path(), "--load-format", "dummy", "--served-model-name",
+                        "llama3", "--completions-format", "openai", "--speculative-config", config,
+                        "--threads", "1"});
+  ASSERT_TRUE(server.started()) << server.log();
+  EXPECT_NE(server.log().find("speculative decoding ngram (4 tokens, n-grams of 1-3)"),
+            std::string::npos)
+      << server.log();
+  const std::string prompt = "one two three, one two three, one two three, one two";
+  const auto [status, text] = server::HttpPost("127.0.0.1", server.port(), "/v1/completions",
+                                               json{{"model", "llama3"},
+                                                    {"prompt", prompt},
+                                                    {"max_tokens", 40},
+                                                    {"temperature", 0},
+                                                    {"ignore_eos", true},
+                                                    {"return_token_ids", true}}
+                                                   .dump());
+  ASSERT_EQ(status, 200) << text;
+  const auto ids = json::parse(text)["choices"][0]["token_ids"].get<std::vector<int32_t>>();
+  const auto generate = testing::RunCommand(
+      {INFER_BINARY, "generate", "--model", model.path(), "--load-format", "dummy", "--prompt",
+       prompt, "--temperature", "0", "--max-new-tokens", "40", "--threads", "1", "--json"});
+  ASSERT_EQ(generate.exit_code, 0) << generate.err;
+  auto expected = json::parse(generate.out)["token_ids"].get<std::vector<int32_t>>();
+  expected.resize(std::min(expected.size(), ids.size()));  // generate stops at EOS
+  EXPECT_EQ(std::vector<int32_t>(ids.begin(), ids.begin() + expected.size()), expected);
+  const auto [metrics_status, metrics] = server::HttpGet("127.0.0.1", server.port(), "/metrics");
+  ASSERT_EQ(metrics_status, 200);
+  const auto counter = [&](const std::string& name) {
+    const std::string prefix = name + "{model_name=\"llama3\"} ";
+    const size_t at = metrics.find(prefix);
+    EXPECT_NE(at, std::string::npos) << name;
+    return at == std::string::npos ? -1.0 : std::stod(metrics.substr(at + prefix.size()));
+  };
+  const double drafts = counter("vllm:spec_decode_num_draft_tokens_total");
+  const double accepted = counter("vllm:spec_decode_num_accepted_tokens_total");
+  EXPECT_GT(counter("vllm:spec_decode_num_drafts_total"), 0);
+  EXPECT_GE(drafts, accepted);
+  EXPECT_GE(accepted, 0);
+  EXPECT_EQ(server.Stop(SIGTERM), 0) << server.log();
+}
+
 }  // namespace
 }  // namespace infer

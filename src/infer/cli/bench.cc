@@ -17,6 +17,7 @@
 
 #include "infer/cache/paged_kv_cache.h"
 #include "infer/cli/common.h"
+#include "infer/cli/generation_session.h"
 #include "infer/core/error.h"
 #include "infer/core/mapped_file.h"
 #include "infer/engine/decoder_model.h"
@@ -37,6 +38,7 @@ struct BenchArgs {
   bool as_json = false;
   std::string report;
   std::string kv_cache_dtype = "bf16";
+  std::string speculative_config;  // vLLM's JSON; empty: off
 };
 
 struct Stats {
@@ -130,6 +132,7 @@ void RunBench(const BenchArgs& args) {
                                     ? fmt::format(" (output head {})", OutputHeadType(loaded))
                                     : "";
 
+  const SpeculativeConfig options_speculative = ResolveSpeculativeConfig(args.speculative_config);
   nlohmann::json results = nlohmann::json::array();
   // One line of the table: model, params, dtype, threads, test, t/s.
   auto row = [](const auto&... cells) {
@@ -148,6 +151,7 @@ void RunBench(const BenchArgs& args) {
     greedy.temperature = 0.0;
     GenerateOptions options;  // no EOS ids: every run generates all its tokens
     options.kv_cache_dtype = ParseKvCacheDType(args.kv_cache_dtype);
+    options.speculative = options_speculative;
     {  // Warm-up: touches every weight page and sizes the scratch buffers.
       greedy.max_new_tokens = 4;
       Generate(*model, nullptr, SyntheticPrompt(16, config.vocab_size), greedy, options);
@@ -163,6 +167,7 @@ void RunBench(const BenchArgs& args) {
         // Every prompt in one step; the rows then decode together, step after step.
         options.max_num_batched_tokens = prompt_tokens * parallel;
         std::vector<double> prefill_tok_s, decode_tok_s;
+        int64_t decode_steps = 0, decoded_total = 0;
         for (int rep = 0; rep < args.repetitions; ++rep) {
           const std::vector<GenerationOutput> rows =
               GenerateBatch(*model, nullptr, prompts, {greedy}, options);
@@ -173,6 +178,11 @@ void RunBench(const BenchArgs& args) {
             prefill_s = std::max(prefill_s, row.timing.prefill_time_s);
             decode_s = std::max(decode_s, row.timing.decode_time_s());
             decoded += static_cast<int64_t>(row.timing.decode_times_s.size());
+            // Tokens of one step share its time: a gap of 0 is a kept draft token.
+            decode_steps +=
+                std::count_if(row.timing.decode_times_s.begin(), row.timing.decode_times_s.end(),
+                              [](double gap) { return gap > 0; });
+            decoded_total += static_cast<int64_t>(row.timing.decode_times_s.size());
           }
           prefill_tok_s.push_back(static_cast<double>(prompt_tokens * parallel) / prefill_s);
           decode_tok_s.push_back(static_cast<double>(decoded) / decode_s);
@@ -204,6 +214,11 @@ void RunBench(const BenchArgs& args) {
              {"decode_tok_s_sd", decode.sd},
              {"prefill_tok_s_samples", prefill_tok_s},
              {"decode_tok_s_samples", decode_tok_s},
+             // Tokens a sequence's decode step gave, on average (above 1 only when
+             // speculative drafts were kept).
+             {"tokens_per_decode_step",
+              static_cast<double>(decoded_total) /
+                  static_cast<double>(std::max<int64_t>(1, decode_steps))},
              // (a decode step reads the weights once for all its rows)
              {"decode_gb_s", decode.mean / static_cast<double>(parallel) * weight_gb_per_token}});
       }
@@ -226,6 +241,7 @@ void RunBench(const BenchArgs& args) {
                  {"isa", isa},
                  {"matmul_precision", kernels::MatMulPrecisionName(args.model.matmul_precision)},
                  {"kv_cache_dtype", args.kv_cache_dtype},
+                 {"speculative", DescribeSpeculativeConfig(options_speculative)},
                  {"huge_page_fraction", huge_page_fraction},
                  {"read_bandwidth_gb_s", bandwidth_gb_s},
                  {"read_bandwidth_before_gb_s", probe_before_gb_s},
@@ -280,6 +296,7 @@ void AddBenchCommand(CLI::App& app) {
   command->add_option("--kv-cache-dtype", args->kv_cache_dtype, "KV cache dtype: bf16 or f32")
       ->check(CLI::IsMember({"bf16", "f32"}))
       ->capture_default_str();
+  AddSpeculativeConfigOption(*command, args->speculative_config);
   command->add_flag("--json", args->as_json, "Print one JSON object");
   command->add_option("--report", args->report, "Also write the JSON report to this file");
   command->callback([args] { RunBench(*args); });

@@ -84,6 +84,7 @@ void RunChat(const ChatArgs& args) {
   config.kv_cache_dtype = ParseKvCacheDType(args.sampling.kv_cache_dtype);
   config.use_kv_cache = use_kv_cache;
   config.enable_jump_forward = args.sampling.jump_forward;
+  config.speculative = ResolveSpeculativeConfig(args.sampling.speculative_config);
   Engine engine(config, session.model(), session.tokenizer(), session.eos_token_ids(),
                 session.chat_template_or_null());
   int64_t turn = 0;

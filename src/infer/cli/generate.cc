@@ -39,6 +39,7 @@ void RunGenerate(const GenerateArgs& args) {
   }
   options.use_kv_cache = !args.sampling.no_kv_cache;
   options.enable_jump_forward = args.sampling.jump_forward;
+  options.speculative = ResolveSpeculativeConfig(args.sampling.speculative_config);
   options.kv_cache_dtype = ParseKvCacheDType(args.sampling.kv_cache_dtype);
   options.eos_token_ids = session.eos_token_ids();
   if (!args.json) {

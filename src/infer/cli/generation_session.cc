@@ -42,6 +42,7 @@ void AddSamplingOptions(CLI::App& command, SamplingArgs& args) {
   AddReasoningBudgetOption(command, args.reasoning_budget,
                            "Most tokens inside <think>...</think> before the block's end is "
                            "forced (as llama.cpp's flag); 0 ends it at once, -1 is unbounded");
+  AddSpeculativeConfigOption(command, args.speculative_config);
   schema->excludes(regex)->excludes(grammar)->excludes(choice);
   regex->excludes(grammar)->excludes(choice);
   grammar->excludes(choice);
@@ -51,6 +52,34 @@ void AddReasoningBudgetOption(CLI::App& command, int64_t& budget, const std::str
   command.add_option("--reasoning-budget", budget, help)
       ->check(CLI::Range(int64_t{-1}, std::numeric_limits<int64_t>::max()))
       ->capture_default_str();
+}
+
+void AddSpeculativeConfigOption(CLI::App& command, std::string& json) {
+  command.add_option("--speculative-config", json,
+                     "Speculative decoding by n-gram lookup, as vLLM's flag: "
+                     "'{\"method\": \"ngram\", \"num_speculative_tokens\": 4, "
+                     "\"prompt_lookup_max\": 4, \"prompt_lookup_min\": 2}'. The tokens that "
+                     "followed an earlier occurrence of the last n tokens are checked in one "
+                     "step; outputs are unchanged (default: off)");
+}
+
+SpeculativeConfig ResolveSpeculativeConfig(const std::string& json) {
+  if (json.empty()) return {};
+  try {
+    return ParseSpeculativeConfig(json);
+  } catch (const Error& e) {
+    // The engine's messages name the field as vLLM's config does; here it is the flag.
+    std::string_view message = e.what();
+    constexpr std::string_view kField = "speculative_config";
+    if (message.starts_with(kField)) message.remove_prefix(kField.size());
+    Fail("--speculative-config{}", message);
+  }
+}
+
+std::string DescribeSpeculativeConfig(const SpeculativeConfig& config) {
+  if (!config.enabled()) return "off";
+  return fmt::format("ngram ({} tokens, n-grams of {}-{})", config.num_speculative_tokens,
+                     config.prompt_lookup_min, config.prompt_lookup_max);
 }
 
 namespace {

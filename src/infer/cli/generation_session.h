@@ -14,6 +14,7 @@
 
 #include "infer/cli/common.h"
 #include "infer/engine/language_model.h"
+#include "infer/engine/ngram_proposer.h"
 #include "infer/engine/sampling_params.h"
 #include "infer/tokenizer/chat_template.h"
 #include "infer/tokenizer/tokenizer.h"
@@ -35,14 +36,23 @@ struct SamplingArgs {
   std::string regex;
   std::string grammar_file;
   std::vector<std::string> choices;
-  bool jump_forward = true;       // structured output: take forced tokens without sampling each
-  int64_t reasoning_budget = -1;  // thinking_token_budget; -1: unbounded
+  bool jump_forward = true;        // structured output: take forced tokens without sampling each
+  int64_t reasoning_budget = -1;   // thinking_token_budget; -1: unbounded
+  std::string speculative_config;  // vLLM's --speculative-config JSON; empty: off
 };
 
 void AddSamplingOptions(CLI::App& command, SamplingArgs& args);
 // --reasoning-budget N (llama.cpp's flag: -1 unbounded, 0 ends the thinking at once), for the
 // generation commands (AddSamplingOptions) and for `infer serve`'s default.
 void AddReasoningBudgetOption(CLI::App& command, int64_t& budget, const std::string& help);
+// --speculative-config JSON (vLLM's flag: n-gram drafts checked by the model, same outputs),
+// for the generation commands, `infer serve` and `infer bench`.
+void AddSpeculativeConfigOption(CLI::App& command, std::string& json);
+// The option's value as the engine takes it (off when empty); throws infer::Error naming the
+// bad field.
+SpeculativeConfig ResolveSpeculativeConfig(const std::string& json);
+// "off", or "ngram (4 tokens, n-grams of 2-4)" for logs.
+std::string DescribeSpeculativeConfig(const SpeculativeConfig& config);
 // The user's values first, then generation_config.json's, then SamplingParams' defaults.
 SamplingParams ResolveSamplingParams(const SamplingArgs& args, const GenerationConfig& config);
 // "temperature=0.6 top_k=off top_p=0.9 ..." for /params and logs.

@@ -36,6 +36,7 @@ struct ServeArgs {
   std::string kv_cache_memory;
   std::string reasoning_parser = "auto";
   int64_t reasoning_budget = -1;
+  std::string speculative_config;  // vLLM's --speculative-config JSON
   // Mode names as given; parsed into the configs' enums by RunServe.
   std::string batching_mode = "continuous";
   std::string scheduling_policy = "fcfs";
@@ -115,6 +116,7 @@ void RunServe(ServeArgs& args) {
   args.server.completions_format = args.completions_format == "openai"
                                        ? server::CompletionsFormat::kOpenAi
                                        : server::CompletionsFormat::kSeed;
+  args.engine.speculative = ResolveSpeculativeConfig(args.speculative_config);
   args.engine.Validate();
   // The port answers 503 "loading" until the model is ready.
   server::LoadingServer loading(args.server.host, args.server.port, args.server.replica_id,
@@ -159,20 +161,20 @@ void RunServe(ServeArgs& args) {
   loading.Stop();
   server::HttpServer http(engine, args.server);
   const int port = http.Bind();
-  std::fprintf(stderr,
-               "infer serve: listening on http://%s:%d (model \"%s\", %s batching, %s policy, "
-               "max num seqs %lld, max waiting %lld, prefix caching %s, preemption %s; "
-               "/v1/completions format %s, reasoning parser %s, reasoning budget %s, replica "
-               "%s)\n",
-               args.server.host.c_str(), port, args.engine.model.c_str(),
-               args.batching_mode.c_str(), args.scheduling_policy.c_str(),
-               static_cast<long long>(args.engine.max_num_seqs),
-               static_cast<long long>(args.engine.max_waiting_requests),
-               args.engine.enable_prefix_caching ? "on" : "off",
-               args.engine.enable_preemption ? "on" : "off", args.completions_format.c_str(),
-               args.reasoning_parser.c_str(),
-               args.reasoning_budget >= 0 ? std::to_string(args.reasoning_budget).c_str() : "off",
-               args.server.replica_id.c_str());
+  std::fprintf(
+      stderr,
+      "infer serve: listening on http://%s:%d (model \"%s\", %s batching, %s policy, "
+      "max num seqs %lld, max waiting %lld, prefix caching %s, preemption %s; "
+      "/v1/completions format %s, reasoning parser %s, reasoning budget %s, "
+      "speculative decoding %s, replica %s)\n",
+      args.server.host.c_str(), port, args.engine.model.c_str(), args.batching_mode.c_str(),
+      args.scheduling_policy.c_str(), static_cast<long long>(args.engine.max_num_seqs),
+      static_cast<long long>(args.engine.max_waiting_requests),
+      args.engine.enable_prefix_caching ? "on" : "off",
+      args.engine.enable_preemption ? "on" : "off", args.completions_format.c_str(),
+      args.reasoning_parser.c_str(),
+      args.reasoning_budget >= 0 ? std::to_string(args.reasoning_budget).c_str() : "off",
+      DescribeSpeculativeConfig(args.engine.speculative).c_str(), args.server.replica_id.c_str());
   std::fflush(stderr);
   signals.Serve(&http);
   http.Run();
@@ -310,6 +312,7 @@ void AddServeCommand(CLI::App& app) {
                            "(thinking_token_budget, Anthropic's thinking.budget_tokens): after "
                            "this many tokens inside <think>...</think> the block's end is forced; "
                            "0 ends it at once, -1 is unbounded");
+  AddSpeculativeConfigOption(*command, args->speculative_config);
   command->callback([args] {
     if (args->server.api_key.empty()) {
       const char* key = std::getenv("INFER_API_KEY");

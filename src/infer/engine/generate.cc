@@ -30,6 +30,7 @@ std::vector<GenerationOutput> RunBatch(LanguageModel& model, const Tokenizer* to
   config.kv_cache_dtype = options.kv_cache_dtype;
   config.use_kv_cache = options.use_kv_cache;
   config.enable_jump_forward = options.enable_jump_forward;
+  config.speculative = options.speculative;
   config.num_blocks = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     // What it may need; the front door below refuses requests beyond the context.

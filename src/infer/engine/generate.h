@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infer/engine/language_model.h"
+#include "infer/engine/ngram_proposer.h"
 #include "infer/engine/output.h"
 #include "infer/engine/prompt.h"
 #include "infer/engine/sampling_params.h"
@@ -23,6 +24,7 @@ namespace infer {
 struct GenerateOptions {
   bool use_kv_cache = true;
   bool enable_jump_forward = true;  // EngineConfig::enable_jump_forward
+  SpeculativeConfig speculative;    // EngineConfig::speculative (off by default)
   DType kv_cache_dtype = DType::kBF16;
   // Most tokens one step runs (longer prompts are prefilled in chunks).
   int64_t max_num_batched_tokens = 512;

@@ -66,9 +66,10 @@ SpeculativeConfig ParseSpeculativeConfig(std::string_view json) {
   }
   INFER_CHECK(has_method, "speculative_config: method is required (\"ngram\")");
   INFER_CHECK(has_count, "speculative_config: num_speculative_tokens is required");
-  INFER_CHECK(config.num_speculative_tokens >= 1,
-              "speculative_config: num_speculative_tokens must be at least 1, got {}",
-              config.num_speculative_tokens);
+  INFER_CHECK(
+      config.num_speculative_tokens >= 1 && config.num_speculative_tokens <= kMaxSpeculativeTokens,
+      "speculative_config: num_speculative_tokens must be in [1, {}], got {}",
+      kMaxSpeculativeTokens, config.num_speculative_tokens);
   if (!object.contains("prompt_lookup_min") && !object.contains("prompt_lookup_max")) {
     config.prompt_lookup_min = config.prompt_lookup_max = kDefaultLookup;
   } else if (!object.contains("prompt_lookup_min")) {

@@ -92,6 +92,12 @@ void Scheduler::ScheduleRunning(int64_t& budget, SchedulerOutput& output, bool p
       ++i;
       continue;
     }
+    // A running request always has a token to compute (its last drawn one): one without would
+    // never finish, so this is a broken invariant, not a request to skip (the engine fails the
+    // step's requests rather than spin).
+    INFER_CHECK(request->num_uncomputed() > 0,
+                "scheduler: running request {} has no token to compute ({} of {} computed)",
+                request->request_id, request->num_computed_tokens, request->num_tokens());
     // A speculative draft is optional: what does not fit the budget is dropped, so that the
     // step still reaches the request's last token.
     if (request->num_uncomputed() > budget) request->DropDraft(request->num_uncomputed() - budget);

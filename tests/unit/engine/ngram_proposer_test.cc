@@ -101,10 +101,10 @@ TEST(NgramProposerTest, RefusesBadSpeculativeConfigNamingTheField) {
   EXPECT_NE(error(R"({"method": "ngram"})").find("num_speculative_tokens is required"),
             std::string::npos);
   EXPECT_NE(error(R"({"method": "ngram", "num_speculative_tokens": 0})")
-                .find("num_speculative_tokens must be at least 1"),
+                .find("num_speculative_tokens must be in [1, 32], got 0"),
             std::string::npos);
   EXPECT_NE(error(R"({"method": "ngram", "num_speculative_tokens": 33})")
-                .find("num_speculative_tokens must be in [0, 32]"),
+                .find("num_speculative_tokens must be in [1, 32], got 33"),
             std::string::npos);
   EXPECT_NE(error(R"({"method": "ngram", "num_speculative_tokens": "4"})")
                 .find("num_speculative_tokens must be an integer"),
