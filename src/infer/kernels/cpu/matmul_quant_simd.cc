@@ -167,6 +167,10 @@ constexpr bool kInt4OnMaddubs = false;
 
 // Rows per register tile (accumulators: 2 f32 + 2 int32 vectors per row and tile).
 constexpr int kMr = kLanes == 16 ? 4 : 2;
+// The streaming order runs up to this many rows as one row block (one pass over the weights):
+// on AVX-512 (32 registers) 6, so that 5 and 6 rows (a speculative draft's check, a few
+// sequences decoding) do not pass over each k-block a second time at the one-row rate.
+constexpr int kStreamRows = kLanes == 16 ? 6 : kMr;
 // Up to this many row blocks take the streaming order.
 constexpr int64_t kStreamMaxBlocks = 4;
 // Whether m rows of weights of type q take the streaming order (QuantGemm); more take the
@@ -1307,14 +1311,16 @@ int64_t StreamTilesPerTask(std::span<const Product> outputs, int64_t row_blocks,
 template <bool kInt4>
 void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outputs,
                ThreadPool& pool) {
-  const int64_t row_blocks = (m + kMr - 1) / kMr;
+  const int64_t block_rows = m <= kStreamRows ? m : kMr;
+  const int64_t row_blocks = (m + block_rows - 1) / block_rows;
   // Row block p of output o against `tiles` tiles from j0 over groups [g0, g1).
   auto run = [&](const Product& o, int64_t p, int64_t j0, int64_t tiles, int64_t g0, int64_t g1) {
-    const int rows = static_cast<int>(std::min<int64_t>(kMr, m - p * kMr));
+    const int64_t row0 = p * block_rows;
+    const int rows = static_cast<int>(std::min<int64_t>(block_rows, m - row0));
     const int64_t groups = o.w->num_groups();
-    QuantTiles<kInt4>(rows, tiles, x, p * kMr, *o.w, j0, g0, g1, o.y + p * kMr * o.y_stride + j0,
-                      o.y_stride, g0 > 0,
-                      g1 == groups && o.bias != nullptr ? o.bias + j0 : nullptr);
+    QuantTiles<kInt4, kStreamRows>(rows, tiles, x, row0, *o.w, j0, g0, g1,
+                                   o.y + row0 * o.y_stride + j0, o.y_stride, g0 > 0,
+                                   g1 == groups && o.bias != nullptr ? o.bias + j0 : nullptr);
   };
   if (StreamingOrder(m, outputs.front().w->quantization())) {
     const int64_t step = StreamTilesPerTask(outputs, row_blocks, pool.num_threads()) * kNr;
