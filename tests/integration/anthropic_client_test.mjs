@@ -2,7 +2,8 @@
 // (issue 27): a message whose greedy text equals `infer generate --chat`, a streamed message the
 // SDK's stream helper assembles (finalMessage), stop_sequences, a tool-use round trip with
 // tool_choice "any" (the input validates against the tool's schema, then a tool_result turn gets
-// a reply), a streamed tool_use, count_tokens equal to the input_tokens the server reports,
+// a reply), a streamed tool_use, count_tokens equal to the prompt the server's usage reports
+// (input_tokens plus the prefix cache's reads, Anthropic's split),
 // thinking's budget_tokens accepted, and errors in Anthropic's shape. The key goes as x-api-key,
 // as the SDK sends it. The model: the Llama fixture's tiny shapes with the real Llama 3
 // vocabulary, tokenizer and chat template.
@@ -28,6 +29,9 @@ const weather = {
 // The same schema, checked by zod (independent of the server's grammar).
 const WeatherInput = z.object({ city: z.string().max(12), unit: z.enum(['c', 'f']) }).strict();
 
+// The prompt's tokens as Anthropic's usage splits them.
+const promptTokens = (usage) =>
+  usage.input_tokens + usage.cache_creation_input_tokens + usage.cache_read_input_tokens;
 const textOf = (message) =>
   message.content.filter((block) => block.type === 'text').map((block) => block.text).join('');
 
@@ -62,7 +66,9 @@ describe('@anthropic-ai/sdk against infer serve', () => {
     assert.equal(textOf(message), expected.text);
     assert.equal(message.stop_reason, expected.finish_reason === 'length' ? 'max_tokens' : 'end_turn');
     assert.equal(message.stop_sequence, null);
-    assert.equal(message.usage.input_tokens, expected.prompt_tokens);
+    // Anthropic's split of the prompt: input_tokens + cache reads + cache writes.
+    assert.equal(promptTokens(message.usage), expected.prompt_tokens);
+    assert.equal(message.usage.cache_creation_input_tokens, 0);
     assert.equal(message.usage.output_tokens, expected.generated_tokens);
   });
 
@@ -98,8 +104,14 @@ describe('@anthropic-ai/sdk against infer serve', () => {
     assert.deepEqual(final.content, whole.content);
     assert.equal(streamedText, textOf(whole));
     assert.equal(final.stop_reason, whole.stop_reason);
-    assert.deepEqual(final.usage.input_tokens, whole.usage.input_tokens);
-    assert.deepEqual(final.usage.output_tokens, whole.usage.output_tokens);
+    assert.equal(promptTokens(final.usage), promptTokens(whole.usage));
+    assert.equal(final.usage.output_tokens, whole.usage.output_tokens);
+    // The same prompt again: every whole 16-token block before its last token is a cache read,
+    // which the SDK takes from message_delta's usage.
+    assert.equal(final.usage.cache_read_input_tokens,
+      Math.floor((promptTokens(final.usage) - 1) / 16) * 16);
+    assert.equal(final.usage.input_tokens,
+      promptTokens(final.usage) - final.usage.cache_read_input_tokens);
     assert.equal(events[0], 'message_start');
     assert.equal(events.at(-1), 'message_stop');
     assert.equal(events.at(-2), 'message_delta');
@@ -150,7 +162,7 @@ describe('@anthropic-ai/sdk against infer serve', () => {
       });
       assert.equal(reply.type, 'message');
       assert.ok(['end_turn', 'max_tokens', 'tool_use'].includes(reply.stop_reason));
-      assert.ok(reply.usage.input_tokens > call.usage.input_tokens);
+      assert.ok(promptTokens(reply.usage) > promptTokens(call.usage));
     });
 
   test('a named tool, streamed: the SDK assembles the tool_use input from input_json_delta',
@@ -176,7 +188,7 @@ describe('@anthropic-ai/sdk against infer serve', () => {
     ]) {
       const counted = await client.messages.countTokens({ model: 'tiny', ...request });
       const message = await client.messages.create({ model: 'tiny', max_tokens: 1, ...request });
-      assert.equal(counted.input_tokens, message.usage.input_tokens);
+      assert.equal(counted.input_tokens, promptTokens(message.usage));
       assert.ok(counted.input_tokens > 0);
     }
   });

@@ -338,10 +338,19 @@ std::string AnthropicMessage::Event(std::string_view name, const ordered_json& d
 }
 
 ordered_json AnthropicMessage::Usage() const {
-  return {{"input_tokens", input_tokens_}, {"output_tokens", output_tokens_}};
+  // Anthropic's contract: the prompt is input_tokens + cache_creation_input_tokens +
+  // cache_read_input_tokens. The prefix cache's hits are the reads; nothing is "written" as
+  // Anthropic bills it, so creation is 0 (as vLLM reports it).
+  return {{"input_tokens", input_tokens_ - cached_tokens_},
+          {"cache_creation_input_tokens", 0},
+          {"cache_read_input_tokens", cached_tokens_},
+          {"output_tokens", output_tokens_}};
 }
 
 std::string AnthropicMessage::Start() {
+  // The prefix cache's share is not known before the request is scheduled: message_start
+  // gives the whole prompt as input_tokens, and message_delta the split (clients take its
+  // counts as the message's totals).
   ordered_json message = {{"id", id_},
                           {"type", "message"},
                           {"role", "assistant"},
@@ -349,7 +358,7 @@ std::string AnthropicMessage::Start() {
                           {"content", ordered_json::array()},
                           {"stop_reason", nullptr},
                           {"stop_sequence", nullptr},
-                          {"usage", Usage()}};
+                          {"usage", {{"input_tokens", input_tokens_}, {"output_tokens", 0}}}};
   return Event("message_start", {{"type", "message_start"}, {"message", std::move(message)}}) +
          Event("ping", {{"type", "ping"}});
 }
@@ -436,6 +445,7 @@ std::string AnthropicMessage::Add(const StepOutput& output) {
   if (!output.error) {
     if (output.token_id) token_ids_.push_back(*output.token_id);
     output_tokens_ = output.completion_tokens;
+    cached_tokens_ = std::clamp<int64_t>(output.cached_tokens, 0, input_tokens_);
   }
   std::string events;
   for (const ordered_json& chunk : chat_->AddChunks(output)) events += Translate(chunk);
@@ -449,7 +459,7 @@ std::string AnthropicMessage::End() {
                 {"delta",
                  {{"stop_reason", stop_reason_},
                   {"stop_sequence", stop_sequence_ ? ordered_json(*stop_sequence_) : nullptr}}},
-                {"usage", {{"output_tokens", output_tokens_}}}}) +
+                {"usage", Usage()}}) +
          Event("message_stop", {{"type", "message_stop"}});
 }
 

@@ -47,9 +47,10 @@ std::optional<std::string> MatchedStopSequence(const Tokenizer* tokenizer,
 // One Anthropic message under assembly from a one-choice chat response, which must stream
 // (its chunks are what is translated): content blocks (thinking from the reasoning split, text,
 // tool_use from the parsed tool calls), stop_reason (end_turn, max_tokens, stop_sequence,
-// tool_use), stop_sequence and usage. As a StreamEncoder it writes Anthropic's named events
-// (message_start, ping, content_block_start / _delta / _stop, message_delta, message_stop; a
-// failure mid-stream is an `error` event); Final() is the non-streaming reply.
+// tool_use), stop_sequence and usage (the prefix cache's hits as cache_read_input_tokens). As a
+// StreamEncoder it writes Anthropic's named events (message_start, ping, content_block_start /
+// _delta / _stop, message_delta, message_stop; a failure mid-stream is an `error` event); Final()
+// is the non-streaming reply.
 class AnthropicMessage final : public StreamEncoder {
  public:
   AnthropicMessage(std::shared_ptr<OpenAiResponse> chat, std::string id, std::string model,
@@ -84,6 +85,7 @@ class AnthropicMessage final : public StreamEncoder {
   bool block_open_ = false;  // blocks_.back() still takes deltas
   std::vector<int32_t> token_ids_;
   int64_t output_tokens_ = 0;
+  int64_t cached_tokens_ = 0;  // of input_tokens_, found in the prefix cache
   std::string stop_reason_ = "end_turn";
   std::optional<std::string> stop_sequence_;
   bool failed_ = false;  // an error event was written

@@ -206,10 +206,15 @@ struct Assembly {
 
 TEST(AnthropicMessage, ThinkingAndTextBlocksStreamAsNamedEvents) {
   Assembly a(R"({"model":"m","max_tokens":9,"messages":[{"role":"user","content":"Hi"}]})");
+  // One of the 2 prompt tokens came from the prefix cache: Anthropic's usage splits it off.
+  const auto cached = [](StepOutput output) {
+    output.cached_tokens = 1;
+    return output;
+  };
   std::string stream = a.message->Start();
-  stream += a.message->Add(Output(a.id, 5, "<think>hm", 1));
-  stream += a.message->Add(Output(a.id, 6, "m</think>Hel", 2));
-  stream += a.message->Add(Output(a.id, 7, "lo", 3, FinishReason::kEos));
+  stream += a.message->Add(cached(Output(a.id, 5, "<think>hm", 1)));
+  stream += a.message->Add(cached(Output(a.id, 6, "m</think>Hel", 2)));
+  stream += a.message->Add(cached(Output(a.id, 7, "lo", 3, FinishReason::kEos)));
   ASSERT_TRUE(a.message->finished());
   stream += a.message->End();
   const auto events = Events(stream);
@@ -231,12 +236,14 @@ TEST(AnthropicMessage, ThinkingAndTextBlocksStreamAsNamedEvents) {
       "delta":{"type":"text_delta","text":"Hel"}})"));
   EXPECT_EQ(events[9].second, json::parse(R"({"type":"content_block_stop","index":1})"));
   EXPECT_EQ(events[10].second, json::parse(R"({"type":"message_delta",
-      "delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":3}})"));
+      "delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"input_tokens":1,
+      "cache_creation_input_tokens":0,"cache_read_input_tokens":1,"output_tokens":3}})"));
   EXPECT_EQ(Plain(a.message->Final()), json::parse(R"({"id":"msg_1","type":"message",
       "role":"assistant","model":"m","content":[
         {"type":"thinking","thinking":"hmm","signature":""},{"type":"text","text":"Hello"}],
       "stop_reason":"end_turn","stop_sequence":null,
-      "usage":{"input_tokens":2,"output_tokens":3}})"));
+      "usage":{"input_tokens":1,"cache_creation_input_tokens":0,"cache_read_input_tokens":1,
+      "output_tokens":3}})"));
 }
 
 TEST(AnthropicMessage, ToolCallsBecomeToolUseBlocks) {
