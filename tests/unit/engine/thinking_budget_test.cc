@@ -110,18 +110,31 @@ SamplingParams Sampling(std::optional<int64_t> budget, int64_t max_new_tokens = 
 }
 
 TEST(ThinkingBudgetEngineTest, ARequestsBudgetForcesTheEndBesideOneWithout) {
-  testing::ScriptedModel model(32, {kStart, kWord});  // opens a block and thinks on
-  Engine engine(EngineConfig{}, model, nullptr, {kEos});
-  engine.SetThinkingTokens(kTags);
-  auto bounded = engine.AddRequest("bounded", {2, 3}, Sampling(3));
-  auto free = engine.AddRequest("free", {2, 3}, Sampling(std::nullopt));
-  auto zero = engine.AddRequest("zero", {2, 3}, Sampling(0, 5));
-  while (engine.HasWork()) engine.Step();
-  EXPECT_EQ(Drain(bounded),
-            (std::vector<int32_t>{kStart, kWord, kWord, kWord, 7, kEnd, 8, kWord, kWord, kWord}));
-  EXPECT_EQ(Drain(free), (std::vector<int32_t>{kStart, kWord, kWord, kWord, kWord, kWord, kWord,
-                                               kWord, kWord, kWord}));
-  EXPECT_EQ(Drain(zero), (std::vector<int32_t>{kStart, 7, kEnd, 8, kWord}));
+  // Also with n-gram speculative decoding: the model's repeated words are drafted, and the
+  // forced end refuses the draft where it begins; the outputs are the same.
+  for (const bool speculative : {false, true}) {
+    testing::ScriptedModel model(32, {kStart, kWord});  // opens a block and thinks on
+    EngineConfig config;
+    if (speculative) config.speculative = {4, 1, 2};
+    Engine engine(config, model, nullptr, {kEos});
+    engine.SetThinkingTokens(kTags);
+    auto bounded = engine.AddRequest("bounded", {2, 3}, Sampling(3));
+    auto free = engine.AddRequest("free", {2, 3}, Sampling(std::nullopt));
+    auto zero = engine.AddRequest("zero", {2, 3}, Sampling(0, 5));
+    while (engine.HasWork()) engine.Step();
+    EXPECT_EQ(Drain(bounded),
+              (std::vector<int32_t>{kStart, kWord, kWord, kWord, 7, kEnd, 8, kWord, kWord, kWord}))
+        << speculative;
+    EXPECT_EQ(Drain(free), (std::vector<int32_t>{kStart, kWord, kWord, kWord, kWord, kWord, kWord,
+                                                 kWord, kWord, kWord}))
+        << speculative;
+    EXPECT_EQ(Drain(zero), (std::vector<int32_t>{kStart, 7, kEnd, 8, kWord})) << speculative;
+    if (speculative) {
+      const EngineMetrics metrics = engine.metrics();
+      EXPECT_GT(metrics.spec_decode_num_accepted_tokens, 0);
+      EXPECT_LT(metrics.spec_decode_num_accepted_tokens, metrics.spec_decode_num_draft_tokens);
+    }
+  }
 }
 
 TEST(ThinkingBudgetEngineTest, WithoutReasoningTagsABudgetHasNothingToBound) {
