@@ -182,8 +182,8 @@ void RunBench(const BenchArgs& args) {
             decode_steps +=
                 std::count_if(row.timing.decode_times_s.begin(), row.timing.decode_times_s.end(),
                               [](double gap) { return gap > 0; });
-            decoded_total += static_cast<int64_t>(row.timing.decode_times_s.size());
           }
+          decoded_total += decoded;
           prefill_tok_s.push_back(static_cast<double>(prompt_tokens * parallel) / prefill_s);
           decode_tok_s.push_back(static_cast<double>(decoded) / decode_s);
           if (!args.as_json) {

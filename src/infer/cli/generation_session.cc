@@ -65,15 +65,7 @@ void AddSpeculativeConfigOption(CLI::App& command, std::string& json) {
 
 SpeculativeConfig ResolveSpeculativeConfig(const std::string& json) {
   if (json.empty()) return {};
-  try {
-    return ParseSpeculativeConfig(json);
-  } catch (const Error& e) {
-    // The engine's messages name the field as vLLM's config does; here it is the flag.
-    std::string_view message = e.what();
-    constexpr std::string_view kField = "speculative_config";
-    if (message.starts_with(kField)) message.remove_prefix(kField.size());
-    Fail("--speculative-config{}", message);
-  }
+  return ParseSpeculativeConfig(json, "--speculative-config");
 }
 
 std::string DescribeSpeculativeConfig(const SpeculativeConfig& config) {

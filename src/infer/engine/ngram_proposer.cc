@@ -15,61 +15,61 @@ constexpr int64_t kMaxSpeculativeTokens = 32;
 constexpr int64_t kMaxLookup = 64;
 constexpr int64_t kDefaultLookup = 5;  // vLLM's, when neither bound is given
 
-int64_t ReadCount(const nlohmann::json& value, std::string_view key) {
-  INFER_CHECK(value.is_number_integer(), "speculative_config: {} must be an integer, got {}", key,
+int64_t ReadCount(const nlohmann::json& value, std::string_view key, std::string_view name) {
+  INFER_CHECK(value.is_number_integer(), "{}: {} must be an integer, got {}", name, key,
               value.dump());
   return value.get<int64_t>();
 }
 
 }  // namespace
 
-void SpeculativeConfig::Validate() const {
+void SpeculativeConfig::Validate(std::string_view name) const {
   INFER_CHECK(num_speculative_tokens >= 0 && num_speculative_tokens <= kMaxSpeculativeTokens,
-              "speculative_config: num_speculative_tokens must be in [0, {}], got {}",
-              kMaxSpeculativeTokens, num_speculative_tokens);
+              "{}: num_speculative_tokens must be in [0, {}], got {}", name, kMaxSpeculativeTokens,
+              num_speculative_tokens);
   if (!enabled()) return;
   INFER_CHECK(prompt_lookup_min >= 1 && prompt_lookup_min <= kMaxLookup,
-              "speculative_config: prompt_lookup_min must be in [1, {}], got {}", kMaxLookup,
+              "{}: prompt_lookup_min must be in [1, {}], got {}", name, kMaxLookup,
               prompt_lookup_min);
   INFER_CHECK(prompt_lookup_max >= prompt_lookup_min && prompt_lookup_max <= kMaxLookup,
-              "speculative_config: prompt_lookup_max must be in [prompt_lookup_min ({}), {}], got "
+              "{}: prompt_lookup_max must be in [prompt_lookup_min ({}), {}], got "
               "{}",
-              prompt_lookup_min, kMaxLookup, prompt_lookup_max);
+              name, prompt_lookup_min, kMaxLookup, prompt_lookup_max);
 }
 
-SpeculativeConfig ParseSpeculativeConfig(std::string_view json) {
+SpeculativeConfig ParseSpeculativeConfig(std::string_view json, std::string_view name) {
   const nlohmann::json object = nlohmann::json::parse(json, nullptr, /*allow_exceptions=*/false);
-  INFER_CHECK(object.is_object(), "speculative_config must be a JSON object, got '{}'", json);
+  INFER_CHECK(object.is_object(), "{} must be a JSON object, got '{}'", name, json);
   SpeculativeConfig config;
   bool has_method = false;
   bool has_count = false;
   for (const auto& [key, value] : object.items()) {
     if (key == "method") {
       INFER_CHECK(value == "ngram",
-                  "speculative_config: method {} is not supported (supported: \"ngram\"; infer "
+                  "{}: method {} is not supported (supported: \"ngram\"; infer "
                   "has no draft models)",
-                  value.dump());
+                  name, value.dump());
       has_method = true;
     } else if (key == "num_speculative_tokens") {
-      config.num_speculative_tokens = ReadCount(value, key);
+      config.num_speculative_tokens = ReadCount(value, key, name);
       has_count = true;
     } else if (key == "prompt_lookup_min") {
-      config.prompt_lookup_min = ReadCount(value, key);
+      config.prompt_lookup_min = ReadCount(value, key, name);
     } else if (key == "prompt_lookup_max") {
-      config.prompt_lookup_max = ReadCount(value, key);
+      config.prompt_lookup_max = ReadCount(value, key, name);
     } else {
       Fail(
-          "speculative_config: unknown key '{}' (supported: method, num_speculative_tokens, "
+          "{}: unknown key '{}' (supported: method, num_speculative_tokens, "
           "prompt_lookup_min, prompt_lookup_max)",
-          key);
+          name, key);
     }
   }
-  INFER_CHECK(has_method, "speculative_config: method is required (\"ngram\")");
-  INFER_CHECK(has_count, "speculative_config: num_speculative_tokens is required");
+  INFER_CHECK(has_method, "{}: method is required (\"ngram\")", name);
+  INFER_CHECK(has_count, "{}: num_speculative_tokens is required", name);
   INFER_CHECK(
       config.num_speculative_tokens >= 1 && config.num_speculative_tokens <= kMaxSpeculativeTokens,
-      "speculative_config: num_speculative_tokens must be in [1, {}], got {}",
-      kMaxSpeculativeTokens, config.num_speculative_tokens);
+      "{}: num_speculative_tokens must be in [1, {}], got {}", name, kMaxSpeculativeTokens,
+      config.num_speculative_tokens);
   if (!object.contains("prompt_lookup_min") && !object.contains("prompt_lookup_max")) {
     config.prompt_lookup_min = config.prompt_lookup_max = kDefaultLookup;
   } else if (!object.contains("prompt_lookup_min")) {
@@ -77,7 +77,7 @@ SpeculativeConfig ParseSpeculativeConfig(std::string_view json) {
   } else if (!object.contains("prompt_lookup_max")) {
     config.prompt_lookup_max = config.prompt_lookup_min;
   }
-  config.Validate();
+  config.Validate(name);
   return config;
 }
 

@@ -18,15 +18,18 @@ struct SpeculativeConfig {
   int64_t prompt_lookup_max = 0;       // the longest one tried (longer matches are tried first)
 
   bool enabled() const { return num_speculative_tokens > 0; }
-  // Throws infer::Error naming the first bad field.
-  void Validate() const;
+  // Throws infer::Error naming the first bad field, after `name` (the setting's name where it
+  // was given: the engine's field, or a command-line flag).
+  void Validate(std::string_view name = "speculative_config") const;
 };
 
 // vLLM's --speculative-config JSON, e.g. {"method": "ngram", "num_speculative_tokens": 4,
 // "prompt_lookup_max": 4}. As vLLM does, a missing prompt_lookup_min or prompt_lookup_max takes
 // the other's value, and both default to 5. Only the "ngram" method exists here (no draft
-// models). Throws infer::Error for bad JSON, another method, an unknown key or a bad value.
-SpeculativeConfig ParseSpeculativeConfig(std::string_view json);
+// models). Throws infer::Error for bad JSON, another method, an unknown key or a bad value,
+// its message starting with `name`.
+SpeculativeConfig ParseSpeculativeConfig(std::string_view json,
+                                         std::string_view name = "speculative_config");
 
 // The draft for `tokens` (prompt and accepted output): for n from prompt_lookup_max down to
 // prompt_lookup_min, the last n tokens are looked up earlier in `tokens`; at the longest n that
