@@ -16,8 +16,9 @@
 // and the group only, never on m or on the loop order around the tile, so a row's result is
 // the same bit for bit alone or in a batch.
 // Loop orders, as in matmul_simd.cc: few row blocks (decode) stream ranges of weight panels
-// with prefetch far ahead; many (prefill) take tasks of kNc features whose weights stay in L2
-// while every row block passes over them.
+// with prefetch far ahead (on AVX-512 up to 64 rows, every row block passing over a panel from
+// L2 while the memory brings the next one); many (prefill) take tasks of kNc features whose
+// weights stay in L2 while every row block passes over them.
 // Compiled with AMX (namespace avx512amx, or avx512amx_emulated for the tests), the many-row
 // order runs on tiles: one TDPBSUD gives a block's integer sums for 16 rows x 16 features, and
 // the same f32 terms as above are added in the same order, so the results are the same bits as
@@ -171,8 +172,16 @@ constexpr int kMr = kLanes == 16 ? 4 : 2;
 // on AVX-512 (32 registers) 6, so that 5 and 6 rows (a speculative draft's check, a few
 // sequences decoding) do not pass over each k-block a second time at the one-row rate.
 constexpr int kStreamRows = kLanes == 16 ? 6 : kMr;
-// Up to this many row blocks take the streaming order.
+// Up to this many row blocks take the streaming order. AVX-512 runs them panel after panel (the
+// passes over a panel ask for the next one: NextPanel), 1.0-1.6x the many-row order up to 64
+// rows and 0.9-1.1x from 128 (kernels_bench --isa=avx512bf16 --threads=2 --m=20-512
+// --quantization=int8,int4k --shape=gate_up,down,lm_head, alternated; MODEL_BENCH_LOG
+// 2026-11-29 10:00). AMX keeps 16 rows, its tile path's measure unknown (no AMX here).
+#if defined(__AVX512F__) && !defined(INFER_AMX_TILES)
+constexpr int64_t kStreamMaxBlocks = 16;
+#else
 constexpr int64_t kStreamMaxBlocks = 4;
+#endif
 // Whether m rows of weights of type q take the streaming order (QuantGemm); more take the
 // many-row order. On AVX2 without VNNI, int8 and int4k leave the streaming order after one row
 // block: their streaming tiles (vpmaddwd on 16-bit halves; int4k's scale work) are bound by
@@ -250,13 +259,36 @@ constexpr int64_t PrefetchBytes(int rows, bool six) {
 inline void PrefetchLine(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
 
 // One step of a tile: the two vectors at `p` (features [0, kLanes) and [kLanes, kNr) of the
-// tile, four bytes each), with the same two lines `ahead` bytes on asked for.
+// tile, four bytes each), with the same two lines `ahead` bytes on asked for (kPrefetch).
+template <bool kPrefetch = true>
 inline void LoadStep(const uint8_t* p, int64_t ahead, VI& v0, VI& v1) {
-  PrefetchLine(p + ahead);
-  PrefetchLine(p + ahead + 64);
+  if constexpr (kPrefetch) {
+    PrefetchLine(p + ahead);
+    PrefetchLine(p + ahead + 64);
+  }
   v0 = LoadI(p);
   v1 = LoadI(p + kLanes * 4);
 }
+
+// The streaming order's passes over one panel when several row blocks take it (QuantGemm): the
+// first pass would read the panel from memory with the compute idle, and the others from L2
+// with the memory idle. Instead pass `pass` of `passes` asks for its share of the next panel
+// (`next`, at the same group; null: none), spread evenly over the pass's groups, so the memory
+// streams the next panel while every pass computes on this one from L2.
+struct NextPanel {
+  const uint8_t* next = nullptr;
+  int64_t pass = 0;
+  int64_t passes = 1;
+  // Share i of `count` (the pass's i-th group of count) of the next panel's `bytes`.
+  void Ask(int64_t i, int64_t count, int64_t bytes) const {
+    if (next == nullptr) return;
+    const int64_t shares = count * passes;
+    const int64_t share = pass * count + i;
+    const int64_t from = share * bytes / shares / 64 * 64;
+    const int64_t to = (share + 1) * bytes / shares;
+    for (int64_t at = from; at < to; at += 64) PrefetchLine(next + at);
+  }
+};
 
 // The stored values of quads j and j + 4 (the two halves of a kNr-feature tile) from a 4-bit
 // type's nibble slot j or, `six`, kInt6's (with their top bits, PackedMatrix::Int6TopDelta on);
@@ -373,10 +405,13 @@ inline void SubBlockScales(const uint8_t* scales, int64_t lane, int64_t b, bool 
 // (kInt4 false), a template argument so that int8's decode loop is compiled without int6's
 // (with it, AVX-512 int8 decode ran 10-20% slower: kernels_bench m = 1, MODEL_BENCH_LOG
 // 2026-11-28).
-template <bool kInt4, int kRows, int kTiles, bool kSix = false>
+// kFar: one of several passes over the panel (NextPanel; kTiles 1), which asks for the next
+// panel instead of its own lines.
+template <bool kInt4, int kRows, int kTiles, bool kSix = false, bool kFar = false>
 inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, int64_t j0,
                       int64_t g0, int64_t g1, float* y, int64_t y_stride, bool accumulate,
-                      const float* bias) {
+                      const float* bias, const NextPanel& far = {}) {
+  static_assert(!kFar || kTiles == 1);
   const auto* data = static_cast<const uint8_t*>(w.data());
   const int64_t subs = w.group_size() / kQuantBlock;
   const int64_t sub_bytes = w.sub_block_bytes();
@@ -413,6 +448,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
   constexpr int kSubs = kSuperBlock / kQuantBlock;
   VI group_dots[kInt4 ? kTiles : 1][kInt4 ? kRows : 1][kInt4 ? kSubs : 1][2];
   for (int64_t g = g0; g < g1; ++g) {
+    if constexpr (kFar) far.Ask(g - g0, g1 - g0, (g1 - g0) * group_bytes);
     for (int64_t b = 0; b < subs; ++b) {
       const int64_t block = g * subs + b;
       VI dot[kTiles][kRows][2];
@@ -434,7 +470,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
 #pragma GCC unroll 8
           for (int t = 0; t < kTiles; ++t) {
             VI raw0, raw1;
-            LoadStep(base[t] + b * sub_bytes + j * kPanel * 4, kAhead, raw0, raw1);
+            LoadStep<!kFar>(base[t] + b * sub_bytes + j * kPanel * 4, kAhead, raw0, raw1);
             const VI lo0 = LowNibbles(raw0), hi0 = HighNibbles(raw0);
             const VI lo1 = LowNibbles(raw1), hi1 = HighNibbles(raw1);
 #pragma GCC unroll 8
@@ -473,7 +509,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
 #pragma GCC unroll 8
           for (int t = 0; t < kTiles; ++t) {
             VI raw0, raw1;
-            LoadStep(base[t] + b * sub_bytes + j * kPanel * 4, kAhead, raw0, raw1);
+            LoadStep<!kFar>(base[t] + b * sub_bytes + j * kPanel * 4, kAhead, raw0, raw1);
             const VI lo0 = LowNibbles(raw0), hi0 = HighNibblesTimes16(raw0);
             const VI lo1 = LowNibbles(raw1), hi1 = HighNibblesTimes16(raw1);
 #pragma GCC unroll 8
@@ -505,7 +541,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
 #pragma GCC unroll 8
           for (int t = 0; t < kTiles; ++t) {
             VI lo0, hi0, lo1, hi1;
-            QuadPair<true>(base[t] + b * sub_bytes, j, /*six=*/!kInt4, kAhead, lo0, hi0, lo1, hi1);
+            QuadPair<!kFar>(base[t] + b * sub_bytes, j, /*six=*/!kInt4, kAhead, lo0, hi0, lo1, hi1);
 #pragma GCC unroll 8
             for (int r = 0; r < kRows; ++r) {
               const VI xlo = Set1I(Quad(xq + r * x.padded_k + 4 * j));
@@ -528,7 +564,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
 #pragma GCC unroll 8
           for (int t = 0; t < kTiles; ++t) {
             VI w0, w1;
-            LoadStep(base[t] + b * sub_bytes + j * kPanel * 4, kAhead, w0, w1);
+            LoadStep<!kFar>(base[t] + b * sub_bytes + j * kPanel * 4, kAhead, w0, w1);
 #pragma GCC unroll 8
             for (int r = 0; r < kRows; ++r) {
               const VI xb = Set1I(Quad(xq + r * x.padded_k + 4 * j));
@@ -555,7 +591,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
         const uint8_t* scales = base[t] - lanes[t] * 4 + values_bytes;
         // The loads above prefetch the values' lines; the scale lines (64 or 128 bytes per
         // group, 6-20% of the stream) need their own.
-        if (b == 0) {
+        if (!kFar && b == 0) {
           PrefetchLine(scales + kAhead);
           if constexpr (kInt4) PrefetchLine(scales + kAhead + 64);
         }
@@ -669,6 +705,30 @@ inline void QuantTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t 
       }
     }
     QuantTileRun<kInt4, kRows, false>(tiles, x, row0, w, j0, g0, g1, y, y_stride, accumulate, bias);
+  }
+}
+
+// `rows` rows against the one tile at j0 (a whole panel) over all of k, as one of several passes
+// over it that ask for the next panel (NextPanel).
+template <bool kInt4, int kRows = kMr>
+inline void QuantPanelPass(int rows, const QuantizedRows& x, int64_t row0, const PackedMatrix& w,
+                           int64_t j0, float* y, int64_t y_stride, const float* bias,
+                           const NextPanel& far) {
+  if constexpr (kRows > 0) {
+    if (rows != kRows) {
+      QuantPanelPass<kInt4, kRows - 1>(rows, x, row0, w, j0, y, y_stride, bias, far);
+      return;
+    }
+    const int64_t groups = w.num_groups();
+    if constexpr (!kInt4) {
+      if (w.quantization() == Quantization::kInt6) {
+        QuantTile<false, kRows, 1, true, true>(x, row0, w, j0, 0, groups, y, y_stride, false, bias,
+                                               far);
+        return;
+      }
+    }
+    QuantTile<kInt4, kRows, 1, false, true>(x, row0, w, j0, 0, groups, y, y_stride, false, bias,
+                                            far);
   }
 }
 
@@ -1289,7 +1349,8 @@ void AmxGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outputs
 // The streaming order's tasks: ranges of whole panels, about kStreamTasksPerThread per thread
 // over all outputs; with several row blocks, each of which passes over a task's k-block,
 // narrowed to kStreamBlockBytes per k-block where they were more than twice that (so that the
-// later passes find it in L2).
+// later passes find it in L2). (AVX2's k-blocked passes; AVX-512 passes over whole panels and
+// asks for row_blocks 1.)
 int64_t StreamTilesPerTask(std::span<const Product> outputs, int64_t row_blocks, int threads) {
   constexpr int64_t kPanelTiles = kPanel / kNr;
   int64_t total_tiles = 0;
@@ -1323,6 +1384,34 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
                                    g1 == groups && o.bias != nullptr ? o.bias + j0 : nullptr);
   };
   if (StreamingOrder(m, outputs.front().w->quantization())) {
+#if defined(__AVX512F__)
+    static_assert(kNr == kPanel);
+    if (row_blocks > 1) {
+      // Panel after panel, every row block (of kMr rows: 6-row passes ran 0.64-1.08x, int8's
+      // output head the slowest) over the whole panel, the passes asking for the next panel
+      // (NextPanel). From 8 to 32 rows 1.2-2.1x the k-blocked passes, which read each k-block
+      // from memory in the first and from L2 in the others (kernels_bench --m=7-32, MODEL_BENCH_LOG
+      // 2026-11-29 10:00).
+      const int64_t step = StreamTilesPerTask(outputs, 1, pool.num_threads()) * kNr;
+      pool.RunTasks(static_cast<int>(ProductTasks(outputs, step)), [&](int task) {
+        const auto [o, j0] = ProductTask(outputs, task, step);
+        const PackedMatrix& w = *o->w;
+        const int64_t end = std::min(w.rows(), j0 + step);
+        const auto* data = static_cast<const uint8_t*>(w.data());
+        for (int64_t j = j0; j < end; j += kNr) {
+          const uint8_t* next = j + kNr < end ? data + (j / kPanel + 1) * w.panel_bytes() : nullptr;
+          for (int64_t p = 0; p < row_blocks; ++p) {
+            const int64_t row0 = p * block_rows;
+            const int rows = static_cast<int>(std::min<int64_t>(block_rows, m - row0));
+            QuantPanelPass<kInt4>(rows, x, row0, w, j, o->y + row0 * o->y_stride + j, o->y_stride,
+                                  o->bias != nullptr ? o->bias + j : nullptr,
+                                  NextPanel{.next = next, .pass = p, .passes = row_blocks});
+          }
+        }
+      });
+      return;
+    }
+#endif
     const int64_t step = StreamTilesPerTask(outputs, row_blocks, pool.num_threads()) * kNr;
     pool.RunTasks(static_cast<int>(ProductTasks(outputs, step)), [&](int task) {
       const auto [o, j0] = ProductTask(outputs, task, step);
