@@ -3,6 +3,8 @@
 # `infer serve` (bursty completions and chats, hang-ups, bad requests), then checks that every
 # request was answered once and that RSS, threads and open files did not grow.
 # Usage: scripts/soak.sh [SECONDS (default 1800)] [BUILD_DIR (default build)]
+# More `infer serve` flags through INFER_SOAK_SERVE_ARGS (split on white space), e.g.
+#   INFER_SOAK_SERVE_ARGS='--quantization int8 --speculative-config {"method":"ngram"}'
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-1800}"

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <mutex>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -263,8 +264,16 @@ TEST(Soak, MixedLoadAnswersEveryRequestOnceAndLeaksNothing) {
   if (!testing::RequireRealTokenizer("llama3")) GTEST_SKIP();
   const char* env = std::getenv("INFER_SOAK_SECONDS");
   const double seconds = env != nullptr ? std::atof(env) : 20.0;
-  ServerProcess server({"--model", model.path(), "--load-format", "dummy", "--served-model-name",
-                        "m", "--threads", "1", "--max-batch-size", "8", "--http-threads", "16"});
+  std::vector<std::string> args = {
+      "--model",   model.path(), "--load-format",    "dummy", "--served-model-name", "m",
+      "--threads", "1",          "--max-batch-size", "8",     "--http-threads",      "16"};
+  // More server flags for a longer run (scripts/soak.sh's), split on white space, e.g.
+  // `--speculative-config {"method":"ngram","num_speculative_tokens":3} --quantization int8`.
+  if (const char* extra = std::getenv("INFER_SOAK_SERVE_ARGS"); extra != nullptr) {
+    std::istringstream words(extra);
+    for (std::string word; words >> word;) args.push_back(word);
+  }
+  ServerProcess server(args);
   ASSERT_TRUE(server.started()) << server.log();
   const int port = server.port();
   constexpr int kClients = 6;
@@ -305,6 +314,11 @@ TEST(Soak, MixedLoadAnswersEveryRequestOnceAndLeaksNothing) {
       "rejected; RSS %ld -> %ld KiB, threads %ld -> %ld, fds %ld -> %ld ]\n",
       seconds, tally.completed, tally.chat, tally.messages, tally.responses, tally.hung_up,
       tally.rejected, start.rss_kib, end.rss_kib, start.threads, end.threads, start.fds, end.fds);
+  std::printf(
+      "[ engine: %.0f preemptions, %.0f draft tokens of which %.0f kept ]\n",
+      testing::ServerMetric(port, R"(vllm:num_preemptions_total{model_name="m"})"),
+      testing::ServerMetric(port, R"(vllm:spec_decode_num_draft_tokens_total{model_name="m"})"),
+      testing::ServerMetric(port, R"(vllm:spec_decode_num_accepted_tokens_total{model_name="m"})"));
   for (const auto& problem : tally.problems) ADD_FAILURE() << problem;
   EXPECT_GT(tally.completed + tally.hung_up + tally.rejected, counted_before);
   EXPECT_GT(tally.hung_up, 0);
