@@ -1386,12 +1386,16 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
   if (StreamingOrder(m, outputs.front().w->quantization())) {
 #if defined(__AVX512F__)
     static_assert(kNr == kPanel);
-    if (row_blocks > 1) {
-      // Panel after panel, every row block (of kMr rows: 6-row passes ran 0.64-1.08x, int8's
-      // output head the slowest) over the whole panel, the passes asking for the next panel
-      // (NextPanel). From 8 to 32 rows 1.2-2.1x the k-blocked passes, which read each k-block
-      // from memory in the first and from L2 in the others (kernels_bench --m=7-32, MODEL_BENCH_LOG
-      // 2026-11-29 10:00).
+    if (row_blocks > 1 || (!kInt4 && m > kMr)) {
+      // Panel after panel, every row block (of kMr rows from 7 rows: 6-row passes ran
+      // 0.64-1.08x, int8's output head the slowest) over the whole panel, the passes asking for
+      // the next panel (NextPanel). From 8 to 32 rows 1.2-2.1x the k-blocked passes, which read
+      // each k-block from memory in the first and from L2 in the others (kernels_bench
+      // --m=7-32, MODEL_BENCH_LOG 2026-11-29 10:00). int8 and int6 take it from 5 rows too, one
+      // block asking for the next panel instead of 1 KiB ahead: kernels 1.07-1.84x at 5 and 6
+      // rows, the whole model at 6 sequences 1.09-1.22x (at 2-3 rows 0.91-1.0x, and the 4-bit
+      // types 0.71-1.10x at two threads: those keep the 1 KiB stream; MODEL_BENCH_LOG
+      // 2026-11-29 11:00).
       const int64_t step = StreamTilesPerTask(outputs, 1, pool.num_threads()) * kNr;
       pool.RunTasks(static_cast<int>(ProductTasks(outputs, step)), [&](int task) {
         const auto [o, j0] = ProductTask(outputs, task, step);
@@ -1403,9 +1407,10 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
           for (int64_t p = 0; p < row_blocks; ++p) {
             const int64_t row0 = p * block_rows;
             const int rows = static_cast<int>(std::min<int64_t>(block_rows, m - row0));
-            QuantPanelPass<kInt4>(rows, x, row0, w, j, o->y + row0 * o->y_stride + j, o->y_stride,
-                                  o->bias != nullptr ? o->bias + j : nullptr,
-                                  NextPanel{.next = next, .pass = p, .passes = row_blocks});
+            QuantPanelPass<kInt4, kStreamRows>(
+                rows, x, row0, w, j, o->y + row0 * o->y_stride + j, o->y_stride,
+                o->bias != nullptr ? o->bias + j : nullptr,
+                NextPanel{.next = next, .pass = p, .passes = row_blocks});
           }
         }
       });
