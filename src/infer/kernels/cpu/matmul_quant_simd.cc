@@ -270,11 +270,12 @@ inline void LoadStep(const uint8_t* p, int64_t ahead, VI& v0, VI& v1) {
   v1 = LoadI(p + kLanes * 4);
 }
 
-// The streaming order's passes over one panel when several row blocks take it (QuantGemm): the
-// first pass would read the panel from memory with the compute idle, and the others from L2
-// with the memory idle. Instead pass `pass` of `passes` asks for its share of the next panel
-// (`next`, at the same group; null: none), spread evenly over the pass's groups, so the memory
-// streams the next panel while every pass computes on this one from L2.
+// The streaming order's passes over one panel, one per row block (AVX-512's QuantGemm): with
+// several, the first would read the panel from memory with the compute idle, and the others
+// from L2 with the memory idle. Instead pass `pass` of `passes` asks for its share of the next
+// panel (`next`, at the same group; null: none), spread evenly over the pass's groups, so the
+// memory streams the next panel while every pass computes on this one from L2. (One pass asks
+// for the whole next panel.)
 struct NextPanel {
   const uint8_t* next = nullptr;
   int64_t pass = 0;
@@ -405,8 +406,8 @@ inline void SubBlockScales(const uint8_t* scales, int64_t lane, int64_t b, bool 
 // (kInt4 false), a template argument so that int8's decode loop is compiled without int6's
 // (with it, AVX-512 int8 decode ran 10-20% slower: kernels_bench m = 1, MODEL_BENCH_LOG
 // 2026-11-28).
-// kFar: one of several passes over the panel (NextPanel; kTiles 1), which asks for the next
-// panel instead of its own lines.
+// kFar: one of the passes over the panel (NextPanel; kTiles 1), which asks for the next panel
+// instead of its own lines.
 template <bool kInt4, int kRows, int kTiles, bool kSix = false, bool kFar = false>
 inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, int64_t j0,
                       int64_t g0, int64_t g1, float* y, int64_t y_stride, bool accumulate,
@@ -708,8 +709,8 @@ inline void QuantTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t 
   }
 }
 
-// `rows` rows against the one tile at j0 (a whole panel) over all of k, as one of several passes
-// over it that ask for the next panel (NextPanel).
+// `rows` rows against the one tile at j0 (a whole panel) over all of k, as one of the passes
+// over it, which ask for the next panel (NextPanel).
 template <bool kInt4, int kRows = kMr>
 inline void QuantPanelPass(int rows, const QuantizedRows& x, int64_t row0, const PackedMatrix& w,
                            int64_t j0, float* y, int64_t y_stride, const float* bias,
