@@ -172,15 +172,20 @@ constexpr int kMr = kLanes == 16 ? 4 : 2;
 // on AVX-512 (32 registers) 6, so that 5 and 6 rows (a speculative draft's check, a few
 // sequences decoding) do not pass over each k-block a second time at the one-row rate.
 constexpr int kStreamRows = kLanes == 16 ? 6 : kMr;
-// Up to this many row blocks take the streaming order. AVX-512 runs them panel after panel (the
-// passes over a panel ask for the next one: NextPanel), 1.0-1.6x the many-row order up to 64
-// rows and 0.9-1.1x from 128 (kernels_bench --isa=avx512bf16 --threads=2 --m=20-512
+// Up to this many row blocks take the streaming order, panel after panel when more than one (the
+// passes over a panel ask for the next one: NextPanel). On AVX-512 1.0-1.6x the many-row order up
+// to 64 rows and 0.9-1.1x from 128 (kernels_bench --isa=avx512bf16 --threads=2 --m=20-512
 // --quantization=int8,int4k --shape=gate_up,down,lm_head, alternated; MODEL_BENCH_LOG
-// 2026-11-29 10:00). AMX keeps 16 rows, its tile path's measure unknown (no AMX here).
-#if defined(__AVX512F__) && !defined(INFER_AMX_TILES)
+// 2026-11-29 10:00). AMX keeps 16 rows, its tile path's measure unknown (no AMX here). AVX2
+// (int4 alone gets here with more than a row block, StreamingOrder): 24 rows, where the panel
+// passes ran 1.05-1.11x ManyRowGemm, and 0.92-1.04x at 32-64 (kernels_bench --isa=avx2
+// --threads=2 --m=10-64 --quantization=int4, MODEL_BENCH_LOG 2026-11-29 11:40).
+#if defined(INFER_AMX_TILES)
+constexpr int64_t kStreamMaxBlocks = 4;
+#elif defined(__AVX512F__)
 constexpr int64_t kStreamMaxBlocks = 16;
 #else
-constexpr int64_t kStreamMaxBlocks = 4;
+constexpr int64_t kStreamMaxBlocks = 12;
 #endif
 // Whether m rows of weights of type q take the streaming order (QuantGemm); more take the
 // many-row order. On AVX2 without VNNI, int8 and int4k leave the streaming order after one row
@@ -223,14 +228,6 @@ inline int64_t KcGroups(const PackedMatrix& w) {
 }
 // Tiles per thread in the streaming order, claimed dynamically.
 constexpr int64_t kStreamTasksPerThread = 4;
-// Bytes of weights in one k-block of a streaming-order task with several row blocks, where its
-// share of the outputs made more than twice as many: an output head's 8 tasks made k-blocks of
-// megabytes, read again from memory by every row block. kernels_bench --m=3,4,5,6,8,16
-// --shape=lm_head from memory, against 8 tasks (AMD EPYC with AVX-512, MODEL_BENCH_LOG
-// 2026-11-28 20:40): forced AVX2 int4 1.38-1.93x, int6 1.47-1.89x; AVX-512 int8 1.50-2.54x,
-// int4k 1.25-1.76x, int6 1.34-2.27x; AVX-VNNI int6 1.60-2.54x; gate_up on AVX-512 1.00-1.15x.
-// Narrowing smaller excesses (down, 288 KB) ran int4k 3-7% slower on one thread.
-constexpr int64_t kStreamBlockBytes = 256 << 10;
 // Prefetch distance along a panel's stream, in bytes, for a tile of `rows` rows.
 // - AVX-512 (4 panel streams per thread at one row): 1 KiB against the earlier 4 KiB, the two
 //   alternated on Qwen3-1.7B decode (AMD EPYC, 2 threads): int8 ahead in 8 of 11 pairs, 27.2
@@ -1348,24 +1345,14 @@ void AmxGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outputs
 #endif  // INFER_AMX_TILES
 
 // The streaming order's tasks: ranges of whole panels, about kStreamTasksPerThread per thread
-// over all outputs; with several row blocks, each of which passes over a task's k-block,
-// narrowed to kStreamBlockBytes per k-block where they were more than twice that (so that the
-// later passes find it in L2). (AVX2's k-blocked passes; AVX-512 passes over whole panels and
-// asks for row_blocks 1.)
-int64_t StreamTilesPerTask(std::span<const Product> outputs, int64_t row_blocks, int threads) {
+// over all outputs.
+int64_t StreamTilesPerTask(std::span<const Product> outputs, int threads) {
   constexpr int64_t kPanelTiles = kPanel / kNr;
   int64_t total_tiles = 0;
   for (const Product& o : outputs) total_tiles += (o.w->rows() + kNr - 1) / kNr;
   const int64_t max_tasks = kStreamTasksPerThread * threads;
   const int64_t panels =
       std::max<int64_t>(1, (total_tiles + max_tasks - 1) / max_tasks / kPanelTiles);
-  if (row_blocks > 1) {
-    const PackedMatrix& w = *outputs.front().w;
-    const int64_t panel_block_bytes = KcGroups(w) * w.group_bytes();
-    if (panels * panel_block_bytes > 2 * kStreamBlockBytes) {
-      return std::max<int64_t>(1, kStreamBlockBytes / panel_block_bytes) * kPanelTiles;
-    }
-  }
   return panels * kPanelTiles;
 }
 
@@ -1385,8 +1372,6 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
                                    g1 == groups && o.bias != nullptr ? o.bias + j0 : nullptr);
   };
   if (StreamingOrder(m, outputs.front().w->quantization())) {
-#if defined(__AVX512F__)
-    static_assert(kNr == kPanel);
     if (row_blocks > 1 || (!kInt4 && m > kMr)) {
       // Panel after panel, every row block (of kMr rows from 7 rows: 6-row passes ran
       // 0.64-1.08x, int8's output head the slowest) over the whole panel, the passes asking for
@@ -1397,41 +1382,41 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
       // rows, the whole model at 6 sequences 1.09-1.22x (at 2-3 rows 0.91-1.0x, and the 4-bit
       // types 0.71-1.10x at two threads: those keep the 1 KiB stream; MODEL_BENCH_LOG
       // 2026-11-29 11:00).
-      const int64_t step = StreamTilesPerTask(outputs, 1, pool.num_threads()) * kNr;
+      // AVX2 (int4 at 3-8 rows; a panel is two tiles, each row block passes over both): 1.24-1.64x
+      // the k-blocked passes (kernels_bench --isa=avx2 --m=3,4,6,8 --quantization=int4), 3-8
+      // sequences of Llama int4 1.17-1.54x (MODEL_BENCH_LOG 2026-11-29 11:40).
+      constexpr int64_t kHalves = kPanel / kNr;
+      const int64_t step = StreamTilesPerTask(outputs, pool.num_threads()) * kNr;
       pool.RunTasks(static_cast<int>(ProductTasks(outputs, step)), [&](int task) {
         const auto [o, j0] = ProductTask(outputs, task, step);
         const PackedMatrix& w = *o->w;
         const int64_t end = std::min(w.rows(), j0 + step);
         const auto* data = static_cast<const uint8_t*>(w.data());
-        for (int64_t j = j0; j < end; j += kNr) {
-          const uint8_t* next = j + kNr < end ? data + (j / kPanel + 1) * w.panel_bytes() : nullptr;
+        for (int64_t panel = j0; panel < end; panel += kPanel) {
+          const uint8_t* next =
+              panel + kPanel < end ? data + (panel / kPanel + 1) * w.panel_bytes() : nullptr;
           for (int64_t p = 0; p < row_blocks; ++p) {
             const int64_t row0 = p * block_rows;
             const int rows = static_cast<int>(std::min<int64_t>(block_rows, m - row0));
-            QuantPanelPass<kInt4, kStreamRows>(
-                rows, x, row0, w, j, o->y + row0 * o->y_stride + j, o->y_stride,
-                o->bias != nullptr ? o->bias + j : nullptr,
-                NextPanel{.next = next, .pass = p, .passes = row_blocks});
+            for (int64_t h = 0; h < kHalves; ++h) {
+              const int64_t j = panel + h * kNr;
+              if (j >= end) break;
+              QuantPanelPass<kInt4, kStreamRows>(
+                  rows, x, row0, w, j, o->y + row0 * o->y_stride + j, o->y_stride,
+                  o->bias != nullptr ? o->bias + j : nullptr,
+                  NextPanel{.next = next, .pass = p * kHalves + h, .passes = row_blocks * kHalves});
+            }
           }
         }
       });
       return;
     }
-#endif
-    const int64_t step = StreamTilesPerTask(outputs, row_blocks, pool.num_threads()) * kNr;
+    // One row block: its tiles stream the task's panels with the 1 KiB prefetch.
+    const int64_t step = StreamTilesPerTask(outputs, pool.num_threads()) * kNr;
     pool.RunTasks(static_cast<int>(ProductTasks(outputs, step)), [&](int task) {
       const auto [o, j0] = ProductTask(outputs, task, step);
       const int64_t tiles = (std::min(o->w->rows(), j0 + step) - j0 + kNr - 1) / kNr;
-      const int64_t groups = o->w->num_groups();
-      if (row_blocks == 1) {
-        run(*o, 0, j0, tiles, 0, groups);
-        return;
-      }
-      const int64_t kc_groups = KcGroups(*o->w);
-      for (int64_t g0 = 0; g0 < groups; g0 += kc_groups) {
-        const int64_t g1 = std::min(groups, g0 + kc_groups);
-        for (int64_t p = 0; p < row_blocks; ++p) run(*o, p, j0, tiles, g0, g1);
-      }
+      run(*o, 0, j0, tiles, 0, o->w->num_groups());
     });
     return;
   }
