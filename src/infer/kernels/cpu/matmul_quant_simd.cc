@@ -179,7 +179,7 @@ constexpr int kStreamRows = kLanes == 16 ? 6 : kMr;
 // 2026-11-29 10:00). AMX keeps 16 rows, its tile path's measure unknown (no AMX here). AVX2
 // (int4 alone gets here with more than a row block, StreamingOrder): 24 rows, where the panel
 // passes ran 1.05-1.11x ManyRowGemm, and 0.92-1.04x at 32-64 (kernels_bench --isa=avx2
-// --threads=2 --m=10-64 --quantization=int4, MODEL_BENCH_LOG 2026-11-29 11:40).
+// --threads=2 --m=10-64 --quantization=int4, MODEL_BENCH_LOG 2026-11-29 11:20).
 #if defined(INFER_AMX_TILES)
 constexpr int64_t kStreamMaxBlocks = 4;
 #elif defined(__AVX512F__)
@@ -1381,10 +1381,10 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
       // block asking for the next panel instead of 1 KiB ahead: kernels 1.07-1.84x at 5 and 6
       // rows, the whole model at 6 sequences 1.09-1.22x (at 2-3 rows 0.91-1.0x, and the 4-bit
       // types 0.71-1.10x at two threads: those keep the 1 KiB stream; MODEL_BENCH_LOG
-      // 2026-11-29 11:00).
+      // 2026-11-29 10:45).
       // AVX2 (int4 at 3-8 rows; a panel is two tiles, each row block passes over both): 1.24-1.64x
       // the k-blocked passes (kernels_bench --isa=avx2 --m=3,4,6,8 --quantization=int4), 3-8
-      // sequences of Llama int4 1.17-1.54x (MODEL_BENCH_LOG 2026-11-29 11:40).
+      // sequences of Llama int4 1.17-1.54x (MODEL_BENCH_LOG 2026-11-29 11:20).
       constexpr int64_t kHalves = kPanel / kNr;
       const int64_t step = StreamTilesPerTask(outputs, pool.num_threads()) * kNr;
       pool.RunTasks(static_cast<int>(ProductTasks(outputs, step)), [&](int task) {
