@@ -666,11 +666,11 @@ constexpr int TilesPerCall(int rows) {
 }
 
 // kRows rows against `tiles` column tiles from j0, TilesPerCall(kRows) at a time.
-template <bool kInt4, int kRows, bool kSix>
+template <bool kInt4, int kRows, bool kSix, bool kFar>
 inline void QuantTileRun(int64_t tiles, const QuantizedRows& x, int64_t row0, const PackedMatrix& w,
                          int64_t j0, int64_t g0, int64_t g1, float* y, int64_t y_stride,
-                         bool accumulate, const float* bias) {
-  constexpr int kGroup = TilesPerCall(kRows);
+                         bool accumulate, const float* bias, const NextPanel& far) {
+  constexpr int kGroup = kFar ? 1 : TilesPerCall(kRows);
   int64_t t = 0;
   if constexpr (kGroup > 1) {
     for (; t + kGroup <= tiles; t += kGroup) {
@@ -679,54 +679,34 @@ inline void QuantTileRun(int64_t tiles, const QuantizedRows& x, int64_t row0, co
     }
   }
   for (; t < tiles; ++t) {
-    QuantTile<kInt4, kRows, 1, kSix>(x, row0, w, j0 + t * kNr, g0, g1, y + t * kNr, y_stride,
-                                     accumulate, bias != nullptr ? bias + t * kNr : nullptr);
+    QuantTile<kInt4, kRows, 1, kSix, kFar>(x, row0, w, j0 + t * kNr, g0, g1, y + t * kNr, y_stride,
+                                           accumulate, bias != nullptr ? bias + t * kNr : nullptr,
+                                           far);
   }
 }
 
-// `rows` rows against `tiles` column tiles from j0.
-template <bool kInt4, int kRows = kMr>
+// `rows` rows against `tiles` column tiles from j0. kFar: one tile over all of k, as one of the
+// passes over its panel, which ask for the next panel (NextPanel).
+template <bool kInt4, int kRows = kMr, bool kFar = false>
 inline void QuantTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t row0,
                        const PackedMatrix& w, int64_t j0, int64_t g0, int64_t g1, float* y,
-                       int64_t y_stride, bool accumulate, const float* bias) {
+                       int64_t y_stride, bool accumulate, const float* bias,
+                       const NextPanel& far = {}) {
   if constexpr (kRows > 0) {
     if (rows != kRows) {
-      QuantTiles<kInt4, kRows - 1>(rows, tiles, x, row0, w, j0, g0, g1, y, y_stride, accumulate,
-                                   bias);
+      QuantTiles<kInt4, kRows - 1, kFar>(rows, tiles, x, row0, w, j0, g0, g1, y, y_stride,
+                                         accumulate, bias, far);
       return;
     }
     if constexpr (!kInt4) {
       if (w.quantization() == Quantization::kInt6) {
-        QuantTileRun<false, kRows, true>(tiles, x, row0, w, j0, g0, g1, y, y_stride, accumulate,
-                                         bias);
+        QuantTileRun<false, kRows, true, kFar>(tiles, x, row0, w, j0, g0, g1, y, y_stride,
+                                               accumulate, bias, far);
         return;
       }
     }
-    QuantTileRun<kInt4, kRows, false>(tiles, x, row0, w, j0, g0, g1, y, y_stride, accumulate, bias);
-  }
-}
-
-// `rows` rows against the one tile at j0 (a whole panel) over all of k, as one of the passes
-// over it, which ask for the next panel (NextPanel).
-template <bool kInt4, int kRows = kMr>
-inline void QuantPanelPass(int rows, const QuantizedRows& x, int64_t row0, const PackedMatrix& w,
-                           int64_t j0, float* y, int64_t y_stride, const float* bias,
-                           const NextPanel& far) {
-  if constexpr (kRows > 0) {
-    if (rows != kRows) {
-      QuantPanelPass<kInt4, kRows - 1>(rows, x, row0, w, j0, y, y_stride, bias, far);
-      return;
-    }
-    const int64_t groups = w.num_groups();
-    if constexpr (!kInt4) {
-      if (w.quantization() == Quantization::kInt6) {
-        QuantTile<false, kRows, 1, true, true>(x, row0, w, j0, 0, groups, y, y_stride, false, bias,
-                                               far);
-        return;
-      }
-    }
-    QuantTile<kInt4, kRows, 1, false, true>(x, row0, w, j0, 0, groups, y, y_stride, false, bias,
-                                            far);
+    QuantTileRun<kInt4, kRows, false, kFar>(tiles, x, row0, w, j0, g0, g1, y, y_stride, accumulate,
+                                            bias, far);
   }
 }
 
@@ -1401,9 +1381,9 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
             for (int64_t h = 0; h < kHalves; ++h) {
               const int64_t j = panel + h * kNr;
               if (j >= end) break;
-              QuantPanelPass<kInt4, kStreamRows>(
-                  rows, x, row0, w, j, o->y + row0 * o->y_stride + j, o->y_stride,
-                  o->bias != nullptr ? o->bias + j : nullptr,
+              QuantTiles<kInt4, kStreamRows, true>(
+                  rows, 1, x, row0, w, j, 0, w.num_groups(), o->y + row0 * o->y_stride + j,
+                  o->y_stride, false, o->bias != nullptr ? o->bias + j : nullptr,
                   NextPanel{.next = next, .pass = p * kHalves + h, .passes = row_blocks * kHalves});
             }
           }
