@@ -549,7 +549,9 @@ TEST(ServeSpeculative, RepliesAreThoseOfPlainDecodingAndDraftsAreCounted) {
   const double accepted = counter("vllm:spec_decode_num_accepted_tokens_total");
   EXPECT_GT(counter("vllm:spec_decode_num_drafts_total"), 0);
   EXPECT_GE(drafts, accepted);
-  EXPECT_GE(accepted, 0);
+  // The greedy reply of the dummy model (fixed weights) repeats itself, so a lookup of its
+  // last tokens proposes what came next before, and the check keeps some of it.
+  EXPECT_GT(accepted, 0);
   EXPECT_EQ(server.Stop(SIGTERM), 0) << server.log();
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 
@@ -44,17 +45,58 @@ void ApplyTemperature(std::span<float> logits, double temperature) {
 void ApplyTopK(std::span<float> logits, int64_t k) {
   INFER_CHECK(k >= 1, "ApplyTopK: k must be >= 1, got {}", k);
   if (k >= static_cast<int64_t>(logits.size())) return;
-  std::vector<float> values(logits.begin(), logits.end());
-  const auto kth = values.begin() + (k - 1);
-  std::nth_element(values.begin(), kth, values.end(), std::greater<>());
-  const float threshold = *kth;
+  float threshold = 0.0F;  // the k-th largest value, counted with multiplicity
+  constexpr int64_t kMaxHeap = 256;
+  if (k <= kMaxHeap) {
+    // A min-heap of the k largest so far: one comparison for most of a row.
+    std::vector<float> heap(logits.begin(), logits.begin() + k);
+    std::make_heap(heap.begin(), heap.end(), std::greater<>());
+    for (size_t i = static_cast<size_t>(k); i < logits.size(); ++i) {
+      if (!(logits[i] > heap.front())) continue;
+      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+      heap.back() = logits[i];
+      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    }
+    threshold = heap.front();
+  } else {
+    std::vector<float> values(logits.begin(), logits.end());
+    const auto kth = values.begin() + (k - 1);
+    std::nth_element(values.begin(), kth, values.end(), std::greater<>());
+    threshold = *kth;
+  }
   for (float& logit : logits) {
     if (logit < threshold) logit = kMasked;
   }
 }
 
-void ApplyTopP(std::span<float> logits, double p) {
-  if (p >= 1.0) return;
+// The nucleus of ApplyTopP is the shortest prefix of the order (logit descending, lower id first
+// among equals) whose sum of probabilities, added in that order in double, reaches p. Sorting
+// the whole order is O(n log n) per draw, and a flat distribution's nucleus is most of the
+// vocabulary; so the prefix is found by a histogram over the logits' order-preserving bit keys
+// (a pass of radix selection), and only the one bucket where the sum crosses p is sorted.
+// The histogram sums in a different order than the sorted one, so the crossing is accepted only
+// where it holds with a margin above both sums' rounding bounds; closer calls (and buckets too
+// large to sort cheaply) take the full sort. Either way the kept set is the sort's, bit for bit.
+namespace {
+
+// A float's bits mapped so that unsigned order is float order (for non-NaN values); -0 and +0
+// share a key, as they compare equal.
+uint32_t OrderKey(float value) {
+  if (value == 0.0F) value = 0.0F;
+  uint32_t bits = 0;
+  std::memcpy(&bits, &value, sizeof bits);
+  return (bits & 0x80000000U) != 0 ? ~bits : bits | 0x80000000U;
+}
+
+constexpr int kBucketShift = 16;  // sign, exponent and 7 mantissa bits choose the bucket
+constexpr size_t kBuckets = size_t{1} << (32 - kBucketShift);
+
+struct TopPBucket {
+  double mass = 0.0;  // sum of exp(logit - max) over the bucket
+  uint32_t count = 0;
+};
+
+void TopPBySorting(std::span<float> logits, double p) {
   std::vector<int32_t> order;
   order.reserve(logits.size());
   float max_logit = kMasked;
@@ -87,6 +129,149 @@ void ApplyTopP(std::span<float> logits, double p) {
     }
   }
   for (size_t i = keep; i < order.size(); ++i) logits[static_cast<size_t>(order[i])] = kMasked;
+}
+
+using Candidates = SamplingCandidates;
+
+void CollectCandidates(std::span<const float> logits, Candidates& out) {
+  out.ids.clear();
+  out.best = -1;
+  out.max_logit = kMasked;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] == kMasked) continue;
+    out.ids.push_back(static_cast<int32_t>(i));
+    if (out.best < 0 || logits[i] > out.max_logit) {
+      out.best = static_cast<int32_t>(i);
+      out.max_logit = logits[i];
+    }
+  }
+}
+
+void ExpWeights(std::span<const float> logits, Candidates& candidates) {
+  candidates.weights.resize(candidates.ids.size());
+  for (size_t j = 0; j < candidates.ids.size(); ++j) {
+    candidates.weights[j] = std::exp(
+        static_cast<double>(logits[static_cast<size_t>(candidates.ids[j])] - candidates.max_logit));
+  }
+}
+
+// Keeps the candidates (and their weights) for which keep(j) holds; masks the others' logits.
+template <typename Keep>
+void KeepCandidates(std::span<float> logits, Candidates& candidates, Keep keep) {
+  size_t kept = 0;
+  for (size_t j = 0; j < candidates.ids.size(); ++j) {
+    if (keep(j)) {
+      candidates.ids[kept] = candidates.ids[j];
+      candidates.weights[kept] = candidates.weights[j];
+      ++kept;
+    } else {
+      logits[static_cast<size_t>(candidates.ids[j])] = kMasked;
+    }
+  }
+  candidates.ids.resize(kept);
+  candidates.weights.resize(kept);
+}
+
+// ApplyTopP over collected candidates, whose weights it computes; drops the masked ones. The
+// nucleus keeps the largest logit, so `best` and `max_logit` stay the draw's.
+void TopP(std::span<float> logits, double p, Candidates& candidates) {
+  const std::vector<int32_t>& ids = candidates.ids;
+  std::vector<double>& weights = candidates.weights;
+  if (ids.empty()) return;
+  float min_logit = candidates.max_logit;
+  for (const int32_t id : ids) min_logit = std::min(min_logit, logits[static_cast<size_t>(id)]);
+  const uint32_t top_bucket = OrderKey(candidates.max_logit) >> kBucketShift;
+  const uint32_t low_bucket = OrderKey(min_logit) >> kBucketShift;
+  thread_local std::vector<TopPBucket> buckets(kBuckets);
+  thread_local std::vector<uint16_t> bucket_of;  // each candidate's bucket
+  std::fill(buckets.begin() + low_bucket, buckets.begin() + top_bucket + 1, TopPBucket{});
+  bucket_of.resize(ids.size());
+  weights.resize(ids.size());
+  // The same total, summed in the same (index) order, as the sorted path's.
+  double total = 0.0;
+  for (size_t j = 0; j < ids.size(); ++j) {
+    const float logit = logits[static_cast<size_t>(ids[j])];
+    const double weight = std::exp(static_cast<double>(logit - candidates.max_logit));
+    weights[j] = weight;
+    total += weight;
+    const auto bucket = static_cast<uint16_t>(OrderKey(logit) >> kBucketShift);
+    bucket_of[j] = bucket;
+    buckets[bucket].mass += weight;
+    ++buckets[bucket].count;
+  }
+  // Bound on |histogram sum - sorted sum| of any prefix (each at most about 1): the sorted
+  // path's recursive sum of up to n terms and each term's division, and the sums here over
+  // tokens (n) and buckets, in units of DBL_EPSILON, with a factor of 4 to spare.
+  const auto n = static_cast<double>(ids.size());
+  const double margin = 4.0 * (3.0 * n + static_cast<double>(top_bucket - low_bucket) + 4.0) *
+                        std::numeric_limits<double>::epsilon();
+  double above = 0.0;  // the mass of the buckets above `crossing`
+  uint32_t crossing = top_bucket;
+  for (;; --crossing) {
+    const TopPBucket& bucket = buckets[crossing];
+    if ((above + bucket.mass) / total >= p || crossing == low_bucket) break;
+    above += bucket.mass;
+  }
+  const auto by_sorting = [&] {
+    TopPBySorting(logits, p);
+    KeepCandidates(logits, candidates,
+                   [&](size_t j) { return logits[static_cast<size_t>(ids[j])] != kMasked; });
+  };
+  constexpr uint32_t kMaxSortedBucket = 8192;
+  if (buckets[crossing].count > kMaxSortedBucket) return by_sorting();
+  // The crossing bucket's candidates in the sorted order (ids ascend with j).
+  std::vector<uint32_t> members;
+  members.reserve(buckets[crossing].count);
+  for (size_t j = 0; j < ids.size(); ++j) {
+    if (bucket_of[j] == crossing) members.push_back(static_cast<uint32_t>(j));
+  }
+  std::sort(members.begin(), members.end(), [&](uint32_t a, uint32_t b) {
+    const float la = logits[static_cast<size_t>(ids[a])];
+    const float lb = logits[static_cast<size_t>(ids[b])];
+    return la > lb || (la == lb && a < b);
+  });
+  double cumulative = above;
+  size_t last = 0;  // the last kept member
+  for (; last < members.size(); ++last) {
+    const double before = cumulative;
+    cumulative += weights[members[last]];
+    if (cumulative / total >= p) {
+      // Taken only where every shorter prefix is surely below p and this one surely reaches it.
+      if (before / total >= p - margin || cumulative / total < p + margin) return by_sorting();
+      break;
+    }
+  }
+  if (last == members.size()) return by_sorting();
+  // Dropped: bucket 0, below every number's bucket (its keys are NaNs').
+  for (size_t m = last + 1; m < members.size(); ++m) bucket_of[members[m]] = 0;
+  KeepCandidates(logits, candidates, [&](size_t j) { return bucket_of[j] >= crossing; });
+}
+
+// SampleFromLogits's inverse-CDF draw over the candidates: every other token weighs 0 there,
+// and adding 0 leaves each sum as it was.
+int32_t Draw(const Candidates& candidates, std::mt19937_64& rng) {
+  INFER_CHECK(candidates.best >= 0, "sampling: every token is masked");
+  double total = 0.0;
+  for (const double weight : candidates.weights) total += weight;
+  const double target = UniformUnit(rng) * total;
+  double cumulative = 0.0;
+  int32_t last_possible = candidates.best;
+  for (size_t j = 0; j < candidates.ids.size(); ++j) {
+    if (candidates.weights[j] == 0.0) continue;
+    cumulative += candidates.weights[j];
+    last_possible = candidates.ids[j];
+    if (target < cumulative) return last_possible;
+  }
+  return last_possible;  // rounding left target at the very top
+}
+
+}  // namespace
+
+void ApplyTopP(std::span<float> logits, double p) {
+  if (p >= 1.0) return;
+  Candidates candidates;
+  CollectCandidates(logits, candidates);
+  TopP(logits, p, candidates);
 }
 
 void ApplyTokenMask(std::span<float> logits, std::span<const uint32_t> mask) {
@@ -159,22 +344,10 @@ int32_t Argmax(std::span<const float> logits) {
 }
 
 int32_t SampleFromLogits(std::span<const float> logits, std::mt19937_64& rng) {
-  const int32_t best = Argmax(logits);
-  const float max_logit = logits[static_cast<size_t>(best)];
-  INFER_CHECK(max_logit != kMasked, "sampling: every token is masked");
-  double total = 0.0;
-  for (const float logit : logits) total += std::exp(static_cast<double>(logit - max_logit));
-  const double target = UniformUnit(rng) * total;
-  double cumulative = 0.0;
-  int32_t last_possible = best;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const double weight = std::exp(static_cast<double>(logits[i] - max_logit));
-    if (weight == 0.0) continue;
-    cumulative += weight;
-    last_possible = static_cast<int32_t>(i);
-    if (target < cumulative) return last_possible;
-  }
-  return last_possible;  // rounding left target at the very top
+  Candidates candidates;
+  CollectCandidates(logits, candidates);
+  ExpWeights(logits, candidates);
+  return Draw(candidates, rng);
 }
 
 Sampler::Sampler(const SamplingParams& params)
@@ -211,8 +384,14 @@ int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> contex
   } else {
     ApplyTemperature(logits, temperature_);
     if (top_k_) ApplyTopK(logits, *top_k_);
-    ApplyTopP(logits, top_p_);
-    token = SampleFromLogits(logits, rng_);
+    // ApplyTopP then SampleFromLogits, over the unmasked tokens only and with one exp each.
+    CollectCandidates(logits, candidates_);
+    if (top_p_ < 1.0) {
+      TopP(logits, top_p_, candidates_);
+    } else {
+      ExpWeights(logits, candidates_);
+    }
+    token = Draw(candidates_, rng_);
   }
   if (want_logprobs) *logprobs = ComputeLogprobs(raw_, token, *logprobs_);
   return token;

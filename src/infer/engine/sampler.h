@@ -52,6 +52,15 @@ int32_t Argmax(std::span<const float> logits);
 // Draws from softmax(logits) by inverse CDF with one 53-bit uniform from `rng`.
 int32_t SampleFromLogits(std::span<const float> logits, std::mt19937_64& rng);
 
+// The tokens a draw can take: their ids in ascending order (the unmasked ones), the draw's
+// weight of each (exp(logit - max_logit) in double), and the lowest id of the largest logit.
+struct SamplingCandidates {
+  std::vector<int32_t> ids;
+  std::vector<double> weights;
+  int32_t best = -1;
+  float max_logit = 0.0F;
+};
+
 // One request's sampler. The RNG is std::mt19937_64 (fully specified by the C++ standard, so a
 // seed gives the same stream on every platform); without a seed it is seeded from the OS.
 class Sampler {
@@ -75,7 +84,8 @@ class Sampler {
   std::map<int32_t, double> logit_bias_;
   std::optional<int64_t> logprobs_;
   std::mt19937_64 rng_;
-  std::vector<float> raw_;  // the raw row, kept when logprobs are requested
+  std::vector<float> raw_;         // the raw row, kept when logprobs are requested
+  SamplingCandidates candidates_;  // kept to reuse its memory from draw to draw
 };
 
 }  // namespace infer

@@ -2,8 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
+#include <string>
 #include <vector>
 
 namespace infer {
@@ -81,6 +85,79 @@ TEST(SamplerTest, TopPOnLargeVocabSortsAsFarAsNeeded) {
   EXPECT_EQ(CountFinite(logits), 2500);
   EXPECT_TRUE(std::isfinite(logits[0]));  // ties: lower ids first
   EXPECT_FALSE(std::isfinite(logits[4999]));
+}
+
+// The nucleus as the header defines it, by a full sort: the tokens in descending order (lower
+// id first among equals) up to the one at which their probabilities, summed in that order in
+// double, reach p.
+std::vector<float> TopPByFullSort(std::vector<float> logits, double p) {
+  std::vector<int32_t> order;
+  float max_logit = -kInf;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (logits[i] == -kInf) continue;
+    order.push_back(static_cast<int32_t>(i));
+    max_logit = std::max(max_logit, logits[i]);
+  }
+  double total = 0.0;
+  for (const int32_t id : order) total += std::exp(static_cast<double>(logits[id] - max_logit));
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  double cumulative = 0.0;
+  size_t keep = order.size();
+  for (size_t i = 0; i < order.size(); ++i) {
+    cumulative += std::exp(static_cast<double>(logits[order[i]] - max_logit)) / total;
+    if (cumulative >= p) {
+      keep = i + 1;
+      break;
+    }
+  }
+  for (size_t i = keep; i < order.size(); ++i) logits[order[i]] = -kInf;
+  return logits;
+}
+
+// The same kept set as the full sort, bit for bit, on the distributions a sampler meets: flat
+// ones over a 128k vocabulary (most of it in the nucleus), peaked ones, many ties, signed zeros,
+// masked entries, and p values that land exactly on a prefix's sum.
+TEST(SamplerTest, TopPKeepsTheFullSortsNucleusOnEveryDistribution) {
+  std::mt19937_64 rng(7);
+  const auto check = [](const std::vector<float>& logits, double p, const std::string& what) {
+    const std::vector<float> expected = TopPByFullSort(logits, p);
+    const std::vector<float> actual = TopP(logits, p);
+    ASSERT_EQ(actual.size(), expected.size());
+    size_t differing = 0;
+    for (size_t i = 0; i < actual.size(); ++i) {
+      differing += std::memcmp(&actual[i], &expected[i], sizeof(float)) != 0 ? 1 : 0;
+    }
+    EXPECT_EQ(differing, 0U) << what << " p=" << p << " kept " << CountFinite(actual) << " of "
+                             << CountFinite(expected);
+  };
+  for (const double spread : {0.05, 0.5, 2.0, 8.0}) {
+    std::normal_distribution<float> normal(0.0F, static_cast<float>(spread));
+    std::vector<float> logits(128256);
+    for (float& logit : logits) logit = normal(rng);
+    for (const double p : {0.05, 0.5, 0.9, 0.95, 0.999}) {
+      check(logits, p, "normal spread " + std::to_string(spread));
+    }
+  }
+  std::vector<float> peaked(151936, -12.0F);
+  for (size_t i = 0; i < 40; ++i) peaked[i * 997] = static_cast<float>(i) * 0.25F;
+  for (const double p : {0.5, 0.9, 0.95}) check(peaked, p, "peaked");
+  std::uniform_int_distribution<int> level(0, 7);
+  std::vector<float> ties(50000);
+  for (float& logit : ties) logit = static_cast<float>(level(rng)) * 0.5F - 2.0F;
+  for (const double p : {0.1, 0.6, 0.9}) check(ties, p, "ties");
+  std::vector<float> zeros(20000);
+  for (size_t i = 0; i < zeros.size(); ++i) zeros[i] = (i % 3 == 0) ? -0.0F : 0.0F;
+  zeros[5] = 1.0F;
+  for (const double p : {0.3, 0.7}) check(zeros, p, "signed zeros");
+  std::vector<float> masked = peaked;
+  for (size_t i = 0; i < masked.size(); i += 2) masked[i] = -kInf;
+  for (const double p : {0.5, 0.9}) check(masked, p, "masked");
+  const std::vector<float> quarters(4, 1.0F);  // prefix sums 0.25, 0.5, 0.75 exactly
+  for (const double p : {0.25, 0.5, 0.75, 1.0 - 1e-17}) check(quarters, p, "exact sums");
+  const std::vector<float> uniform(200000, 0.0F);  // one bucket larger than a bucket sort
+  check(uniform, 0.9, "uniform");
 }
 
 TEST(SamplerTest, RepetitionPenalty) {
