@@ -1,4 +1,4 @@
-// `infer serve`: OpenAI's chat and completions API and the seed's phase-4 completions over HTTP,
+// `infer serve`: OpenAI's chat and completions API and the seed-format completions over HTTP,
 // with /health and /metrics. SIGINT/SIGTERM shut it down gracefully: new requests get 503 while
 // running ones have --shutdown-timeout seconds to finish, the rest end with an error event,
 // then the process exits 0; a second signal exits at once.

@@ -68,7 +68,7 @@ class Tensor {
 // Tensors carved one after another out of shared chunks of 2 MiB pages, each 64-byte aligned
 // and zero-initialised: a model's packed matrices sit in huge pages to their last byte. (A
 // buffer of each matrix's own leaves the part past its last whole 2 MiB, and all of a matrix
-// under 2 MiB, in 4 KiB pages: 10-18% of a 4-bit Llama-3.2-1B's weights, whose TLB misses
+// under 2 MiB, in 4 KiB pages: a sizeable share of a small model's weights, whose TLB misses
 // cost decode speed on a VM.) A request larger than a chunk gets 2 MiB pages of its own; the
 // rest of a chunk left behind stays unused address space (pages are backed when first
 // touched). The tensors keep their chunk alive; the arena may go first. Not thread-safe.

@@ -2,7 +2,7 @@
 // so the scheduler's core and the engine's step carry no mode branches:
 // - continuous (vLLM-style): running requests first (decode tokens, prefill chunks), then
 //   waiting ones are admitted under the token budget, every step;
-// - static (phase 4): a batch forms once max_num_seqs wait or batch_wait_timeout_s has passed,
+// - static: a batch forms once max_num_seqs wait or batch_wait_timeout_s has passed,
 //   its members hold KV blocks for everything they may generate, its prompts run as one unit
 //   (their first tokens are delivered together), then it decodes to completion before the next
 //   one forms.

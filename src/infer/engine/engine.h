@@ -2,7 +2,7 @@
 // front door every request passes; AddRequest / Cancel from any thread) over the scheduler
 // (continuous or static batching, paged KV blocks, prefix caching, preemption) and the model
 // runner. Step() runs one step; Drive() is the one run-until-done driver: the server's engine
-// thread (Start), `infer generate` / `chat` / `bench` and seed 004's Generate all run it. Each
+// thread (Start), `infer generate` / `chat` / `bench` and the Generate API all run it. Each
 // request's StepOutputs arrive on its OutputChannel (and at the driver's callbacks).
 #pragma once
 
@@ -33,7 +33,7 @@
 
 namespace infer {
 
-// A request built in steps (seed 004): GenerationRequest("Hello").max_tokens(100)
+// A request built in steps, for AddRequest: GenerationRequest("Hello").max_tokens(100)
 // .temperature(0.7).top_k(50).top_p(0.9).priority(5). Unset sampling fields keep
 // SamplingParams' defaults (or `base`'s).
 class GenerationRequest {
@@ -104,7 +104,7 @@ class Engine {
   // waiting, prefix cache hit rate, preemptions}: for /health and logs.
   std::string KvCacheSummaryJson() const;
 
-  // The front door: every request (the server's protocols, every CLI command, seed 004's
+  // The front door: every request (the server's protocols, every CLI command, a GenerationRequest's
   // AddRequest) is tokenized (a chat through the chat template) and checked here, once, before
   // it is queued. Returns the prompt's ids; throws RequestRejected for invalid sampling params,
   // a prompt that cannot be encoded (no tokenizer, no chat template, the template fails) or
@@ -125,7 +125,7 @@ class Engine {
                                             std::vector<int32_t> prompt_ids, SamplingParams params,
                                             int64_t priority = 0,
                                             std::shared_ptr<OutputChannel> output = nullptr);
-  // Seed 004: prepares and queues a request; returns its id. Throws infer::Error when it is
+  // Prepares and queues a GenerationRequest; returns its id. Throws infer::Error when it is
   // invalid or the queue is full.
   std::string AddRequest(const GenerationRequest& request);
 

@@ -1,4 +1,4 @@
-// Settings of the engine (seed phase 4 and seed 004, with vLLM's names): sequence and token
+// Settings of the engine (with vLLM's names where vLLM has them): sequence and token
 // budgets, batching mode, scheduling policy, the paged KV cache (block size, dtype, memory
 // budget), prefix caching and preemption, with validation naming the first bad field.
 #pragma once
@@ -13,7 +13,7 @@
 
 namespace infer {
 
-// The modes are enums; their names (vLLM's, and the seed's strings) are parsed once, at the
+// The modes are enums; their names (vLLM's where vLLM has the mode) are parsed once, at the
 // edge (the command line, a test), by Parse*, which throw infer::Error naming what is supported.
 enum class BatchingMode { kContinuous, kStatic };
 enum class SchedulerPolicy { kFcfs, kPriority };
@@ -28,22 +28,22 @@ std::string_view KvCacheBackendName(KvCacheBackend backend);
 struct EngineConfig {
   // The model id clients must name in requests (the folder name or Hugging Face id).
   std::string model;
-  // Longest prompt + max_tokens of one request (vLLM's max_model_len; phase 4's max_seq_len);
-  // also capped by the model's context.
+  // Longest prompt + max_tokens of one request (vLLM's max_model_len; --max-seq-len is an
+  // alias); also capped by the model's context.
   int64_t max_model_len = 4096;
-  // Most requests running at once (vLLM's max_num_seqs; phase 4's max_batch_size).
+  // Most requests running at once (vLLM's max_num_seqs; --max-batch-size is an alias).
   int64_t max_num_seqs = 256;
   // Most tokens one step runs: decode tokens plus prefill chunks (vLLM's name). Bounds the
-  // activation memory of a step and keeps its working set cache-sized: W2 of bench_serving
-  // (bf16, 2 threads) prefilled its 9,633 prompt tokens in 40.2 / 34.2 / 36.3 / 39.5 / 45.6 s
-  // with 256 / 512 / 1024 / 2048 / unbounded tokens per call.
+  // activation memory of a step and keeps its working set cache-sized: a long prefill ran
+  // fastest in calls of 512 tokens, slower in both smaller and larger ones and slowest unbounded
+  // (benchmarks/log/SERVING_LOG.md).
   int64_t max_num_batched_tokens = 512;
   // Requests waiting beyond this are rejected (HTTP 503).
   int64_t max_waiting_requests = 64;
   // Default seed for requests that give none; nullopt: OS-seeded.
   std::optional<uint64_t> seed;
   // continuous: every step admits and retires requests, decode tokens and prefill chunks in
-  // one forward. static (phase 4): a batch forms (full, or batch_wait_timeout_s after its
+  // one forward. static: a batch forms (full, or batch_wait_timeout_s after its
   // first request), prefills, and decodes to completion before the next one forms.
   BatchingMode batching_mode = BatchingMode::kContinuous;
   // fcfs, or priority: waiting requests by (priority, arrival), lower value first.
@@ -65,7 +65,7 @@ struct EngineConfig {
   bool enable_prefix_caching = true;
   // true: KV blocks are taken as sequences grow; when none is left the lowest-priority,
   // latest-arrived running request is preempted (its blocks freed, recomputed later).
-  // false (the seed's default): a request is admitted only with blocks for its prompt plus
+  // false (the default): a request is admitted only with blocks for its prompt plus
   // max_tokens, so a running request never runs out.
   bool enable_preemption = false;
   // Structured output: the tokens a grammar forces (an object's fixed keys, punctuation) join

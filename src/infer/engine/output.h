@@ -1,5 +1,5 @@
 // What the engine gives back: the StepOutput a request's client receives each step (on its
-// OutputChannel), and the GenerationOutput of a request that ended (seed 004's result), with
+// OutputChannel), and the GenerationOutput of a request that ended (what Generate returns), with
 // the finish reasons and timings they share.
 #pragma once
 
@@ -44,7 +44,7 @@ struct StepOutput {
   std::optional<TokenLogprobs> logprobs;
 };
 
-// A finished request (seed 004's GenerationOutput): what every driver returns in the end
+// A finished request: what every driver returns in the end
 // (Engine::Generate, Generate/GenerateBatch of generate.h, the server's final chunk).
 struct GenerationOutput {
   std::string request_id;

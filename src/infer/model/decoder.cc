@@ -38,7 +38,8 @@ const Tensor* OptionalTensor(const Tensor& tensor) {
 // Runs fn(first, rows) over token rows [0, n): split across the pool when they are many
 // (prefill, large batches), on this thread otherwise. A row's elementwise and per-row work (norms,
 // RoPE, activations, residual adds) does not depend on the other rows, so the results are the
-// same bits either way. (On one thread these took 10-15% of gemma-3-1b's prefill at 2 threads.)
+// same bits either way. (Left to one thread, they are serial work the other threads of a prefill
+// wait out.)
 template <typename Fn>
 void ForTokenRows(ThreadPool& pool, int64_t n, Fn&& fn) {
   constexpr int64_t kRowsPerChunk = 4;

@@ -1,6 +1,6 @@
-// The body of POST /v1/completions (seed phase 4) and its validation: the JSON is checked field
-// by field into a prompt and SamplingParams, with the HTTP status the client gets for each
-// kind of mistake (400 malformed, 422 well-formed but invalid or unsupported).
+// The body of POST /v1/completions in the seed format (sse.h) and its validation: the JSON is
+// checked field by field into a prompt and SamplingParams, with the HTTP status the client gets
+// for each kind of mistake (400 malformed, 422 well-formed but invalid or unsupported).
 #pragma once
 
 #include <cstdint>
@@ -24,7 +24,7 @@ struct CompletionRequest {
   int64_t priority = 0;   // lower runs first under --scheduling-policy priority (as vLLM)
 };
 
-// Fields (all others are rejected with 422, as the seed's extra="forbid"):
+// Fields (all others are rejected with 422, as pydantic's extra="forbid"):
 //   model (string, required, must equal `served_model`), prompt (non-empty string or non-empty
 //   list of token ids, required), max_tokens (int, 128), temperature (number, 1.0), top_p
 //   (number, 1.0), top_k (int or null; 0 and -1 mean off, as in vLLM), repetition_penalty

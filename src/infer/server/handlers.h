@@ -1,4 +1,4 @@
-// The routes that run generations: POST /v1/completions in the seed's protocol, OpenAI's
+// The routes that run generations: POST /v1/completions in the seed format, OpenAI's
 // POST /v1/chat/completions and /v1/completions, and Anthropic's POST /v1/messages over the chat
 // path; and vLLM's /tokenize and /detokenize. Each parses its body (request_fields.h and the
 // protocol's parser), hands the prompt to the engine, and answers with one JSON object or a

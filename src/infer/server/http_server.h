@@ -1,6 +1,6 @@
 // The HTTP front of the engine: POST /v1/chat/completions (OpenAI's format), POST
-// /v1/completions (the seed's phase-4 event stream, or OpenAI's format with
-// completions_format "openai"), GET /health and GET /v1/models. Each response holds one HTTP
+// /v1/completions (the seed format's token / done / error events, sse.h, or OpenAI's format
+// with completions_format "openai"), GET /health and GET /v1/models. Each response holds one HTTP
 // worker thread while it waits on its requests' OutputChannel; a streaming client that goes away
 // has its requests cancelled in the engine.
 #pragma once
@@ -14,7 +14,7 @@
 
 namespace infer::server {
 
-// What POST /v1/completions speaks: the seed's phase-4 event stream, or OpenAI's format.
+// What POST /v1/completions speaks: the seed format's event stream (sse.h), or OpenAI's format.
 enum class CompletionsFormat { kSeed, kOpenAi };
 // How chat replies' text is split: kQwen3 returns <think>...</think> as reasoning_content
 // (vLLM's reasoning parser); kNone leaves it in the content.

@@ -1,5 +1,5 @@
-// What every protocol's request parser shares (the seed's POST /v1/completions, OpenAI's chat
-// and completions): the error a refused request throws, the JSON body as an object, and one
+// What every protocol's request parser shares (the seed format's POST /v1/completions, OpenAI's
+// chat and completions): the error a refused request throws, the JSON body as an object, and one
 // reader of its fields with the same type checks and wordings for all.
 #pragma once
 

@@ -1,4 +1,4 @@
-// Server-sent events as the completions API writes them (seed phase 4): `event: token`
+// Server-sent events as the completions API's seed format writes them: `event: token`
 // {token, token_id}, `event: done` {finish_reason, usage}, `event: error` {error}; and an
 // incremental parser for clients (tests, the serving benchmark).
 #pragma once

@@ -1,5 +1,5 @@
 // One streamed response, whatever its protocol: a pump moves a response's StepOutputs from its
-// OutputChannel to the client as they come, through an encoder (the seed's events, OpenAI's
+// OutputChannel to the client as they come, through an encoder (the seed format's events, OpenAI's
 // chunks), writes a heartbeat comment while there is nothing to send, and cancels the response's
 // engine requests when the client goes away before the end.
 #pragma once

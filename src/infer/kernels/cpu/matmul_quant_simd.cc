@@ -173,13 +173,11 @@ constexpr int kMr = kLanes == 16 ? 4 : 2;
 // sequences decoding) do not pass over each k-block a second time at the one-row rate.
 constexpr int kStreamRows = kLanes == 16 ? 6 : kMr;
 // Up to this many row blocks take the streaming order, panel after panel when more than one (the
-// passes over a panel ask for the next one: NextPanel). On AVX-512 1.0-1.6x the many-row order up
-// to 64 rows and 0.9-1.1x from 128 (kernels_bench --isa=avx512bf16 --threads=2 --m=20-512
-// --quantization=int8,int4k --shape=gate_up,down,lm_head, alternated; MODEL_BENCH_LOG
-// 2026-11-29 10:00). AMX keeps 16 rows, its tile path's measure unknown (no AMX here). AVX2
-// (int4 alone gets here with more than a row block, StreamingOrder): 24 rows, where the panel
-// passes ran 1.05-1.11x ManyRowGemm, and 0.92-1.04x at 32-64 (kernels_bench --isa=avx2
-// --threads=2 --m=10-64 --quantization=int4, MODEL_BENCH_LOG 2026-11-29 11:20).
+// passes over a panel ask for the next one: NextPanel). AVX-512: 64 rows, up to which the panel
+// passes measured as fast as the many-row order or faster; from 128 rows the two are level.
+// AMX keeps 16 rows: its tile path has not been measured against the panel passes. AVX2 (int4
+// alone gets here with more than a row block, StreamingOrder): 24 rows, where the panel passes
+// still led ManyRowGemm; at 32-64 rows the two are level (benchmarks/log/MODEL_BENCH_LOG.md).
 #if defined(INFER_AMX_TILES)
 constexpr int64_t kStreamMaxBlocks = 4;
 #elif defined(__AVX512F__)
@@ -191,23 +189,19 @@ constexpr int64_t kStreamMaxBlocks = 12;
 // many-row order. On AVX2 without VNNI, int8 and int4k leave the streaming order after one row
 // block: their streaming tiles (vpmaddwd on 16-bit halves; int4k's scale work) are bound by
 // compute from 3 rows on, where the many-row tiles read the weights once at the same cost
-// (kernels_bench --isa=avx2 --threads=2 --m=3,4,6,8, Zen 3, MODEL_BENCH_LOG 2026-11-28: int8
-// 1.6-2.1x faster from 4 rows, int4k 1.1-1.7x; int4 was mixed, so it stays). int6 too, since
-// ManyRowGemm streams it panel after panel (kernels_bench --isa=avx2,avxvnni --m=3,4,8,16
-// --quantization=int6 from memory, forced on an AVX-512 AMD EPYC, MODEL_BENCH_LOG 2026-11-28
-// 20:40: 1.3-2.0x on gate_up, down and lm_head, one and two threads).
+// (both measured faster from 4 rows; int4 was mixed, so it stays). int6 too, since ManyRowGemm
+// streams it panel after panel (faster from memory on every shape, at one and two threads).
 // int8 leaves it at 2 rows: in one row block (up to kGemmRows rows) Int8PanelTile streams
-// whole panels with a far prefetch (kernels_bench --isa=avx2 --quantization=int8
-// --shape=lm_head, from memory, forced on an AVX-512 AMD EPYC, MODEL_BENCH_LOG 2026-11-28 17:30:
-// at 2 rows 73 -> 135 GOP/s on one thread; at 3 and 4 rows 2.8-3.0x the k-blocked order).
+// whole panels with a far prefetch, well ahead of the k-blocked order from memory from 2 rows
+// (benchmarks/log/MODEL_BENCH_LOG.md).
 inline bool StreamingOrder(int64_t m, [[maybe_unused]] Quantization q) {
 #if !defined(__AVX512F__) && !defined(INFER_YMM_VNNI)
   if (q == Quantization::kInt8) return m <= 1;
   if (q == Quantization::kInt4K || q == Quantization::kInt6) return m <= kMr;
 #elif defined(INFER_YMM_VNNI)
   // AVX-VNNI: from 3 rows ManyRowGemm's panel-after-panel stream, not 2 to 4 k-blocked row
-  // blocks (kernels_bench --isa=avxvnni --m=3,4,8 from memory, MODEL_BENCH_LOG 2026-11-28:
-  // lm_head 1.6-2.75x for int8, int4 and int4k; down 0.94-1.89x; int6 1.4-2.0x everywhere).
+  // blocks: from memory faster on the output head for every type, on the down projection
+  // mostly, and for int6 on every shape (benchmarks/log/MODEL_BENCH_LOG.md).
   return m <= kMr;
 #endif
   return (m + kMr - 1) / kMr <= kStreamMaxBlocks;
@@ -229,18 +223,16 @@ inline int64_t KcGroups(const PackedMatrix& w) {
 // Tiles per thread in the streaming order, claimed dynamically.
 constexpr int64_t kStreamTasksPerThread = 4;
 // Prefetch distance along a panel's stream, in bytes, for a tile of `rows` rows.
-// - AVX-512 (4 panel streams per thread at one row): 1 KiB against the earlier 4 KiB, the two
-//   alternated on Qwen3-1.7B decode (AMD EPYC, 2 threads): int8 ahead in 8 of 11 pairs, 27.2
-//   against 25.1 tok/s on average and 87-97% of the bandwidth probe against 83-85%; int4 ahead
-//   in 3 of 4. Shorter distances (512) measured within the noise of 1 KiB. On an AVX-512 AMD
-//   EPYC with vp2intersect (2026-11-28) 1 KiB still led 2 and 4 KiB for int8 and int4k.
-// - AVX2 at one row (one panel stream per thread): 8 KiB. kernels_bench --isa=avx2 --m=1 on
-//   that CPU, alternated, one thread, GOP/s at 1 / 2 / 4 / 8 / 16 KiB: int8 65 / 68 / 75 / 80 /
-//   79 (42 GB/s at 8 KiB, the probe's 42), int4k 94 / 106 / 115 / 130 / 135, int6 70 / 75 / 88 /
-//   102 / 97. With more rows 1 KiB: 8 KiB was 5-9% slower at m = 4 and 8 (several row blocks
-//   over each k-block) and level at m = 2.
-// - AVX-512 int6 at one row (its top bits are a second set of lines per sub-block): 2 KiB, 7-12%
-//   ahead of 1 KiB on that CPU (kernels_bench --isa=avx512bf16 --threads=1 --m=1, alternated).
+// - AVX-512 (4 panel streams per thread at one row): 1 KiB. Alternated with 4 KiB in a model's
+//   decode it led more often and came nearer the read-bandwidth probe; 512 bytes measured the
+//   same as 1 KiB, and 2 and 4 KiB stayed behind it for int8 and int4k.
+// - AVX2 at one row (one panel stream per thread): 8 KiB. From 1 to 8 KiB every doubling ran
+//   faster, int8 reaching the probe's rate at 8 KiB; 16 KiB was no better overall. With more
+//   rows 1 KiB: 8 KiB was slower at m = 4 and 8 (several row blocks over each k-block) and
+//   level at m = 2.
+// - AVX-512 int6 at one row (its top bits are a second set of lines per sub-block): 2 KiB,
+//   ahead of 1 KiB.
+// (benchmarks/log/MODEL_BENCH_LOG.md.)
 // kStreamAhead: also the many-row tiles' distance when ManyRowGemm streams panel after panel.
 constexpr int64_t kStreamAhead = 8192;
 constexpr int64_t PrefetchBytes(int rows, bool six) {
@@ -320,7 +312,7 @@ inline void QuadPair(const uint8_t* wb, int64_t j, bool six, int64_t ahead, VI& 
 // With group_rows 1 that is row after row (row i's values at q + i * padded_k). AVX2's many-row
 // order keeps kGemmRows rows together, their blocks b one after another: a tile's rows then read
 // one run of bytes per block, where rows padded_k apart (a multiple of 4 KiB at k = 2048 and
-// 8192) would meet in the same few L1 sets and evict one another (2x slower, kernels_bench).
+// 8192) would meet in the same few L1 sets and evict one another.
 struct QuantizedRows {
   const int8_t* q = nullptr;
   const float* d = nullptr;
@@ -401,8 +393,7 @@ inline void SubBlockScales(const uint8_t* scales, int64_t lane, int64_t b, bool 
 // [g0, g1); x row after row (group_rows 1). y holds the sum of the earlier groups when
 // `accumulate`; bias (features from j0, or null) is added after the last group. kSix: kInt6
 // (kInt4 false), a template argument so that int8's decode loop is compiled without int6's
-// (with it, AVX-512 int8 decode ran 10-20% slower: kernels_bench m = 1, MODEL_BENCH_LOG
-// 2026-11-28).
+// (with int6's work in the same loop, AVX-512 int8 decode measured slower).
 // kFar: one of the passes over the panel (NextPanel; kTiles 1), which asks for the next panel
 // instead of its own lines.
 template <bool kInt4, int kRows, int kTiles, bool kSix = false, bool kFar = false>
@@ -1146,19 +1137,16 @@ void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> out
     };
     // Up to kStreamRowBlocks row blocks (batched decode): panel after panel, each panel's weights
     // over all of k as one sequential stream (at most 32 x k bytes of values and scales, which
-    // stay in L2). From memory at 3-8 rows: int8 1.7-3.0x and int4k 1.4-2.2x the k-blocked order
-    // (kernels_bench --isa=avx2 --shape=lm_head, MODEL_BENCH_LOG 2026-11-28), int6 1.3-2.0x the
-    // streaming order at 3-16 rows.
+    // stay in L2). From memory at 3-8 rows int8 and int4k run well ahead of the k-blocked order,
+    // and int6 ahead of the streaming order at 3-16 rows (benchmarks/log/MODEL_BENCH_LOG.md).
     if (row_blocks <= kStreamRowBlocks) {
       for (int64_t t = 0; t < tiles; t += kPanel / kNr) {
         row_blocks_over(j0 + t * kNr, std::min<int64_t>(kPanel / kNr, tiles - t), 0, groups);
       }
       return;
     }
-    // More: the task's k-blocks one after another. The first row block's prefetch there:
-    // kernels_bench --isa=avx2,avxvnni --m=24,32,64 --shape=gate_up,down from memory, forced on
-    // an AVX-512 AMD EPYC, MODEL_BENCH_LOG 2026-11-28 20:40: int8 1.06-1.28x, int4k 1.02-1.12x,
-    // int6 1.12-1.16x; m = 512 level.
+    // More: the task's k-blocks one after another. The first row block's prefetch there runs
+    // int8, int4k and int6 faster from memory at a few dozen rows, and level at hundreds.
     const int64_t kc_groups = KcGroups(w);
     for (int64_t g0 = 0; g0 < groups; g0 += kc_groups) {
       row_blocks_over(j0, tiles, g0, std::min(groups, g0 + kc_groups));
@@ -1353,18 +1341,16 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
   };
   if (StreamingOrder(m, outputs.front().w->quantization())) {
     if (row_blocks > 1 || (!kInt4 && m > kMr)) {
-      // Panel after panel, every row block (of kMr rows from 7 rows: 6-row passes ran
-      // 0.64-1.08x, int8's output head the slowest) over the whole panel, the passes asking for
-      // the next panel (NextPanel). From 8 to 32 rows 1.2-2.1x the k-blocked passes, which read
-      // each k-block from memory in the first and from L2 in the others (kernels_bench
-      // --m=7-32, MODEL_BENCH_LOG 2026-11-29 10:00). int8 and int6 take it from 5 rows too, one
-      // block asking for the next panel instead of 1 KiB ahead: kernels 1.07-1.84x at 5 and 6
-      // rows, the whole model at 6 sequences 1.09-1.22x (at 2-3 rows 0.91-1.0x, and the 4-bit
-      // types 0.71-1.10x at two threads: those keep the 1 KiB stream; MODEL_BENCH_LOG
-      // 2026-11-29 10:45).
-      // AVX2 (int4 at 3-8 rows; a panel is two tiles, each row block passes over both): 1.24-1.64x
-      // the k-blocked passes (kernels_bench --isa=avx2 --m=3,4,6,8 --quantization=int4), 3-8
-      // sequences of Llama int4 1.17-1.54x (MODEL_BENCH_LOG 2026-11-29 11:20).
+      // Panel after panel, every row block (of kMr rows from 7 rows: 6-row passes there mostly
+      // ran slower, int8's output head the most) over the whole panel, the passes asking for the
+      // next panel (NextPanel). From 8 to 32 rows this beats the k-blocked passes, which read
+      // each k-block from memory in the first and from L2 in the others. int8 and int6 take it
+      // from 5 rows too, one block asking for the next panel instead of 1 KiB ahead: faster at 5
+      // and 6 rows, in the kernels and in the whole model (at 2-3 rows no faster, and the 4-bit
+      // types lost at two threads: those keep the 1 KiB stream).
+      // AVX2 (int4 at 3-8 rows; a panel is two tiles, each row block passes over both): faster
+      // than the k-blocked passes, in the kernels and with 3-8 sequences of a 4-bit model
+      // (benchmarks/log/MODEL_BENCH_LOG.md).
       constexpr int64_t kHalves = kPanel / kNr;
       const int64_t step = StreamTilesPerTask(outputs, pool.num_threads()) * kNr;
       pool.RunTasks(static_cast<int>(ProductTasks(outputs, step)), [&](int task) {

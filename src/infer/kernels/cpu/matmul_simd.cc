@@ -52,7 +52,7 @@ constexpr int64_t kNc = 256;
 // Up to this many x panels (56 rows on AVX-512) take the streaming order.
 constexpr int64_t kStreamMaxPanels = 4;
 // Software prefetch distance (steps) along the weights: from L2 into L1 in the many-panel
-// order (measured +2-5% over the hardware prefetcher alone), from memory in the streaming
+// order (measured faster than the hardware prefetcher alone), from memory in the streaming
 // order (StreamPrefetchSteps).
 constexpr int64_t kBlockPrefetchSteps = 8;
 // Column tiles the streaming order takes together (TilesPerCall(1) of them in one call).
@@ -206,7 +206,7 @@ struct F32Gemm {
 // The AVX2 6 x 16 tile on packed bf16 weights, the prefill's hot loop, in assembly: AVX2 has 16
 // ymm registers, and the tile needs 12 accumulators, two weight vectors, a broadcast and the
 // odd-half mask; compiled from the intrinsics, one or two accumulators lived on the stack (their
-// chains through a store and a load every step) and the tile ran at 63% of the FMA peak. Here
+// chains through a store and a load every step) and the tile fell well short of the FMA peak. Here
 // every step widens the even k's weights (shift), multiplies them into all rows, then the odd
 // k's (and), the same multiply-adds in the same order per accumulator as F32Gemm::Mac, so the
 // same bits. xp: the x panel block ([steps][6][2] f32); w: the tile's first step (at its
@@ -342,12 +342,12 @@ constexpr int TilesPerCall(int rows) {
 
 // The streaming order's prefetch distance along each of a call's weight streams (the panels
 // its `tiles_per_call` tiles span), for steps of `step_bytes`.
-// - AVX-512: 16 steps (2 KiB of bf16 per stream, 4 streams at one row; 0.5-8 KiB measured
-//   within the noise on an earlier host).
-// - AVX2: about 8 KiB ahead per thread, split over the streams. kernels_bench --isa=avx2
-//   --m=1,2,4 on an AVX-512 AMD EPYC (2026-11-28, MODEL_BENCH_LOG): 2 KiB per stream read
-//   33 GB/s per core against the probe's 42; at one row (2 streams) 4 KiB per stream read
-//   40-42 and 8 KiB 39-40; at 2 and 4 rows (one stream) 8 KiB beat 4 KiB by 3-15%.
+// - AVX-512: 16 steps (2 KiB of bf16 per stream, 4 streams at one row; shorter and longer
+//   distances measured the same).
+// - AVX2: about 8 KiB ahead per thread, split over the streams: 2 KiB per stream left a core's
+//   reads well below the read-bandwidth probe's; at one row (2 streams) 4 KiB per stream reached
+//   it and 8 KiB did no better; at 2 and 4 rows (one stream) 8 KiB beat 4 KiB
+//   (benchmarks/log/MODEL_BENCH_LOG.md).
 constexpr int64_t StreamPrefetchSteps(int tiles_per_call, int64_t step_bytes) {
   if constexpr (kLanes == 16) {
     return 16;
@@ -468,9 +468,9 @@ void Gemm(const float* x, int64_t m, int64_t k, int64_t x_stride, std::span<cons
     // Contiguous ranges of kStreamGroup tiles, about kStreamTasksPerThread per thread over all
     // outputs. With one x panel, the tiles of one microkernel call run all their k-blocks before
     // the next call's, so the weights are read as one sequential stream per panel in the call
-    // (whole panels at few rows; before, a group's calls alternated every k-block, each stream
-    // restarting every 16 KiB; with StreamPrefetchSteps, AVX2 bf16 at 2 and 4 rows ran 5-60%
-    // faster); with more, each group runs all its k-blocks, every x panel per block.
+    // (whole panels at few rows), which StreamPrefetchSteps keeps ahead of; calls alternating
+    // every k-block would restart each stream every 16 KiB, measured slower on AVX2 bf16 at 2 and
+    // 4 rows. With more, each group runs all its k-blocks, every x panel per block.
     int64_t groups = 0;
     for (const Product& o : outputs) {
       groups += ((o.w->rows() + kNr - 1) / kNr + kStreamGroup - 1) / kStreamGroup;
