@@ -1,8 +1,8 @@
-// Helpers shared by the converters that write GBNF text (json_schema.cc, regex.cc, choice.cc):
-// sets of code points and their GBNF character classes, escaped literals, and a rule table that
-// names rules, shares identical bodies and caps the size of the grammar it emits. GBNF text is
-// the contract with the grammar parser (llama.cpp's syntax, root rule `root`), so nothing here
-// knows about matching.
+// Helpers shared by the converters that write GBNF text (json_schema.cc, regex_to_gbnf.cc,
+// choice.cc): sets of code points and their GBNF character classes, escaped literals, and a rule
+// table that names rules, shares identical bodies and caps the size of the grammar it emits. GBNF
+// text is the contract with the grammar parser (llama.cpp's syntax, root rule `root`), so nothing
+// here knows about matching.
 #pragma once
 
 #include <cstddef>

@@ -16,7 +16,7 @@
 
 #include "infer/grammar/gbnf_emit.h"
 #include "infer/grammar/grammar_error.h"
-#include "infer/grammar/regex.h"
+#include "infer/grammar/regex_to_gbnf.h"
 
 namespace infer {
 namespace {

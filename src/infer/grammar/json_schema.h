@@ -10,9 +10,9 @@
 //   checked: branches that overlap produce outputs valid for anyOf only), allOf (merged, for
 //   objects, and a single-schema allOf as pydantic writes around a $ref), $ref to `#...` JSON
 //   pointers ($defs, definitions, "#", ~0 ~1 and %XX escapes; recursion becomes recursive rules),
-//   string minLength/maxLength/pattern (regex.h, search semantics: an unanchored side may add any
-//   text) and format date, time, date-time, uuid, email; integer and number minimum, maximum,
-//   exclusiveMinimum, exclusiveMaximum (numbers as in draft 6+, booleans as in draft 4).
+//   string minLength/maxLength/pattern (regex_to_gbnf.h, search semantics: an unanchored side
+//   may add any text) and format date, time, date-time, uuid, email; integer and number minimum,
+//   maximum, exclusiveMinimum, exclusiveMaximum (numbers as in draft 6+, booleans as in draft 4).
 //   {"type": "json_object"} is any JSON object; {} and true any JSON value.
 // Annotations are ignored (title, description, examples, default, $schema, $id, $comment,
 // deprecated, readOnly, writeOnly, nullable, discriminator). Every other keyword is refused with

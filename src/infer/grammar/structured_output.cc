@@ -4,7 +4,7 @@
 
 #include "infer/grammar/choice.h"
 #include "infer/grammar/json_schema.h"
-#include "infer/grammar/regex.h"
+#include "infer/grammar/regex_to_gbnf.h"
 
 namespace infer {
 

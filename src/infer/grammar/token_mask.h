@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "infer/grammar/grammar.h"
-#include "infer/grammar/matcher.h"
+#include "infer/grammar/pushdown_matcher.h"
 #include "infer/grammar/rank_bits.h"
 
 namespace infer::grammar {

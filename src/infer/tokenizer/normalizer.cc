@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "infer/core/error.h"
-#include "infer/tokenizer/regex.h"
+#include "infer/tokenizer/pcre_pattern.h"
 #include "infer/tokenizer/utf8.h"
 
 namespace infer {

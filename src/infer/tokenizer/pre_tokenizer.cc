@@ -7,7 +7,7 @@
 #include <functional>
 
 #include "infer/core/error.h"
-#include "infer/tokenizer/regex.h"
+#include "infer/tokenizer/pcre_pattern.h"
 #include "infer/tokenizer/utf8.h"
 
 namespace infer {

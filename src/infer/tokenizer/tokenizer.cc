@@ -8,7 +8,7 @@
 #include "infer/core/error.h"
 #include "infer/tokenizer/added_vocabulary.h"
 #include "infer/tokenizer/bpe.h"
-#include "infer/tokenizer/decoder.h"
+#include "infer/tokenizer/decode_chain.h"
 #include "infer/tokenizer/normalizer.h"
 #include "infer/tokenizer/post_processor.h"
 #include "infer/tokenizer/pre_tokenizer.h"

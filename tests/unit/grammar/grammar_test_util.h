@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "infer/grammar/gbnf.h"
-#include "infer/grammar/matcher.h"
+#include "infer/grammar/pushdown_matcher.h"
 #include "infer/grammar/token_mask.h"
 #include "infer/tokenizer/tokenizer.h"
 #include "infer/tokenizer/vocabulary_bytes.h"

@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "infer/grammar/gbnf.h"
-#include "infer/grammar/matcher.h"
+#include "infer/grammar/pushdown_matcher.h"
 #include "infer/server/openai_request.h"
 #include "infer/server/openai_response.h"
 

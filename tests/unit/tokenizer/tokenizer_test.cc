@@ -8,7 +8,7 @@
 #include <fstream>
 
 #include "infer/core/error.h"
-#include "infer/tokenizer/regex.h"
+#include "infer/tokenizer/pcre_pattern.h"
 #include "infer/tokenizer/utf8.h"
 #include "tokenizer_test_util.h"
 

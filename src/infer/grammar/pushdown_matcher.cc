@@ -1,5 +1,5 @@
 // Pushdown matcher over bytes: flattening, hash-consed stacks, closure and stepping.
-#include "infer/grammar/matcher.h"
+#include "infer/grammar/pushdown_matcher.h"
 
 #include <algorithm>
 

@@ -1,5 +1,5 @@
 // PCRE2 wrapper: JIT-compiled, one thread-local match block and JIT stack per thread.
-#include "infer/tokenizer/regex.h"
+#include "infer/tokenizer/pcre_pattern.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>

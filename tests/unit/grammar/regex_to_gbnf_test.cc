@@ -12,7 +12,7 @@
 
 #include "infer/grammar/grammar_error.h"
 #include "infer/grammar/json_schema.h"
-#include "infer/grammar/regex.h"
+#include "infer/grammar/regex_to_gbnf.h"
 #include "unit/grammar/gbnf_recognizer.h"
 
 namespace infer {

@@ -1,7 +1,7 @@
 // A recursive-descent parser of the regex subset of regex.h into a small tree (sets of code
 // points, sequences, alternatives, counted repetitions), then GBNF text written from the tree.
 // Counted repetitions stay counted in the GBNF ({m,n}); their expanded size is what is capped.
-#include "infer/grammar/regex.h"
+#include "infer/grammar/regex_to_gbnf.h"
 
 #include <algorithm>
 #include <cctype>

@@ -1,8 +1,8 @@
 // TokenDecoder implementations, mirroring the Rust crate's decode_chain of each type.
-#include "infer/tokenizer/decoder.h"
+#include "infer/tokenizer/decode_chain.h"
 
 #include "infer/core/error.h"
-#include "infer/tokenizer/regex.h"
+#include "infer/tokenizer/pcre_pattern.h"
 #include "infer/tokenizer/utf8.h"
 
 namespace infer {
