@@ -96,6 +96,8 @@ struct TopPBucket {
   uint32_t count = 0;
 };
 
+// ApplyTopP by its definition, the order sorted as far as the sum needs: the reference that the
+// histogram defers to on close calls.
 void TopPBySorting(std::span<float> logits, double p) {
   std::vector<int32_t> order;
   order.reserve(logits.size());
