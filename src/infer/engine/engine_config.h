@@ -35,8 +35,7 @@ struct EngineConfig {
   int64_t max_num_seqs = 256;
   // Most tokens one step runs: decode tokens plus prefill chunks (vLLM's name). Bounds the
   // activation memory of a step and keeps its working set cache-sized: a long prefill ran
-  // fastest in calls of 512 tokens, slower in both smaller and larger ones and slowest unbounded
-  // (benchmarks/log/SERVING_LOG.md).
+  // fastest in calls of 512 tokens, slower in both smaller and larger ones and slowest unbounded.
   int64_t max_num_batched_tokens = 512;
   // Requests waiting beyond this are rejected (HTTP 503).
   int64_t max_waiting_requests = 64;

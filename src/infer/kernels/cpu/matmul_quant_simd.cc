@@ -177,7 +177,7 @@ constexpr int kStreamRows = kLanes == 16 ? 6 : kMr;
 // passes measured as fast as the many-row order or faster; from 128 rows the two are level.
 // AMX keeps 16 rows: its tile path has not been measured against the panel passes. AVX2 (int4
 // alone gets here with more than a row block, StreamingOrder): 24 rows, where the panel passes
-// still led ManyRowGemm; at 32-64 rows the two are level (benchmarks/log/MODEL_BENCH_LOG.md).
+// still led ManyRowGemm; at 32-64 rows the two are level.
 #if defined(INFER_AMX_TILES)
 constexpr int64_t kStreamMaxBlocks = 4;
 #elif defined(__AVX512F__)
@@ -192,8 +192,7 @@ constexpr int64_t kStreamMaxBlocks = 12;
 // (both measured faster from 4 rows; int4 was mixed, so it stays). int6 too, since ManyRowGemm
 // streams it panel after panel (faster from memory on every shape, at one and two threads).
 // int8 leaves it at 2 rows: in one row block (up to kGemmRows rows) Int8PanelTile streams
-// whole panels with a far prefetch, well ahead of the k-blocked order from memory from 2 rows
-// (benchmarks/log/MODEL_BENCH_LOG.md).
+// whole panels with a far prefetch, well ahead of the k-blocked order from memory from 2 rows.
 inline bool StreamingOrder(int64_t m, [[maybe_unused]] Quantization q) {
 #if !defined(__AVX512F__) && !defined(INFER_YMM_VNNI)
   if (q == Quantization::kInt8) return m <= 1;
@@ -201,7 +200,7 @@ inline bool StreamingOrder(int64_t m, [[maybe_unused]] Quantization q) {
 #elif defined(INFER_YMM_VNNI)
   // AVX-VNNI: from 3 rows ManyRowGemm's panel-after-panel stream, not 2 to 4 k-blocked row
   // blocks: from memory faster on the output head for every type, on the down projection
-  // mostly, and for int6 on every shape (benchmarks/log/MODEL_BENCH_LOG.md).
+  // mostly, and for int6 on every shape.
   return m <= kMr;
 #endif
   return (m + kMr - 1) / kMr <= kStreamMaxBlocks;
@@ -232,7 +231,6 @@ constexpr int64_t kStreamTasksPerThread = 4;
 //   level at m = 2.
 // - AVX-512 int6 at one row (its top bits are a second set of lines per sub-block): 2 KiB,
 //   ahead of 1 KiB.
-// (benchmarks/log/MODEL_BENCH_LOG.md.)
 // kStreamAhead: also the many-row tiles' distance when ManyRowGemm streams panel after panel.
 constexpr int64_t kStreamAhead = 8192;
 constexpr int64_t PrefetchBytes(int rows, bool six) {
@@ -1138,7 +1136,7 @@ void ManyRowGemm(const QuantizedRows& x, int64_t m, std::span<const Product> out
     // Up to kStreamRowBlocks row blocks (batched decode): panel after panel, each panel's weights
     // over all of k as one sequential stream (at most 32 x k bytes of values and scales, which
     // stay in L2). From memory at 3-8 rows int8 and int4k run well ahead of the k-blocked order,
-    // and int6 ahead of the streaming order at 3-16 rows (benchmarks/log/MODEL_BENCH_LOG.md).
+    // and int6 ahead of the streaming order at 3-16 rows.
     if (row_blocks <= kStreamRowBlocks) {
       for (int64_t t = 0; t < tiles; t += kPanel / kNr) {
         row_blocks_over(j0 + t * kNr, std::min<int64_t>(kPanel / kNr, tiles - t), 0, groups);
@@ -1349,8 +1347,7 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
       // and 6 rows, in the kernels and in the whole model (at 2-3 rows no faster, and the 4-bit
       // types lost at two threads: those keep the 1 KiB stream).
       // AVX2 (int4 at 3-8 rows; a panel is two tiles, each row block passes over both): faster
-      // than the k-blocked passes, in the kernels and with 3-8 sequences of a 4-bit model
-      // (benchmarks/log/MODEL_BENCH_LOG.md).
+      // than the k-blocked passes, in the kernels and with 3-8 sequences of a 4-bit model.
       constexpr int64_t kHalves = kPanel / kNr;
       const int64_t step = StreamTilesPerTask(outputs, pool.num_threads()) * kNr;
       pool.RunTasks(static_cast<int>(ProductTasks(outputs, step)), [&](int task) {

@@ -346,8 +346,7 @@ constexpr int TilesPerCall(int rows) {
 //   distances measured the same).
 // - AVX2: about 8 KiB ahead per thread, split over the streams: 2 KiB per stream left a core's
 //   reads well below the read-bandwidth probe's; at one row (2 streams) 4 KiB per stream reached
-//   it and 8 KiB did no better; at 2 and 4 rows (one stream) 8 KiB beat 4 KiB
-//   (benchmarks/log/MODEL_BENCH_LOG.md).
+//   it and 8 KiB did no better; at 2 and 4 rows (one stream) 8 KiB beat 4 KiB.
 constexpr int64_t StreamPrefetchSteps(int tiles_per_call, int64_t step_bytes) {
   if constexpr (kLanes == 16) {
     return 16;
