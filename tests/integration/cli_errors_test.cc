@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "../unit/loader/test_util.h"
+#include "testing/paths.h"
 #include "testing/subprocess.h"
 
 namespace infer {
@@ -217,8 +218,8 @@ TEST(CliErrors, EveryCorruptionIsOneLineAndExitOne) {
     }
     fs::permissions(dir.path() / "config.json", fs::perms::owner_write, fs::perm_options::add);
     corruption.damage(dir.path());
-    const auto result =
-        testing::RunCommand({INFER_BINARY, "inspect", "--model", dir.path().string()});
+    const auto result = testing::RunCommand(
+        {::infer::testing::InferBinary(), "inspect", "--model", dir.path().string()});
     EXPECT_EQ(result.exit_code, 1) << corruption.name << ": " << result.err;
     EXPECT_EQ(result.err.rfind("error: ", 0), 0U) << corruption.name << ": " << result.err;
     EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
@@ -229,7 +230,8 @@ TEST(CliErrors, EveryCorruptionIsOneLineAndExitOne) {
 }
 
 TEST(CliErrors, MissingModelFolder) {
-  const auto result = testing::RunCommand({INFER_BINARY, "inspect", "--model", "/no/such/folder"});
+  const auto result = testing::RunCommand(
+      {::infer::testing::InferBinary(), "inspect", "--model", "/no/such/folder"});
   EXPECT_EQ(result.exit_code, 1);
   EXPECT_NE(result.err.find("/no/such/folder"), std::string::npos) << result.err;
 }
@@ -237,7 +239,7 @@ TEST(CliErrors, MissingModelFolder) {
 // A KV budget beyond the machine's memory is refused with both sizes, before the pool is
 // allocated.
 TEST(CliErrors, KvBudgetBeyondTheMachinesMemory) {
-  const auto result = testing::RunCommand({INFER_BINARY, "serve", "--model",
+  const auto result = testing::RunCommand({::infer::testing::InferBinary(), "serve", "--model",
                                            testing::FixturePath("models/llama/model").string(),
                                            "--port", "0", "--kv-cache-memory", "100000GiB"});
   EXPECT_EQ(result.exit_code, 1);

@@ -19,6 +19,7 @@
 #include "../unit/loader/test_util.h"
 #include "../unit/tokenizer/tokenizer_test_util.h"
 #include "testing/llama3_vocab_model.h"
+#include "testing/paths.h"
 #include "testing/subprocess.h"
 
 namespace infer {
@@ -41,7 +42,8 @@ json Reference(const std::string& arch) {
 }
 
 testing::CommandResult Generate(const std::string& model, std::vector<std::string> args) {
-  std::vector<std::string> argv = {INFER_BINARY, "generate", "--model", model, "--threads", "2"};
+  std::vector<std::string> argv = {
+      ::infer::testing::InferBinary(), "generate", "--model", model, "--threads", "2"};
   argv.insert(argv.end(), args.begin(), args.end());
   return testing::RunCommand(argv);
 }
@@ -239,9 +241,9 @@ class PtySession {
 TEST(CliChat, TwoTurnsResetAndExitUnderAPty) {
   if (!testing::RequireRealTokenizer("llama3")) return;
   testing::Llama3VocabModelDir model;
-  PtySession chat({INFER_BINARY, "chat", "--model", model.path(), "--load-format", "dummy",
-                   "--threads", "2", "--max-new-tokens", "6", "--seed", "5", "--reasoning-budget",
-                   "32"});
+  PtySession chat({::infer::testing::InferBinary(), "chat", "--model", model.path(),
+                   "--load-format", "dummy", "--threads", "2", "--max-new-tokens", "6", "--seed",
+                   "5", "--reasoning-budget", "32"});
   ASSERT_TRUE(chat.started());
   // Sampling defaults come from generation_config.json (temperature 0.6, top_p 0.9).
   const std::string banner = chat.ReadUntil("> ");

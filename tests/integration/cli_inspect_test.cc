@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../unit/loader/test_util.h"
+#include "testing/paths.h"
 #include "testing/sanitized.h"
 #include "testing/subprocess.h"
 
@@ -10,7 +11,7 @@ namespace infer {
 namespace {
 
 nlohmann::json Inspect(const std::vector<std::string>& extra) {
-  std::vector<std::string> argv = {INFER_BINARY, "inspect", "--json"};
+  std::vector<std::string> argv = {::infer::testing::InferBinary(), "inspect", "--json"};
   argv.insert(argv.end(), extra.begin(), extra.end());
   const auto result = testing::RunCommand(argv);
   EXPECT_EQ(result.exit_code, 0) << result.err;
@@ -78,7 +79,7 @@ TEST(CliInspect, QuantizationShowsBitsPerWeightAndBytes) {
     EXPECT_LT(int4["weight_bytes"].get<int64_t>(), int8["weight_bytes"].get<int64_t>());
     EXPECT_GT(int4["rss_after_load_bytes"].get<int64_t>(), 0);
   }
-  const auto result = testing::RunCommand({INFER_BINARY, "inspect", "--model",
+  const auto result = testing::RunCommand({::infer::testing::InferBinary(), "inspect", "--model",
                                            testing::FixturePath("models/llama/model").string(),
                                            "--quantization", "q4_0"});
   EXPECT_NE(result.exit_code, 0);
@@ -119,7 +120,7 @@ TEST(CliInspect, LmHeadQuantizationNoneKeepsTheHeadAtTheCheckpointDtype) {
       EXPECT_EQ(head_int8_named["weight_bytes"], head_int8["weight_bytes"]) << arch << " " << type;
     }
   }
-  const auto result = testing::RunCommand({INFER_BINARY, "inspect", "--model",
+  const auto result = testing::RunCommand({::infer::testing::InferBinary(), "inspect", "--model",
                                            testing::FixturePath("models/llama/model").string(),
                                            "-q", "int8", "--lm-head-quantization", "int4"});
   EXPECT_NE(result.exit_code, 0);

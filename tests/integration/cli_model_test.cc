@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../unit/loader/test_util.h"
+#include "testing/paths.h"
 #include "testing/subprocess.h"
 
 namespace infer {
@@ -33,9 +34,14 @@ TEST(CliLogits, MatchesTheReferenceWithAndWithoutCache) {
     const auto expected = ReadF32(dir / "logits.f32.bin");
     for (const bool cached : {true, false}) {
       testing::TempDir out;
-      std::vector<std::string> argv = {
-          INFER_BINARY,   "logits", "--model", (dir / "model").string(),
-          "--prompt-ids", id_list,  "--out",   (out.path() / "l.bin").string()};
+      std::vector<std::string> argv = {::infer::testing::InferBinary(),
+                                       "logits",
+                                       "--model",
+                                       (dir / "model").string(),
+                                       "--prompt-ids",
+                                       id_list,
+                                       "--out",
+                                       (out.path() / "l.bin").string()};
       if (!cached) argv.push_back("--no-kv-cache");
       const auto result = testing::RunCommand(argv);
       ASSERT_EQ(result.exit_code, 0) << result.err;
@@ -58,15 +64,15 @@ TEST(CliLogits, MatchesTheReferenceWithAndWithoutCache) {
 TEST(CliLogits, BadIdsAreOneLineErrors) {
   const auto model = testing::FixturePath("models/llama/model").string();
   for (const char* ids : {"1,x,3", "", "1,,2", "-4", "99999"}) {
-    const auto result = testing::RunCommand(
-        {INFER_BINARY, "logits", "--model", model, "--prompt-ids", ids, "--out", "/dev/null"});
+    const auto result = testing::RunCommand({::infer::testing::InferBinary(), "logits", "--model",
+                                             model, "--prompt-ids", ids, "--out", "/dev/null"});
     EXPECT_EQ(result.exit_code, 1) << ids << ": " << result.err;
     EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
   }
 }
 
 TEST(CliBench, JsonReportHasTheContractFields) {
-  const auto result = testing::RunCommand({INFER_BINARY, "bench", "--model",
+  const auto result = testing::RunCommand({::infer::testing::InferBinary(), "bench", "--model",
                                            testing::FixturePath("models/gemma3/model").string(),
                                            "--prompt-tokens", "16", "--gen-tokens", "8",
                                            "--repetitions", "2", "--threads", "1", "--json"});
@@ -84,8 +90,8 @@ TEST(CliBench, JsonReportHasTheContractFields) {
 TEST(CliBench, ParallelRunsBatchesOfSequences) {
   const std::string model = testing::FixturePath("models/llama/model").string();
   const auto result = testing::RunCommand(
-      {INFER_BINARY, "bench", "--model", model, "--prompt-tokens", "8", "--gen-tokens", "6",
-       "--parallel", "1,3", "--repetitions", "1", "--threads", "1", "--json"});
+      {::infer::testing::InferBinary(), "bench", "--model", model, "--prompt-tokens", "8",
+       "--gen-tokens", "6", "--parallel", "1,3", "--repetitions", "1", "--threads", "1", "--json"});
   ASSERT_EQ(result.exit_code, 0) << result.err;
   const auto report = nlohmann::json::parse(result.out);
   ASSERT_EQ(report["results"].size(), 2U);
@@ -95,14 +101,14 @@ TEST(CliBench, ParallelRunsBatchesOfSequences) {
     EXPECT_GT(row["decode_tok_s"].get<double>(), 0.0);
     EXPECT_GT(row["prefill_tok_s"].get<double>(), 0.0);
   }
-  const auto table = testing::RunCommand({INFER_BINARY, "bench", "--model", model,
-                                          "--prompt-tokens", "8", "--gen-tokens", "6", "--parallel",
-                                          "3", "--repetitions", "1", "--threads", "1"});
+  const auto table = testing::RunCommand(
+      {::infer::testing::InferBinary(), "bench", "--model", model, "--prompt-tokens", "8",
+       "--gen-tokens", "6", "--parallel", "3", "--repetitions", "1", "--threads", "1"});
   ASSERT_EQ(table.exit_code, 0) << table.err;
   EXPECT_NE(table.out.find("tg6 x3"), std::string::npos) << table.out;
   EXPECT_NE(table.out.find("pp8 x3"), std::string::npos) << table.out;
-  const auto zero = testing::RunCommand(
-      {INFER_BINARY, "bench", "--model", model, "--parallel", "0", "--threads", "1"});
+  const auto zero = testing::RunCommand({::infer::testing::InferBinary(), "bench", "--model", model,
+                                         "--parallel", "0", "--threads", "1"});
   EXPECT_NE(zero.exit_code, 0);
 }
 

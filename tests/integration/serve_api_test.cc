@@ -23,6 +23,7 @@
 #include "../unit/loader/test_util.h"
 #include "serve_test_util.h"
 #include "testing/llama3_vocab_model.h"
+#include "testing/paths.h"
 #include "testing/server_process.h"
 #include "testing/subprocess.h"
 
@@ -349,14 +350,14 @@ TEST(ServeApi, OversizedBodyIsRefusedUnread) {
 TEST(ServeApi, BadCommandLineIsOneError) {
   // vLLM's name and the phase-4 alias.
   for (const char* flag : {"--max-num-seqs", "--max-batch-size"}) {
-    const auto result = testing::RunCommand({INFER_BINARY, "serve", "--model",
+    const auto result = testing::RunCommand({::infer::testing::InferBinary(), "serve", "--model",
                                              testing::FixturePath("models/llama/model").string(),
                                              flag, "0", "--port", "0"});
     EXPECT_EQ(result.exit_code, 1) << result.err;
     EXPECT_NE(result.err.find("error: "), std::string::npos) << result.err;
     EXPECT_NE(result.err.find("max_num_seqs"), std::string::npos) << result.err;
   }
-  const auto memory = testing::RunCommand({INFER_BINARY, "serve", "--model",
+  const auto memory = testing::RunCommand({::infer::testing::InferBinary(), "serve", "--model",
                                            testing::FixturePath("models/llama/model").string(),
                                            "--kv-cache-memory", "lots", "--port", "0"});
   EXPECT_EQ(memory.exit_code, 1) << memory.err;
@@ -388,9 +389,10 @@ TEST_F(ServeTextTest, StringPromptMatchesInferGenerate) {
   EXPECT_EQ(summary.last["usage"]["prompt_tokens"], 3);
   EXPECT_FALSE(summary.token_ids.empty());
   // The same request through `infer generate` (the sequential path) gives the same tokens/text.
-  const auto generate = testing::RunCommand(
-      {INFER_BINARY, "generate", "--model", model_.path(), "--load-format", "dummy", "--prompt",
-       "Hello world", "--temperature", "0", "--max-new-tokens", "12", "--threads", "1", "--json"});
+  const auto generate =
+      testing::RunCommand({::infer::testing::InferBinary(), "generate", "--model", model_.path(),
+                           "--load-format", "dummy", "--prompt", "Hello world", "--temperature",
+                           "0", "--max-new-tokens", "12", "--threads", "1", "--json"});
   ASSERT_EQ(generate.exit_code, 0) << generate.err;
   const json expected = json::parse(generate.out);
   auto ids = expected["token_ids"].get<std::vector<int32_t>>();
@@ -528,9 +530,10 @@ TEST(ServeSpeculative, RepliesAreThoseOfPlainDecodingAndDraftsAreCounted) {
                                                    .dump());
   ASSERT_EQ(status, 200) << text;
   const auto ids = json::parse(text)["choices"][0]["token_ids"].get<std::vector<int32_t>>();
-  const auto generate = testing::RunCommand(
-      {INFER_BINARY, "generate", "--model", model.path(), "--load-format", "dummy", "--prompt",
-       prompt, "--temperature", "0", "--max-new-tokens", "40", "--threads", "1", "--json"});
+  const auto generate =
+      testing::RunCommand({::infer::testing::InferBinary(), "generate", "--model", model.path(),
+                           "--load-format", "dummy", "--prompt", prompt, "--temperature", "0",
+                           "--max-new-tokens", "40", "--threads", "1", "--json"});
   ASSERT_EQ(generate.exit_code, 0) << generate.err;
   auto expected = json::parse(generate.out)["token_ids"].get<std::vector<int32_t>>();
   expected.resize(std::min(expected.size(), ids.size()));  // generate stops at EOS

@@ -10,13 +10,15 @@
 #include <csignal>
 #include <fstream>
 #include <string>
+#include "testing/paths.h"
 
 extern char** environ;
 
 namespace infer::testing {
 
 ServerProcess::ServerProcess(const std::vector<std::string>& args, int start_timeout_s) {
-  std::vector<std::string> argv = {INFER_BINARY, "serve", "--host", "127.0.0.1", "--port", "0"};
+  std::vector<std::string> argv = {
+      ::infer::testing::InferBinary(), "serve", "--host", "127.0.0.1", "--port", "0"};
   argv.insert(argv.end(), args.begin(), args.end());
   int err_pipe[2];
   if (pipe2(err_pipe, O_CLOEXEC) != 0) return;

@@ -22,6 +22,7 @@
 #include "infer/engine/structured.h"
 #include "infer/grammar/structured_output.h"
 #include "mock_model.h"
+#include "testing/paths.h"
 
 namespace infer {
 namespace {
@@ -327,7 +328,7 @@ class EngineFixtureTest : public ::testing::TestWithParam<FixtureParam> {
  protected:
   void SetUp() override {
     const auto& [arch, precision, kv_dtype] = GetParam();
-    const std::string dir = std::string(INFER_TEST_FIXTURES) + "/models/" + arch;
+    const std::string dir = std::string(::infer::testing::FixturesDir()) + "/models/" + arch;
     loaded_ = std::make_unique<LoadedModel>(LoadModel(dir + "/model", LoadOptions{}));
     model_ = MakeDecoderModel(*loaded_, pool_, precision);
   }
@@ -594,7 +595,8 @@ TEST_P(EngineFixtureTest, SpeculativeDecodingGivesTheSameOutput) {
 TEST_P(EngineFixtureTest, KvPoolHoldsTheConfiguredBlocks) {
   // Bytes of the pool from config.json's shapes: 2 (K, V) x layers x kv heads x head_dim x
   // dtype size per token.
-  const std::string dir = std::string(INFER_TEST_FIXTURES) + "/models/" + std::get<0>(GetParam());
+  const std::string dir =
+      std::string(::infer::testing::FixturesDir()) + "/models/" + std::get<0>(GetParam());
   std::ifstream file(dir + "/model/config.json");
   const auto json = nlohmann::json::parse(file);
   const int64_t head_dim =

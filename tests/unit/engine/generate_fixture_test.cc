@@ -9,6 +9,7 @@
 
 #include "infer/engine/decoder_model.h"
 #include "infer/engine/generate.h"
+#include "testing/paths.h"
 
 namespace infer {
 namespace {
@@ -18,7 +19,7 @@ class GenerateFixtureTest : public ::testing::TestWithParam<std::string> {
   static constexpr int kThreads = 2;
 
   void SetUp() override {
-    const std::string dir = std::string(INFER_TEST_FIXTURES) + "/models/" + GetParam();
+    const std::string dir = std::string(::infer::testing::FixturesDir()) + "/models/" + GetParam();
     std::ifstream in(dir + "/reference.json");
     ASSERT_TRUE(in.good()) << dir;
     reference_ = nlohmann::json::parse(in);

@@ -15,6 +15,7 @@
 #include "infer/grammar/token_mask.h"
 #include "infer/tokenizer/tokenizer.h"
 #include "infer/tokenizer/vocabulary_bytes.h"
+#include "testing/paths.h"
 
 namespace infer::grammar::testing {
 
@@ -47,7 +48,7 @@ inline std::shared_ptr<const FlatGrammar> Flat(std::string_view gbnf) {
 }
 
 inline std::filesystem::path TokenizerPath(const std::string& model) {
-  return std::filesystem::path(INFER_SOURCE_DIR) / ".cache" / "tokenizers" / model /
+  return std::filesystem::path(::infer::testing::SourceDir()) / ".cache" / "tokenizers" / model /
          "tokenizer.json";
 }
 

@@ -25,6 +25,7 @@
 
 #include "infer/grammar/grammar_error.h"
 #include "infer/grammar/json_schema.h"
+#include "testing/paths.h"
 #include "unit/grammar/gbnf_recognizer.h"
 
 namespace infer {
@@ -34,7 +35,7 @@ namespace fs = std::filesystem;
 using Json = nlohmann::ordered_json;
 using testing_gbnf::Grammar;
 
-const fs::path kFixtures = fs::path(INFER_TEST_FIXTURES) / "grammar";
+const fs::path kFixtures = fs::path(::infer::testing::FixturesDir()) / "grammar";
 
 std::string ReadFile(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -62,7 +63,7 @@ bool Validate(const fs::path& schema, const std::vector<std::string>& instances,
     std::ofstream out(input, std::ios::binary);
     for (const std::string& s : instances) out << s << '\n';
   }
-  const std::string command = std::string("/usr/bin/python3 ") + INFER_SOURCE_DIR +
+  const std::string command = std::string("/usr/bin/python3 ") + ::infer::testing::SourceDir() +
                               "/tests/grammar/validate_json.py '" + schema.string() + "' < '" +
                               input.string() + "' 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");

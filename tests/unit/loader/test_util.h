@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include "testing/paths.h"
 
 namespace infer::testing {
 
@@ -33,7 +34,7 @@ inline std::string ReadFile(const std::filesystem::path& path) {
 }
 
 inline std::filesystem::path FixturePath(const std::string& relative) {
-  return std::filesystem::path(INFER_TEST_FIXTURES) / relative;
+  return std::filesystem::path(::infer::testing::FixturesDir()) / relative;
 }
 
 }  // namespace infer::testing

@@ -16,6 +16,7 @@
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include "testing/paths.h"
 
 namespace infer {
 namespace {
@@ -24,7 +25,7 @@ constexpr double kBf16RowTolerance = 0.2;  // bf16 roundings amplified by random
 constexpr double kRowTolerance = 1e-4;     // README: max_v |logit - ref| <= 1e-4 * max_v |ref|
 
 std::string FixtureDir(const std::string& arch) {
-  return std::string(INFER_TEST_FIXTURES) + "/models/" + arch;
+  return std::string(::infer::testing::FixturesDir()) + "/models/" + arch;
 }
 
 nlohmann::json Reference(const std::string& arch) {

@@ -7,13 +7,14 @@
 #include <nlohmann/json.hpp>
 
 #include "infer/loader/model_config.h"
+#include "testing/paths.h"
 
 namespace infer {
 namespace {
 
 TEST(Rope, InverseFrequenciesMatchTheReference) {
   for (const char* arch : {"llama", "qwen3", "gemma3"}) {
-    const std::string dir = std::string(INFER_TEST_FIXTURES) + "/models/" + arch;
+    const std::string dir = std::string(::infer::testing::FixturesDir()) + "/models/" + arch;
     std::ifstream in(dir + "/reference.json");
     const auto reference = nlohmann::json::parse(in);
     const ModelConfig config = LoadModelConfig(dir + "/model/config.json");

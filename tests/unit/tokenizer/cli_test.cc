@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "testing/paths.h"
 #include "tokenizer_test_util.h"
 
 namespace infer {
@@ -32,9 +33,9 @@ CommandResult RunInfer(const std::string& arguments,
     std::ofstream in(in_path);
     for (const auto& line : input) in << line.dump() << "\n";
   }
-  const std::string command = std::string(INFER_BINARY) + " " + arguments + " --input-jsonl " +
-                              in_path.string() + " > " + out_path.string() + " 2> " +
-                              err_path.string();
+  const std::string command = std::string(::infer::testing::InferBinary()) + " " + arguments +
+                              " --input-jsonl " + in_path.string() + " > " + out_path.string() +
+                              " 2> " + err_path.string();
   const int status = std::system(command.c_str());
   CommandResult result{WEXITSTATUS(status), {}, {}};
   std::ifstream out(out_path);

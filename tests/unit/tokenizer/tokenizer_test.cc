@@ -10,6 +10,7 @@
 #include "infer/core/error.h"
 #include "infer/tokenizer/pcre_pattern.h"
 #include "infer/tokenizer/utf8.h"
+#include "testing/paths.h"
 #include "tokenizer_test_util.h"
 
 namespace infer {
@@ -159,7 +160,8 @@ TEST_P(TokenizerEosTest, EosIdsFromGenerationConfigAndTokenizerConfig) {
   if (!testing::RequireRealTokenizer(c.model)) return;
   const auto dir = std::filesystem::temp_directory_path() / (std::string("infer_eos_") + c.model);
   std::filesystem::create_directories(dir);
-  const auto configs = std::filesystem::path(INFER_TEST_FIXTURES) / "configs" / c.config_dir;
+  const auto configs =
+      std::filesystem::path(::infer::testing::FixturesDir()) / "configs" / c.config_dir;
   for (const char* name : {"config.json", "generation_config.json"})
     std::filesystem::copy_file(configs / name, dir / name,
                                std::filesystem::copy_options::overwrite_existing);

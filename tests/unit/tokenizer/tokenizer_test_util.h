@@ -12,12 +12,13 @@
 #include <nlohmann/json.hpp>
 
 #include "infer/tokenizer/tokenizer.h"
+#include "testing/paths.h"
 
 namespace infer::testing {
 
 // .cache/tokenizers/<model>/, fetched by scripts/fetch_tokenizers.sh (CI runs it first).
 inline std::filesystem::path RealTokenizerDir(const std::string& model) {
-  return std::filesystem::path(INFER_SOURCE_DIR) / ".cache" / "tokenizers" / model;
+  return std::filesystem::path(::infer::testing::SourceDir()) / ".cache" / "tokenizers" / model;
 }
 
 // Fails the test (not skips) when the real tokenizer files are missing.
@@ -29,7 +30,7 @@ inline bool RequireRealTokenizer(const std::string& model) {
 }
 
 inline std::filesystem::path TokenizerFixture(const std::string& name) {
-  return std::filesystem::path(INFER_TEST_FIXTURES) / "tokenizer" / name;
+  return std::filesystem::path(::infer::testing::FixturesDir()) / "tokenizer" / name;
 }
 
 inline std::vector<nlohmann::ordered_json> ReadJsonLines(const std::filesystem::path& path) {
