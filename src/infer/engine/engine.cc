@@ -334,6 +334,7 @@ GenerationOutput Engine::MakeOutput(const Request& request) const {
   output.token_ids = request.generated_token_ids;
   output.finish_reason = request.finish_reason;
   output.error = request.error;
+  if (request.text.stopped()) output.stop_string = request.text.stop_string();
   output.total_tokens = request.num_tokens();
   output.cached_tokens = request.num_cached_prompt_tokens;
   output.num_preemptions = request.num_preemptions;

@@ -36,6 +36,8 @@ struct StepOutput {
   bool finished = false;
   std::optional<FinishReason> finish_reason;  // set when finished without error
   std::optional<std::string> error;           // set when the request failed
+  // When finished: the stop string the text was cut before, if one was.
+  std::optional<std::string> stop_string;
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
   int64_t cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
@@ -54,8 +56,9 @@ struct GenerationOutput {
   std::vector<int32_t> token_ids;
   std::optional<FinishReason> finish_reason;  // none when failed
   std::optional<std::string> error;
-  int64_t total_tokens = 0;   // prompt + generated
-  int64_t cached_tokens = 0;  // prompt tokens served by the prefix cache
+  std::optional<std::string> stop_string;  // the stop string the text was cut before, if any
+  int64_t total_tokens = 0;                // prompt + generated
+  int64_t cached_tokens = 0;               // prompt tokens served by the prefix cache
   int64_t num_preemptions = 0;
   GenerationTiming timing;
 

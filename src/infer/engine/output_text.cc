@@ -34,9 +34,17 @@ bool OutputText::Append(const std::string& piece) {
   const size_t window_begin =
       old_size >= max_stop_bytes_ - 1 ? old_size - (max_stop_bytes_ - 1) : 0;
   size_t first = std::string::npos;
-  for (const std::string& stop : stop_) first = std::min(first, text_.find(stop, window_begin));
-  if (first == std::string::npos) return false;
+  const std::string* matched = nullptr;
+  for (const std::string& stop : stop_) {
+    const size_t at = text_.find(stop, window_begin);
+    if (at < first) {
+      first = at;
+      matched = &stop;
+    }
+  }
+  if (matched == nullptr) return false;
   text_.resize(first);
+  stop_string_ = *matched;
   stopped_ = true;
   return true;
 }

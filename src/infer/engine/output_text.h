@@ -26,6 +26,9 @@ class OutputText {
 
   const std::string& text() const { return text_; }
   bool stopped() const { return stopped_; }
+  // The stop string the text was cut before: of those that appear, the one that starts first
+  // (of two starting at the same byte, the one given first). Empty until stopped().
+  const std::string& stop_string() const { return stop_string_; }
   // The last tokens end inside a character (their text is held back until it completes).
   bool MidCharacter() const { return detokenizer_ && detokenizer_->HoldsBack(); }
   // The text that became final since the last call: while generating, the last
@@ -42,6 +45,7 @@ class OutputText {
   std::string text_;
   size_t streamed_bytes_ = 0;
   bool stopped_ = false;
+  std::string stop_string_;
   bool finished_ = false;
 };
 

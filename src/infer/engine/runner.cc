@@ -218,6 +218,7 @@ StepOutput ModelRunner::AppendToken(Request& request, int32_t token, bool is_eos
     request.finish_reason = reason;
     output.finished = true;
     output.finish_reason = reason;
+    if (request.text.stopped()) output.stop_string = request.text.stop_string();
   }
   return output;
 }

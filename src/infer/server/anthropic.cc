@@ -10,7 +10,7 @@
 namespace infer::server {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 using ordered_json = nlohmann::ordered_json;
 
 [[noreturn]] void Reject(const std::string& message) { throw RequestError(kBadRequest, message); }
@@ -252,10 +252,8 @@ ordered_json AnthropicErrorJson(int status, std::string_view message) {
 
 ordered_json AnthropicToChatBody(std::string_view body, bool count_tokens,
                                  std::vector<std::string>* ignored) {
-  const json root = ParseJsonObject(body);
-  // Again in key order: tool schemas and tool_use inputs keep their order.
-  const ordered_json ordered = ordered_json::parse(body);
-  Fields fields(root, /*name_param=*/false);
+  const json ordered = ParseJsonObject(body);
+  Fields fields(ordered, /*name_param=*/false);
   ordered_json chat = ordered_json::object();
   if (!fields.Get("model")) Reject("missing required field 'model'");
   chat["model"] = ordered["model"];
@@ -302,36 +300,14 @@ ordered_json AnthropicToChatBody(std::string_view body, bool count_tokens,
   return chat;
 }
 
-std::optional<std::string> MatchedStopSequence(const Tokenizer* tokenizer,
-                                               const std::vector<int32_t>& ids,
-                                               const std::vector<std::string>& stop) {
-  if (tokenizer == nullptr || stop.empty()) return std::nullopt;
-  const std::string text = tokenizer->Decode(ids, /*skip_special_tokens=*/true);
-  std::optional<std::string> matched;
-  size_t matched_end = std::string::npos;
-  for (const std::string& candidate : stop) {
-    const size_t at = text.find(candidate);
-    if (candidate.empty() || at == std::string::npos) continue;
-    if (at + candidate.size() < matched_end) {
-      matched = candidate;
-      matched_end = at + candidate.size();
-    }
-  }
-  return matched;
-}
-
 // AnthropicMessage --------------------------------------------------------------------------
 
 AnthropicMessage::AnthropicMessage(std::shared_ptr<OpenAiResponse> chat, std::string id,
-                                   std::string model, int64_t input_tokens,
-                                   std::vector<std::string> stop_sequences,
-                                   const Tokenizer* tokenizer)
+                                   std::string model, int64_t input_tokens)
     : chat_(std::move(chat)),
       id_(std::move(id)),
       model_(std::move(model)),
-      input_tokens_(input_tokens),
-      stop_sequences_(std::move(stop_sequences)),
-      tokenizer_(tokenizer) {}
+      input_tokens_(input_tokens) {}
 
 std::string AnthropicMessage::Event(std::string_view name, const ordered_json& data) {
   return FormatSseEvent(name, data.dump(-1, ' ', false, ordered_json::error_handler_t::replace));
@@ -433,9 +409,9 @@ std::string AnthropicMessage::Translate(const ordered_json& chunk) {
       stop_reason_ = "tool_use";
     } else if (finish == "length") {
       stop_reason_ = "max_tokens";
-    } else {
-      stop_sequence_ = MatchedStopSequence(tokenizer_, token_ids_, stop_sequences_);
-      if (stop_sequence_) stop_reason_ = "stop_sequence";
+    } else if (engine_stop_) {
+      stop_sequence_ = engine_stop_;
+      stop_reason_ = "stop_sequence";
     }
   }
   return events;
@@ -443,7 +419,7 @@ std::string AnthropicMessage::Translate(const ordered_json& chunk) {
 
 std::string AnthropicMessage::Add(const StepOutput& output) {
   if (!output.error) {
-    if (output.token_id) token_ids_.push_back(*output.token_id);
+    if (output.stop_string) engine_stop_ = output.stop_string;
     output_tokens_ = output.completion_tokens;
     cached_tokens_ = std::clamp<int64_t>(output.cached_tokens, 0, input_tokens_);
   }

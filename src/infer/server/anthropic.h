@@ -16,7 +16,6 @@
 
 #include "infer/server/openai_response.h"
 #include "infer/server/stream.h"
-#include "infer/tokenizer/tokenizer.h"
 
 namespace infer::server {
 
@@ -38,24 +37,17 @@ nlohmann::ordered_json AnthropicErrorJson(int status, std::string_view message);
 nlohmann::ordered_json AnthropicToChatBody(std::string_view body, bool count_tokens,
                                            std::vector<std::string>* ignored = nullptr);
 
-// Which of `stop` ended a reply whose generated tokens are `ids` (the one whose first
-// occurrence ends earliest in their text, as the engine's stop search finds it), or nullopt.
-std::optional<std::string> MatchedStopSequence(const Tokenizer* tokenizer,
-                                               const std::vector<int32_t>& ids,
-                                               const std::vector<std::string>& stop);
-
 // One Anthropic message under assembly from a one-choice chat response, which must stream
 // (its chunks are what is translated): content blocks (thinking from the reasoning split, text,
 // tool_use from the parsed tool calls), stop_reason (end_turn, max_tokens, stop_sequence,
-// tool_use), stop_sequence and usage (the prefix cache's hits as cache_read_input_tokens). As a
-// StreamEncoder it writes Anthropic's named events (message_start, ping, content_block_start /
-// _delta / _stop, message_delta, message_stop; a failure mid-stream is an `error` event); Final()
-// is the non-streaming reply.
+// tool_use), stop_sequence (the one the engine cut the reply before) and usage (the prefix cache's
+// hits as cache_read_input_tokens). As a StreamEncoder it writes Anthropic's named events
+// (message_start, ping, content_block_start / _delta / _stop, message_delta, message_stop; a
+// failure mid-stream is an `error` event); Final() is the non-streaming reply.
 class AnthropicMessage final : public StreamEncoder {
  public:
   AnthropicMessage(std::shared_ptr<OpenAiResponse> chat, std::string id, std::string model,
-                   int64_t input_tokens, std::vector<std::string> stop_sequences,
-                   const Tokenizer* tokenizer);
+                   int64_t input_tokens);
 
   std::string Start() override;
   std::string Add(const StepOutput& output) override;
@@ -79,11 +71,9 @@ class AnthropicMessage final : public StreamEncoder {
   const std::string id_;
   const std::string model_;
   const int64_t input_tokens_;
-  const std::vector<std::string> stop_sequences_;
-  const Tokenizer* tokenizer_;
   nlohmann::ordered_json blocks_ = nlohmann::ordered_json::array();
-  bool block_open_ = false;  // blocks_.back() still takes deltas
-  std::vector<int32_t> token_ids_;
+  bool block_open_ = false;                 // blocks_.back() still takes deltas
+  std::optional<std::string> engine_stop_;  // the stop string the engine reported
   int64_t output_tokens_ = 0;
   int64_t cached_tokens_ = 0;  // of input_tokens_, found in the prefix cache
   std::string stop_reason_ = "end_turn";

@@ -11,7 +11,7 @@
 namespace infer::server {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 [[noreturn]] void Reject(int status, const std::string& message) {
   throw RequestError(status, message);
@@ -100,7 +100,9 @@ CompletionRequest ParseCompletionRequest(std::string_view body, std::string_view
   static const char* const kFields[] = {
       "model",  "prompt", "max_tokens", "temperature", "top_p", "top_k", "repetition_penalty",
       "stream", "stop",   "seed",       "priority"};
-  for (const auto& [key, value] : root.items()) {
+  // The first unknown name in sorted order is the one named.
+  const nlohmann::json sorted(root);
+  for (const auto& [key, value] : sorted.items()) {
     if (std::find(std::begin(kFields), std::end(kFields), key) == std::end(kFields)) {
       Reject(kUnprocessable, fmt::format("unknown field '{}'", key));
     }

@@ -227,8 +227,7 @@ void ApiHandlers::Anthropic(const httplib::Request& req, httplib::Response& res,
       spdlog::debug("{} {}: ignoring unknown fields {}", req.method, req.path,
                     fmt::join(ignored, ", "));
     }
-    request =
-        ParseChatCompletionRequest(chat.dump(), engine_.config().model, options_.default_sampling);
+    request = ParseChatCompletionJson(chat, engine_.config().model, options_.default_sampling);
     prepared = PrepareOpenAi(request);
   } catch (const RequestError& e) {
     return SendError(res, e.status(), e.what(), {}, ErrorShape::kAnthropic);
@@ -243,9 +242,8 @@ void ApiHandlers::Anthropic(const httplib::Request& req, httplib::Response& res,
   request.stream = true;  // the chat response's chunks are what the message is made of
   auto queued = Queue(request, prepared, fmt::format("msg_{:024x}", next_id_++));
   if (!queued) return SendRefused(res, ErrorShape::kAnthropic);
-  auto message =
-      std::make_unique<AnthropicMessage>(queued->response, queued->id, engine_.config().model,
-                                         input_tokens, request.params.stop, engine_.tokenizer());
+  auto message = std::make_unique<AnthropicMessage>(queued->response, queued->id,
+                                                    engine_.config().model, input_tokens);
   const AnthropicMessage* reply = message.get();
   Answer(res, *queued, std::move(message), stream, ErrorShape::kAnthropic,
          [reply] { return reply->Final(); });
@@ -263,8 +261,8 @@ void ApiHandlers::Responses(const httplib::Request& req, httplib::Response& res)
       spdlog::debug("{} {}: ignoring unknown fields {}", req.method, req.path,
                     fmt::join(ignored, ", "));
     }
-    request = ParseChatCompletionRequest(responses.chat.dump(), engine_.config().model,
-                                         options_.default_sampling);
+    request =
+        ParseChatCompletionJson(responses.chat, engine_.config().model, options_.default_sampling);
     prepared = PrepareOpenAi(request);
   } catch (const RequestError& e) {
     return SendError(res, e.status(), e.what(), e.param());

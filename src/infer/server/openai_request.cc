@@ -12,7 +12,7 @@
 namespace infer::server {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 using ordered_json = nlohmann::ordered_json;
 
 [[noreturn]] void Reject(const std::string& message, const std::string& param = {},
@@ -53,7 +53,9 @@ void ParseLogitBias(Fields& fields, SamplingParams& params) {
   const json* value = fields.Get("logit_bias");
   if (!value) return;
   if (!value->is_object()) Reject("'logit_bias' must be an object of token id: bias");
-  for (const auto& [key, bias] : value->items()) {
+  // Keys in sorted order: of several bad keys, the first so sorted is named.
+  const nlohmann::json sorted(*value);
+  for (const auto& [key, bias] : sorted.items()) {
     int64_t id = -1;
     try {
       size_t used = 0;
@@ -280,7 +282,7 @@ void ParseChatFields(Fields& fields, OpenAiRequest& request) {
   if (!want_logprobs) request.params.logprobs.reset();
   if (const json* value = fields.Get("chat_template_kwargs")) {
     if (!value->is_object()) Reject("'chat_template_kwargs' must be an object");
-    request.chat_template_kwargs = *value;
+    request.chat_template_kwargs = ordered_json(nlohmann::json(*value));  // keys sorted
   }
   if (const json* value = fields.Get("reasoning_effort"); value && !value->is_null()) {
     // OpenAI's field, as Responses' reasoning.effort: Qwen3's enable_thinking ("none" turns it
@@ -329,10 +331,9 @@ void ParseCompletionFields(Fields& fields, OpenAiRequest& request) {
 
 // Either endpoint's body: the required field (messages, or prompt), the fields both share, then
 // the endpoint's own.
-OpenAiRequest ParseOpenAi(std::string_view body, std::string_view served_model,
+OpenAiRequest ParseOpenAi(const ordered_json& root, std::string_view served_model,
                           const SamplingParams& defaults, OpenAiEndpoint endpoint) {
   const bool chat = endpoint == OpenAiEndpoint::kChatCompletions;
-  const json root = ParseJsonObject(body);
   Fields fields(root, /*name_param=*/true);
   OpenAiRequest request;
   request.endpoint = endpoint;
@@ -349,10 +350,10 @@ OpenAiRequest ParseOpenAi(std::string_view body, std::string_view served_model,
   }
   request.model = ParseModel(fields, served_model);
   ParseSampling(fields, request);
-  request.params.structured_output = ParseStructuredOutput(fields, body);
+  request.params.structured_output = ParseStructuredOutput(fields);
   ParseOptions(fields, request);
   if (chat) {
-    request.tools = ParseTools(fields, body);
+    request.tools = ParseTools(fields);
     ParseChatFields(fields, request);
   } else {
     ParseCompletionFields(fields, request);
@@ -364,14 +365,19 @@ OpenAiRequest ParseOpenAi(std::string_view body, std::string_view served_model,
 
 }  // namespace
 
+OpenAiRequest ParseChatCompletionJson(const ordered_json& body, std::string_view served_model,
+                                      const SamplingParams& defaults) {
+  return ParseOpenAi(body, served_model, defaults, OpenAiEndpoint::kChatCompletions);
+}
+
 OpenAiRequest ParseChatCompletionRequest(std::string_view body, std::string_view served_model,
                                          const SamplingParams& defaults) {
-  return ParseOpenAi(body, served_model, defaults, OpenAiEndpoint::kChatCompletions);
+  return ParseChatCompletionJson(ParseJsonObject(body), served_model, defaults);
 }
 
 OpenAiRequest ParseOpenAiCompletionRequest(std::string_view body, std::string_view served_model,
                                            const SamplingParams& defaults) {
-  return ParseOpenAi(body, served_model, defaults, OpenAiEndpoint::kCompletions);
+  return ParseOpenAi(ParseJsonObject(body), served_model, defaults, OpenAiEndpoint::kCompletions);
 }
 
 TokenizeRequest ParseTokenizeRequest(std::string_view body, std::string_view served_model,
@@ -387,7 +393,7 @@ TokenizeRequest ParseTokenizeRequest(std::string_view body, std::string_view ser
   }
   if (messages != nullptr) {
     // The chat fields as a chat completion reads them (messages, tools, the template's).
-    request.chat = ParseChatCompletionRequest(body, served_model, defaults);
+    request.chat = ParseChatCompletionJson(root, served_model, defaults);
   } else {
     if (!prompt->is_string()) Reject("'prompt' must be a string", "prompt");
     request.prompt = prompt->get<std::string>();

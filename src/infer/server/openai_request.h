@@ -55,6 +55,10 @@ struct OpenAiRequest {
 // engine's front door.
 OpenAiRequest ParseChatCompletionRequest(std::string_view body, std::string_view served_model,
                                          const SamplingParams& defaults);
+// The same from a parsed body (a JSON object).
+OpenAiRequest ParseChatCompletionJson(const nlohmann::ordered_json& body,
+                                      std::string_view served_model,
+                                      const SamplingParams& defaults);
 OpenAiRequest ParseOpenAiCompletionRequest(std::string_view body, std::string_view served_model,
                                            const SamplingParams& defaults);
 

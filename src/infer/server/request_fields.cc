@@ -9,7 +9,7 @@
 
 namespace infer::server {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 std::optional<int64_t> JsonInteger(const json& value) {
   if (value.is_number_integer()) {
@@ -60,6 +60,7 @@ std::vector<std::string> Fields::Unknown() const {
   for (const auto& [key, value] : root_.items()) {
     if (std::find(known_.begin(), known_.end(), key) == known_.end()) unknown.push_back(key);
   }
+  std::sort(unknown.begin(), unknown.end());
   return unknown;
 }
 

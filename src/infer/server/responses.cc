@@ -13,7 +13,7 @@
 namespace infer::server {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 using ordered_json = nlohmann::ordered_json;
 
 [[noreturn]] void Reject(const std::string& message, const std::string& param = {}) {
@@ -293,10 +293,8 @@ size_t ResponseStore::bytes() const {
 
 ResponsesRequest ResponsesToChatBody(std::string_view body, const ResponseStore& store,
                                      std::vector<std::string>* ignored) {
-  const json root = ParseJsonObject(body);
-  // Again in key order: tool schemas and text formats keep their order.
-  const ordered_json ordered = ordered_json::parse(body);
-  Fields fields(root, /*name_param=*/true);
+  const json ordered = ParseJsonObject(body);
+  Fields fields(ordered, /*name_param=*/true);
   ResponsesRequest request;
   ordered_json& chat = request.chat;
   ordered_json& echo = request.echo;

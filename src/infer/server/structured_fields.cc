@@ -10,8 +10,8 @@
 namespace infer::server {
 namespace {
 
-// The body re-read with its keys in order: a schema's `properties` order is the order the
-// output's keys are written in (as OpenAI's strict mode does), and nlohmann::json sorts them.
+// The body's keys in the order given: a schema's `properties` order is the order the output's
+// keys are written in (as OpenAI's strict mode does).
 using json = nlohmann::ordered_json;
 using Kind = StructuredOutput::Kind;
 
@@ -116,7 +116,7 @@ std::optional<StructuredOutput> StructuredOutputs(const Fields& fields, const js
 
 }  // namespace
 
-std::optional<StructuredOutput> ParseStructuredOutput(Fields& fields, std::string_view body) {
+std::optional<StructuredOutput> ParseStructuredOutput(Fields& fields) {
   static constexpr const char* kNames[] = {
       "response_format", "structured_outputs", "guided_json",    "json_schema",
       "guided_regex",    "guided_choice",      "guided_grammar", "grammar"};
@@ -125,12 +125,10 @@ std::optional<StructuredOutput> ParseStructuredOutput(Fields& fields, std::strin
     if (fields.Get(name)) given.push_back(name);
   }
   if (given.empty()) return std::nullopt;
-  const json root = json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (!root.is_object()) fields.Reject("the body is not a JSON object", given.front());
   std::optional<StructuredOutput> spec;
   std::string from;
   for (const char* name : given) {
-    const json& value = root.at(name);
+    const json& value = *fields.Get(name);
     const std::string_view field = name;
     std::optional<StructuredOutput> next;
     if (field == "response_format") {

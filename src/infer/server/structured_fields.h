@@ -13,9 +13,9 @@
 
 namespace infer::server {
 
-// The request's structured output, if it asks for one (`body`: the request's JSON text, whose
-// key order a schema keeps). Throws RequestError(400) for a malformed field or for two of them
+// The request's structured output, if it asks for one (a schema keeps the body's key order).
+// Throws RequestError(400) for a malformed field or for two of them
 // at once.
-std::optional<StructuredOutput> ParseStructuredOutput(Fields& fields, std::string_view body);
+std::optional<StructuredOutput> ParseStructuredOutput(Fields& fields);
 
 }  // namespace infer::server

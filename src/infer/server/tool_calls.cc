@@ -10,7 +10,7 @@
 namespace infer::server {
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 using ordered_json = nlohmann::ordered_json;
 
 bool ValidToolName(const std::string& name) {
@@ -73,9 +73,10 @@ ToolChoice ParseToolChoice(const Fields& fields, const ordered_json& value) {
       name);
 }
 
-// A call's arguments as an object: OpenAI sends them as JSON text.
+// A call's arguments as an object: OpenAI sends them as JSON text, which keeps its key order; an
+// object given as such (Anthropic's tool_use input) is written with its keys sorted.
 ordered_json ArgumentsObject(const ordered_json& arguments, const std::string& param) {
-  if (arguments.is_object()) return arguments;
+  if (arguments.is_object()) return ordered_json(nlohmann::json(arguments));
   if (arguments.is_string()) {
     ordered_json parsed = ordered_json::parse(arguments.get<std::string>(), nullptr, false);
     if (parsed.is_object()) return parsed;
@@ -255,13 +256,13 @@ ToolCallFormat DetectToolCallFormat(std::string_view chat_template_source) {
   return ToolCallFormat::kGeneric;
 }
 
-std::optional<ToolsRequest> ParseTools(Fields& fields, std::string_view body) {
+std::optional<ToolsRequest> ParseTools(Fields& fields) {
   const json* tools_field = fields.Get("tools");
   const json* choice_field = fields.Get("tool_choice");
   const json* parallel_field = fields.Get("parallel_tool_calls");
   ToolsRequest request;
   if (parallel_field) request.parallel = fields.Boolean(*parallel_field, "parallel_tool_calls");
-  if (choice_field) request.choice = ParseToolChoice(fields, ordered_json(*choice_field));
+  if (choice_field) request.choice = ParseToolChoice(fields, *choice_field);
   if (!tools_field || (tools_field->is_array() && tools_field->empty())) {
     if (request.choice.mode == ToolChoice::Mode::kRequired ||
         request.choice.mode == ToolChoice::Mode::kNamed) {
@@ -270,9 +271,8 @@ std::optional<ToolsRequest> ParseTools(Fields& fields, std::string_view body) {
     return std::nullopt;
   }
   if (!tools_field->is_array()) fields.Reject("'tools' must be a list of tools", "tools");
-  // Re-read in key order: a tool's parameters keep the order its properties were given in.
-  const ordered_json root = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
-  const ordered_json& tools = root.at("tools");
+  // A tool's parameters keep the order its properties were given in (the body's key order).
+  const ordered_json& tools = *tools_field;
   for (size_t i = 0; i < tools.size(); ++i) {
     Tool tool = ParseTool(fields, tools[i], i);
     for (const Tool& seen : request.tools) {
@@ -325,7 +325,7 @@ ordered_json ToolTurn(const json& message, const std::string& role, std::string 
     const json& function = call["function"];
     ordered_json arguments = ordered_json::object();
     if (function.contains("arguments")) {
-      arguments = ArgumentsObject(ordered_json(function["arguments"]), at + ".function.arguments");
+      arguments = ArgumentsObject(function["arguments"], at + ".function.arguments");
     }
     out.push_back({{"id", call.value("id", "")},
                    {"type", "function"},

@@ -50,16 +50,16 @@ struct ToolsRequest {
   bool parallel = true;  // parallel_tool_calls
 };
 
-// tools, tool_choice, parallel_tool_calls (`body`: the request's JSON text, whose key order the
-// tools' parameters keep); nullopt when no tools are given (tool_choice must then be absent,
+// tools, tool_choice, parallel_tool_calls (the tools' parameters keep the body's key order);
+// nullopt when no tools are given (tool_choice must then be absent,
 // "none" or "auto"). Throws RequestError(400) naming the field at fault.
-std::optional<ToolsRequest> ParseTools(Fields& fields, std::string_view body);
+std::optional<ToolsRequest> ParseTools(Fields& fields);
 
 // A chat message with tool turns, in the form chat templates read: an assistant message's
 // tool_calls keep {id, type, function {name, arguments}} with the arguments as an object (the
 // Llama 3.x template writes them with tojson; OpenAI sends a JSON string); a tool message keeps
 // tool_call_id. `param` names the message in errors.
-nlohmann::ordered_json ToolTurn(const nlohmann::json& message, const std::string& role,
+nlohmann::ordered_json ToolTurn(const nlohmann::ordered_json& message, const std::string& role,
                                 std::string content, const std::string& param);
 
 // The conversation the template renders: for kGeneric, the tools are described in a system

@@ -101,8 +101,23 @@ TEST_P(StopStringsTest, NoStopGivesFullTextAndEarliestMatchWins) {
   EXPECT_EQ(run.result.finish_reason, FinishReason::kLength);
   EXPECT_EQ(run.result.text, "one, two; three");
   EXPECT_EQ(run.streamed, run.result.text);
+  EXPECT_FALSE(run.result.stop_string.has_value());
   run = RunScript(*tokenizer_, script, {"; three", ","});
   EXPECT_EQ(run.result.text, "one");
+  EXPECT_EQ(run.result.stop_string, ",");
+}
+
+TEST_P(StopStringsTest, TheStopStringReportedIsTheOneTheTextIsCutBefore) {
+  // Several stops appear; the text ends before the one that starts first.
+  const std::vector<int32_t> script = Encode("Hello you. Stop here, then more");
+  Case run = RunScript(*tokenizer_, script, {"xyz", "here", "Stop"});
+  EXPECT_EQ(run.result.finish_reason, FinishReason::kStop);
+  EXPECT_EQ(run.result.text, "Hello you. ");
+  EXPECT_EQ(run.result.stop_string, "Stop");
+  // Not the one given first: "here" is listed before "Stop" but comes later in the text.
+  run = RunScript(*tokenizer_, script, {"here", "you"});
+  EXPECT_EQ(run.result.text, "Hello ");
+  EXPECT_EQ(run.result.stop_string, "you");
 }
 
 TEST_P(StopStringsTest, EosBeatsStopString) {

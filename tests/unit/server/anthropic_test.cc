@@ -190,15 +190,13 @@ std::vector<std::pair<std::string, json>> Events(const std::string& stream) {
 struct Assembly {
   Assembly(const std::string& body, ToolCallFormat format = ToolCallFormat::kHermes,
            const Tokenizer* tokenizer = nullptr) {
-    OpenAiRequest request =
-        ParseChatCompletionRequest(AnthropicToChatBody(body, false).dump(), "m", {});
+    OpenAiRequest request = ParseChatCompletionJson(AnthropicToChatBody(body, false), "m", {});
     request.stream = true;
     request.tool_format = format;
     auto chat = std::make_shared<OpenAiResponse>(
         request, "msg_1", "m", 0, std::vector<OpenAiResponse::PromptInfo>{{{1, 2}, ""}}, tokenizer,
         /*reasoning=*/true);
-    message =
-        std::make_unique<AnthropicMessage>(chat, "msg_1", "m", 2, request.params.stop, tokenizer);
+    message = std::make_unique<AnthropicMessage>(chat, "msg_1", "m", 2);
   }
   std::string id = OpenAiResponse::ChoiceRequestId("msg_1", 0);
   std::unique_ptr<AnthropicMessage> message;
@@ -299,32 +297,20 @@ TEST(AnthropicMessage, LengthIsMaxTokensAndAFailureIsAnErrorEvent) {
   EXPECT_EQ(failed.message->error(), "server shutting down");
 }
 
-TEST(AnthropicMessage, StopSequenceNamesTheOneThatEndedTheReply) {
-  if (!testing::RequireRealTokenizer("llama3")) return;
-  const auto tokenizer =
-      Tokenizer::FromFile(testing::RealTokenizerDir("llama3") / "tokenizer.json");
-  // The engine cuts the text before the stop; the generated ids hold it.
-  const std::vector<int32_t> ids = tokenizer->Encode("Hello you. Stop here, then more", false);
-  // Both occur; "Stop" ends first, so the engine's search stops there.
-  EXPECT_EQ(MatchedStopSequence(tokenizer.get(), ids, {"xyz", "here", "Stop"}), "Stop");
-  EXPECT_FALSE(MatchedStopSequence(tokenizer.get(), ids, {"xyz"}).has_value());
-  EXPECT_FALSE(MatchedStopSequence(nullptr, ids, {"Stop"}).has_value());
-
+TEST(AnthropicMessage, StopSequenceIsTheOneTheEngineCutBefore) {
   Assembly a(R"({"model":"m","max_tokens":99,"stop_sequences":["zzz","Stop"],
-      "messages":[{"role":"user","content":"Hi"}]})",
-             ToolCallFormat::kHermes, tokenizer.get());
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const bool last = i + 1 == ids.size();
-    a.message->Add(Output(a.id, ids[i], "", static_cast<int64_t>(i + 1),
-                          last ? std::optional(FinishReason::kStop) : std::nullopt));
-  }
+      "messages":[{"role":"user","content":"Hi"}]})");
+  a.message->Add(Output(a.id, 7, "Hello", 1));
+  StepOutput last = Output(a.id, 8, " you.", 2, FinishReason::kStop);
+  last.stop_string = "Stop";
+  a.message->Add(last);
   EXPECT_EQ(a.message->Final()["stop_reason"], "stop_sequence");
   EXPECT_EQ(a.message->Final()["stop_sequence"], "Stop");
-  // An end without a stop sequence in the text (EOS, or a finished grammar) is end_turn.
+  EXPECT_EQ(a.message->Final()["content"][0]["text"], "Hello you.");
+  // An end the engine reports without a stop string (EOS, or a finished grammar) is end_turn.
   Assembly eos(R"({"model":"m","max_tokens":99,"stop_sequences":["zzz"],
-      "messages":[{"role":"user","content":"Hi"}]})",
-               ToolCallFormat::kHermes, tokenizer.get());
-  eos.message->Add(Output(eos.id, ids[0], "Hello", 1, FinishReason::kStop));
+      "messages":[{"role":"user","content":"Hi"}]})");
+  eos.message->Add(Output(eos.id, 7, "Hello", 1, FinishReason::kStop));
   EXPECT_EQ(eos.message->Final()["stop_reason"], "end_turn");
   EXPECT_TRUE(eos.message->Final()["stop_sequence"].is_null());
 }
