@@ -302,9 +302,9 @@ ordered_json AnthropicToChatBody(std::string_view body, bool count_tokens,
 
 // AnthropicMessage --------------------------------------------------------------------------
 
-AnthropicMessage::AnthropicMessage(std::shared_ptr<OpenAiResponse> chat, std::string id,
+AnthropicMessage::AnthropicMessage(std::shared_ptr<ChatReply> reply, std::string id,
                                    std::string model, int64_t input_tokens)
-    : chat_(std::move(chat)),
+    : reply_(std::move(reply)),
       id_(std::move(id)),
       model_(std::move(model)),
       input_tokens_(input_tokens) {}
@@ -368,46 +368,41 @@ std::string AnthropicMessage::AppendText(const std::string& type, const std::str
                                        {"delta", {{"type", type + "_delta"}, {type, text}}}});
 }
 
-std::string AnthropicMessage::Translate(const ordered_json& chunk) {
-  if (chunk.contains("error")) {
+std::string AnthropicMessage::Translate(const ChatDelta& delta) {
+  if (delta.error) {
     failed_ = true;
-    return Event("error", AnthropicErrorJson(500, chunk["error"].value("message", "")));
+    return Event("error", AnthropicErrorJson(500, *delta.error));
   }
-  const ordered_json& choice = chunk["choices"].at(0);
-  const ordered_json& delta = choice["delta"];
-  std::string events;
-  if (delta.contains("reasoning_content")) {
-    events += AppendText("thinking", delta["reasoning_content"].get<std::string>());
-  }
-  if (delta.contains("content")) events += AppendText("text", delta["content"].get<std::string>());
-  if (delta.contains("tool_calls")) {
+  std::string events = AppendText("thinking", delta.reasoning);  // before the text
+  events += AppendText("text", delta.content);
+  if (!delta.tool_calls.empty()) {
     events += CloseBlock();
-    for (const ordered_json& call : delta["tool_calls"]) {
-      const std::string arguments = call["function"]["arguments"].get<std::string>();
+    for (const ToolCall& call : delta.tool_calls) {
       const size_t index = blocks_.size();
       events += Event("content_block_start", {{"type", "content_block_start"},
                                               {"index", index},
                                               {"content_block",
                                                {{"type", "tool_use"},
-                                                {"id", ToolUseId(call["id"].get<std::string>())},
-                                                {"name", call["function"]["name"]},
+                                                {"id", ToolUseId(call.id)},
+                                                {"name", call.name},
                                                 {"input", ordered_json::object()}}}});
-      events += Event("content_block_delta",
-                      {{"type", "content_block_delta"},
-                       {"index", index},
-                       {"delta", {{"type", "input_json_delta"}, {"partial_json", arguments}}}});
+      events +=
+          Event("content_block_delta",
+                {{"type", "content_block_delta"},
+                 {"index", index},
+                 {"delta", {{"type", "input_json_delta"}, {"partial_json", call.arguments}}}});
       events += Event("content_block_stop", {{"type", "content_block_stop"}, {"index", index}});
       blocks_.push_back({{"type", "tool_use"},
-                         {"id", ToolUseId(call["id"].get<std::string>())},
-                         {"name", call["function"]["name"]},
-                         {"input", ordered_json::parse(arguments)}});
+                         {"id", ToolUseId(call.id)},
+                         {"name", call.name},
+                         {"input", ordered_json::parse(call.arguments)}});
     }
   }
-  if (const auto& finish = choice["finish_reason"]; !finish.is_null()) {
+  if (delta.finished) {
     events += CloseBlock();
-    if (finish == "tool_calls") {
+    if (delta.finish == ChatFinish::kToolCalls) {
       stop_reason_ = "tool_use";
-    } else if (finish == "length") {
+    } else if (delta.finish == ChatFinish::kLength) {
       stop_reason_ = "max_tokens";
     } else if (engine_stop_) {
       stop_sequence_ = engine_stop_;
@@ -424,7 +419,7 @@ std::string AnthropicMessage::Add(const StepOutput& output) {
     cached_tokens_ = std::clamp<int64_t>(output.cached_tokens, 0, input_tokens_);
   }
   std::string events;
-  for (const ordered_json& chunk : chat_->AddChunks(output)) events += Translate(chunk);
+  for (const ChatDelta& delta : reply_->Add(output)) events += Translate(delta);
   return events;
 }
 

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "infer/server/openai_response.h"
+#include "infer/server/chat/chat_reply.h"
 #include "infer/server/stream.h"
 
 namespace infer::server {
@@ -37,37 +37,36 @@ nlohmann::ordered_json AnthropicErrorJson(int status, std::string_view message);
 nlohmann::ordered_json AnthropicToChatBody(std::string_view body, bool count_tokens,
                                            std::vector<std::string>* ignored = nullptr);
 
-// One Anthropic message under assembly from a one-choice chat response, which must stream
-// (its chunks are what is translated): content blocks (thinking from the reasoning split, text,
-// tool_use from the parsed tool calls), stop_reason (end_turn, max_tokens, stop_sequence,
-// tool_use), stop_sequence (the one the engine cut the reply before) and usage (the prefix cache's
-// hits as cache_read_input_tokens). As a StreamEncoder it writes Anthropic's named events
-// (message_start, ping, content_block_start / _delta / _stop, message_delta, message_stop; a
+// Anthropic's encoding of a one-choice reply (chat_reply.h): content blocks (thinking from the
+// reasoning split, text, tool_use from the parsed tool calls), stop_reason (end_turn, max_tokens,
+// stop_sequence, tool_use), stop_sequence (the one the engine cut the reply before) and usage (the
+// prefix cache's hits as cache_read_input_tokens). As a StreamEncoder it writes Anthropic's named
+// events (message_start, ping, content_block_start / _delta / _stop, message_delta, message_stop; a
 // failure mid-stream is an `error` event); Final() is the non-streaming reply.
 class AnthropicMessage final : public StreamEncoder {
  public:
-  AnthropicMessage(std::shared_ptr<OpenAiResponse> chat, std::string id, std::string model,
+  AnthropicMessage(std::shared_ptr<ChatReply> reply, std::string id, std::string model,
                    int64_t input_tokens);
 
   std::string Start() override;
   std::string Add(const StepOutput& output) override;
-  bool finished() const override { return chat_->finished(); }
+  bool finished() const override { return reply_->finished(); }
   std::string End() override;
 
   // The whole message (once finished).
   nlohmann::ordered_json Final() const;
-  const std::optional<std::string>& error() const { return chat_->error(); }
+  const std::optional<std::string>& error() const { return reply_->error(); }
 
  private:
-  // Events for one chunk of the chat response.
-  std::string Translate(const nlohmann::ordered_json& chunk);
+  // Events for one delta of the reply.
+  std::string Translate(const ChatDelta& delta);
   // Appends to the open block of `type` (thinking or text), opening it first.
   std::string AppendText(const std::string& type, const std::string& text);
   std::string CloseBlock();
   nlohmann::ordered_json Usage() const;
   static std::string Event(std::string_view name, const nlohmann::ordered_json& data);
 
-  std::shared_ptr<OpenAiResponse> chat_;
+  std::shared_ptr<ChatReply> reply_;
   const std::string id_;
   const std::string model_;
   const int64_t input_tokens_;

@@ -118,7 +118,7 @@ ApiHandlers::OpenAiPrompts ApiHandlers::PrepareOpenAi(OpenAiRequest& request) {
   for (const Prompt& prompt : Prompts(request)) {
     SamplingParams params = request.params;
     if (request.max_tokens) params.max_new_tokens = *request.max_tokens;
-    OpenAiResponse::PromptInfo info;
+    ChatReply::PromptInfo info;
     try {
       // max_tokens unset: the rest of the context, as vLLM.
       info.ids = engine_.PreparePrompt(prompt, params, /*fill_context=*/!request.max_tokens);
@@ -138,9 +138,9 @@ ApiHandlers::OpenAiPrompts ApiHandlers::PrepareOpenAi(OpenAiRequest& request) {
   return prepared;
 }
 
-void ApiHandlers::CancelChoices(const OpenAiResponse& response) {
-  for (int64_t i = 0; i < response.num_choices(); ++i) {
-    engine_.Cancel(OpenAiResponse::ChoiceRequestId(response.id(), i));
+void ApiHandlers::CancelChoices(const ChatReply& reply) {
+  for (int64_t i = 0; i < reply.num_choices(); ++i) {
+    engine_.Cancel(ChatReply::ChoiceRequestId(reply.id(), i));
   }
 }
 
@@ -148,22 +148,21 @@ std::optional<ApiHandlers::Queued> ApiHandlers::Queue(const OpenAiRequest& reque
                                                       const OpenAiPrompts& prepared,
                                                       std::string id) {
   Queued queued{std::move(id), std::make_shared<OutputChannel>(), nullptr};
-  queued.response = std::make_shared<OpenAiResponse>(
-      request, queued.id, engine_.config().model, static_cast<int64_t>(std::time(nullptr)),
-      prepared.prompts, engine_.tokenizer(), options_.reasoning_parser == ReasoningParser::kQwen3);
-  const OpenAiResponse& response = *queued.response;
-  for (int64_t choice = 0; choice < response.num_choices(); ++choice) {
+  queued.reply = std::make_shared<ChatReply>(request, queued.id, prepared.prompts,
+                                             options_.reasoning_parser == ReasoningParser::kQwen3);
+  const ChatReply& reply = *queued.reply;
+  for (int64_t choice = 0; choice < reply.num_choices(); ++choice) {
     const auto prompt = static_cast<size_t>(choice / request.n);
     SamplingParams p = prepared.params[prompt];
     // Each choice its own stream of random numbers; with a seed, choice i uses seed + i (vLLM).
     if (p.seed && choice > 0) p.seed = *p.seed + static_cast<uint64_t>(choice);
-    if (!engine_.AddRequest(OpenAiResponse::ChoiceRequestId(response.id(), choice),
+    if (!engine_.AddRequest(ChatReply::ChoiceRequestId(reply.id(), choice),
                             prepared.prompts[prompt].ids, p, request.priority, queued.channel)) {
-      CancelChoices(response);
+      CancelChoices(reply);
       return std::nullopt;
     }
   }
-  spdlog::debug("{}: queued {} choice(s), {} prompt tokens", response.id(), response.num_choices(),
+  spdlog::debug("{}: queued {} choice(s), {} prompt tokens", reply.id(), reply.num_choices(),
                 prepared.prompts.front().ids.size());
   return queued;
 }
@@ -174,8 +173,8 @@ void ApiHandlers::Answer(httplib::Response& res, const Queued& queued,
   res.set_header("X-Request-Id", queued.id);
   if (stream) {
     std::vector<std::string> request_ids;
-    for (int64_t i = 0; i < queued.response->num_choices(); ++i) {
-      request_ids.push_back(OpenAiResponse::ChoiceRequestId(queued.id, i));
+    for (int64_t i = 0; i < queued.reply->num_choices(); ++i) {
+      request_ids.push_back(ChatReply::ChoiceRequestId(queued.id, i));
     }
     return StreamResponse(res, queued.channel, std::move(encoder), queued.id,
                           std::move(request_ids), {&engine_, &open_streams_, options_.heartbeat_s});
@@ -184,7 +183,7 @@ void ApiHandlers::Answer(httplib::Response& res, const Queued& queued,
   while (!encoder->finished()) {
     if (auto output = queued.channel->Pop(std::chrono::milliseconds(100))) encoder->Add(*output);
   }
-  if (const auto& error = queued.response->error()) {
+  if (const auto& error = queued.reply->error()) {
     return SendError(res, shutting_down_ ? kServiceUnavailable : 500, *error, {}, shape);
   }
   res.set_content(final().dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
@@ -211,8 +210,11 @@ void ApiHandlers::OpenAi(const httplib::Request& req, httplib::Response& res,
   auto queued =
       Queue(request, prepared, fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++));
   if (!queued) return SendRefused(res);
-  Answer(res, *queued, std::make_unique<OpenAiChunkEncoder>(queued->response), request.stream,
-         ErrorShape::kOpenAi, [response = queued->response] { return response->Final(); });
+  auto response = std::make_shared<OpenAiResponse>(request, queued->reply, engine_.config().model,
+                                                   static_cast<int64_t>(std::time(nullptr)),
+                                                   engine_.tokenizer());
+  Answer(res, *queued, std::make_unique<OpenAiChunkEncoder>(response), request.stream,
+         ErrorShape::kOpenAi, [response] { return response->Final(); });
 }
 
 void ApiHandlers::Anthropic(const httplib::Request& req, httplib::Response& res,
@@ -238,14 +240,12 @@ void ApiHandlers::Anthropic(const httplib::Request& req, httplib::Response& res,
                     "application/json");
     return;
   }
-  const bool stream = request.stream;
-  request.stream = true;  // the chat response's chunks are what the message is made of
   auto queued = Queue(request, prepared, fmt::format("msg_{:024x}", next_id_++));
   if (!queued) return SendRefused(res, ErrorShape::kAnthropic);
-  auto message = std::make_unique<AnthropicMessage>(queued->response, queued->id,
+  auto message = std::make_unique<AnthropicMessage>(queued->reply, queued->id,
                                                     engine_.config().model, input_tokens);
   const AnthropicMessage* reply = message.get();
-  Answer(res, *queued, std::move(message), stream, ErrorShape::kAnthropic,
+  Answer(res, *queued, std::move(message), request.stream, ErrorShape::kAnthropic,
          [reply] { return reply->Final(); });
 }
 
@@ -274,9 +274,8 @@ void ApiHandlers::Responses(const httplib::Request& req, httplib::Response& res)
   auto queued = Queue(request, prepared, NewResponseId());
   if (!queued) return SendRefused(res);
   auto reply = std::make_unique<ResponsesReply>(
-      queued->response, queued->id, engine_.config().model,
-      static_cast<int64_t>(std::time(nullptr)), std::ssize(prepared.prompts.front().ids),
-      std::move(responses), &responses_);
+      queued->reply, queued->id, engine_.config().model, static_cast<int64_t>(std::time(nullptr)),
+      std::ssize(prepared.prompts.front().ids), std::move(responses), &responses_);
   const ResponsesReply* final = reply.get();
   Answer(res, *queued, std::move(reply), stream, ErrorShape::kOpenAi,
          [final] { return final->Final(); });

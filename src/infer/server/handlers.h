@@ -59,14 +59,14 @@ class ApiHandlers {
  private:
   // An OpenAI request's prompts, tokenized and checked, with each prompt's sampling params.
   struct OpenAiPrompts {
-    std::vector<OpenAiResponse::PromptInfo> prompts;
+    std::vector<ChatReply::PromptInfo> prompts;
     std::vector<SamplingParams> params;
   };
   // A response whose choices are queued on one channel.
   struct Queued {
     std::string id;
     std::shared_ptr<OutputChannel> channel;
-    std::shared_ptr<OpenAiResponse> response;
+    std::shared_ptr<ChatReply> reply;
   };
   // The tool-call format the model's chat template teaches.
   ToolCallFormat ToolFormat() const;
@@ -76,7 +76,7 @@ class ApiHandlers {
   // the engine refuses one.
   std::optional<Queued> Queue(const OpenAiRequest& request, const OpenAiPrompts& prepared,
                               std::string id);
-  void CancelChoices(const OpenAiResponse& response);
+  void CancelChoices(const ChatReply& reply);
   // Streams the queued response through `encoder`, or waits for its end and answers `final()`.
   void Answer(httplib::Response& res, const Queued& queued, std::unique_ptr<StreamEncoder> encoder,
               bool stream, ErrorShape shape, const std::function<nlohmann::ordered_json()>& final);

@@ -41,60 +41,19 @@ ordered_json OpenAiErrorJson(int status, std::string_view message, std::string_v
   return ordered_json{{"error", std::move(error)}};
 }
 
-// ReasoningSplitter -------------------------------------------------------------------------
-
-namespace {
-constexpr std::string_view kThinkStart = "<think>";
-constexpr std::string_view kThinkEnd = "</think>";
-
-// Length of the longest suffix of `text` that is a proper prefix of `tag`.
-size_t PartialTagSuffix(std::string_view text, std::string_view tag) {
-  for (size_t length = std::min(text.size(), tag.size() - 1); length > 0; --length) {
-    if (text.substr(text.size() - length) == tag.substr(0, length)) return length;
-  }
-  return 0;
-}
-}  // namespace
-
-ReasoningSplitter::Parts ReasoningSplitter::Feed(std::string_view text) {
-  pending_.append(text);
-  return Drain(false);
-}
-
-ReasoningSplitter::Parts ReasoningSplitter::Finish() { return Drain(true); }
-
-ReasoningSplitter::Parts ReasoningSplitter::Drain(bool final) {
-  Parts parts;
-  while (!pending_.empty()) {
-    if (state_ == State::kAfter) {
-      parts.content += pending_;
-      pending_.clear();
-      break;
-    }
-    const std::string_view tag = state_ == State::kBefore ? kThinkStart : kThinkEnd;
-    std::string& out = state_ == State::kBefore ? parts.content : parts.reasoning;
-    const size_t at = pending_.find(tag);
-    if (at != std::string::npos) {
-      out.append(pending_, 0, at);
-      pending_.erase(0, at + tag.size());
-      state_ = state_ == State::kBefore ? State::kThinking : State::kAfter;
-      continue;
-    }
-    const size_t keep = final ? 0 : PartialTagSuffix(pending_, tag);
-    out.append(pending_, 0, pending_.size() - keep);
-    pending_.erase(0, pending_.size() - keep);
-    break;
-  }
-  return parts;
-}
-
 // OpenAiResponse ----------------------------------------------------------------------------
 
 OpenAiResponse::OpenAiResponse(const OpenAiRequest& request, std::string id, std::string model,
                                int64_t created, std::vector<PromptInfo> prompts,
                                const Tokenizer* tokenizer, bool reasoning)
+    : OpenAiResponse(
+          request,
+          std::make_shared<ChatReply>(request, std::move(id), std::move(prompts), reasoning),
+          std::move(model), created, tokenizer) {}
+
+OpenAiResponse::OpenAiResponse(const OpenAiRequest& request, std::shared_ptr<ChatReply> reply,
+                               std::string model, int64_t created, const Tokenizer* tokenizer)
     : endpoint_(request.endpoint),
-      id_(std::move(id)),
       model_(std::move(model)),
       created_(created),
       n_(request.n),
@@ -103,24 +62,8 @@ OpenAiResponse::OpenAiResponse(const OpenAiRequest& request, std::string id, std
       echo_(request.echo),
       return_token_ids_(request.return_token_ids),
       want_logprobs_(request.params.logprobs.has_value()),
-      reasoning_(reasoning && request.endpoint == OpenAiEndpoint::kChatCompletions),
-      tools_(request.endpoint == OpenAiEndpoint::kChatCompletions && request.tools &&
-                     request.tools->choice.mode != ToolChoice::Mode::kNone
-                 ? request.tools
-                 : std::nullopt),
-      tool_format_(request.tool_format),
-      prompts_(std::move(prompts)),
       tokenizer_(tokenizer),
-      choices_(prompts_.size() * static_cast<size_t>(request.n)) {
-  for (size_t i = 0; i < choices_.size(); ++i) {
-    choice_of_request_.emplace(ChoiceRequestId(id_, static_cast<int64_t>(i)), i);
-    if (echo_) choices_[i].text = prompts_[i / static_cast<size_t>(n_)].text;
-  }
-}
-
-std::string OpenAiResponse::ChoiceRequestId(std::string_view base, int64_t choice) {
-  return fmt::format("{}-{}", base, choice);
-}
+      reply_(std::move(reply)) {}
 
 std::string OpenAiResponse::TokenText(int32_t id) const {
   if (tokenizer_ == nullptr) return {};
@@ -134,7 +77,7 @@ std::string OpenAiResponse::DataLine(const ordered_json& chunk) {
 
 ordered_json OpenAiResponse::ChunkBase() const {
   ordered_json chunk;
-  chunk["id"] = id_;
+  chunk["id"] = reply_->id();
   chunk["object"] =
       endpoint_ == OpenAiEndpoint::kChatCompletions ? "chat.completion.chunk" : "text_completion";
   chunk["created"] = created_;
@@ -186,34 +129,26 @@ ordered_json OpenAiResponse::LogprobsJson(std::span<const TokenLogprobs> logprob
 }
 
 ordered_json OpenAiResponse::Usage() const {
-  int64_t prompt_tokens = 0;
-  int64_t completion_tokens = 0;
-  for (const PromptInfo& prompt : prompts_) prompt_tokens += std::ssize(prompt.ids);
-  int64_t reasoning_tokens = 0;
-  for (const Choice& choice : choices_) {
-    completion_tokens += choice.completion_tokens;
-    reasoning_tokens += choice.reasoning_tokens;
-  }
-  // Per prompt, the prompt tokens every one of its choices found in the prefix cache.
-  int64_t cached_tokens = 0;
-  const size_t per_prompt = prompts_.empty() ? 0 : choices_.size() / prompts_.size();
-  for (size_t p = 0; p < prompts_.size() && per_prompt > 0; ++p) {
-    int64_t cached = choices_[p * per_prompt].cached_tokens;
-    for (size_t c = p * per_prompt; c < (p + 1) * per_prompt; ++c) {
-      cached = std::min(cached, choices_[c].cached_tokens);
-    }
-    cached_tokens += cached;
-  }
-  return ordered_json{{"prompt_tokens", prompt_tokens},
-                      {"completion_tokens", completion_tokens},
-                      {"total_tokens", prompt_tokens + completion_tokens},
-                      {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}},
-                      {"completion_tokens_details", {{"reasoning_tokens", reasoning_tokens}}}};
+  const ChatUsage usage = reply_->Usage();
+  return ordered_json{
+      {"prompt_tokens", usage.prompt_tokens},
+      {"completion_tokens", usage.completion_tokens},
+      {"total_tokens", usage.prompt_tokens + usage.completion_tokens},
+      {"prompt_tokens_details", {{"cached_tokens", usage.cached_tokens}}},
+      {"completion_tokens_details", {{"reasoning_tokens", usage.reasoning_tokens}}}};
 }
 
 namespace {
-std::string_view OpenAiFinishReason(std::optional<FinishReason> reason) {
-  return reason == FinishReason::kLength ? "length" : "stop";  // eos and stop strings: "stop"
+std::string_view OpenAiFinishReason(ChatFinish finish) {
+  switch (finish) {
+    case ChatFinish::kLength:
+      return "length";
+    case ChatFinish::kToolCalls:
+      return "tool_calls";
+    case ChatFinish::kStop:
+      break;
+  }
+  return "stop";  // eos, stop strings and the grammar's end
 }
 
 ordered_json ToolCallsJson(const std::vector<ToolCall>& calls, bool streamed) {
@@ -230,29 +165,9 @@ ordered_json ToolCallsJson(const std::vector<ToolCall>& calls, bool streamed) {
 }
 }  // namespace
 
-ordered_json OpenAiResponse::ToolReplyChunk(size_t index, const Choice& choice) const {
-  const ParsedReply reply = ParseToolCalls(choice.text, tool_format_, *tools_);
-  ordered_json delta = ordered_json::object();
-  if (reply.calls.empty()) {
-    // No call: the text not streamed yet.
-    if (choice.streamed < choice.text.size())
-      delta["content"] = choice.text.substr(choice.streamed);
-  } else {
-    // Calls: the text before the first one was streamed as content already.
-    delta["tool_calls"] = ToolCallsJson(reply.calls, /*streamed=*/true);
-  }
-  ordered_json delta_choice = {
-      {"index", index}, {"delta", std::move(delta)}, {"logprobs", nullptr}};
-  delta_choice["finish_reason"] =
-      reply.calls.empty() ? OpenAiFinishReason(choice.finish_reason) : "tool_calls";
-  ordered_json chunk = ChunkBase();
-  chunk["choices"] = ordered_json::array({std::move(delta_choice)});
-  return chunk;
-}
-
 std::string OpenAiResponse::StreamStart() {
   std::string lines;
-  for (size_t i = 0; i < choices_.size(); ++i) {
+  for (size_t i = 0; i < reply_->choices().size(); ++i) {
     ordered_json chunk = ChunkBase();
     ordered_json choice;
     choice["index"] = i;
@@ -260,7 +175,7 @@ std::string OpenAiResponse::StreamStart() {
       choice["delta"] = {{"role", "assistant"}, {"content", ""}};
       choice["logprobs"] = nullptr;
     } else if (echo_) {
-      choice["text"] = choices_[i].text;
+      choice["text"] = reply_->choices()[i].text;
       choice["logprobs"] = nullptr;
     } else {
       continue;
@@ -272,106 +187,47 @@ std::string OpenAiResponse::StreamStart() {
   return lines;
 }
 
-ReasoningSplitter::Parts OpenAiResponse::SplitText(Choice& choice, const StepOutput& output) {
-  if (!reasoning_) return {{}, output.text_delta};
-  ReasoningSplitter::Parts parts = choice.splitter.Feed(output.text_delta);
-  if (output.finished) {
-    ReasoningSplitter::Parts rest = choice.splitter.Finish();
-    parts.reasoning += rest.reasoning;
-    parts.content += rest.content;
-  }
-  return parts;
-}
-
 std::string OpenAiResponse::Add(const StepOutput& output) {
+  const std::vector<ChatDelta> deltas = reply_->Add(output);
+  if (!stream_) return {};
   std::string lines;
-  for (const ordered_json& chunk : AddChunks(output)) lines += DataLine(chunk);
+  for (const ChatDelta& delta : deltas) {
+    if (delta.error) {
+      lines += DataLine(OpenAiErrorJson(500, *delta.error));
+    } else if (ordered_json chunk = DeltaChunk(delta); !chunk.is_null()) {
+      lines += DataLine(chunk);
+    }
+  }
   return lines;
 }
 
-std::vector<ordered_json> OpenAiResponse::AddChunks(const StepOutput& output) {
-  const auto found = choice_of_request_.find(output.request_id);
-  if (found == choice_of_request_.end()) return {};
-  const size_t index = found->second;
-  Choice& choice = choices_[index];
-  if (choice.finished) return {};
-  const size_t text_offset = choice.text.size();
-  auto [reasoning, content] = SplitText(choice, output);
-  if (output.token_id && !output.error && !reasoning.empty() && content.empty()) {
-    ++choice.reasoning_tokens;
+ordered_json OpenAiResponse::DeltaChunk(const ChatDelta& delta) const {
+  const bool new_token_id = return_token_ids_ && delta.token_id.has_value();
+  if (delta.content.empty() && delta.reasoning.empty() && !delta.logprobs && !new_token_id &&
+      delta.tool_calls.empty() && !delta.finished) {
+    return nullptr;
   }
-  choice.text += content;
-  choice.reasoning += reasoning;
-  if (output.token_id && !output.error) choice.token_ids.push_back(*output.token_id);
-  std::span<const TokenLogprobs> new_logprobs;
-  if (output.logprobs && !output.error) {
-    choice.logprobs.push_back(*output.logprobs);
-    new_logprobs = std::span(choice.logprobs).last(1);
-  }
-  choice.completion_tokens = output.completion_tokens;
-  choice.cached_tokens = output.cached_tokens;
-  if (output.finished) {
-    choice.finished = true;
-    choice.finish_reason = output.finish_reason;
-    ++num_finished_;
-    if (output.error && !error_) error_ = output.error;
-  }
-  if (!stream_) return {};
-  if (output.error) return {OpenAiErrorJson(500, *output.error)};
-  if (tools_) {
-    // The reply may hold a call: text that cannot be part of one streams as content; from
-    // where a call may start it is held, and sent when the choice ends, parsed into tool_calls
-    // (or as the rest of the content). Reasoning streams as usual.
-    const size_t safe =
-        output.finished ? choice.streamed : StreamableToolText(choice.text, tool_format_);
-    std::string now =
-        safe > choice.streamed ? choice.text.substr(choice.streamed, safe - choice.streamed) : "";
-    choice.streamed = std::max(choice.streamed, safe);
-    std::vector<ordered_json> chunks;
-    if (!reasoning.empty() || !now.empty()) {
-      StepOutput partial = output;
-      partial.finished = false;
-      chunks.push_back(
-          DeltaChunk(index, partial, {std::move(reasoning), std::move(now)}, {}, text_offset));
-    }
-    if (output.finished) chunks.push_back(ToolReplyChunk(index, choice));
-    return chunks;
-  }
-  const bool new_token_id = return_token_ids_ && output.token_id.has_value();
-  if (content.empty() && reasoning.empty() && new_logprobs.empty() && !new_token_id &&
-      !output.finished) {
-    return {};
-  }
-  return {DeltaChunk(index, output, {std::move(reasoning), std::move(content)}, new_logprobs,
-                     text_offset)};
-}
-
-ordered_json OpenAiResponse::DeltaChunk(size_t index, const StepOutput& output,
-                                        const ReasoningSplitter::Parts& text,
-                                        std::span<const TokenLogprobs> new_logprobs,
-                                        size_t text_offset) const {
-  const std::string& reasoning = text.reasoning;
-  const std::string& content = text.content;
   ordered_json chunk = ChunkBase();
   ordered_json delta_choice;
-  delta_choice["index"] = index;
+  delta_choice["index"] = delta.choice;
   if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
-    ordered_json delta = ordered_json::object();
-    if (!reasoning.empty()) delta["reasoning_content"] = reasoning;
-    if (!content.empty()) delta["content"] = content;
-    delta_choice["delta"] = std::move(delta);
+    ordered_json message = ordered_json::object();
+    if (!delta.reasoning.empty()) message["reasoning_content"] = delta.reasoning;
+    if (!delta.content.empty()) message["content"] = delta.content;
+    if (!delta.tool_calls.empty()) {
+      message["tool_calls"] = ToolCallsJson(delta.tool_calls, /*streamed=*/true);
+    }
+    delta_choice["delta"] = std::move(message);
   } else {
-    delta_choice["text"] = content;
+    delta_choice["text"] = delta.content;
   }
-  delta_choice["logprobs"] = want_logprobs_ && !new_logprobs.empty()
-                                 ? LogprobsJson(new_logprobs, text_offset)
-                                 : ordered_json(nullptr);
-  if (return_token_ids_ && output.token_id) {
-    delta_choice["token_ids"] = ordered_json::array({*output.token_id});
-  }
-  delta_choice["finish_reason"] = output.finished
-                                      ? ordered_json(OpenAiFinishReason(output.finish_reason))
-                                      : ordered_json(nullptr);
+  delta_choice["logprobs"] =
+      want_logprobs_ && delta.logprobs
+          ? LogprobsJson(std::span<const TokenLogprobs>(&*delta.logprobs, 1), delta.text_offset)
+          : ordered_json(nullptr);
+  if (new_token_id) delta_choice["token_ids"] = ordered_json::array({*delta.token_id});
+  delta_choice["finish_reason"] =
+      delta.finished ? ordered_json(OpenAiFinishReason(delta.finish)) : ordered_json(nullptr);
   chunk["choices"] = ordered_json::array({std::move(delta_choice)});
   return chunk;
 }
@@ -393,27 +249,28 @@ ordered_json OpenAiResponse::Final() const {
   response["object"] =
       endpoint_ == OpenAiEndpoint::kChatCompletions ? "chat.completion" : "text_completion";
   ordered_json choices = ordered_json::array();
-  for (size_t i = 0; i < choices_.size(); ++i) {
-    const Choice& choice = choices_[i];
+  const std::vector<ChatReply::Choice>& all = reply_->choices();
+  for (size_t i = 0; i < all.size(); ++i) {
+    const ChatReply::Choice& choice = all[i];
     ordered_json entry;
     entry["index"] = i;
-    const size_t echo_offset = echo_ ? prompts_[i / static_cast<size_t>(n_)].text.size() : 0;
+    const size_t echo_offset =
+        echo_ ? reply_->prompts()[i / static_cast<size_t>(n_)].text.size() : 0;
+    const ChatFinish finish =
+        choice.finish_reason == FinishReason::kLength ? ChatFinish::kLength : ChatFinish::kStop;
     if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
       ordered_json message;
       message["role"] = "assistant";
       message["content"] = choice.text;
-      std::string_view finish_reason = OpenAiFinishReason(choice.finish_reason);
-      if (tools_) {
-        const ParsedReply reply = ParseToolCalls(choice.text, tool_format_, *tools_);
-        if (!reply.calls.empty()) {
-          message["content"] =
-              reply.content.empty() ? ordered_json(nullptr) : ordered_json(reply.content);
-          message["tool_calls"] = ToolCallsJson(reply.calls, /*streamed=*/false);
-          finish_reason = "tool_calls";
-        }
+      std::string_view finish_reason = OpenAiFinishReason(finish);
+      if (choice.tools && !choice.tools->calls.empty()) {
+        message["content"] = choice.tools->content.empty() ? ordered_json(nullptr)
+                                                           : ordered_json(choice.tools->content);
+        message["tool_calls"] = ToolCallsJson(choice.tools->calls, /*streamed=*/false);
+        finish_reason = "tool_calls";
       }
       entry["finish_reason"] = finish_reason;
-      if (reasoning_) {
+      if (reply_->splits_reasoning()) {
         message["reasoning_content"] =
             choice.reasoning.empty() ? ordered_json(nullptr) : ordered_json(choice.reasoning);
       }
@@ -423,21 +280,20 @@ ordered_json OpenAiResponse::Final() const {
     }
     entry["logprobs"] =
         want_logprobs_ ? LogprobsJson(choice.logprobs, echo_offset) : ordered_json(nullptr);
-    if (!entry.contains("finish_reason")) {
-      entry["finish_reason"] = OpenAiFinishReason(choice.finish_reason);
-    }
+    if (!entry.contains("finish_reason")) entry["finish_reason"] = OpenAiFinishReason(finish);
     if (return_token_ids_) entry["token_ids"] = choice.token_ids;
     choices.push_back(std::move(entry));
   }
   response["choices"] = std::move(choices);
   response["usage"] = Usage();
   if (return_token_ids_) {
-    if (prompts_.size() == 1) {
-      response["prompt_token_ids"] = prompts_.front().ids;
+    const std::vector<PromptInfo>& prompts = reply_->prompts();
+    if (prompts.size() == 1) {
+      response["prompt_token_ids"] = prompts.front().ids;
     } else {
-      ordered_json all = ordered_json::array();
-      for (const PromptInfo& prompt : prompts_) all.push_back(prompt.ids);
-      response["prompt_token_ids"] = std::move(all);
+      ordered_json all_ids = ordered_json::array();
+      for (const PromptInfo& prompt : prompts) all_ids.push_back(prompt.ids);
+      response["prompt_token_ids"] = std::move(all_ids);
     }
   }
   return response;

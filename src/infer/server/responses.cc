@@ -423,10 +423,10 @@ ResponsesRequest ResponsesToChatBody(std::string_view body, const ResponseStore&
 
 // ResponsesReply --------------------------------------------------------------------------------
 
-ResponsesReply::ResponsesReply(std::shared_ptr<OpenAiResponse> chat, std::string id,
-                               std::string model, int64_t created_at, int64_t input_tokens,
-                               ResponsesRequest request, ResponseStore* store)
-    : chat_(std::move(chat)),
+ResponsesReply::ResponsesReply(std::shared_ptr<ChatReply> reply, std::string id, std::string model,
+                               int64_t created_at, int64_t input_tokens, ResponsesRequest request,
+                               ResponseStore* store)
+    : reply_(std::move(reply)),
       id_(std::move(id)),
       model_(std::move(model)),
       created_at_(created_at),
@@ -467,12 +467,11 @@ ordered_json ResponsesReply::Response(const std::string& status) const {
     response[key] = request_.echo.value(key, ordered_json());
   }
   if (status != "in_progress") {
-    // The chat response's usage (one choice) keeps the cache and reasoning counts.
-    const ordered_json chat = chat_->Usage();
+    const ChatUsage usage = reply_->Usage();
     response["usage"] = {{"input_tokens", input_tokens_},
-                         {"input_tokens_details", chat["prompt_tokens_details"]},
+                         {"input_tokens_details", {{"cached_tokens", usage.cached_tokens}}},
                          {"output_tokens", output_tokens_},
-                         {"output_tokens_details", chat["completion_tokens_details"]},
+                         {"output_tokens_details", {{"reasoning_tokens", usage.reasoning_tokens}}},
                          {"total_tokens", input_tokens_ + output_tokens_}};
   } else {
     response["usage"] = nullptr;
@@ -561,52 +560,44 @@ std::string ResponsesReply::AppendText(Open kind, const std::string& text) {
   return events + Event("response.output_text.delta", delta);
 }
 
-std::string ResponsesReply::Translate(const ordered_json& chunk) {
-  if (chunk.contains("error")) {
-    error_ = chunk["error"].value("message", "");
+std::string ResponsesReply::Translate(const ChatDelta& delta) {
+  if (delta.error) {
+    error_ = *delta.error;
     return Event("error", {{"code", "server_error"}, {"message", *error_}, {"param", nullptr}});
   }
-  const ordered_json& choice = chunk["choices"].at(0);
-  const ordered_json& delta = choice["delta"];
-  std::string events;
-  if (delta.contains("reasoning_content")) {
-    events += AppendText(Open::kReasoning, delta["reasoning_content"].get<std::string>());
-  }
-  if (delta.contains("content")) {
-    events += AppendText(Open::kMessage, delta["content"].get<std::string>());
-  }
-  const auto& finish = choice["finish_reason"];
-  if (!finish.is_null()) incomplete_ = finish == "length";
-  if (delta.contains("tool_calls")) {
+  std::string events = AppendText(Open::kReasoning, delta.reasoning);  // before the text
+  events += AppendText(Open::kMessage, delta.content);
+  if (delta.finished) incomplete_ = delta.finish == ChatFinish::kLength;
+  if (!delta.tool_calls.empty()) {
     events += CloseItem("completed");
-    for (const ordered_json& call : delta["tool_calls"]) {
+    for (const ToolCall& call : delta.tool_calls) {
       const size_t index = output_.size();
       ordered_json item = {{"id", NewItemId("fc")},   {"type", "function_call"},
                            {"status", "in_progress"}, {"arguments", ""},
-                           {"call_id", call["id"]},   {"name", call["function"]["name"]}};
+                           {"call_id", call.id},      {"name", call.name}};
       events += Event("response.output_item.added", {{"output_index", index}, {"item", item}});
-      const ordered_json& arguments = call["function"]["arguments"];
-      events += Event("response.function_call_arguments.delta",
-                      {{"item_id", item["id"]}, {"output_index", index}, {"delta", arguments}});
+      events +=
+          Event("response.function_call_arguments.delta",
+                {{"item_id", item["id"]}, {"output_index", index}, {"delta", call.arguments}});
       events += Event("response.function_call_arguments.done", {{"item_id", item["id"]},
                                                                 {"output_index", index},
                                                                 {"name", item["name"]},
-                                                                {"arguments", arguments}});
-      item["arguments"] = arguments;
+                                                                {"arguments", call.arguments}});
+      item["arguments"] = call.arguments;
       item["status"] = "completed";
       events += Event("response.output_item.done", {{"output_index", index}, {"item", item}});
       output_.push_back(std::move(item));
     }
   }
-  if (!finish.is_null()) events += CloseItem(incomplete_ ? "incomplete" : "completed");
+  if (delta.finished) events += CloseItem(incomplete_ ? "incomplete" : "completed");
   return events;
 }
 
 std::string ResponsesReply::Add(const StepOutput& output) {
   if (!output.error) output_tokens_ = output.completion_tokens;
   std::string events;
-  for (const ordered_json& chunk : chat_->AddChunks(output)) events += Translate(chunk);
-  if (chat_->finished() && !error_ && request_.store && store_ != nullptr) {
+  for (const ChatDelta& delta : reply_->Add(output)) events += Translate(delta);
+  if (reply_->finished() && !error_ && request_.store && store_ != nullptr) {
     StoredResponse stored{Final(), request_.conversation};
     for (const ordered_json& item : output_) stored.conversation.push_back(item);
     store_->Put(std::move(stored));

@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "infer/server/openai_response.h"
+#include "infer/server/chat/chat_reply.h"
 #include "infer/server/stream.h"
 
 namespace infer::server {
@@ -71,7 +71,7 @@ std::string NewResponseId();
 
 // A Responses request as the chat completion it asks for.
 struct ResponsesRequest {
-  // The OpenAI chat completion body (always streaming: its chunks are what is translated).
+  // The OpenAI chat completion body (streaming; how the reply is sent is `stream`'s).
   nlohmann::ordered_json chat;
   // The conversation so far as Responses items: previous_response_id's, then this input.
   nlohmann::ordered_json conversation = nlohmann::ordered_json::array();
@@ -96,23 +96,22 @@ struct ResponsesRequest {
 ResponsesRequest ResponsesToChatBody(std::string_view body, const ResponseStore& store,
                                      std::vector<std::string>* ignored = nullptr);
 
-// One response under assembly from a one-choice chat response, which must stream: its output
-// items (reasoning from the reasoning split, message with output_text, function_call from the
-// parsed tool calls), status (completed, or incomplete at max_output_tokens) and usage. As a
-// StreamEncoder it writes the Responses events (response.created, response.in_progress, the
-// items' added / delta / done events, response.completed or response.incomplete; a failure
-// mid-stream is an `error` event and response.failed); Final() is the whole response object.
-// Once it ends, a response asked to be stored goes into `store` (may be null) with its
-// conversation.
+// The Responses encoding of a one-choice reply (chat_reply.h): its output items (reasoning from the
+// reasoning split, message with output_text, function_call from the parsed tool calls), status
+// (completed, or incomplete at max_output_tokens) and usage. As a StreamEncoder it writes the
+// Responses events (response.created, response.in_progress, the items' added / delta / done events,
+// response.completed or response.incomplete; a failure mid-stream is an `error` event and
+// response.failed); Final() is the whole response object. Once it ends, a response asked to be
+// stored goes into `store` (may be null) with its conversation.
 class ResponsesReply final : public StreamEncoder {
  public:
-  ResponsesReply(std::shared_ptr<OpenAiResponse> chat, std::string id, std::string model,
+  ResponsesReply(std::shared_ptr<ChatReply> reply, std::string id, std::string model,
                  int64_t created_at, int64_t input_tokens, ResponsesRequest request,
                  ResponseStore* store);
 
   std::string Start() override;
   std::string Add(const StepOutput& output) override;
-  bool finished() const override { return chat_->finished(); }
+  bool finished() const override { return reply_->finished(); }
   std::string End() override;
 
   // The response object (once finished: the whole of it).
@@ -120,7 +119,7 @@ class ResponsesReply final : public StreamEncoder {
 
  private:
   enum class Open { kNone, kReasoning, kMessage };
-  std::string Translate(const nlohmann::ordered_json& chunk);
+  std::string Translate(const ChatDelta& delta);
   // Appends to the open item of `kind`, opening it first.
   std::string AppendText(Open kind, const std::string& text);
   std::string CloseItem(const std::string& status);
@@ -128,7 +127,7 @@ class ResponsesReply final : public StreamEncoder {
   std::string NewItemId(std::string_view prefix);
   nlohmann::ordered_json Response(const std::string& status) const;
 
-  std::shared_ptr<OpenAiResponse> chat_;
+  std::shared_ptr<ChatReply> reply_;
   const std::string id_;
   const std::string model_;
   const int64_t created_at_;

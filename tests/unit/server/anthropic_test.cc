@@ -188,15 +188,12 @@ std::vector<std::pair<std::string, json>> Events(const std::string& stream) {
 
 // A message under assembly for `body` (Anthropic's), as the handler makes it.
 struct Assembly {
-  Assembly(const std::string& body, ToolCallFormat format = ToolCallFormat::kHermes,
-           const Tokenizer* tokenizer = nullptr) {
+  explicit Assembly(const std::string& body, ToolCallFormat format = ToolCallFormat::kHermes) {
     OpenAiRequest request = ParseChatCompletionJson(AnthropicToChatBody(body, false), "m", {});
-    request.stream = true;
     request.tool_format = format;
-    auto chat = std::make_shared<OpenAiResponse>(
-        request, "msg_1", "m", 0, std::vector<OpenAiResponse::PromptInfo>{{{1, 2}, ""}}, tokenizer,
-        /*reasoning=*/true);
-    message = std::make_unique<AnthropicMessage>(chat, "msg_1", "m", 2);
+    auto reply = std::make_shared<ChatReply>(
+        request, "msg_1", std::vector<ChatReply::PromptInfo>{{{1, 2}, ""}}, /*reasoning=*/true);
+    message = std::make_unique<AnthropicMessage>(reply, "msg_1", "m", 2);
   }
   std::string id = OpenAiResponse::ChoiceRequestId("msg_1", 0);
   std::unique_ptr<AnthropicMessage> message;

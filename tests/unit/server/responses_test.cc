@@ -270,9 +270,8 @@ struct Assembly {
     request.tool_format = ToolCallFormat::kHermes;
     responses.echo["temperature"] = request.params.temperature;
     responses.echo["top_p"] = request.params.top_p;
-    auto chat = std::make_shared<OpenAiResponse>(
-        request, "resp_1", "m", 0, std::vector<OpenAiResponse::PromptInfo>{{{1, 2}, ""}}, nullptr,
-        /*reasoning=*/true);
+    auto chat = std::make_shared<ChatReply>(
+        request, "resp_1", std::vector<ChatReply::PromptInfo>{{{1, 2}, ""}}, /*reasoning=*/true);
     reply =
         std::make_unique<ResponsesReply>(chat, "resp_1", "m", 42, 2, std::move(responses), store);
   }
