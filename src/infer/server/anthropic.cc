@@ -46,14 +46,22 @@ std::string TypeOf(const ordered_json& block, const std::string& at) {
   return block["type"].get<std::string>();
 }
 
+// A turn whose content is a string: one message of `role` (true). Else the content must be a
+// list of blocks (false).
+bool PlainTurn(const ordered_json& content, const std::string& param, const char* role,
+               ordered_json& out) {
+  if (content.is_string()) {
+    out.push_back({{"role", role}, {"content", content}});
+    return true;
+  }
+  if (!content.is_array()) Reject(param + " must be a string or a list of content blocks");
+  return false;
+}
+
 // A user turn: its tool_result blocks become role "tool" messages (first, as Anthropic orders
 // them), its text one user message.
 void UserTurn(const ordered_json& content, const std::string& param, ordered_json& out) {
-  if (content.is_string()) {
-    out.push_back({{"role", "user"}, {"content", content}});
-    return;
-  }
-  if (!content.is_array()) Reject(param + " must be a string or a list of content blocks");
+  if (PlainTurn(content, param, "user", out)) return;
   ordered_json text_blocks = ordered_json::array();
   bool results = false;
   for (size_t i = 0; i < content.size(); ++i) {
@@ -82,11 +90,7 @@ void UserTurn(const ordered_json& content, const std::string& param, ordered_jso
 // An assistant turn: its text, and its tool_use blocks as tool_calls; thinking blocks are
 // dropped (chat templates do not render past reasoning).
 void AssistantTurn(const ordered_json& content, const std::string& param, ordered_json& out) {
-  if (content.is_string()) {
-    out.push_back({{"role", "assistant"}, {"content", content}});
-    return;
-  }
-  if (!content.is_array()) Reject(param + " must be a string or a list of content blocks");
+  if (PlainTurn(content, param, "assistant", out)) return;
   ordered_json text_blocks = ordered_json::array();
   ordered_json calls = ordered_json::array();
   for (size_t i = 0; i < content.size(); ++i) {

@@ -139,16 +139,10 @@ ordered_json OpenAiResponse::Usage() const {
 }
 
 namespace {
+// Eos, stop strings and the grammar's end are all "stop".
 std::string_view OpenAiFinishReason(ChatFinish finish) {
-  switch (finish) {
-    case ChatFinish::kLength:
-      return "length";
-    case ChatFinish::kToolCalls:
-      return "tool_calls";
-    case ChatFinish::kStop:
-      break;
-  }
-  return "stop";  // eos, stop strings and the grammar's end
+  if (finish == ChatFinish::kLength) return "length";
+  return finish == ChatFinish::kToolCalls ? "tool_calls" : "stop";
 }
 
 ordered_json ToolCallsJson(const std::vector<ToolCall>& calls, bool streamed) {

@@ -47,20 +47,8 @@ class ReplaceDecoder : public TokenDecoder {
 // "<0xNN>" -> NN, else -1.
 int ParseByteToken(const std::string& token) {
   if (token.size() != 6 || !token.starts_with("<0x") || token[5] != '>') return -1;
-  int value = 0;
-  for (int i = 3; i < 5; ++i) {
-    const char c = token[i];
-    value <<= 4;
-    if (c >= '0' && c <= '9')
-      value |= c - '0';
-    else if (c >= 'a' && c <= 'f')
-      value |= c - 'a' + 10;
-    else if (c >= 'A' && c <= 'F')
-      value |= c - 'A' + 10;
-    else
-      return -1;
-  }
-  return value;
+  const HexDigits hex = ParseHexDigits(std::string_view(token).substr(3, 2));
+  return hex.count == 2 ? static_cast<int>(hex.value) : -1;
 }
 
 class ByteFallbackDecoder : public TokenDecoder {

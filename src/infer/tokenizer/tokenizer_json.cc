@@ -138,20 +138,10 @@ class Scanner {
  private:
   char32_t ParseHex4() {
     if (pos_ + 4 > text_.size()) Error("short \\u escape");
-    char32_t value = 0;
-    for (int i = 0; i < 4; ++i) {
-      const char c = text_[pos_++];
-      value <<= 4;
-      if (c >= '0' && c <= '9')
-        value |= c - '0';
-      else if (c >= 'a' && c <= 'f')
-        value |= c - 'a' + 10;
-      else if (c >= 'A' && c <= 'F')
-        value |= c - 'A' + 10;
-      else
-        Error("bad \\u escape");
-    }
-    return value;
+    const HexDigits hex = ParseHexDigits(text_.substr(pos_, 4));
+    pos_ += hex.count == 4 ? 4 : hex.count + 1;  // an error names the byte after the bad digit
+    if (hex.count < 4) Error("bad \\u escape");
+    return hex.value;
   }
 
   void SkipValueAt() {

@@ -105,6 +105,25 @@ size_t CountCodePoints(std::string_view text) {
   return count;
 }
 
+HexDigits ParseHexDigits(std::string_view digits) {
+  HexDigits hex;
+  for (const char c : digits) {
+    uint32_t digit = 0;
+    if (c >= '0' && c <= '9') {
+      digit = static_cast<uint32_t>(c - '0');
+    } else if (c >= 'a' && c <= 'f') {
+      digit = static_cast<uint32_t>(c - 'a' + 10);
+    } else if (c >= 'A' && c <= 'F') {
+      digit = static_cast<uint32_t>(c - 'A' + 10);
+    } else {
+      break;
+    }
+    hex.value = hex.value << 4 | digit;
+    ++hex.count;
+  }
+  return hex;
+}
+
 std::string Utf8Lossy(std::string_view bytes) {
   std::string out;
   out.reserve(bytes.size());

@@ -1,5 +1,6 @@
 // UTF-8 helpers shared by the tokenizer: validation, code-point iteration, Rust-compatible lossy
-// decoding, Python's notion of whitespace, and the GPT-2 byte-to-unicode alphabet.
+// decoding, Python's notion of whitespace, the GPT-2 byte-to-unicode alphabet, and the hex digits
+// of escapes (\uHHHH, <0xHH>).
 #pragma once
 
 #include <array>
@@ -53,6 +54,14 @@ void AppendUtf8(std::string& out, char32_t code_point);
 std::u32string ToCodePoints(std::string_view text);  // text must be valid UTF-8
 std::string FromCodePoints(std::u32string_view code_points);
 size_t CountCodePoints(std::string_view text);  // text must be valid UTF-8
+
+// The leading hex digits of `digits` (either case): their value and how many there are (all of
+// `digits` when count == digits.size()).
+struct HexDigits {
+  uint32_t value = 0;
+  size_t count = 0;
+};
+HexDigits ParseHexDigits(std::string_view digits);
 
 // Rust's String::from_utf8_lossy: each maximal invalid subpart becomes one U+FFFD.
 std::string Utf8Lossy(std::string_view bytes);

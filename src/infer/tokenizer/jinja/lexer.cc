@@ -255,19 +255,10 @@ class Lexer {
       i += 2;
       const auto hex = [&](int count) {
         if (i + count > source_.size()) Error(pos, "bad escape");
-        uint32_t cp = 0;
-        for (int k = 0; k < count; ++k) {
-          const char h = source_[i + k];
-          cp <<= 4;
-          if (h >= '0' && h <= '9')
-            cp |= h - '0';
-          else if (h >= 'a' && h <= 'f')
-            cp |= h - 'a' + 10;
-          else if (h >= 'A' && h <= 'F')
-            cp |= h - 'A' + 10;
-          else
-            Error(pos, "bad escape in string");
-        }
+        const HexDigits digits =
+            ParseHexDigits(std::string_view(source_).substr(i, static_cast<size_t>(count)));
+        if (digits.count != static_cast<size_t>(count)) Error(pos, "bad escape in string");
+        const uint32_t cp = digits.value;
         if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) Error(pos, "bad escape in string");
         i += count;
         AppendUtf8(value, cp);
