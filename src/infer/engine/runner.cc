@@ -119,14 +119,9 @@ StepOutput ModelRunner::NewOutput(const Request& request) {
   return output;
 }
 
-void ModelRunner::TakeToken(Request& request, std::span<float> logits,
-                            std::vector<StepOutput>& outputs) {
-  const SamplingParams& params = request.sampling_params;
-  // EOS cannot come before min_tokens.
-  const bool suppress_eos = request.num_generated_tokens() < params.min_tokens;
-  std::optional<TokenLogprobs> logprobs;
-  if (params.logprobs) logprobs.emplace();
-  const size_t words = (logits.size() + 31) / 32;
+std::optional<bool> ModelRunner::FillDrawMask(Request& request, size_t vocab_size,
+                                              bool suppress_eos, std::vector<StepOutput>& outputs) {
+  const size_t words = (vocab_size + 31) / 32;
   bool masked = false;
   if (request.constraint) {
     // As vLLM: the grammar's mask comes first, so logprobs are of the constrained distribution.
@@ -134,8 +129,7 @@ void ModelRunner::TakeToken(Request& request, std::span<float> logits,
     request.constraint->FillMask(mask_);
     if (suppress_eos) {
       for (const int32_t id : eos_ids_) {
-        if (id >= 0 && static_cast<size_t>(id) < logits.size())
-          mask_[id / 32] &= ~(1U << (id % 32));
+        if (id >= 0 && static_cast<size_t>(id) < vocab_size) mask_[id / 32] &= ~(1U << (id % 32));
       }
     }
     if (std::all_of(mask_.begin(), mask_.end(), [](uint32_t word) { return word == 0; })) {
@@ -144,8 +138,9 @@ void ModelRunner::TakeToken(Request& request, std::span<float> logits,
       outputs.push_back(FailConstrained(request, NewOutput(request),
                                         "structured output: the output is complete after {} "
                                         "tokens but min_tokens is {}",
-                                        request.num_generated_tokens(), params.min_tokens));
-      return;
+                                        request.num_generated_tokens(),
+                                        request.sampling_params.min_tokens));
+      return std::nullopt;
     }
     masked = true;
   }
@@ -154,7 +149,7 @@ void ModelRunner::TakeToken(Request& request, std::span<float> logits,
   // not end inside a character (or after a few draws).
   std::optional<int32_t> forced = request.thinking ? request.thinking->Forced() : std::nullopt;
   if (forced && request.text.MidCharacter() && request.thinking->MayWait()) forced.reset();
-  if (forced && *forced >= 0 && static_cast<size_t>(*forced) < logits.size()) {
+  if (forced && *forced >= 0 && static_cast<size_t>(*forced) < vocab_size) {
     const auto word = static_cast<size_t>(*forced) / 32;
     const uint32_t bit = 1U << (*forced % 32);
     if (!masked || (mask_[word] & bit) != 0) {
@@ -163,7 +158,19 @@ void ModelRunner::TakeToken(Request& request, std::span<float> logits,
       masked = true;
     }
   }
-  if (masked) ApplyTokenMask(logits, mask_);
+  return masked;
+}
+
+void ModelRunner::TakeToken(Request& request, std::span<float> logits,
+                            std::vector<StepOutput>& outputs) {
+  const SamplingParams& params = request.sampling_params;
+  // EOS cannot come before min_tokens.
+  const bool suppress_eos = request.num_generated_tokens() < params.min_tokens;
+  std::optional<TokenLogprobs> logprobs;
+  if (params.logprobs) logprobs.emplace();
+  const std::optional<bool> masked = FillDrawMask(request, logits.size(), suppress_eos, outputs);
+  if (!masked) return;
+  if (*masked) ApplyTokenMask(logits, mask_);
   const int32_t token = request.sampler.Sample(
       logits, request.token_ids, request.num_prompt_tokens(),
       suppress_eos ? std::span<const int32_t>(eos_ids_) : std::span<const int32_t>(),
@@ -178,10 +185,15 @@ void ModelRunner::TakeToken(Request& request, std::span<float> logits,
   }
   outputs.push_back(AppendToken(request, token, is_eos));
   outputs.back().logprobs = std::move(logprobs);
-  // Jump-forward: the tokens the grammar forces next join the request without a sampling step
-  // each; their KV is computed with the next step's forward (one chunk). Not for requests that
-  // asked logprobs: a forced token was never drawn from a distribution.
-  if (!jump_forward_ || !request.constraint || request.done() || params.logprobs) return;
+  JumpForward(request, outputs);
+}
+
+void ModelRunner::JumpForward(Request& request, std::vector<StepOutput>& outputs) {
+  // Their KV is computed with the next step's forward (one chunk). Not for requests that asked
+  // logprobs: a forced token was never drawn from a distribution.
+  if (!jump_forward_ || !request.constraint || request.done() || request.sampling_params.logprobs) {
+    return;
+  }
   for (const int32_t forced : request.constraint->ForcedTokens()) {
     if (!request.constraint->Accept(forced)) break;
     outputs.push_back(AppendToken(request, forced, eos_token_ids_.contains(forced)));

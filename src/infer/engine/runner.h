@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <unordered_set>
 #include <vector>
 
@@ -41,6 +42,13 @@ class ModelRunner {
  private:
   // Samples from `logits`, records the token (and the forced ones after it) into `outputs`.
   void TakeToken(Request& request, std::span<float> logits, std::vector<StepOutput>& outputs);
+  // Fills mask_ for this draw: the grammar's allowed tokens (less EOS before min_tokens), or the
+  // one token a spent thinking budget forces. Returns whether the draw is masked; nullopt when
+  // the grammar allows nothing min_tokens permits (the request then failed, its output pushed).
+  std::optional<bool> FillDrawMask(Request& request, size_t vocab_size, bool suppress_eos,
+                                   std::vector<StepOutput>& outputs);
+  // Appends the tokens the grammar forces next (jump-forward), without a draw each.
+  void JumpForward(Request& request, std::vector<StepOutput>& outputs);
   // A request with a draft: `rows` holds the logits of its last token before the draft and of
   // each draft token. Draws from them in order while each draw equals the draft's next token
   // (those are kept), and records what the draws gave; the rest of the draft is rejected.

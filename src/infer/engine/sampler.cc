@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "infer/core/error.h"
 
@@ -174,11 +175,56 @@ void KeepCandidates(std::span<float> logits, Candidates& candidates, Keep keep) 
   candidates.weights.resize(kept);
 }
 
+// The candidates' weights (exp(logit - max_logit)), each one's bucket, and the buckets' mass
+// and count; returns the total weight, summed in the same (index) order as the sorted path's.
+double FillTopPHistogram(std::span<const float> logits, Candidates& candidates,
+                         std::vector<TopPBucket>& buckets, std::vector<uint16_t>& bucket_of) {
+  const std::vector<int32_t>& ids = candidates.ids;
+  bucket_of.resize(ids.size());
+  candidates.weights.resize(ids.size());
+  double total = 0.0;
+  for (size_t j = 0; j < ids.size(); ++j) {
+    const float logit = logits[static_cast<size_t>(ids[j])];
+    const double weight = std::exp(static_cast<double>(logit - candidates.max_logit));
+    candidates.weights[j] = weight;
+    total += weight;
+    const auto bucket = static_cast<uint16_t>(OrderKey(logit) >> kBucketShift);
+    bucket_of[j] = bucket;
+    buckets[bucket].mass += weight;
+    ++buckets[bucket].count;
+  }
+  return total;
+}
+
+// `members` (the crossing bucket's candidates) sorted as the full sort orders them, and the
+// index of the last one the nucleus keeps, given the mass `above` of the higher buckets; nullopt
+// where the sums' rounding `margin` leaves it in doubt (the full sort then decides).
+std::optional<size_t> LastKeptMember(std::span<const float> logits, const Candidates& candidates,
+                                     std::vector<uint32_t>& members, double above, double total,
+                                     double p, double margin) {
+  const std::vector<int32_t>& ids = candidates.ids;
+  std::sort(members.begin(), members.end(), [&](uint32_t a, uint32_t b) {
+    const float la = logits[static_cast<size_t>(ids[a])];
+    const float lb = logits[static_cast<size_t>(ids[b])];
+    return la > lb || (la == lb && a < b);
+  });
+  double cumulative = above;
+  for (size_t last = 0; last < members.size(); ++last) {
+    const double before = cumulative;
+    cumulative += candidates.weights[members[last]];
+    if (cumulative / total >= p) {
+      // Taken only where every shorter prefix is surely below p and this one surely reaches it.
+      if (before / total >= p - margin || cumulative / total < p + margin) return std::nullopt;
+      return last;
+    }
+  }
+  return std::nullopt;
+}
+
 // ApplyTopP over collected candidates, whose weights it computes; drops the masked ones. The
 // nucleus keeps the largest logit, so `best` and `max_logit` stay the draw's.
 void TopP(std::span<float> logits, double p, Candidates& candidates) {
   const std::vector<int32_t>& ids = candidates.ids;
-  std::vector<double>& weights = candidates.weights;
   if (ids.empty()) return;
   float min_logit = candidates.max_logit;
   for (const int32_t id : ids) min_logit = std::min(min_logit, logits[static_cast<size_t>(id)]);
@@ -187,20 +233,7 @@ void TopP(std::span<float> logits, double p, Candidates& candidates) {
   thread_local std::vector<TopPBucket> buckets(kBuckets);
   thread_local std::vector<uint16_t> bucket_of;  // each candidate's bucket
   std::fill(buckets.begin() + low_bucket, buckets.begin() + top_bucket + 1, TopPBucket{});
-  bucket_of.resize(ids.size());
-  weights.resize(ids.size());
-  // The same total, summed in the same (index) order, as the sorted path's.
-  double total = 0.0;
-  for (size_t j = 0; j < ids.size(); ++j) {
-    const float logit = logits[static_cast<size_t>(ids[j])];
-    const double weight = std::exp(static_cast<double>(logit - candidates.max_logit));
-    weights[j] = weight;
-    total += weight;
-    const auto bucket = static_cast<uint16_t>(OrderKey(logit) >> kBucketShift);
-    bucket_of[j] = bucket;
-    buckets[bucket].mass += weight;
-    ++buckets[bucket].count;
-  }
+  const double total = FillTopPHistogram(logits, candidates, buckets, bucket_of);
   // Bound on |histogram sum - sorted sum| of any prefix (each at most about 1): the sorted
   // path's recursive sum of up to n terms and each term's division, and the sums here over
   // tokens (n) and buckets, in units of DBL_EPSILON, with a factor of 4 to spare.
@@ -221,31 +254,16 @@ void TopP(std::span<float> logits, double p, Candidates& candidates) {
   };
   constexpr uint32_t kMaxSortedBucket = 8192;
   if (buckets[crossing].count > kMaxSortedBucket) return by_sorting();
-  // The crossing bucket's candidates in the sorted order (ids ascend with j).
-  std::vector<uint32_t> members;
+  std::vector<uint32_t> members;  // the crossing bucket's candidates
   members.reserve(buckets[crossing].count);
   for (size_t j = 0; j < ids.size(); ++j) {
     if (bucket_of[j] == crossing) members.push_back(static_cast<uint32_t>(j));
   }
-  std::sort(members.begin(), members.end(), [&](uint32_t a, uint32_t b) {
-    const float la = logits[static_cast<size_t>(ids[a])];
-    const float lb = logits[static_cast<size_t>(ids[b])];
-    return la > lb || (la == lb && a < b);
-  });
-  double cumulative = above;
-  size_t last = 0;  // the last kept member
-  for (; last < members.size(); ++last) {
-    const double before = cumulative;
-    cumulative += weights[members[last]];
-    if (cumulative / total >= p) {
-      // Taken only where every shorter prefix is surely below p and this one surely reaches it.
-      if (before / total >= p - margin || cumulative / total < p + margin) return by_sorting();
-      break;
-    }
-  }
-  if (last == members.size()) return by_sorting();
+  const std::optional<size_t> last =
+      LastKeptMember(logits, candidates, members, above, total, p, margin);
+  if (!last) return by_sorting();
   // Dropped: bucket 0, below every number's bucket (its keys are NaNs').
-  for (size_t m = last + 1; m < members.size(); ++m) bucket_of[members[m]] = 0;
+  for (size_t m = *last + 1; m < members.size(); ++m) bucket_of[members[m]] = 0;
   KeepCandidates(logits, candidates, [&](size_t j) { return bucket_of[j] >= crossing; });
 }
 

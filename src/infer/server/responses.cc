@@ -291,15 +291,10 @@ size_t ResponseStore::bytes() const {
 
 // The request ----------------------------------------------------------------------------------
 
-ResponsesRequest ResponsesToChatBody(std::string_view body, const ResponseStore& store,
-                                     std::vector<std::string>* ignored) {
-  const json ordered = ParseJsonObject(body);
-  Fields fields(ordered, /*name_param=*/true);
-  ResponsesRequest request;
-  ordered_json& chat = request.chat;
-  ordered_json& echo = request.echo;
+namespace {
 
-  // What would change the output and is not here.
+// What would change the output and is not here.
+void RefuseUnsupported(Fields& fields) {
   if (const json* background = fields.Get("background"); background && *background != false) {
     Unsupported("'background' mode", "background");
   }
@@ -315,14 +310,30 @@ ResponsesRequest ResponsesToChatBody(std::string_view body, const ResponseStore&
   if (const json* top = fields.Get("top_logprobs"); top && *top != 0) {
     Unsupported("'top_logprobs'", "top_logprobs");
   }
+}
 
-  if (fields.Get("model")) chat["model"] = ordered["model"];
+// Errors inside a translated field name the field they came in.
+template <typename Translate>
+void Named(const char* param, const Translate& translate) {
+  try {
+    translate();
+  } catch (const RequestError& e) {
+    throw RequestError(e.status(), e.what(), param);
+  }
+}
+
+// model, instructions, previous_response_id and input: the conversation and its chat messages.
+void ParseConversation(Fields& fields, const json& body, const ResponseStore& store,
+                       ResponsesRequest& request) {
+  ordered_json& chat = request.chat;
+  ordered_json& echo = request.echo;
+  if (fields.Get("model")) chat["model"] = body["model"];
   echo["instructions"] = nullptr;
   chat["messages"] = ordered_json::array();
   if (const json* instructions = fields.Get("instructions")) {
     if (!instructions->is_string()) Reject("'instructions' must be a string", "instructions");
-    chat["messages"].push_back({{"role", "system"}, {"content", ordered["instructions"]}});
-    echo["instructions"] = ordered["instructions"];
+    chat["messages"].push_back({{"role", "system"}, {"content", body["instructions"]}});
+    echo["instructions"] = body["instructions"];
   }
   echo["previous_response_id"] = nullptr;
   if (const json* previous = fields.Get("previous_response_id")) {
@@ -340,19 +351,15 @@ ResponsesRequest ResponsesToChatBody(std::string_view body, const ResponseStore&
     echo["previous_response_id"] = *previous;
   }
   if (!fields.Get("input")) Reject("missing required field 'input'", "input");
-  for (ordered_json& item : InputItems(ordered["input"])) {
+  for (ordered_json& item : InputItems(body["input"])) {
     request.conversation.push_back(std::move(item));
   }
-  // Errors inside the items name the field they came in.
-  const auto named = [](const char* param, const auto& translate) {
-    try {
-      translate();
-    } catch (const RequestError& e) {
-      throw RequestError(e.status(), e.what(), param);
-    }
-  };
-  named("input", [&] { ChatMessagesOf(request.conversation, "input", chat["messages"]); });
+  Named("input", [&] { ChatMessagesOf(request.conversation, "input", chat["messages"]); });
+}
 
+// max_output_tokens, temperature, top_p, stream, store.
+void ParseSampling(Fields& fields, const json& body, ResponsesRequest& request) {
+  ordered_json& chat = request.chat;
   if (const json* max = fields.Get("max_output_tokens")) {
     const auto tokens = JsonInteger(*max);
     if (!tokens || *tokens < 1) {
@@ -360,9 +367,9 @@ ResponsesRequest ResponsesToChatBody(std::string_view body, const ResponseStore&
     }
     chat["max_tokens"] = *tokens;
   }
-  echo["max_output_tokens"] = chat.contains("max_tokens") ? chat["max_tokens"] : nullptr;
+  request.echo["max_output_tokens"] = chat.contains("max_tokens") ? chat["max_tokens"] : nullptr;
   for (const char* name : {"temperature", "top_p"}) {
-    if (fields.Get(name)) chat[name] = ordered[name];
+    if (fields.Get(name)) chat[name] = body[name];
   }
   if (const json* stream = fields.Get("stream")) {
     request.stream = fields.Boolean(*stream, "stream");
@@ -371,16 +378,21 @@ ResponsesRequest ResponsesToChatBody(std::string_view body, const ResponseStore&
   if (const json* store_field = fields.Get("store")) {
     request.store = fields.Boolean(*store_field, "store");
   }
+}
 
+// tools, tool_choice, parallel_tool_calls, text and reasoning.
+void ParseToolsAndFormat(Fields& fields, const json& body, ResponsesRequest& request) {
+  ordered_json& chat = request.chat;
+  ordered_json& echo = request.echo;
   echo["tools"] = ordered_json::array();
   if (fields.Get("tools")) {
-    named("tools", [&] { chat["tools"] = ChatTools(ordered["tools"]); });
-    echo["tools"] = ordered["tools"];
+    Named("tools", [&] { chat["tools"] = ChatTools(body["tools"]); });
+    echo["tools"] = body["tools"];
   }
   echo["tool_choice"] = "auto";
   if (fields.Get("tool_choice")) {
-    chat["tool_choice"] = ChatToolChoice(ordered["tool_choice"]);
-    echo["tool_choice"] = ordered["tool_choice"];
+    chat["tool_choice"] = ChatToolChoice(body["tool_choice"]);
+    echo["tool_choice"] = body["tool_choice"];
   }
   echo["parallel_tool_calls"] = true;
   if (const json* parallel = fields.Get("parallel_tool_calls")) {
@@ -389,17 +401,31 @@ ResponsesRequest ResponsesToChatBody(std::string_view body, const ResponseStore&
   }
   echo["text"] = {{"format", {{"type", "text"}}}};
   if (fields.Get("text")) {
-    ChatTextFormat(ordered["text"], chat);
-    if (const ordered_json* format = Find(ordered["text"], "format")) {
+    ChatTextFormat(body["text"], chat);
+    if (const ordered_json* format = Find(body["text"], "format")) {
       echo["text"] = {{"format", *format}};
     }
   }
   echo["reasoning"] = {{"effort", nullptr}, {"summary", nullptr}};
   if (fields.Get("reasoning")) {
-    ChatReasoning(ordered["reasoning"], chat);
-    echo["reasoning"] = {{"effort", ordered["reasoning"].value("effort", ordered_json())},
-                         {"summary", ordered["reasoning"].value("summary", ordered_json())}};
+    ChatReasoning(body["reasoning"], chat);
+    echo["reasoning"] = {{"effort", body["reasoning"].value("effort", ordered_json())},
+                         {"summary", body["reasoning"].value("summary", ordered_json())}};
   }
+}
+
+}  // namespace
+
+ResponsesRequest ResponsesToChatBody(std::string_view body, const ResponseStore& store,
+                                     std::vector<std::string>* ignored) {
+  const json root = ParseJsonObject(body);
+  Fields fields(root, /*name_param=*/true);
+  ResponsesRequest request;
+  RefuseUnsupported(fields);
+  ParseConversation(fields, root, store, request);
+  ParseSampling(fields, root, request);
+  ParseToolsAndFormat(fields, root, request);
+  ordered_json& echo = request.echo;
   echo["store"] = request.store;
   echo["truncation"] = "disabled";
   echo["user"] = nullptr;
@@ -410,7 +436,7 @@ ResponsesRequest ResponsesToChatBody(std::string_view body, const ResponseStore&
   echo["metadata"] = ordered_json::object();
   if (const json* metadata = fields.Get("metadata")) {
     if (!metadata->is_object()) Reject("'metadata' must be an object of strings", "metadata");
-    echo["metadata"] = ordered["metadata"];
+    echo["metadata"] = root["metadata"];
   }
   // Accepted and without effect on the output.
   for (const char* name : {"service_tier", "safety_identifier", "prompt_cache_key",
