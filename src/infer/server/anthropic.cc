@@ -408,8 +408,8 @@ std::string AnthropicMessage::Translate(const ChatDelta& delta) {
       stop_reason_ = "tool_use";
     } else if (delta.finish == ChatFinish::kLength) {
       stop_reason_ = "max_tokens";
-    } else if (engine_stop_) {
-      stop_sequence_ = engine_stop_;
+    } else if (delta.stop_string) {
+      stop_sequence_ = delta.stop_string;
       stop_reason_ = "stop_sequence";
     }
   }
@@ -418,7 +418,6 @@ std::string AnthropicMessage::Translate(const ChatDelta& delta) {
 
 std::string AnthropicMessage::Add(const StepOutput& output) {
   if (!output.error) {
-    if (output.stop_string) engine_stop_ = output.stop_string;
     output_tokens_ = output.completion_tokens;
     cached_tokens_ = std::clamp<int64_t>(output.cached_tokens, 0, input_tokens_);
   }

@@ -71,8 +71,7 @@ class AnthropicMessage final : public StreamEncoder {
   const std::string model_;
   const int64_t input_tokens_;
   nlohmann::ordered_json blocks_ = nlohmann::ordered_json::array();
-  bool block_open_ = false;                 // blocks_.back() still takes deltas
-  std::optional<std::string> engine_stop_;  // the stop string the engine reported
+  bool block_open_ = false;  // blocks_.back() still takes deltas
   int64_t output_tokens_ = 0;
   int64_t cached_tokens_ = 0;  // of input_tokens_, found in the prefix cache
   std::string stop_reason_ = "end_turn";

@@ -250,20 +250,17 @@ ordered_json OpenAiResponse::Final() const {
     entry["index"] = i;
     const size_t echo_offset =
         echo_ ? reply_->prompts()[i / static_cast<size_t>(n_)].text.size() : 0;
-    const ChatFinish finish =
-        choice.finish_reason == FinishReason::kLength ? ChatFinish::kLength : ChatFinish::kStop;
+    const ChatFinish finish = choice.finish();
     if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
       ordered_json message;
       message["role"] = "assistant";
       message["content"] = choice.text;
-      std::string_view finish_reason = OpenAiFinishReason(finish);
-      if (choice.tools && !choice.tools->calls.empty()) {
+      if (finish == ChatFinish::kToolCalls) {
         message["content"] = choice.tools->content.empty() ? ordered_json(nullptr)
                                                            : ordered_json(choice.tools->content);
         message["tool_calls"] = ToolCallsJson(choice.tools->calls, /*streamed=*/false);
-        finish_reason = "tool_calls";
       }
-      entry["finish_reason"] = finish_reason;
+      entry["finish_reason"] = OpenAiFinishReason(finish);
       if (reply_->splits_reasoning()) {
         message["reasoning_content"] =
             choice.reasoning.empty() ? ordered_json(nullptr) : ordered_json(choice.reasoning);

@@ -76,6 +76,10 @@ ChatReply::ChatReply(const OpenAiRequest& request, std::string id, std::vector<P
   }
 }
 
+ChatFinish ChatReply::Choice::finish() const {
+  return tools && !tools->calls.empty() ? ChatFinish::kToolCalls : FinishOf(finish_reason);
+}
+
 std::string ChatReply::ChoiceRequestId(std::string_view base, int64_t choice) {
   return fmt::format("{}-{}", base, choice);
 }
@@ -139,11 +143,12 @@ std::vector<ChatDelta> ChatReply::Add(const StepOutput& output) {
   ChatDelta delta{.choice = index,
                   .reasoning = std::move(text.reasoning),
                   .content = std::move(text.content),
-                  .logprobs = output.error ? std::nullopt : output.logprobs,
+                  .logprobs = output.logprobs,
                   .token_id = output.token_id,
                   .text_offset = text_offset,
                   .finished = output.finished,
-                  .finish = FinishOf(output.finish_reason)};
+                  .finish = FinishOf(output.finish_reason),
+                  .stop_string = output.stop_string};
   return {std::move(delta)};
 }
 
@@ -167,13 +172,14 @@ std::vector<ChatDelta> ChatReply::ToolDeltas(size_t index, Choice& choice, const
   }
   if (!output.finished) return deltas;
   choice.tools = ParseToolCalls(choice.text, tool_format_, *tools_);
-  ChatDelta end{.choice = index, .finished = true, .finish = FinishOf(output.finish_reason)};
+  ChatDelta end{.choice = index,
+                .finished = true,
+                .finish = choice.finish(),
+                .stop_string = output.stop_string};
   if (choice.tools->calls.empty()) {
     if (choice.streamed < choice.text.size()) end.content = choice.text.substr(choice.streamed);
   } else {
-    // The text before the first call went out as content already.
-    end.tool_calls = choice.tools->calls;
-    end.finish = ChatFinish::kToolCalls;
+    end.tool_calls = choice.tools->calls;  // the text before the first call went out already
   }
   deltas.push_back(std::move(end));
   return deltas;

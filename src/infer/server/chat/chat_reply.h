@@ -55,8 +55,9 @@ struct ChatDelta {
   std::optional<int32_t> token_id;        // the step's token (none for a reply's tool end)
   size_t text_offset = 0;                 // bytes of the choice's text before this delta
   bool finished = false;
-  ChatFinish finish = ChatFinish::kStop;  // with finished
-  std::optional<std::string> error;       // the choice failed (it is finished)
+  ChatFinish finish = ChatFinish::kStop;   // with finished
+  std::optional<std::string> stop_string;  // with finished: the stop string the engine cut before
+  std::optional<std::string> error;        // the choice failed (it is finished)
 };
 
 // Token counts of the whole reply.
@@ -84,6 +85,8 @@ class ChatReply {
     int64_t completion_tokens = 0;
     int64_t cached_tokens = 0;
     int64_t reasoning_tokens = 0;
+    // How it ended (once finished): kToolCalls when its reply called tools.
+    ChatFinish finish() const;
     // Internal: the reasoning split, and how much of `text` went out as content.
     ReasoningSplitter splitter;
     size_t streamed = 0;
