@@ -286,6 +286,10 @@ void MatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
   }
   const bool bf16_activations =
       precision == MatMulPrecision::kBf16 && outputs.front().w->dtype() == DType::kBF16;
+  if (bf16_activations && ActiveIsa() == Isa::kAvx512Amx) {
+    cpu::avx512amx::MatMulsBf16Tiles(x, m, k, x_stride, all, pool);
+    return;
+  }
   INFER_DISPATCH(MatMuls, x, m, k, x_stride, all, pool, bf16_activations);
 }
 
@@ -320,6 +324,12 @@ void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Packed
     INFER_DISPATCH(MatMul, rounded.data(), m, k, k, w, bias_f32, y, y_stride, pool, false);
   }
   const bool bf16_activations = precision == MatMulPrecision::kBf16 && w.dtype() == DType::kBF16;
+  if (bf16_activations && ActiveIsa() == Isa::kAvx512Amx) {
+    const cpu::Product product{&w, bias_f32, y, y_stride};
+    cpu::avx512amx::MatMulsBf16Tiles(x, m, k, x_stride, std::span<const cpu::Product>(&product, 1),
+                                     pool);
+    return;
+  }
   INFER_DISPATCH(MatMul, x, m, k, x_stride, w, bias_f32, y, y_stride, pool, bf16_activations);
 }
 

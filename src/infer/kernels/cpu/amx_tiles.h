@@ -1,9 +1,9 @@
-// The AMX tile operations the quantized MatMul uses, for kernel sources compiled with
-// -mamx-tile -mamx-int8 (the instructions), or with INFER_AMX_EMULATE: the same operations on
+// The AMX tile operations the tile MatMuls use, for kernel sources compiled with -mamx-tile
+// -mamx-int8 -mamx-bf16 (the instructions), or with INFER_AMX_EMULATE: the same operations on
 // memory, written from the definitions in Intel's Software Developer's Manual (LDTILECFG,
-// TILELOADD, TILESTORED, TILEZERO, TDPBSUD), so that the tile path's layout, loops and
-// arithmetic run in the tests of CPUs without AMX. Tile numbers are literals (the instructions
-// encode them).
+// TILELOADD, TILESTORED, TILEZERO, TDPBSUD, TDPBF16PS), so that the tile paths' layout, loops
+// and arithmetic run in the tests of CPUs without AMX. Tile numbers are literals (the
+// instructions encode them).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +27,22 @@ struct TileConfig {
   uint8_t rows[16] = {};
 };
 static_assert(sizeof(TileConfig) == 64);
+
+// MXCSR with FTZ (bit 15) and DAZ (bit 6) set, for as long as it lives: f32 arithmetic that
+// treats denormal inputs as zero and flushes denormal results, as TDPBF16PS does (the
+// tile order's vector code, and the emulation).
+class FlushDenormalsScope {
+ public:
+  FlushDenormalsScope() : saved_(__builtin_ia32_stmxcsr()) {
+    __builtin_ia32_ldmxcsr(saved_ | 0x8040);
+  }
+  ~FlushDenormalsScope() { __builtin_ia32_ldmxcsr(saved_); }
+  FlushDenormalsScope(const FlushDenormalsScope&) = delete;
+  FlushDenormalsScope& operator=(const FlushDenormalsScope&) = delete;
+
+ private:
+  unsigned saved_;
+};
 
 #if defined(INFER_AMX_EMULATE)
 
@@ -112,12 +128,53 @@ inline void EmulatedDpbsud(int dst, int a, int b) {
   }
 }
 
+inline float Bf16Value(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float v;
+  std::memcpy(&v, &wide, 4);
+  return v;
+}
+
+// TDPBF16PS: for each row m of dst and f32 n of it, two sums from +0 over k < a.colsb / 4, in k
+// order, each step an f32 fused multiply-add (round to nearest even, DAZ and FTZ): one of the
+// products of a's bf16 [m][2k] with b's bf16 [k][2n], one of a's [m][2k + 1] with b's
+// [k][2n + 1]; then dst[m][n] + (the first sum + the second).
+inline void EmulatedDpbf16ps(int dst, int a, int b) {
+  EmulatedCheckTile(dst);
+  EmulatedCheckTile(a);
+  EmulatedCheckTile(b);
+  const TileConfig& c = emulated_tiles.config;
+  EmulatedCheck(c.colsb[a] / 4 == c.rows[b] && c.colsb[dst] == c.colsb[b] &&
+                    c.rows[dst] == c.rows[a] && c.colsb[a] % 4 == 0,
+                "TDPBF16PS: the tiles' shapes do not match");
+  const FlushDenormalsScope flush;
+  for (int m = 0; m < c.rows[dst]; ++m) {
+    for (int n = 0; n < c.colsb[dst] / 4; ++n) {
+      float even = 0.0F;
+      float odd = 0.0F;
+      for (int k = 0; k < c.colsb[a] / 4; ++k) {
+        const uint8_t* ap = &emulated_tiles.tile[a][m][4 * k];
+        const uint8_t* bp = &emulated_tiles.tile[b][k][4 * n];
+        even = __builtin_fmaf(Bf16Value(ap), Bf16Value(bp), even);
+        odd = __builtin_fmaf(Bf16Value(ap + 2), Bf16Value(bp + 2), odd);
+      }
+      float sum;
+      std::memcpy(&sum, &emulated_tiles.tile[dst][m][4 * n], 4);
+      sum += even + odd;
+      std::memcpy(&emulated_tiles.tile[dst][m][4 * n], &sum, 4);
+    }
+  }
+}
+
 #define INFER_TILE_LOAD_CONFIG(config) EmulatedLoadConfig(config)
 #define INFER_TILE_RELEASE() EmulatedRelease()
 #define INFER_TILE_LOAD(t, base, stride) EmulatedLoad(t, base, stride)
 #define INFER_TILE_STORE(t, base, stride) EmulatedStore(t, base, stride)
 #define INFER_TILE_ZERO(t) EmulatedZero(t)
 #define INFER_TILE_DPBSUD(dst, a, b) EmulatedDpbsud(dst, a, b)
+#define INFER_TILE_DPBF16PS(dst, a, b) EmulatedDpbf16ps(dst, a, b)
 
 #else
 
@@ -138,6 +195,7 @@ inline void EmulatedDpbsud(int dst, int a, int b) {
 #define INFER_TILE_STORE(t, base, stride) _tile_stored(t, base, stride)
 #define INFER_TILE_ZERO(t) _tile_zero(t)
 #define INFER_TILE_DPBSUD(dst, a, b) _tile_dpbsud(dst, a, b)
+#define INFER_TILE_DPBF16PS(dst, a, b) _tile_dpbf16ps(dst, a, b)
 
 #endif
 

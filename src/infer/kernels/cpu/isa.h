@@ -11,7 +11,8 @@ namespace infer::kernels {
 // kAvx512Bf16 adds AVX512_BF16 (vdpbf16ps, MatMulPrecision::kBf16) and AVX512_VNNI (vpdpbusd,
 // quantized MatMul); kAvx512 computes the same integer sums with vpmaddwd, kAvx2 with
 // vpmaddubsw / vpmaddwd.
-// kAvx512Amx adds AMX-INT8 tiles (tdpbsud) for quantized MatMul over many rows (prefill); it is
+// kAvx512Amx adds AMX-INT8 tiles (tdpbsud) for quantized MatMul over many rows (prefill) and
+// AMX-BF16 tiles (tdpbf16ps) for MatMulPrecision::kBf16, in the tiles' order for every m; it is
 // detected only where the kernel grants this process the tile state (arch_prctl
 // ARCH_REQ_XCOMP_PERM), and runs the kAvx512Bf16 kernels for everything else.
 enum class Isa { kScalar, kAvx2, kAvxVnni, kAvx512, kAvx512Bf16, kAvx512Amx };

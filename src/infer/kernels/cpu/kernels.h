@@ -96,6 +96,16 @@ INFER_DECLARE_KERNELS(avx512bf16)
 
 INFER_DECLARE_QUANTIZED_KERNELS(avx512amx)
 INFER_DECLARE_QUANTIZED_KERNELS(avx512amx_emulated)
+// MatMulPrecision::kBf16 with AMX-BF16 tiles (matmul_bf16_tiles.cc), for the same two: bf16
+// weights, each [*, k], and x rounded to bf16, summed in TDPBF16PS's order for every m.
+namespace avx512amx {
+void MatMulsBf16Tiles(const float* x, int64_t m, int64_t k, int64_t x_stride,
+                      std::span<const Product> outputs, ThreadPool& pool);
+}
+namespace avx512amx_emulated {
+void MatMulsBf16Tiles(const float* x, int64_t m, int64_t k, int64_t x_stride,
+                      std::span<const Product> outputs, ThreadPool& pool);
+}
 // And for AVX-VNNI (Isa::kAvxVnni: vpdpbusd on ymm), and again with that instruction emulated
 // from Intel's definition (INFER_AVXVNNI_EMULATE) on plain AVX2, for the tests.
 INFER_DECLARE_QUANTIZED_KERNELS(avxvnni)
