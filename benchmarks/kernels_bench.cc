@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -282,13 +283,62 @@ __attribute__((target("avx2"))) float ReadLoopAvx2(const char* bytes, int64_t be
   return sum;
 }
 
-double PeakGflops(ThreadPool& pool, float (*loop)(int64_t), int flops_per_op) {
-  constexpr int64_t kIters = 20'000'000;
+// TDPBF16PS on operands held in tile registers: four independent 16 x 16 f32 accumulators, 24
+// tile products (16 x 16 x 32 multiply-adds each) per iteration. The tile peak the tile MatMul's
+// fraction is reported against.
+__attribute__((target("amx-tile,amx-bf16"))) float TileBf16Loop(int64_t iters) {
+  struct alignas(64) Config {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t colsb[16] = {};
+    uint8_t rows[16] = {};
+  } config;
+  for (int t = 0; t < 8; ++t) {
+    config.colsb[t] = 64;
+    config.rows[t] = 16;
+  }
+  alignas(64) static uint16_t operand[16 * 32];
+  std::fill(std::begin(operand), std::end(operand), uint16_t{0x3c00});  // bf16 2^-7
+  alignas(64) float out[16 * 16];
+  _tile_loadconfig(&config);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  _tile_loadd(4, operand, 64);
+  _tile_loadd(5, operand, 64);
+  _tile_loadd(6, operand, 64);
+  _tile_loadd(7, operand, 64);
+  for (int64_t it = 0; it < iters; ++it) {
+    for (int r = 0; r < 6; ++r) {
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+  _tile_stored(0, out, 64);
+  _tile_release();
+  return out[0];
+}
+
+double PeakGflops(ThreadPool& pool, float (*loop)(int64_t), int flops_per_op,
+                  int64_t iters = 20'000'000) {
   std::vector<float> sink(static_cast<size_t>(pool.num_threads()));
   const double start = NowSeconds();
-  pool.RunTasks(pool.num_threads(), [&](int t) { sink[static_cast<size_t>(t)] = loop(kIters); });
+  pool.RunTasks(pool.num_threads(), [&](int t) { sink[static_cast<size_t>(t)] = loop(iters); });
   const double seconds = NowSeconds() - start;
-  return static_cast<double>(kIters) * 24 * flops_per_op * pool.num_threads() / seconds / 1e9;
+  return static_cast<double>(iters) * 24 * flops_per_op * pool.num_threads() / seconds / 1e9;
+}
+
+// The bf16 tile peak for `threads` threads (best of three), 0 without AMX.
+double TilePeakGflops(int threads) {
+  if (!kernels::IsaSupported(kernels::Isa::kAvx512Amx)) return 0;
+  ThreadPool pool(threads);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    best = std::max(best, PeakGflops(pool, TileBf16Loop, 2 * 16 * 16 * 32, 400'000));
+  }
+  return best;
 }
 
 double ReadBandwidthGbs(ThreadPool& pool, const Tensor& buffer) {
@@ -460,6 +510,9 @@ int main(int argc, char** argv) {
                           {"qwen_qkv", 4096, 2048, false},
                           {"qwen_gate_up", 6144, 2048, false},
                           {"qwen_down", 2048, 6144, false}};
+  // The bf16 tile peak per thread count, for the tile MatMul's fraction of it.
+  std::map<int, double> tile_peaks;
+  for (int threads : options.threads) tile_peaks[threads] = TilePeakGflops(threads);
   if (!options.json) {
     std::printf("dtype %s, huge pages %s, detected ISA %s\n\n",
                 std::string(infer::DTypeName(options.dtype)).c_str(),
@@ -467,8 +520,8 @@ int main(int argc, char** argv) {
                 std::string(kernels::IsaName(kernels::DetectIsa())).c_str());
     std::printf(
         "| shape | n x k | m | isa | precision | threads | best ms | mean ms | sd ms | best GB/s "
-        "| best GFLOP/s |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+        "| best GFLOP/s | tile peak %% |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   }
   if (!options.json && options.probe && kernels::IsaSupported(kernels::Isa::kAvx2)) {
     const bool avx512 = kernels::IsaSupported(kernels::Isa::kAvx512);
@@ -479,24 +532,32 @@ int main(int argc, char** argv) {
       ThreadPool pool(threads);
       double best_bw = 0;
       for (int rep = 0; rep < 3; ++rep) best_bw = std::max(best_bw, ReadBandwidthGbs(pool, buffer));
-      std::printf("| probe | read bandwidth | - | %s | - | %d | - | - | - | %.1f | - |\n",
+      std::printf("| probe | read bandwidth | - | %s | - | %d | - | - | - | %.1f | - | - |\n",
                   probe_isa, threads, best_bw);
-      std::printf("| probe | f32 FMA peak | - | %s | - | %d | - | - | - | - | %.1f |\n", probe_isa,
+      std::printf("| probe | f32 FMA peak | - | %s | - | %d | - | - | - | - | %.1f | - |\n",
+                  probe_isa,
                   threads,
                   avx512 ? PeakGflops(pool, FmaLoop, 32) : PeakGflops(pool, FmaLoopAvx2, 16));
       if (!avx512) {
         std::printf(
-            "| probe | int8 vpmaddubsw peak (GOP/s) | - | avx2 | - | %d | - | - | - | - | %.1f |\n",
+            "| probe | int8 vpmaddubsw peak (GOP/s) | - | avx2 | - | %d | - | - | - | - | %.1f | - "
+            "|\n",
             threads, PeakGflops(pool, MaddubsLoopAvx2, 64));
       }
       if (kernels::IsaSupported(kernels::Isa::kAvx512Bf16)) {
-        std::printf("| probe | bf16 dot peak | - | avx512bf16 | - | %d | - | - | - | - | %.1f |\n",
+        std::printf(
+            "| probe | bf16 dot peak | - | avx512bf16 | - | %d | - | - | - | - | %.1f | - |\n",
                     threads, PeakGflops(pool, DotBf16Loop, 64));
         // The avx512bf16 level requires VNNI too (isa.h).
         std::printf(
             "| probe | int8 dot peak (GOP/s) | - | avx512bf16 | - | %d | - | - | - | - | "
-            "%.1f |\n",
+            "%.1f | - |\n",
             threads, PeakGflops(pool, DotVnniLoop, 128));
+      }
+      if (kernels::IsaSupported(kernels::Isa::kAvx512Amx)) {
+        std::printf(
+            "| probe | bf16 tile peak | - | avx512amx | - | %d | - | - | - | - | %.1f | 100 |\n",
+            threads, tile_peaks.at(threads));
       }
     }
     std::printf("\nhuge-page resident with the probe buffer: %.0f MiB\n\n",
@@ -559,6 +620,13 @@ int main(int argc, char** argv) {
               const auto [mean, sd, best] = Summarize(times);
               const double gb_s = static_cast<double>(weight_bytes) / best / 1e9;
               const double gflop_s = 2.0 * static_cast<double>(m * shape.n * shape.k) / best / 1e9;
+              // The bf16 tile MatMul against the tile probe (AMX, kBf16 on bf16 weights only).
+              const bool on_tiles = isa == kernels::Isa::kAvx512Amx && !quantized &&
+                                    precision == kernels::MatMulPrecision::kBf16 &&
+                                    options.dtype == DType::kBF16;
+              const double peak = on_tiles ? tile_peaks.at(threads) : 0;
+              const std::string fraction =
+                  peak > 0 ? std::to_string(static_cast<int>(100 * gflop_s / peak + 0.5)) : "-";
               if (options.json) {
                 std::printf(
                     "{\"shape\":\"%s\",\"n\":%lld,\"k\":%lld,\"m\":%lld,\"isa\":\"%s\",\"dtype\":"
@@ -566,18 +634,19 @@ int main(int argc, char** argv) {
                     "s\",\"precision\":\"%s\","
                     "\"threads\":%d,\"reps\":%d,\"best_ns\":%.0f,\"avg_ns\":%.0f,\"stddev_ns\":%."
                     "0f,"
-                    "\"best_gb_s\":%.2f,\"best_gflop_s\":%.2f}\n",
+                    "\"best_gb_s\":%.2f,\"best_gflop_s\":%.2f,\"tile_peak_gflop_s\":%.2f}\n",
                     shape.name, static_cast<long long>(shape.n), static_cast<long long>(shape.k),
                     static_cast<long long>(m), std::string(kernels::IsaName(isa)).c_str(),
                     std::string(infer::DTypeName(options.dtype)).c_str(), precision_name.c_str(),
-                    threads, options.reps, best * 1e9, mean * 1e9, sd * 1e9, gb_s, gflop_s);
+                    threads, options.reps, best * 1e9, mean * 1e9, sd * 1e9, gb_s, gflop_s, peak);
               } else {
                 std::printf(
-                    "| %s | %lldx%lld | %lld | %s | %s | %d | %.3f | %.3f | %.3f | %.1f | %.1f |\n",
+                    "| %s | %lldx%lld | %lld | %s | %s | %d | %.3f | %.3f | %.3f | %.1f | %.1f | %s "
+                    "|\n",
                     shape.name, static_cast<long long>(shape.n), static_cast<long long>(shape.k),
                     static_cast<long long>(m), std::string(kernels::IsaName(isa)).c_str(),
                     precision_name.c_str(), threads, best * 1e3, mean * 1e3, sd * 1e3, gb_s,
-                    gflop_s);
+                    gflop_s, fraction.c_str());
               }
               std::fflush(stdout);
             }

@@ -100,7 +100,7 @@ struct Case {
 
 TEST(Bf16TilesTest, EmulatedTilesAndVectorCodeFollowIntelsDefinition) {
   if (!IsaSupported(Isa::kAvx512Bf16)) GTEST_SKIP() << "the tile path's vector code is AVX-512";
-  const Case cases[] = {{1, 1, 1, -4},     {3, 31, 17, -4},    {15, 33, 33, -70}, {16, 64, 32, -4},
+  const Case cases[] = {{1, 1, 1, -4},     {3, 31, 17, -4},    {4, 33, 33, -70},  {5, 40, 33, -70},  {15, 33, 33, -70}, {16, 64, 32, -4},
                         {17, 65, 40, -70}, {33, 513, 67, -4},  {40, 700, 20, -4}, {5, 600, 300, -70},
                         {70, 129, 96, -70}, {64, 2048, 64, -4}};
   uint32_t seed = 200;
