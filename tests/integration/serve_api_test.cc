@@ -392,7 +392,8 @@ TEST_F(ServeTextTest, StringPromptMatchesInferGenerate) {
   const auto generate =
       testing::RunCommand({::infer::testing::InferBinary(), "generate", "--model", model_.path(),
                            "--load-format", "dummy", "--prompt", "Hello world", "--temperature",
-                           "0", "--max-new-tokens", "12", "--threads", "1", "--json"});
+                           "0", "--max-new-tokens", "12", "--threads", "1", "--json",
+                           "--matmul-precision", "f32"});  // as ServerProcess runs the server
   ASSERT_EQ(generate.exit_code, 0) << generate.err;
   const json expected = json::parse(generate.out);
   auto ids = expected["token_ids"].get<std::vector<int32_t>>();
@@ -533,7 +534,8 @@ TEST(ServeSpeculative, RepliesAreThoseOfPlainDecodingAndDraftsAreCounted) {
   const auto generate =
       testing::RunCommand({::infer::testing::InferBinary(), "generate", "--model", model.path(),
                            "--load-format", "dummy", "--prompt", prompt, "--temperature", "0",
-                           "--max-new-tokens", "40", "--threads", "1", "--json"});
+                           "--max-new-tokens", "40", "--threads", "1", "--json",
+                           "--matmul-precision", "f32"});  // as ServerProcess runs the server
   ASSERT_EQ(generate.exit_code, 0) << generate.err;
   auto expected = json::parse(generate.out)["token_ids"].get<std::vector<int32_t>>();
   expected.resize(std::min(expected.size(), ids.size()));  // generate stops at EOS

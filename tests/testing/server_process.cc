@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <fstream>
@@ -19,6 +20,11 @@ namespace infer::testing {
 ServerProcess::ServerProcess(const std::vector<std::string>& args, int start_timeout_s) {
   std::vector<std::string> argv = {
       ::infer::testing::InferBinary(), "serve", "--host", "127.0.0.1", "--port", "0"};
+  // The tests hold outputs to float64 references: f32 products unless a test asks otherwise
+  // (the command line's default, auto, is bf16 on AVX512_BF16 and AMX CPUs).
+  if (std::find(args.begin(), args.end(), "--matmul-precision") == args.end()) {
+    argv.insert(argv.end(), {"--matmul-precision", "f32"});
+  }
   argv.insert(argv.end(), args.begin(), args.end());
   int err_pipe[2];
   if (pipe2(err_pipe, O_CLOEXEC) != 0) return;

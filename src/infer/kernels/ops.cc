@@ -78,10 +78,17 @@ std::string_view MatMulPrecisionName(MatMulPrecision precision) {
   return "f32";
 }
 
+MatMulPrecision AutoMatMulPrecision() {
+  const Isa isa = ActiveIsa();
+  return isa == Isa::kAvx512Bf16 || isa == Isa::kAvx512Amx ? MatMulPrecision::kBf16
+                                                           : MatMulPrecision::kF32;
+}
+
 MatMulPrecision ParseMatMulPrecision(std::string_view name) {
   if (name == "f32") return MatMulPrecision::kF32;
   if (name == "bf16") return MatMulPrecision::kBf16;
-  Fail("matmul precision '{}' is not one of f32, bf16", name);
+  if (name == "auto") return AutoMatMulPrecision();
+  Fail("matmul precision '{}' is not one of auto, f32, bf16", name);
 }
 
 int PackedMatrix::QuantAt(int64_t row, int64_t col) const {

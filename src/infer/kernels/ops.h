@@ -15,12 +15,14 @@ namespace infer::kernels {
 
 // How MatMul rounds its activations when the weights are bf16 (f16 and f32 weights always
 // take kF32).
-// - kF32: f32 products of the activations and the exactly widened weights (the default; the
-//   model then matches a float64 reference to ~1e-5).
+// - kF32: f32 products of the activations and the exactly widened weights (the library's
+//   default, and what every test against a float64 reference pins; the model then matches it to
+//   ~1e-5). The command line defaults to AutoMatMulPrecision().
 // - kBf16: the activations are rounded to bf16 (to nearest even) first; products of the two
 //   bf16 values are exact in f32 and accumulate in f32. This is how Hugging Face's bf16
 //   inference and llama.cpp multiply by bf16 weights, and on AVX512_BF16 CPUs it runs on
-//   vdpbf16ps at about twice the f32 FMA rate. Elsewhere the same rounding is emulated.
+//   vdpbf16ps at about twice the f32 FMA rate, on AMX-BF16 CPUs on tdpbf16ps tiles (and in
+//   their order of sums for every m). Elsewhere the same rounding is emulated.
 // - kInt8: the activations are rounded to int8 per row and block of 32 channels exactly as a
 //   quantized MatMul rounds them (QuantizeActivations), then multiplied in f32 with the float
 //   weights. A simulation for accuracy studies (llama.cpp's scheme on float-rounded weights);
@@ -28,7 +30,13 @@ namespace infer::kernels {
 enum class MatMulPrecision { kF32, kBf16, kInt8 };
 
 std::string_view MatMulPrecisionName(MatMulPrecision precision);  // "f32", "bf16", "int8"
-// "f32" or "bf16"; anything else throws infer::Error naming the choices.
+// What `--matmul-precision auto` (the command line's default) picks for the active ISA: kBf16
+// where the CPU multiplies bf16 natively and faster than f32 (Isa::kAvx512Bf16's vdpbf16ps,
+// Isa::kAvx512Amx's tiles), kF32 elsewhere (AVX2, AVX-512 without BF16), where kBf16 would only
+// emulate the rounding. Reads ActiveIsa(), so it throws as ActiveIsa() does.
+MatMulPrecision AutoMatMulPrecision();
+// "f32", "bf16" or "auto" (AutoMatMulPrecision()); anything else throws infer::Error naming the
+// choices.
 MatMulPrecision ParseMatMulPrecision(std::string_view name);
 
 // Weight quantization (--quantization, vLLM's flag name): how PackedMatrix stores a matrix.

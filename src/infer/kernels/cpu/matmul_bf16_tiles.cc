@@ -38,7 +38,7 @@ constexpr int64_t kTileRows = 16;
 constexpr int64_t kTileMinRows = 5;
 // Steps of k per pass of the tile loop: an A block of 32 rows (32 KiB) stays in L1 while the
 // task's panels pass under it.
-constexpr int64_t kTileKcSteps = 128;
+constexpr int64_t kTileKcSteps = 512;
 // Panels per tile task (256 features): an A block serves them all while in L1; their slices of
 // a k pass (128 KiB) stay in L2 while every row block passes under them.
 constexpr int64_t kTileTaskPanels = 8;
