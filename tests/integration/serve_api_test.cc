@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../unit/loader/test_util.h"
+#include "infer/kernels/cpu/isa.h"
 #include "serve_test_util.h"
 #include "testing/llama3_vocab_model.h"
 #include "testing/paths.h"
@@ -247,6 +248,13 @@ TEST(ServeApi, MetricsPassPromtoolAndCountRequests) {
   check(before);
   const std::string model = R"({model_name="tiny"})";
   EXPECT_EQ(testing::MetricValue(before, "vllm:generation_tokens_total" + model), 0) << before;
+  // What the products run on: this process's ISA level (the server's, same CPU and environment)
+  // and the f32 that ServerProcess pins.
+  EXPECT_EQ(testing::MetricValue(before, R"(infer_compute_info{model_name="tiny",isa=")" +
+                                             std::string(kernels::IsaName(kernels::ActiveIsa())) +
+                                             R"(",matmul_precision="f32"})"),
+            1)
+      << before;
   for (const auto& [prompt, max_tokens] :
        std::vector<std::pair<json, int>>{{json{1, 2, 3, 4}, 5}, {json{7, 8}, 3}}) {
     const auto result =
@@ -531,11 +539,10 @@ TEST(ServeSpeculative, RepliesAreThoseOfPlainDecodingAndDraftsAreCounted) {
                                                    .dump());
   ASSERT_EQ(status, 200) << text;
   const auto ids = json::parse(text)["choices"][0]["token_ids"].get<std::vector<int32_t>>();
-  const auto generate =
-      testing::RunCommand({::infer::testing::InferBinary(), "generate", "--model", model.path(),
-                           "--load-format", "dummy", "--prompt", prompt, "--temperature", "0",
-                           "--max-new-tokens", "40", "--threads", "1", "--json",
-                           "--matmul-precision", "f32"});  // as ServerProcess runs the server
+  const auto generate = testing::RunCommand(
+      {::infer::testing::InferBinary(), "generate", "--model", model.path(), "--load-format",
+       "dummy", "--prompt", prompt, "--temperature", "0", "--max-new-tokens", "40", "--threads",
+       "1", "--json", "--matmul-precision", "f32"});  // as ServerProcess runs the server
   ASSERT_EQ(generate.exit_code, 0) << generate.err;
   auto expected = json::parse(generate.out)["token_ids"].get<std::vector<int32_t>>();
   expected.resize(std::min(expected.size(), ids.size()));  // generate stops at EOS

@@ -19,6 +19,8 @@
 #include "infer/cli/generation_session.h"
 #include "infer/core/error.h"
 #include "infer/engine/engine.h"
+#include "infer/kernels/cpu/isa.h"
+#include "infer/kernels/ops.h"
 #include "infer/server/http_server.h"
 #include "infer/server/loading_server.h"
 
@@ -159,6 +161,8 @@ void RunServe(ServeArgs& args) {
                std::string(DTypeName(kv.dtype)).c_str(), static_cast<long long>(max_len),
                engine.max_concurrency());
   loading.Stop();
+  args.server.compute = {std::string(kernels::IsaName(kernels::ActiveIsa())),
+                         std::string(kernels::MatMulPrecisionName(args.model.matmul_precision))};
   server::HttpServer http(engine, args.server);
   const int port = http.Bind();
   std::fprintf(
@@ -166,7 +170,7 @@ void RunServe(ServeArgs& args) {
       "infer serve: listening on http://%s:%d (model \"%s\", %s batching, %s policy, "
       "max num seqs %lld, max waiting %lld, prefix caching %s, preemption %s; "
       "/v1/completions format %s, reasoning parser %s, reasoning budget %s, "
-      "speculative decoding %s, replica %s)\n",
+      "speculative decoding %s, replica %s; isa %s, matmul precision %s)\n",
       args.server.host.c_str(), port, args.engine.model.c_str(), args.batching_mode.c_str(),
       args.scheduling_policy.c_str(), static_cast<long long>(args.engine.max_num_seqs),
       static_cast<long long>(args.engine.max_waiting_requests),
@@ -174,7 +178,8 @@ void RunServe(ServeArgs& args) {
       args.engine.enable_preemption ? "on" : "off", args.completions_format.c_str(),
       args.reasoning_parser.c_str(),
       args.reasoning_budget >= 0 ? std::to_string(args.reasoning_budget).c_str() : "off",
-      DescribeSpeculativeConfig(args.engine.speculative).c_str(), args.server.replica_id.c_str());
+      DescribeSpeculativeConfig(args.engine.speculative).c_str(), args.server.replica_id.c_str(),
+      args.server.compute.isa.c_str(), args.server.compute.matmul_precision.c_str());
   std::fflush(stderr);
   signals.Serve(&http);
   http.Run();

@@ -106,8 +106,16 @@ EngineMetrics::EngineMetrics()
       request_prompt_tokens(kTokenBuckets),
       request_generation_tokens(kTokenBuckets) {}
 
-std::string PrometheusText(const EngineMetrics& metrics, std::string_view model_name) {
+std::string PrometheusText(const EngineMetrics& metrics, std::string_view model_name,
+                           const ComputeInfo& compute) {
   Writer out(model_name);
+  if (!compute.isa.empty() && !compute.matmul_precision.empty()) {
+    out.Header("infer_compute_info", "gauge",
+               "The kernels' instruction set and matrix-product precision in use (always 1).");
+    out.Sample("infer_compute_info", 1,
+               fmt::format("isa=\"{}\",matmul_precision=\"{}\"", Escape(compute.isa),
+                           Escape(compute.matmul_precision)));
+  }
   out.Gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
             static_cast<double>(metrics.num_requests_running));
   out.Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",

@@ -60,8 +60,17 @@ struct EngineMetrics {
   Histogram request_generation_tokens;
 };
 
+// What the model's matrix products run on: the kernels' ISA level (kernels::IsaName) and the
+// MatMul precision (kernels::MatMulPrecisionName), as `infer serve` resolved them.
+struct ComputeInfo {
+  std::string isa;
+  std::string matmul_precision;
+};
+
 // The Prometheus text format (version 0.0.4) of `metrics`, every series labelled
-// model_name="<model_name>".
-std::string PrometheusText(const EngineMetrics& metrics, std::string_view model_name);
+// model_name="<model_name>"; with `compute` (its fields non-empty), also the gauge
+// infer_compute_info{isa=..., matmul_precision=...} 1.
+std::string PrometheusText(const EngineMetrics& metrics, std::string_view model_name,
+                           const ComputeInfo& compute = {});
 
 }  // namespace infer

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "infer/engine/engine.h"
+#include "infer/engine/metrics.h"
 #include "infer/engine/sampling_params.h"
 
 namespace infer::server {
@@ -57,6 +58,8 @@ struct ServerOptions {
   // balancer can tell which replica answered. Empty: no header.
   std::string replica_id;
   ReasoningParser reasoning_parser = ReasoningParser::kNone;
+  // For /metrics' infer_compute_info (empty fields: no such gauge).
+  ComputeInfo compute;
 };
 
 class HttpServer {
