@@ -535,8 +535,7 @@ int main(int argc, char** argv) {
       std::printf("| probe | read bandwidth | - | %s | - | %d | - | - | - | %.1f | - | - |\n",
                   probe_isa, threads, best_bw);
       std::printf("| probe | f32 FMA peak | - | %s | - | %d | - | - | - | - | %.1f | - |\n",
-                  probe_isa,
-                  threads,
+                  probe_isa, threads,
                   avx512 ? PeakGflops(pool, FmaLoop, 32) : PeakGflops(pool, FmaLoopAvx2, 16));
       if (!avx512) {
         std::printf(
@@ -547,7 +546,7 @@ int main(int argc, char** argv) {
       if (kernels::IsaSupported(kernels::Isa::kAvx512Bf16)) {
         std::printf(
             "| probe | bf16 dot peak | - | avx512bf16 | - | %d | - | - | - | - | %.1f | - |\n",
-                    threads, PeakGflops(pool, DotBf16Loop, 64));
+            threads, PeakGflops(pool, DotBf16Loop, 64));
         // The avx512bf16 level requires VNNI too (isa.h).
         std::printf(
             "| probe | int8 dot peak (GOP/s) | - | avx512bf16 | - | %d | - | - | - | - | "
@@ -641,7 +640,8 @@ int main(int argc, char** argv) {
                     threads, options.reps, best * 1e9, mean * 1e9, sd * 1e9, gb_s, gflop_s, peak);
               } else {
                 std::printf(
-                    "| %s | %lldx%lld | %lld | %s | %s | %d | %.3f | %.3f | %.3f | %.1f | %.1f | %s "
+                    "| %s | %lldx%lld | %lld | %s | %s | %d | %.3f | %.3f | %.3f | %.1f | %.1f | "
+                    "%s "
                     "|\n",
                     shape.name, static_cast<long long>(shape.n), static_cast<long long>(shape.k),
                     static_cast<long long>(m), std::string(kernels::IsaName(isa)).c_str(),

@@ -100,9 +100,10 @@ struct Case {
 
 TEST(Bf16TilesTest, EmulatedTilesAndVectorCodeFollowIntelsDefinition) {
   if (!IsaSupported(Isa::kAvx512Bf16)) GTEST_SKIP() << "the tile path's vector code is AVX-512";
-  const Case cases[] = {{1, 1, 1, -4},     {3, 31, 17, -4},    {4, 33, 33, -70},  {5, 40, 33, -70},  {15, 33, 33, -70}, {16, 64, 32, -4},
-                        {17, 65, 40, -70}, {33, 513, 67, -4},  {40, 700, 20, -4}, {5, 600, 300, -70},
-                        {70, 129, 96, -70}, {64, 2048, 64, -4}};
+  const Case cases[] = {{1, 1, 1, -4},      {3, 31, 17, -4},    {4, 33, 33, -70},
+                        {5, 40, 33, -70},   {15, 33, 33, -70},  {16, 64, 32, -4},
+                        {17, 65, 40, -70},  {33, 513, 67, -4},  {40, 700, 20, -4},
+                        {5, 600, 300, -70}, {70, 129, 96, -70}, {64, 2048, 64, -4}};
   uint32_t seed = 200;
   for (const Case& c : cases) {
     ++seed;
@@ -115,8 +116,8 @@ TEST(Bf16TilesTest, EmulatedTilesAndVectorCodeFollowIntelsDefinition) {
     for (const bool with_bias : {false, true}) {
       const float* b = with_bias ? bias.data() : nullptr;
       const std::vector<float> want = DefinitionMatMul(x, c.m, c.k, x_stride, w, c.n, b);
-      const std::vector<float> got =
-          RunTiles(cpu::avx512amx_emulated::MatMulsBf16Tiles, x, c.m, c.k, x_stride, packed, b, c.n + 2);
+      const std::vector<float> got = RunTiles(cpu::avx512amx_emulated::MatMulsBf16Tiles, x, c.m,
+                                              c.k, x_stride, packed, b, c.n + 2);
       for (int64_t i = 0; i < c.m; ++i) {
         for (int64_t j = 0; j < c.n + 2; ++j) {
           const float g = got[i * (c.n + 2) + j];
@@ -144,8 +145,8 @@ TEST(Bf16TilesTest, RealTilesGiveTheEmulationsBits) {
         Store(DType::kBF16, {c.n, c.k}, WideFloats(c.n, c.k, seed + 1, c.min_exponent));
     const std::vector<float> bias = RandomFloats(static_cast<size_t>(c.n), -1, 1, seed + 2);
     const PackedMatrix packed = PackedMatrix::Pack(w.tensor);
-    const auto real = RunTiles(cpu::avx512amx::MatMulsBf16Tiles, x, c.m, c.k, c.k, packed,
-                               bias.data(), c.n);
+    const auto real =
+        RunTiles(cpu::avx512amx::MatMulsBf16Tiles, x, c.m, c.k, c.k, packed, bias.data(), c.n);
     const auto emulated = RunTiles(cpu::avx512amx_emulated::MatMulsBf16Tiles, x, c.m, c.k, c.k,
                                    packed, bias.data(), c.n);
     for (size_t i = 0; i < real.size(); ++i) {

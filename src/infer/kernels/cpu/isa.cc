@@ -23,9 +23,9 @@ uint64_t XGetBv() {
   return (static_cast<uint64_t>(edx) << 32) | eax;
 }
 
-// AMX: the CPU has AMX-BF16, AMX-TILE and AMX-INT8 (cpuid 7.0 edx bits 22, 24, 25), the OS saves the tile
-// state (XCR0 bits 17, 18), and Linux grants this process the tile data (dynamically enabled
-// since Linux 5.16: arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, read back with
+// AMX: the CPU has AMX-BF16, AMX-TILE and AMX-INT8 (cpuid 7.0 edx bits 22, 24, 25), the OS saves
+// the tile state (XCR0 bits 17, 18), and Linux grants this process the tile data (dynamically
+// enabled since Linux 5.16: arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA, read back with
 // ARCH_GET_XCOMP_PERM). Without the grant the first tile instruction would kill the process.
 bool AmxUsable(uint64_t xcr0) {
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;

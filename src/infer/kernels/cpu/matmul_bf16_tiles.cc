@@ -159,8 +159,8 @@ void VectorRowGroup(int rows, const float* xr, int64_t xr_stride, const uint32_t
                     int64_t cols, bool first) {
   if constexpr (kRows > 1) {
     if (rows < kRows) {
-      VectorRowGroup<kPanels, kRows - 1>(rows, xr, xr_stride, wp, panel_stride, s0, s1, y,
-                                         y_stride, cols, first);
+      VectorRowGroup<kPanels, kRows - 1>(rows, xr, xr_stride, wp, panel_stride, s0, s1, y, y_stride,
+                                         cols, first);
       return;
     }
   }
@@ -173,8 +173,8 @@ void VectorRowGroup(int rows, const float* xr, int64_t xr_stride, const uint32_t
 // group over all of k (m <= kVectorRows: one stream per panel from start to end) or in passes of
 // kVectorKcSteps that every group of kVectorRows rows runs while the pass's weights are in L1.
 // Not inlined: the caller's FlushDenormalsScope must be in force before any of its arithmetic.
-[[gnu::noinline]] void VectorPanels(const float* xf, int64_t m, int64_t xf_stride,
-                                    const Product& o, int64_t p0, int64_t p1) {
+[[gnu::noinline]] void VectorPanels(const float* xf, int64_t m, int64_t xf_stride, const Product& o,
+                                    int64_t p0, int64_t p1) {
   const PackedMatrix& w = *o.w;
   const int64_t steps = w.steps();
   const auto* data = static_cast<const uint32_t*>(w.data());
@@ -250,8 +250,8 @@ thread_local Scratch tls_tail_scratch;
   const int64_t steps = w.steps();
   const auto* data = static_cast<const uint32_t*>(w.data());
   const int64_t width = (p1 - p0) * kPanel;
-  const int64_t chunk_rows = std::min(kTileChunkRows, (m + 2 * kTileRows - 1) / (2 * kTileRows) *
-                                                          (2 * kTileRows));
+  const int64_t chunk_rows =
+      std::min(kTileChunkRows, (m + 2 * kTileRows - 1) / (2 * kTileRows) * (2 * kTileRows));
   float* c = tls_c_scratch.Floats(static_cast<size_t>(chunk_rows * width));
   const int64_t c_stride = width * 4;  // bytes
   const int64_t a_stride = xb_stride * 4;
