@@ -67,12 +67,11 @@ void AddModelOptions(CLI::App& command, ModelArgs& args, bool add_threads, bool 
                 [&args](const std::string& name) {
                   args.matmul_precision = kernels::ParseMatMulPrecision(name);
                 },
-                "auto: bf16 where the CPU multiplies bf16 natively (AVX512_BF16: Zen 4, Cooper "
-                "Lake; "
-                "AMX: Sapphire Rapids on), f32 elsewhere; f32: exact f32 products "
-                "(matches a float64 reference to ~1e-5); bf16: round activations to bf16 before "
-                "multiplying bf16 weights, as Hugging Face bf16 and llama.cpp do (about 2x faster "
-                "prefill and batched decode on AVX512_BF16 CPUs, 4x on AMX)")
+                "auto: bf16 where the CPU multiplies bf16 faster than f32 (AMX tiles: Intel "
+                "Xeon from Sapphire Rapids on; AVX512_BF16 on AMD Zen 4 on), f32 elsewhere; f32: "
+                "exact f32 products (matches a float64 reference to ~1e-5); bf16: round "
+                "activations to bf16 before multiplying bf16 weights, as Hugging Face bf16 and "
+                "llama.cpp do (about 2x faster prefill and batched decode on Zen 4, 4x on AMX)")
             ->check(CLI::IsMember({"auto", "f32", "bf16"}))
             ->default_str("auto");
     command.parse_complete_callback([&args, precision] {

@@ -80,8 +80,8 @@ std::string_view MatMulPrecisionName(MatMulPrecision precision) {
 
 MatMulPrecision AutoMatMulPrecision() {
   const Isa isa = ActiveIsa();
-  return isa == Isa::kAvx512Bf16 || isa == Isa::kAvx512Amx ? MatMulPrecision::kBf16
-                                                           : MatMulPrecision::kF32;
+  const bool native = isa == Isa::kAvx512Amx || (isa == Isa::kAvx512Bf16 && Bf16DotOutrunsF32());
+  return native ? MatMulPrecision::kBf16 : MatMulPrecision::kF32;
 }
 
 MatMulPrecision ParseMatMulPrecision(std::string_view name) {

@@ -31,9 +31,10 @@ enum class MatMulPrecision { kF32, kBf16, kInt8 };
 
 std::string_view MatMulPrecisionName(MatMulPrecision precision);  // "f32", "bf16", "int8"
 // What `--matmul-precision auto` (the command line's default) picks for the active ISA: kBf16
-// where the CPU multiplies bf16 natively and faster than f32 (Isa::kAvx512Bf16's vdpbf16ps,
-// Isa::kAvx512Amx's tiles), kF32 elsewhere (AVX2, AVX-512 without BF16), where kBf16 would only
-// emulate the rounding. Reads ActiveIsa(), so it throws as ActiveIsa() does.
+// where the CPU multiplies bf16 natively and faster than f32 (Isa::kAvx512Amx's tiles; the
+// vdpbf16ps of Isa::kAvx512Bf16 on AMD's cores, cpu/isa.h Bf16DotOutrunsF32), kF32 elsewhere
+// (AVX2 and plain AVX-512, where kBf16 would only emulate the rounding; Intel's vdpbf16ps, no
+// faster than its f32 FMAs). Reads ActiveIsa(), so it throws as ActiveIsa() does.
 MatMulPrecision AutoMatMulPrecision();
 // "f32", "bf16" or "auto" (AutoMatMulPrecision()); anything else throws infer::Error naming the
 // choices.

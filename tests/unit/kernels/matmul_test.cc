@@ -284,6 +284,19 @@ TEST(MatMulOpTest, PrecisionNames) {
   EXPECT_THROW(ParseMatMulPrecision("fp8"), Error);
 }
 
+// auto: bf16 on the tiles, and on AVX512_BF16 only where its dot product outruns two f32 FMAs
+// (AMD); f32 on every other level, which would only emulate the rounding.
+TEST(MatMulOpTest, AutoPrecisionFollowsTheActiveIsa) {
+  for (Isa isa :
+       {Isa::kScalar, Isa::kAvx2, Isa::kAvxVnni, Isa::kAvx512, Isa::kAvx512Bf16, Isa::kAvx512Amx}) {
+    if (!IsaSupported(isa)) continue;
+    ScopedIsa scoped(isa);
+    const bool bf16 = isa == Isa::kAvx512Amx || (isa == Isa::kAvx512Bf16 && Bf16DotOutrunsF32());
+    EXPECT_EQ(ParseMatMulPrecision("auto"), bf16 ? MatMulPrecision::kBf16 : MatMulPrecision::kF32)
+        << IsaName(isa);
+  }
+}
+
 TEST(MatMulOpTest, RejectsBadArguments) {
   ThreadPool& pool = TestPool();
   Tensor w = Tensor::Empty(DType::kBF16, {4, 8});

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "infer/core/error.h"
@@ -92,6 +93,19 @@ std::atomic<int> active_isa{-1};
 Isa DetectIsa() {
   static const Isa kDetected = DetectOnce();
   return kDetected;
+}
+
+bool Bf16DotOutrunsF32() {
+  static const bool kAmd = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    char vendor[13] = {};
+    std::memcpy(vendor, &ebx, 4);
+    std::memcpy(vendor + 4, &edx, 4);
+    std::memcpy(vendor + 8, &ecx, 4);
+    return std::strcmp(vendor, "AuthenticAMD") == 0;
+  }();
+  return kAmd && IsaSupported(Isa::kAvx512Bf16);
 }
 
 bool IsaSupported(Isa isa) {

@@ -32,6 +32,11 @@ void SetActiveIsa(Isa isa);
 // True when this CPU can run kernels compiled for `isa`.
 bool IsaSupported(Isa isa);
 
+// True where this CPU's vdpbf16ps does about twice the multiply-adds of its f32 FMAs per cycle:
+// AMD's AVX512_BF16 cores (Zen 4 on). Intel's (Cooper Lake, and Sapphire Rapids' vector units)
+// do no more than two FMAs' worth, so there bf16 pays only on the AMX tiles.
+bool Bf16DotOutrunsF32();
+
 std::string_view IsaName(Isa isa);
 // The inverse of IsaName; an unknown name throws infer::Error listing the names.
 // "scalar", "avx2", "avxvnni", "avx512", "avx512bf16", "avx512amx"
