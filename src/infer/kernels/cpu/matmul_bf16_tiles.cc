@@ -36,9 +36,9 @@ constexpr int64_t kTileRows = 16;
 // four rows; from five the vector code is bound by its multiply-adds, the tiles still by the
 // weights' reads (kernels_bench, benchmarks/log).
 constexpr int64_t kTileMinRows = 5;
-// Steps of k per pass of the tile loop: an A block of 32 rows (32 KiB) stays in L1 while the
-// task's panels pass under it.
-constexpr int64_t kTileKcSteps = 512;
+// Steps of k per pass of the tile loop: an A block of 32 rows (16 KiB) stays in L1 while the
+// task's panels pass under it (128 measured ahead of 512 and of all of k at m = 128-512).
+constexpr int64_t kTileKcSteps = 128;
 // Panels per tile task (256 features): an A block serves them all while in L1; their slices of
 // a k pass (128 KiB) stay in L2 while every row block passes under them.
 constexpr int64_t kTileTaskPanels = 8;
