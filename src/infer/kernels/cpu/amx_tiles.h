@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "infer/core/dtype.h"
+
 #if !defined(INFER_AMX_EMULATE)
 #include <immintrin.h>
 #endif
@@ -102,17 +104,23 @@ inline void EmulatedZero(int t) {
   EmulatedCheckTile(t);
   std::memset(emulated_tiles.tile[t], 0, sizeof(emulated_tiles.tile[t]));
 }
-// TDPBSUD: for each row m of dst and dword n of it, the sum over k < a.colsb / 4 of the four
-// products of a's signed bytes [m][4k + i] with b's unsigned bytes [k][4n + i], added to
-// dst's int32 [m][n].
-inline void EmulatedDpbsud(int dst, int a, int b) {
+// A tile product's operands: configured, a (rows x K dwords) against b (K rows) into dst (a's
+// rows x b's columns). The configuration, for the product's loops.
+inline const TileConfig& EmulatedCheckProduct(int dst, int a, int b, const char* what) {
   EmulatedCheckTile(dst);
   EmulatedCheckTile(a);
   EmulatedCheckTile(b);
   const TileConfig& c = emulated_tiles.config;
   EmulatedCheck(c.colsb[a] / 4 == c.rows[b] && c.colsb[dst] == c.colsb[b] &&
                     c.rows[dst] == c.rows[a] && c.colsb[a] % 4 == 0,
-                "TDPBSUD: the tiles' shapes do not match");
+                what);
+  return c;
+}
+// TDPBSUD: for each row m of dst and dword n of it, the sum over k < a.colsb / 4 of the four
+// products of a's signed bytes [m][4k + i] with b's unsigned bytes [k][4n + i], added to
+// dst's int32 [m][n].
+inline void EmulatedDpbsud(int dst, int a, int b) {
+  const TileConfig& c = EmulatedCheckProduct(dst, a, b, "TDPBSUD: the tiles' shapes do not match");
   for (int m = 0; m < c.rows[dst]; ++m) {
     for (int n = 0; n < c.colsb[dst] / 4; ++n) {
       int32_t sum;
@@ -131,10 +139,7 @@ inline void EmulatedDpbsud(int dst, int a, int b) {
 inline float Bf16Value(const uint8_t* p) {
   uint16_t bits;
   std::memcpy(&bits, p, 2);
-  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
-  float v;
-  std::memcpy(&v, &wide, 4);
-  return v;
+  return Bf16ToF32(bits);
 }
 
 // TDPBF16PS: for each row m of dst and f32 n of it, two sums from +0 over k < a.colsb / 4, in k
@@ -142,13 +147,8 @@ inline float Bf16Value(const uint8_t* p) {
 // products of a's bf16 [m][2k] with b's bf16 [k][2n], one of a's [m][2k + 1] with b's
 // [k][2n + 1]; then dst[m][n] + (the first sum + the second).
 inline void EmulatedDpbf16ps(int dst, int a, int b) {
-  EmulatedCheckTile(dst);
-  EmulatedCheckTile(a);
-  EmulatedCheckTile(b);
-  const TileConfig& c = emulated_tiles.config;
-  EmulatedCheck(c.colsb[a] / 4 == c.rows[b] && c.colsb[dst] == c.colsb[b] &&
-                    c.rows[dst] == c.rows[a] && c.colsb[a] % 4 == 0,
-                "TDPBF16PS: the tiles' shapes do not match");
+  const TileConfig& c =
+      EmulatedCheckProduct(dst, a, b, "TDPBF16PS: the tiles' shapes do not match");
   const FlushDenormalsScope flush;
   for (int m = 0; m < c.rows[dst]; ++m) {
     for (int n = 0; n < c.colsb[dst] / 4; ++n) {

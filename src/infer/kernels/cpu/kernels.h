@@ -42,6 +42,17 @@ inline std::pair<const Product*, int64_t> ProductTask(std::span<const Product> o
   return {nullptr, 0};
 }
 
+// y = bias (or 0) for every output: the products of an empty k.
+inline void FillWithBias(int64_t m, std::span<const Product> outputs) {
+  for (const Product& o : outputs) {
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < o.w->rows(); ++j) {
+        o.y[i * o.y_stride + j] = o.bias != nullptr ? o.bias[j] : 0.0F;
+      }
+    }
+  }
+}
+
 // The same declarations in each ISA namespace. bias is f32 or null. MatMul's bf16_activations
 // (MatMulPrecision::kBf16, only passed with bf16 weights) rounds x to bf16 first.
 #define INFER_DECLARE_KERNELS(ns)                                                                  \

@@ -331,13 +331,7 @@ void MatMulsBf16Tiles(const float* x, int64_t m, int64_t k, int64_t x_stride,
                       std::span<const Product> outputs, ThreadPool& pool) {
   if (m == 0 || outputs.empty()) return;
   if (k == 0) {
-    for (const Product& o : outputs) {
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < o.w->rows(); ++j) {
-          o.y[i * o.y_stride + j] = o.bias != nullptr ? o.bias[j] : 0.0F;
-        }
-      }
-    }
+    FillWithBias(m, outputs);
     return;
   }
   const int64_t steps = outputs.front().w->steps();

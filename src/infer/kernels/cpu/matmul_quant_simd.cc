@@ -1481,13 +1481,7 @@ void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
   const PackedMatrix& first = *outputs.front().w;
   const int64_t padded_k = first.num_groups() * first.group_size();
   if (padded_k == 0) {
-    for (const Product& o : outputs) {
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < o.w->rows(); ++j) {
-          o.y[i * o.y_stride + j] = o.bias != nullptr ? o.bias[j] : 0.0F;
-        }
-      }
-    }
+    FillWithBias(m, outputs);
     return;
   }
   const int64_t blocks = padded_k / kQuantBlock;

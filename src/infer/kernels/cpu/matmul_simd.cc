@@ -518,13 +518,7 @@ void MatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
              std::span<const Product> outputs, ThreadPool& pool, bool bf16_activations) {
   if (m == 0 || outputs.empty()) return;
   if (k == 0) {
-    for (const Product& o : outputs) {
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t j = 0; j < o.w->rows(); ++j) {
-          o.y[i * o.y_stride + j] = o.bias != nullptr ? o.bias[j] : 0.0F;
-        }
-      }
-    }
+    FillWithBias(m, outputs);
     return;
   }
   if (bf16_activations) {
