@@ -175,6 +175,110 @@ inline void LoadBf16EvenOdd(const uint16_t* p, V& even, V& odd) {
 #error "simd.h needs -mavx2 -mfma -mf16c or -mavx512f -mavx512bw -mavx512vl -mavx512dq"
 #endif
 
+// Integer vectors of the quantized MatMul (VI; 32-bit lanes unless the name says otherwise),
+// the width of V. DotU8S8 is vpdpbusd where the CPU has it (AVX512_VNNI, AVX-VNNI), else the
+// same sums from vpmaddwd on 16-bit halves (AVX-VNNI emulated under INFER_AVXVNNI_EMULATE).
+#if defined(__AVX512F__)
+using VI = __m512i;
+inline VI LoadI(const uint8_t* p) { return _mm512_loadu_si512(p); }
+inline VI Set1I(int32_t v) { return _mm512_set1_epi32(v); }
+inline VI ZeroI() { return _mm512_setzero_si512(); }
+inline VI LowNibbles(VI v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0f)); }
+inline VI HighNibbles(VI v) {
+  return _mm512_and_si512(_mm512_srli_epi16(v, 4), _mm512_set1_epi8(0x0f));
+}
+[[maybe_unused]] inline VI HighNibblesTimes16(VI v) {
+  return _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(0xf0)));
+}
+[[maybe_unused]] inline VI AddI(VI a, VI b) { return _mm512_add_epi32(a, b); }
+inline VI AndI(VI a, VI b) { return _mm512_and_si512(a, b); }
+[[maybe_unused]] inline VI AddI16(VI a, VI b) { return _mm512_add_epi16(a, b); }
+// u8 x s8 products, adjacent pairs summed to int16 (saturating: callers keep within range).
+[[maybe_unused]] inline VI MulU8S8PairsI16(VI u, VI s) { return _mm512_maddubs_epi16(u, s); }
+[[maybe_unused]] inline VI WidenI16Pairs(VI v) {
+  return _mm512_madd_epi16(v, _mm512_set1_epi16(1));
+}
+// Exact on multiples of 16.
+[[maybe_unused]] inline VI Shr4I32(VI v) { return _mm512_srai_epi32(v, 4); }
+inline VI SubI(VI a, VI b) { return _mm512_sub_epi32(a, b); }
+inline V ToFloat(VI v) { return _mm512_cvtepi32_ps(v); }
+// The 6 bits of each lane from bit `shift` on; the top 2 bits of each lane, moved to `to`.
+inline VI SixBits(VI v, int shift) {
+  return _mm512_and_si512(_mm512_srl_epi32(v, _mm_cvtsi32_si128(shift)), _mm512_set1_epi32(63));
+}
+inline VI TopTwoBits(VI v, int to) {
+  return _mm512_sll_epi32(_mm512_srli_epi32(v, 30), _mm_cvtsi32_si128(to));
+}
+inline VI OrI(VI a, VI b) { return _mm512_or_si512(a, b); }
+template <int kShift>
+inline VI ShiftI16(VI v) {  // left by kShift, or right by -kShift
+  return kShift >= 0 ? _mm512_slli_epi16(v, kShift) : _mm512_srli_epi16(v, -kShift);
+}
+#if defined(__AVX512VNNI__)
+// acc[i] += u[4i] s[4i] + ... + u[4i+3] s[4i+3] (u unsigned, s signed bytes).
+inline VI DotU8S8(VI acc, VI u, VI s) { return _mm512_dpbusd_epi32(acc, u, s); }
+#else
+inline VI DotU8S8(VI acc, VI u, VI s) {
+  const VI u_even = _mm512_and_si512(u, _mm512_set1_epi16(0x00ff));
+  const VI u_odd = _mm512_srli_epi16(u, 8);
+  const VI s_even = _mm512_srai_epi16(_mm512_slli_epi16(s, 8), 8);
+  const VI s_odd = _mm512_srai_epi16(s, 8);
+  acc = _mm512_add_epi32(acc, _mm512_madd_epi16(u_even, s_even));
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(u_odd, s_odd));
+}
+#endif
+#else
+using VI = __m256i;
+inline VI LoadI(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const VI*>(p)); }
+inline VI Set1I(int32_t v) { return _mm256_set1_epi32(v); }
+inline VI ZeroI() { return _mm256_setzero_si256(); }
+inline VI LowNibbles(VI v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0f)); }
+inline VI HighNibbles(VI v) {
+  return _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
+}
+[[maybe_unused]] inline VI HighNibblesTimes16(VI v) {
+  return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(0xf0)));
+}
+[[maybe_unused]] inline VI AddI(VI a, VI b) { return _mm256_add_epi32(a, b); }
+inline VI AndI(VI a, VI b) { return _mm256_and_si256(a, b); }
+[[maybe_unused]] inline VI AddI16(VI a, VI b) { return _mm256_add_epi16(a, b); }
+[[maybe_unused]] inline VI MulU8S8PairsI16(VI u, VI s) { return _mm256_maddubs_epi16(u, s); }
+[[maybe_unused]] inline VI WidenI16Pairs(VI v) {
+  return _mm256_madd_epi16(v, _mm256_set1_epi16(1));
+}
+// Exact on multiples of 16.
+[[maybe_unused]] inline VI Shr4I32(VI v) { return _mm256_srai_epi32(v, 4); }
+inline VI SubI(VI a, VI b) { return _mm256_sub_epi32(a, b); }
+inline V ToFloat(VI v) { return _mm256_cvtepi32_ps(v); }
+inline VI SixBits(VI v, int shift) {
+  return _mm256_and_si256(_mm256_srl_epi32(v, _mm_cvtsi32_si128(shift)), _mm256_set1_epi32(63));
+}
+inline VI TopTwoBits(VI v, int to) {
+  return _mm256_sll_epi32(_mm256_srli_epi32(v, 30), _mm_cvtsi32_si128(to));
+}
+inline VI OrI(VI a, VI b) { return _mm256_or_si256(a, b); }
+template <int kShift>
+inline VI ShiftI16(VI v) {  // left by kShift, or right by -kShift
+  return kShift >= 0 ? _mm256_slli_epi16(v, kShift) : _mm256_srli_epi16(v, -kShift);
+}
+#if defined(__AVXVNNI__)
+inline VI DotU8S8(VI acc, VI u, VI s) { return _mm256_dpbusd_avx_epi32(acc, u, s); }
+#else
+// vpdpbusd as Intel's manual defines it: each 32-bit lane adds the four products of its
+// unsigned bytes of u and signed bytes of s (each within 16 bits, exact here in vpmaddwd's
+// 32-bit pair sums) to acc, wrapping. Integer adds in any order give the same bits, so this is
+// the instruction exactly (Isa::kAvxVnni's kernels run on it in the avxvnni_emulated build).
+inline VI DotU8S8(VI acc, VI u, VI s) {
+  const VI u_even = _mm256_and_si256(u, _mm256_set1_epi16(0x00ff));
+  const VI u_odd = _mm256_srli_epi16(u, 8);
+  const VI s_even = _mm256_srai_epi16(_mm256_slli_epi16(s, 8), 8);
+  const VI s_odd = _mm256_srai_epi16(s, 8);
+  acc = _mm256_add_epi32(acc, _mm256_madd_epi16(u_even, s_even));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(u_odd, s_odd));
+}
+#endif
+#endif
+
 inline V Abs(V v) { return AndNot(Set1(-0.0F), v); }
 
 // exp(x) in the Cephes style: x = n ln2 + r, |r| <= ln2/2, degree-6 polynomial for e^r, then
