@@ -245,4 +245,52 @@ std::string GbnfRules::Render(const std::string& root_body, std::string_view sta
   return out;
 }
 
+std::string Seq(std::initializer_list<std::string_view> parts) {
+  std::string out;
+  for (const std::string_view part : parts) {
+    if (part.empty()) continue;
+    if (!out.empty()) out += ' ';
+    out += part;
+  }
+  return out;
+}
+
+std::string Group(std::string_view inner, std::string_view suffix) {
+  std::string out;
+  out += '(';
+  out += inner;
+  out += ')';
+  out += suffix;
+  return out;
+}
+
+std::string DigitClass(char lo, char hi) {
+  if (lo == hi) return GbnfLiteral(std::string(1, lo));
+  if (lo == '0' && hi == '9') return "[0-9]";
+  return fmt::format("[{}-{}]", lo, hi);
+}
+
+std::string Repeat(const std::string& atom, size_t min, std::optional<size_t> max) {
+  if (max && *max == 0) return "\"\"";
+  if (!max) {
+    if (min == 0) return atom + "*";
+    if (min == 1) return atom + "+";
+    return fmt::format("{}{{{},}}", atom, min);
+  }
+  if (min == 0 && *max == 1) return atom + "?";
+  if (min == 1 && *max == 1) return atom;
+  if (min == *max) return fmt::format("{}{{{}}}", atom, min);
+  return fmt::format("{}{{{},{}}}", atom, min, *max);
+}
+
+std::string Alternatives(const std::vector<std::string>& parts) {
+  if (parts.size() == 1) return parts[0];
+  std::string out = "(";
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i > 0) out += " | ";
+    out += parts[i];
+  }
+  return out + ")";
+}
+
 }  // namespace infer::grammar

@@ -1,12 +1,14 @@
-// Helpers shared by the converters that write GBNF text (json_schema.cc, regex_to_gbnf.cc,
-// choice.cc): sets of code points and their GBNF character classes, escaped literals, and a rule
-// table that names rules, shares identical bodies and caps the size of the grammar it emits. GBNF
-// text is the contract with the grammar parser (llama.cpp's syntax, root rule `root`), so nothing
-// here knows about matching.
+// Helpers shared by the converters that write GBNF text (json_schema*.cc, decimal_range.cc,
+// regex_to_gbnf.cc, choice.cc): sets of code points and their GBNF character classes, escaped
+// literals, and a rule table that names rules, shares identical bodies and caps the size of the
+// grammar it emits. GBNF text is the contract with the grammar parser (llama.cpp's syntax, root
+// rule `root`), so nothing here knows about matching.
 #pragma once
 
 #include <cstddef>
+#include <initializer_list>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +46,17 @@ std::string GbnfLiteral(std::string_view text);
 // Surrogates (U+D800..U+DFFF) never occur in UTF-8 text and are dropped; a set that reaches
 // U+10FFFF is written negated ([^...]), so classes stay short and need no \U escapes.
 std::string GbnfClass(const CodeSet& set);
+
+// GBNF text by appending, not by operator+ chains (GCC 12's -Wrestrict misfires on those).
+// Seq joins the non-empty parts with spaces; Group wraps in parentheses with a suffix.
+std::string Seq(std::initializer_list<std::string_view> parts);
+std::string Group(std::string_view inner, std::string_view suffix);
+// The digits lo to hi as a literal or a character class.
+std::string DigitClass(char lo, char hi);
+// atom repeated min to max times (max: none for unbounded), in GBNF's shortest form.
+std::string Repeat(const std::string& atom, size_t min, std::optional<size_t> max);
+// The parts as alternatives, parenthesized when there are several.
+std::string Alternatives(const std::vector<std::string>& parts);
 
 // The rules of a grammar being written. Names are made unique from a hint; Add shares one rule
 // between identical bodies (the JSON converters ask for the same sub-rules often). Every byte
