@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "infer/server/chat/chat_request.h"
 #include "infer/server/request_fields.h"
 #include "infer/server/sse.h"
 
@@ -18,25 +19,13 @@ using ordered_json = nlohmann::ordered_json;
 // A block list's text blocks joined with newlines; `what` names the list in errors. Anything but
 // text is refused (images, documents: this server reads text only).
 std::string TextOfBlocks(const ordered_json& blocks, const std::string& what) {
-  if (blocks.is_string()) return blocks.get<std::string>();
-  if (!blocks.is_array()) Reject(what + " must be a string or a list of content blocks");
-  std::string text;
-  for (size_t i = 0; i < blocks.size(); ++i) {
-    const ordered_json& block = blocks[i];
-    const std::string at = fmt::format("{}[{}]", what, i);
-    if (!block.is_object() || !block.contains("type") || !block["type"].is_string()) {
-      Reject(at + " must be a content block with a 'type'");
-    }
-    if (block["type"] != "text") {
-      Reject(fmt::format("{}: content blocks of type '{}' are not supported here (text only)", at,
-                         block["type"].get<std::string>()));
-    }
-    if (!block.contains("text") || !block["text"].is_string())
-      Reject(at + ".text must be a string");
-    if (!text.empty()) text += '\n';
-    text += block["text"].get<std::string>();
-  }
-  return text;
+  static const TextPartsDialect kBlocks{
+      "{0} must be a string or a list of content blocks",
+      "{0} must be a content block with a 'type'",
+      "{0}: content blocks of type '{1}' are not supported here (text only)",
+      {"text"},
+      /*separate_after_text_only=*/true};
+  return JoinTextParts(blocks, what, kBlocks, {});
 }
 
 std::string TypeOf(const ordered_json& block, const std::string& at) {
@@ -49,18 +38,19 @@ std::string TypeOf(const ordered_json& block, const std::string& at) {
 // A turn whose content is a string: one message of `role` (true). Else the content must be a
 // list of blocks (false).
 bool PlainTurn(const ordered_json& content, const std::string& param, const char* role,
-               ordered_json& out) {
+               std::vector<ChatMessage>& out) {
   if (content.is_string()) {
-    out.push_back({{"role", role}, {"content", content}});
+    out.push_back({role, content.get<std::string>(), {}, {}, {}});
     return true;
   }
   if (!content.is_array()) Reject(param + " must be a string or a list of content blocks");
   return false;
 }
 
-// A user turn: its tool_result blocks become role "tool" messages (first, as Anthropic orders
-// them), its text one user message.
-void UserTurn(const ordered_json& content, const std::string& param, ordered_json& out) {
+// A user turn: its tool_result blocks become tool turns (first, as Anthropic orders them), its
+// text one user message.
+void UserTurn(const ordered_json& content, const std::string& param,
+              std::vector<ChatMessage>& out) {
   if (PlainTurn(content, param, "user", out)) return;
   ordered_json text_blocks = ordered_json::array();
   bool results = false;
@@ -76,23 +66,27 @@ void UserTurn(const ordered_json& content, const std::string& param, ordered_jso
     }
     const auto result = block.find("content");
     results = true;
-    out.push_back({{"role", "tool"},
-                   {"tool_call_id", block["tool_use_id"]},
-                   {"content", result == block.end() || result->is_null()
-                                   ? std::string()
-                                   : TextOfBlocks(*result, at + ".content")}});
+    ChatMessage turn{"tool",
+                     result == block.end() || result->is_null()
+                         ? std::string()
+                         : TextOfBlocks(*result, at + ".content"),
+                     {},
+                     block["tool_use_id"].get<std::string>(),
+                     {}};
+    out.push_back(std::move(turn));
   }
   if (!text_blocks.empty() || !results) {
-    out.push_back({{"role", "user"}, {"content", TextOfBlocks(text_blocks, param)}});
+    out.push_back({"user", TextOfBlocks(text_blocks, param), {}, {}, {}});
   }
 }
 
-// An assistant turn: its text, and its tool_use blocks as tool_calls; thinking blocks are
+// An assistant turn: its text, and its tool_use blocks as tool calls; thinking blocks are
 // dropped (chat templates do not render past reasoning).
-void AssistantTurn(const ordered_json& content, const std::string& param, ordered_json& out) {
+void AssistantTurn(const ordered_json& content, const std::string& param,
+                   std::vector<ChatMessage>& out) {
   if (PlainTurn(content, param, "assistant", out)) return;
   ordered_json text_blocks = ordered_json::array();
-  ordered_json calls = ordered_json::array();
+  std::vector<ChatToolCall> calls;
   for (size_t i = 0; i < content.size(); ++i) {
     const ordered_json& block = content[i];
     const std::string at = fmt::format("{}[{}]", param, i);
@@ -108,23 +102,19 @@ void AssistantTurn(const ordered_json& content, const std::string& param, ordere
     }
     const auto input = block.find("input");
     if (input != block.end() && !input->is_object()) Reject(at + ".input must be an object");
-    calls.push_back({{"id", block["id"]},
-                     {"type", "function"},
-                     {"function",
-                      {{"name", block["name"]},
-                       {"arguments", input == block.end() ? ordered_json::object() : *input}}}});
+    calls.push_back(
+        {block["id"].get<std::string>(), block["name"].get<std::string>(),
+         input == block.end() ? ordered_json::object() : ArgumentsObject(*input, at + ".input")});
   }
-  ordered_json turn = {{"role", "assistant"}, {"content", TextOfBlocks(text_blocks, param)}};
-  if (!calls.empty()) turn["tool_calls"] = std::move(calls);
+  ChatMessage turn{"assistant", TextOfBlocks(text_blocks, param), {}, {}, {}};
+  if (!calls.empty()) turn.tool_calls = std::move(calls);
   out.push_back(std::move(turn));
 }
 
-ordered_json ChatMessages(const ordered_json* system, const ordered_json& messages) {
+std::vector<ChatMessage> ChatMessages(const ordered_json* system, const ordered_json& messages) {
   if (!messages.is_array() || messages.empty()) Reject("'messages' must be a non-empty list");
-  ordered_json out = ordered_json::array();
-  if (system != nullptr) {
-    out.push_back({{"role", "system"}, {"content", TextOfBlocks(*system, "system")}});
-  }
+  std::vector<ChatMessage> out;
+  if (system != nullptr) out.push_back({"system", TextOfBlocks(*system, "system"), {}, {}, {}});
   for (size_t i = 0; i < messages.size(); ++i) {
     const ordered_json& message = messages[i];
     const std::string param = fmt::format("messages[{}]", i);
@@ -149,9 +139,10 @@ ordered_json ChatMessages(const ordered_json* system, const ordered_json& messag
   return out;
 }
 
-ordered_json ChatTools(const ordered_json& tools) {
+// Custom tools ({name, description, input_schema}) as function tools.
+std::vector<Tool> ChatTools(const ordered_json& tools) {
   if (!tools.is_array()) Reject("'tools' must be a list of tools");
-  ordered_json out = ordered_json::array();
+  std::vector<Tool> out;
   for (size_t i = 0; i < tools.size(); ++i) {
     const ordered_json& tool = tools[i];
     const std::string at = fmt::format("tools[{}]", i);
@@ -167,19 +158,19 @@ ordered_json ChatTools(const ordered_json& tools) {
     if (!tool.contains("input_schema") || !tool["input_schema"].is_object()) {
       Reject(at + ".input_schema must be a JSON schema object");
     }
-    ordered_json function = {{"name", tool["name"]}};
+    const ordered_json* description = nullptr;
     if (tool.contains("description") && !tool["description"].is_null()) {
       if (!tool["description"].is_string()) Reject(at + ".description must be a string");
-      function["description"] = tool["description"];
+      description = &tool["description"];
     }
-    function["parameters"] = tool["input_schema"];
-    out.push_back({{"type", "function"}, {"function", std::move(function)}});
+    out.push_back(
+        FunctionTool(tool["name"].get<std::string>(), description, &tool["input_schema"], nullptr));
   }
   return out;
 }
 
-// tool_choice {type: auto | any | tool (name) | none, disable_parallel_tool_use} into `chat`.
-void ChatToolChoice(const ordered_json& choice, ordered_json& chat) {
+// tool_choice {type: auto | any | tool (name) | none, disable_parallel_tool_use} into `tools`.
+void ChatToolChoice(const ordered_json& choice, ToolsRequest& tools) {
   const char* const wrong =
       "'tool_choice' must be {\"type\": \"auto\"}, {\"type\": \"any\"}, {\"type\": \"tool\", "
       "\"name\": ...} or {\"type\": \"none\"}";
@@ -187,19 +178,21 @@ void ChatToolChoice(const ordered_json& choice, ordered_json& chat) {
     Reject(wrong);
   }
   const std::string type = choice["type"].get<std::string>();
-  if (type == "auto" || type == "none") {
-    chat["tool_choice"] = type;
+  if (type == "auto") {
+    tools.choice = {ToolChoice::Mode::kAuto, ""};
+  } else if (type == "none") {
+    tools.choice = {ToolChoice::Mode::kNone, ""};
   } else if (type == "any") {
-    chat["tool_choice"] = "required";
+    tools.choice = {ToolChoice::Mode::kRequired, ""};
   } else if (type == "tool" && choice.contains("name") && choice["name"].is_string()) {
-    chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", choice["name"]}}}};
+    tools.choice = {ToolChoice::Mode::kNamed, choice["name"].get<std::string>()};
   } else {
     Reject(wrong);
   }
   if (const auto single = choice.find("disable_parallel_tool_use");
       single != choice.end() && !single->is_null()) {
     if (!single->is_boolean()) Reject("'tool_choice.disable_parallel_tool_use' must be a boolean");
-    chat["parallel_tool_calls"] = !single->get<bool>();
+    tools.parallel = !single->get<bool>();
   }
 }
 
@@ -254,54 +247,60 @@ ordered_json AnthropicErrorJson(int status, std::string_view message) {
   return ordered_json{{"type", "error"}, {"error", {{"type", type}, {"message", message}}}};
 }
 
-ordered_json AnthropicToChatBody(std::string_view body, bool count_tokens,
-                                 std::vector<std::string>* ignored) {
-  const json ordered = ParseJsonObject(body);
-  Fields fields(ordered, /*name_param=*/false);
-  ordered_json chat = ordered_json::object();
+ChatRequest ParseAnthropicRequest(std::string_view body, bool count_tokens,
+                                  std::string_view served_model, const SamplingParams& defaults) {
+  const json root = ParseJsonObject(body);
+  Fields fields(root, /*name_param=*/false);
+  ChatRequest request;
+  request.params = defaults;
+  // The body's shape first: what Anthropic's API requires, what this server cannot serve.
   if (!fields.Get("model")) Reject("missing required field 'model'");
-  chat["model"] = ordered["model"];
-  const json* messages = fields.Get("messages");
-  if (!messages) Reject("missing required field 'messages'");
-  chat["messages"] =
-      ChatMessages(fields.Get("system") ? &ordered["system"] : nullptr, ordered["messages"]);
+  if (!fields.Get("messages")) Reject("missing required field 'messages'");
+  request.messages =
+      ChatMessages(fields.Get("system") ? &root["system"] : nullptr, root["messages"]);
   // count_tokens counts the prompt only: max_tokens and stream play no part.
-  if (fields.Get("max_tokens")) {
-    if (!count_tokens) chat["max_tokens"] = ordered["max_tokens"];
-  } else if (!count_tokens) {
-    Reject("missing required field 'max_tokens'");
-  }
-  for (const char* name : {"temperature", "top_p", "top_k", "stream"}) {
-    if (fields.Get(name) && !(count_tokens && std::string_view(name) == "stream")) {
-      chat[name] = ordered[name];
-    }
-  }
+  if (!fields.Get("max_tokens") && !count_tokens) Reject("missing required field 'max_tokens'");
   if (const json* stop = fields.Get("stop_sequences")) {
     if (!stop->is_array() ||
         !std::all_of(stop->begin(), stop->end(), [](const json& s) { return s.is_string(); })) {
       Reject("'stop_sequences' must be a list of strings");
     }
-    chat["stop"] = ordered["stop_sequences"];
   }
-  if (fields.Get("tools")) chat["tools"] = ChatTools(ordered["tools"]);
-  if (fields.Get("tool_choice")) ChatToolChoice(ordered["tool_choice"], chat);
-  if (const json* thinking = fields.Get("thinking")) {
-    const bool enabled = EnableThinking(ordered["thinking"]);
-    chat["chat_template_kwargs"] = {{"enable_thinking", enabled}};
+  ToolsRequest tools;
+  if (fields.Get("tools")) tools.tools = ChatTools(root["tools"]);
+  if (fields.Get("tool_choice")) ChatToolChoice(root["tool_choice"], tools);
+  std::optional<bool> thinking;
+  std::optional<int64_t> thinking_budget;
+  if (const json* value = fields.Get("thinking")) {
+    thinking = EnableThinking(*value);
     // budget_tokens bounds the thinking (the engine forces the block's end once it is spent).
-    if (const auto budget = thinking->find("budget_tokens");
-        enabled && budget != thinking->end() && !budget->is_null()) {
-      const std::optional<int64_t> tokens = JsonInteger(*budget);
-      if (!tokens || *tokens < 0) Reject("'thinking.budget_tokens' must be a non-negative integer");
-      chat["thinking_token_budget"] = *tokens;
+    if (const auto budget = value->find("budget_tokens");
+        *thinking && budget != value->end() && !budget->is_null()) {
+      thinking_budget = JsonInteger(*budget);
+      if (!thinking_budget || *thinking_budget < 0) {
+        Reject("'thinking.budget_tokens' must be a non-negative integer");
+      }
     }
   }
   if (fields.Get("mcp_servers")) Reject("'mcp_servers' is not supported by this server");
   if (fields.Get("container")) Reject("'container' is not supported by this server");
+  // Then the fields' values, as the chat path reads them.
+  request.model = ParseModel(fields, served_model);
+  if (!count_tokens) ReadMaxTokens(fields, "max_tokens", request);
+  ReadNumber(fields, "temperature", request.params.temperature);
+  ReadNumber(fields, "top_p", request.params.top_p);
+  if (!count_tokens) ReadBoolean(fields, "stream", request.stream);
+  ReadTopK(fields, request.params);
+  if (const json* stop = fields.Get("stop_sequences")) request.params.stop = fields.Stop(*stop);
+  if (thinking_budget) request.params.thinking_token_budget = *thinking_budget;
+  request.tools = CheckTools(fields, std::move(tools));
+  request.params.logprobs.reset();
+  if (thinking) SetEnableThinking(request, *thinking);
+  ValidateSampling(request);
   // Accepted and without effect on the output.
   for (const char* name : {"metadata", "service_tier", "cache_control"}) fields.Get(name);
-  if (ignored != nullptr) *ignored = fields.Unknown();
-  return chat;
+  request.ignored_fields = fields.Unknown();
+  return request;
 }
 
 // AnthropicMessage --------------------------------------------------------------------------

@@ -1,8 +1,7 @@
-// Anthropic's Messages API (POST /v1/messages, /v1/messages/count_tokens) as a translation
-// layer over the chat path, as llama.cpp and vLLM build it: the request becomes the body of an
-// OpenAI chat completion (which the chat parser, the engine's front door, the chat template, the
-// tool-call constraint and parser then serve as for OpenAI's clients), and the chat response's
-// chunks become Anthropic's content blocks and named events. Pure: no engine, no sockets.
+// Anthropic's Messages API (POST /v1/messages, /v1/messages/count_tokens): a parser from its
+// JSON to the ChatRequest the handlers serve (chat/chat_request.h), and an encoder from the
+// reply's deltas (chat/chat_reply.h) to Anthropic's content blocks and named events. Pure: no
+// engine, no sockets.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +13,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "infer/engine/sampling_params.h"
 #include "infer/server/chat/chat_reply.h"
+#include "infer/server/chat/chat_request.h"
 #include "infer/server/stream.h"
 
 namespace infer::server {
@@ -24,18 +25,18 @@ namespace infer::server {
 // overloaded_error, api_error, ...).
 nlohmann::ordered_json AnthropicErrorJson(int status, std::string_view message);
 
-// An Anthropic Messages body as the OpenAI chat completion body it asks for: system (a string
-// or text blocks) as the first message; messages with string or block content (text, tool_use
-// as the assistant's tool_calls, tool_result as role "tool" messages); max_tokens (required,
-// except for count_tokens), temperature, top_p, top_k, stop_sequences (as stop), stream; tools
-// ({name, description, input_schema}) as function tools; tool_choice (auto, any as required,
-// tool as a named function, none; disable_parallel_tool_use); thinking (Qwen3's
-// enable_thinking, budget_tokens as thinking_token_budget); metadata accepted. Throws
-// RequestError(400) for what Anthropic's API refuses or this server cannot do (images, documents,
-// server tools, an assistant prefill); the chat parser then checks the rest. `ignored`: fields this
-// server does not know.
-nlohmann::ordered_json AnthropicToChatBody(std::string_view body, bool count_tokens,
-                                           std::vector<std::string>* ignored = nullptr);
+// An Anthropic Messages body as the chat it asks for: system (a string or text blocks) as the
+// first message; messages with string or block content (text, tool_use as the assistant's tool
+// calls, tool_result as tool turns); max_tokens (required, except for count_tokens),
+// temperature, top_p, top_k, stop_sequences, stream over `defaults`; model (`served_model`: 404
+// for another); tools ({name, description, input_schema}) as function tools; tool_choice (auto,
+// any as required, tool as a named function, none; disable_parallel_tool_use); thinking (Qwen3's
+// enable_thinking, budget_tokens as the thinking token budget); metadata accepted. Throws
+// RequestError(400) for what Anthropic's API refuses or this server cannot do (images,
+// documents, server tools, an assistant prefill). Fields this server does not know are the
+// request's ignored_fields.
+ChatRequest ParseAnthropicRequest(std::string_view body, bool count_tokens,
+                                  std::string_view served_model, const SamplingParams& defaults);
 
 // Anthropic's encoding of a one-choice reply (chat_reply.h): content blocks (thinking from the
 // reasoning split, text, tool_use from the parsed tool calls), stop_reason (end_turn, max_tokens,

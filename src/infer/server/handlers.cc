@@ -70,11 +70,14 @@ namespace {
 
 // The prompts of an OpenAI request, for the engine's front door. With tools, the chat carries
 // them as the template's `tools` variable, or in the generic scheme's system message.
-std::vector<Prompt> Prompts(const OpenAiRequest& request) {
-  if (request.endpoint == OpenAiEndpoint::kChatCompletions) {
-    ChatPrompt chat{request.messages, request.chat_template_kwargs, request.add_generation_prompt};
+std::vector<Prompt> Prompts(const ChatRequest& request) {
+  if (request.endpoint == ChatEndpoint::kChatCompletions) {
+    ChatPrompt chat{
+        TemplateMessages(request.tools ? MessagesForTemplate(request.messages, *request.tools,
+                                                             request.tool_format)
+                                       : request.messages),
+        request.chat_template_kwargs, request.add_generation_prompt};
     if (request.tools) {
-      chat.messages = MessagesForTemplate(request.messages, *request.tools, request.tool_format);
       if (auto tools = ToolsVariable(*request.tools, request.tool_format); !tools.is_null()) {
         chat.variables["tools"] = std::move(tools);
       }
@@ -88,6 +91,14 @@ std::vector<Prompt> Prompts(const OpenAiRequest& request) {
   return prompts;
 }
 
+// Fields the request's parser did not know, at debug level.
+void LogIgnored(const httplib::Request& req, const ChatRequest& request) {
+  if (!request.ignored_fields.empty()) {
+    spdlog::debug("{} {}: ignoring unknown fields {}", req.method, req.path,
+                  fmt::join(request.ignored_fields, ", "));
+  }
+}
+
 }  // namespace
 
 ToolCallFormat ApiHandlers::ToolFormat() const {
@@ -95,8 +106,8 @@ ToolCallFormat ApiHandlers::ToolFormat() const {
   return DetectToolCallFormat(chat_template ? chat_template->source() : "");
 }
 
-ApiHandlers::OpenAiPrompts ApiHandlers::PrepareOpenAi(OpenAiRequest& request) {
-  const bool chat = request.endpoint == OpenAiEndpoint::kChatCompletions;
+ApiHandlers::OpenAiPrompts ApiHandlers::PrepareOpenAi(ChatRequest& request) {
+  const bool chat = request.endpoint == ChatEndpoint::kChatCompletions;
   if (request.tools) {
     request.tool_format = ToolFormat();
     // Every call is constrained, so it always parses (ToolCallConstraint). With auto, a
@@ -144,7 +155,7 @@ void ApiHandlers::CancelChoices(const ChatReply& reply) {
   }
 }
 
-std::optional<ApiHandlers::Queued> ApiHandlers::Queue(const OpenAiRequest& request,
+std::optional<ApiHandlers::Queued> ApiHandlers::Queue(const ChatRequest& request,
                                                       const OpenAiPrompts& prepared,
                                                       std::string id) {
   Queued queued{std::move(id), std::make_shared<OutputChannel>(), nullptr};
@@ -191,18 +202,15 @@ void ApiHandlers::Answer(httplib::Response& res, const Queued& queued,
 }
 
 void ApiHandlers::OpenAi(const httplib::Request& req, httplib::Response& res,
-                         OpenAiEndpoint endpoint) {
-  const bool chat = endpoint == OpenAiEndpoint::kChatCompletions;
-  OpenAiRequest request;
+                         ChatEndpoint endpoint) {
+  const bool chat = endpoint == ChatEndpoint::kChatCompletions;
+  ChatRequest request;
   OpenAiPrompts prepared;
   try {
     const std::string& model = engine_.config().model;
     request = chat ? ParseChatCompletionRequest(req.body, model, options_.default_sampling)
                    : ParseOpenAiCompletionRequest(req.body, model, options_.default_sampling);
-    if (!request.ignored_fields.empty()) {
-      spdlog::debug("{} {}: ignoring unknown fields {}", req.method, req.path,
-                    fmt::join(request.ignored_fields, ", "));
-    }
+    LogIgnored(req, request);
     prepared = PrepareOpenAi(request);
   } catch (const RequestError& e) {
     return SendError(res, e.status(), e.what(), e.param());
@@ -219,17 +227,12 @@ void ApiHandlers::OpenAi(const httplib::Request& req, httplib::Response& res,
 
 void ApiHandlers::Anthropic(const httplib::Request& req, httplib::Response& res,
                             bool count_tokens) {
-  OpenAiRequest request;
+  ChatRequest request;
   OpenAiPrompts prepared;
   try {
-    std::vector<std::string> ignored;
-    // The Messages body as the chat completion it asks for, served by the chat path.
-    const nlohmann::ordered_json chat = AnthropicToChatBody(req.body, count_tokens, &ignored);
-    if (!ignored.empty()) {
-      spdlog::debug("{} {}: ignoring unknown fields {}", req.method, req.path,
-                    fmt::join(ignored, ", "));
-    }
-    request = ParseChatCompletionJson(chat, engine_.config().model, options_.default_sampling);
+    request = ParseAnthropicRequest(req.body, count_tokens, engine_.config().model,
+                                    options_.default_sampling);
+    LogIgnored(req, request);
     prepared = PrepareOpenAi(request);
   } catch (const RequestError& e) {
     return SendError(res, e.status(), e.what(), {}, ErrorShape::kAnthropic);
@@ -251,18 +254,13 @@ void ApiHandlers::Anthropic(const httplib::Request& req, httplib::Response& res,
 
 void ApiHandlers::Responses(const httplib::Request& req, httplib::Response& res) {
   ResponsesRequest responses;
-  OpenAiRequest request;
+  ChatRequest request;
   OpenAiPrompts prepared;
   try {
-    std::vector<std::string> ignored;
-    // The Responses body as the chat completion it asks for, served by the chat path.
-    responses = ResponsesToChatBody(req.body, responses_, &ignored);
-    if (!ignored.empty()) {
-      spdlog::debug("{} {}: ignoring unknown fields {}", req.method, req.path,
-                    fmt::join(ignored, ", "));
-    }
-    request =
-        ParseChatCompletionJson(responses.chat, engine_.config().model, options_.default_sampling);
+    responses = ParseResponsesRequest(req.body, responses_, engine_.config().model,
+                                      options_.default_sampling);
+    LogIgnored(req, responses.chat);
+    request = responses.chat;
     prepared = PrepareOpenAi(request);
   } catch (const RequestError& e) {
     return SendError(res, e.status(), e.what(), e.param());

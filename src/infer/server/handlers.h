@@ -45,7 +45,7 @@ class ApiHandlers {
         responses_(options.responses_store_entries, options.responses_store_bytes) {}
 
   void SeedCompletions(const httplib::Request& req, httplib::Response& res);
-  void OpenAi(const httplib::Request& req, httplib::Response& res, OpenAiEndpoint endpoint);
+  void OpenAi(const httplib::Request& req, httplib::Response& res, ChatEndpoint endpoint);
   // Anthropic's POST /v1/messages (anthropic.h), or /v1/messages/count_tokens.
   void Anthropic(const httplib::Request& req, httplib::Response& res, bool count_tokens);
   // OpenAI's POST /v1/responses (responses.h), and GET / DELETE /v1/responses/{id} of a stored
@@ -71,10 +71,10 @@ class ApiHandlers {
   // The tool-call format the model's chat template teaches.
   ToolCallFormat ToolFormat() const;
   // Through the engine's front door (Engine::PreparePrompt).
-  OpenAiPrompts PrepareOpenAi(OpenAiRequest& request);
+  OpenAiPrompts PrepareOpenAi(ChatRequest& request);
   // Queues every choice of a prepared request as response `id`; nullopt (and none queued) when
   // the engine refuses one.
-  std::optional<Queued> Queue(const OpenAiRequest& request, const OpenAiPrompts& prepared,
+  std::optional<Queued> Queue(const ChatRequest& request, const OpenAiPrompts& prepared,
                               std::string id);
   void CancelChoices(const ChatReply& reply);
   // Streams the queued response through `encoder`, or waits for its end and answers `final()`.

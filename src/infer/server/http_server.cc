@@ -229,13 +229,13 @@ void HttpServer::Impl::Routes() {
   });
   server.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     if (options.completions_format == CompletionsFormat::kOpenAi) {
-      handlers.OpenAi(req, res, OpenAiEndpoint::kCompletions);
+      handlers.OpenAi(req, res, ChatEndpoint::kCompletions);
     } else {
       handlers.SeedCompletions(req, res);
     }
   });
   server.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handlers.OpenAi(req, res, OpenAiEndpoint::kChatCompletions);
+    handlers.OpenAi(req, res, ChatEndpoint::kChatCompletions);
   });
   server.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res) {
     handlers.Anthropic(req, res, /*count_tokens=*/false);

@@ -35,19 +35,6 @@ void RefuseUnsupported(Fields& fields) {
   }
 }
 
-// model: optional, and when given the served one.
-std::string ParseModel(Fields& fields, std::string_view served_model) {
-  const json* model = fields.Get("model");
-  if (!model) return std::string(served_model);
-  if (!model->is_string()) Reject("'model' must be a string", "model");
-  if (*model != served_model) {
-    Reject(fmt::format("The model `{}` does not exist (this server serves `{}`).",
-                       model->get<std::string>(), served_model),
-           "model", kNotFound);
-  }
-  return model->get<std::string>();
-}
-
 // logit_bias: {"token id": bias}.
 void ParseLogitBias(Fields& fields, SamplingParams& params) {
   const json* value = fields.Get("logit_bias");
@@ -72,41 +59,31 @@ void ParseLogitBias(Fields& fields, SamplingParams& params) {
 }
 
 // The sampling fields of both endpoints, over `defaults`.
-void ParseSampling(Fields& fields, OpenAiRequest& request) {
+void ParseSampling(Fields& fields, ChatRequest& request) {
   SamplingParams& params = request.params;
   for (const char* name : {"max_tokens", "max_completion_tokens"}) {
-    if (const json* value = fields.Get(name)) {
-      request.max_tokens = fields.Integer(*value, name);
-      if (*request.max_tokens < 1) {
-        Reject(fmt::format("'{}' must be at least 1, got {}", name, *request.max_tokens), name);
-      }
-    }
+    ReadMaxTokens(fields, name, request);
   }
-  // Plain numbers and flags (ranges are checked by SamplingParams::Validate).
   for (const auto& [name, target] :
        {std::pair{"temperature", &params.temperature}, std::pair{"top_p", &params.top_p},
         std::pair{"repetition_penalty", &params.repetition_penalty},
         std::pair{"presence_penalty", &params.presence_penalty},
         std::pair{"frequency_penalty", &params.frequency_penalty}}) {
-    if (const json* value = fields.Get(name)) *target = fields.Number(*value, name);
+    ReadNumber(fields, name, *target);
   }
   for (const auto& [name, target] :
        {std::pair{"stream", &request.stream}, std::pair{"ignore_eos", &params.ignore_eos},
         std::pair{"return_token_ids", &request.return_token_ids}}) {
-    if (const json* value = fields.Get(name)) *target = fields.Boolean(*value, name);
+    ReadBoolean(fields, name, *target);
   }
-  if (const json* value = fields.Get("top_k")) {
-    const int64_t top_k = fields.Integer(*value, "top_k");
-    if (top_k < -1) Reject(fmt::format("'top_k' must be >= 1, or 0 / -1 for off, got {}", top_k));
-    params.top_k = top_k >= 1 ? std::optional(top_k) : std::nullopt;
-  }
+  ReadTopK(fields, params);
   ParseLogitBias(fields, params);
   if (const json* value = fields.Get("stop")) params.stop = fields.Stop(*value);
 }
 
 // seed, n, stream_options, min_tokens, thinking_token_budget, priority; then the fields accepted
 // without effect.
-void ParseOptions(Fields& fields, OpenAiRequest& request) {
+void ParseOptions(Fields& fields, ChatRequest& request) {
   SamplingParams& params = request.params;
   if (const json* value = fields.Get("seed")) {
     const int64_t seed = fields.Integer(*value, "seed");
@@ -151,50 +128,23 @@ void ParseOptions(Fields& fields, OpenAiRequest& request) {
   }
 }
 
-// Validates params once max_tokens is known (a placeholder when it is derived later).
-void ValidateParams(const OpenAiRequest& request) {
-  SamplingParams params = request.params;
-  params.max_new_tokens = request.max_tokens.value_or(std::numeric_limits<int32_t>::max());
-  try {
-    params.Validate();
-  } catch (const Error& e) {
-    Reject(e.what());
-  }
-}
-
 // A message's content as text: a string, or a list of text parts joined with newlines (as
 // vLLM joins them).
 std::string MessageContent(const json& content, size_t index) {
+  static const TextPartsDialect kParts{"{0} must be a string or a list of content parts",
+                                       "{0} must be an object with a 'type'",
+                                       "{0}: content of type '{1}' is not supported (text only)",
+                                       {"text"}};
   const std::string param = fmt::format("messages[{}].content", index);
   if (content.is_null()) return {};
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) Reject(param + " must be a string or a list of content parts", param);
-  std::string text;
-  for (size_t i = 0; i < content.size(); ++i) {
-    const json& part = content[i];
-    if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
-      Reject(fmt::format("{}[{}] must be an object with a 'type'", param, i), param);
-    }
-    const std::string type = part["type"].get<std::string>();
-    if (type != "text") {
-      Reject(
-          fmt::format("{}[{}]: content of type '{}' is not supported (text only)", param, i, type),
-          param);
-    }
-    if (!part.contains("text") || !part["text"].is_string()) {
-      Reject(fmt::format("{}[{}].text must be a string", param, i), param);
-    }
-    if (i > 0) text += '\n';
-    text += part["text"].get<std::string>();
-  }
-  return text;
+  return JoinTextParts(content, param, kParts, param);
 }
 
-ordered_json ParseMessages(const json& messages) {
+std::vector<ChatMessage> ParseMessages(const json& messages) {
   if (!messages.is_array() || messages.empty()) {
     Reject("'messages' must be a non-empty list", "messages");
   }
-  ordered_json out = ordered_json::array();
+  std::vector<ChatMessage> out;
   for (size_t i = 0; i < messages.size(); ++i) {
     const json& message = messages[i];
     const std::string param = fmt::format("messages[{}]", i);
@@ -216,7 +166,7 @@ ordered_json ParseMessages(const json& messages) {
                            !message["tool_calls"].is_null())) {
       out.push_back(ToolTurn(message, name, std::move(text), param));
     } else {
-      out.push_back({{"role", name}, {"content", std::move(text)}});
+      out.push_back({name, std::move(text), {}, {}, {}});
     }
   }
   return out;
@@ -266,7 +216,7 @@ std::vector<std::variant<std::string, std::vector<int32_t>>> ParsePrompts(const 
 
 // Chat only: logprobs / top_logprobs, the template's variables (reasoning_effort among them),
 // continue_final_message.
-void ParseChatFields(Fields& fields, OpenAiRequest& request) {
+void ParseChatFields(Fields& fields, ChatRequest& request) {
   const json* logprobs = fields.Get("logprobs");
   const bool want_logprobs = logprobs && fields.Boolean(*logprobs, "logprobs");
   if (const json* value = fields.Get("top_logprobs")) {
@@ -290,9 +240,7 @@ void ParseChatFields(Fields& fields, OpenAiRequest& request) {
     if (!value->is_string() || !IsReasoningEffort(value->get<std::string>())) {
       Reject(ReasoningEffortError("reasoning_effort"), "reasoning_effort");
     }
-    if (!request.chat_template_kwargs.contains("enable_thinking")) {
-      request.chat_template_kwargs["enable_thinking"] = *value != "none";
-    }
+    SetEnableThinking(request, *value != "none", /*overwrite=*/false);
     request.chat_template_kwargs["reasoning_effort"] = *value;
   }
   if (const json* value = fields.Get("add_generation_prompt")) {
@@ -305,7 +253,7 @@ void ParseChatFields(Fields& fields, OpenAiRequest& request) {
 }
 
 // Completions only: logprobs (a count), echo, best_of, suffix.
-void ParseCompletionFields(Fields& fields, OpenAiRequest& request) {
+void ParseCompletionFields(Fields& fields, ChatRequest& request) {
   if (const json* value = fields.Get("logprobs")) {
     const int64_t top = fields.Integer(*value, "logprobs");
     if (top < 0 || top > kMaxLogprobs) {
@@ -331,11 +279,11 @@ void ParseCompletionFields(Fields& fields, OpenAiRequest& request) {
 
 // Either endpoint's body: the required field (messages, or prompt), the fields both share, then
 // the endpoint's own.
-OpenAiRequest ParseOpenAi(const ordered_json& root, std::string_view served_model,
-                          const SamplingParams& defaults, OpenAiEndpoint endpoint) {
-  const bool chat = endpoint == OpenAiEndpoint::kChatCompletions;
+ChatRequest ParseOpenAi(const ordered_json& root, std::string_view served_model,
+                        const SamplingParams& defaults, ChatEndpoint endpoint) {
+  const bool chat = endpoint == ChatEndpoint::kChatCompletions;
   Fields fields(root, /*name_param=*/true);
-  OpenAiRequest request;
+  ChatRequest request;
   request.endpoint = endpoint;
   request.params = defaults;
   if (!chat) request.max_tokens = 16;  // OpenAI's default for completions
@@ -359,25 +307,25 @@ OpenAiRequest ParseOpenAi(const ordered_json& root, std::string_view served_mode
     ParseCompletionFields(fields, request);
   }
   request.ignored_fields = fields.Unknown();
-  ValidateParams(request);
+  ValidateSampling(request);
   return request;
 }
 
 }  // namespace
 
-OpenAiRequest ParseChatCompletionJson(const ordered_json& body, std::string_view served_model,
-                                      const SamplingParams& defaults) {
-  return ParseOpenAi(body, served_model, defaults, OpenAiEndpoint::kChatCompletions);
+ChatRequest ParseChatCompletionJson(const ordered_json& body, std::string_view served_model,
+                                    const SamplingParams& defaults) {
+  return ParseOpenAi(body, served_model, defaults, ChatEndpoint::kChatCompletions);
 }
 
-OpenAiRequest ParseChatCompletionRequest(std::string_view body, std::string_view served_model,
-                                         const SamplingParams& defaults) {
+ChatRequest ParseChatCompletionRequest(std::string_view body, std::string_view served_model,
+                                       const SamplingParams& defaults) {
   return ParseChatCompletionJson(ParseJsonObject(body), served_model, defaults);
 }
 
-OpenAiRequest ParseOpenAiCompletionRequest(std::string_view body, std::string_view served_model,
-                                           const SamplingParams& defaults) {
-  return ParseOpenAi(ParseJsonObject(body), served_model, defaults, OpenAiEndpoint::kCompletions);
+ChatRequest ParseOpenAiCompletionRequest(std::string_view body, std::string_view served_model,
+                                         const SamplingParams& defaults) {
+  return ParseOpenAi(ParseJsonObject(body), served_model, defaults, ChatEndpoint::kCompletions);
 }
 
 TokenizeRequest ParseTokenizeRequest(std::string_view body, std::string_view served_model,

@@ -43,7 +43,7 @@ ordered_json OpenAiErrorJson(int status, std::string_view message, std::string_v
 
 // OpenAiResponse ----------------------------------------------------------------------------
 
-OpenAiResponse::OpenAiResponse(const OpenAiRequest& request, std::string id, std::string model,
+OpenAiResponse::OpenAiResponse(const ChatRequest& request, std::string id, std::string model,
                                int64_t created, std::vector<PromptInfo> prompts,
                                const Tokenizer* tokenizer, bool reasoning)
     : OpenAiResponse(
@@ -51,7 +51,7 @@ OpenAiResponse::OpenAiResponse(const OpenAiRequest& request, std::string id, std
           std::make_shared<ChatReply>(request, std::move(id), std::move(prompts), reasoning),
           std::move(model), created, tokenizer) {}
 
-OpenAiResponse::OpenAiResponse(const OpenAiRequest& request, std::shared_ptr<ChatReply> reply,
+OpenAiResponse::OpenAiResponse(const ChatRequest& request, std::shared_ptr<ChatReply> reply,
                                std::string model, int64_t created, const Tokenizer* tokenizer)
     : endpoint_(request.endpoint),
       model_(std::move(model)),
@@ -79,7 +79,7 @@ ordered_json OpenAiResponse::ChunkBase() const {
   ordered_json chunk;
   chunk["id"] = reply_->id();
   chunk["object"] =
-      endpoint_ == OpenAiEndpoint::kChatCompletions ? "chat.completion.chunk" : "text_completion";
+      endpoint_ == ChatEndpoint::kChatCompletions ? "chat.completion.chunk" : "text_completion";
   chunk["created"] = created_;
   chunk["model"] = model_;
   return chunk;
@@ -92,7 +92,7 @@ ordered_json OpenAiResponse::LogprobsJson(std::span<const TokenLogprobs> logprob
     for (const char c : text) list.push_back(static_cast<unsigned char>(c));
     return list;
   };
-  if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
+  if (endpoint_ == ChatEndpoint::kChatCompletions) {
     ordered_json content = ordered_json::array();
     for (const TokenLogprobs& entry : logprobs) {
       const std::string token = TokenText(entry.token_id);
@@ -165,7 +165,7 @@ std::string OpenAiResponse::StreamStart() {
     ordered_json chunk = ChunkBase();
     ordered_json choice;
     choice["index"] = i;
-    if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
+    if (endpoint_ == ChatEndpoint::kChatCompletions) {
       choice["delta"] = {{"role", "assistant"}, {"content", ""}};
       choice["logprobs"] = nullptr;
     } else if (echo_) {
@@ -204,7 +204,7 @@ ordered_json OpenAiResponse::DeltaChunk(const ChatDelta& delta) const {
   ordered_json chunk = ChunkBase();
   ordered_json delta_choice;
   delta_choice["index"] = delta.choice;
-  if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
+  if (endpoint_ == ChatEndpoint::kChatCompletions) {
     ordered_json message = ordered_json::object();
     if (!delta.reasoning.empty()) message["reasoning_content"] = delta.reasoning;
     if (!delta.content.empty()) message["content"] = delta.content;
@@ -241,7 +241,7 @@ std::string OpenAiResponse::StreamEnd() {
 ordered_json OpenAiResponse::Final() const {
   ordered_json response = ChunkBase();  // id, object, created, model, in that order
   response["object"] =
-      endpoint_ == OpenAiEndpoint::kChatCompletions ? "chat.completion" : "text_completion";
+      endpoint_ == ChatEndpoint::kChatCompletions ? "chat.completion" : "text_completion";
   ordered_json choices = ordered_json::array();
   const std::vector<ChatReply::Choice>& all = reply_->choices();
   for (size_t i = 0; i < all.size(); ++i) {
@@ -251,7 +251,7 @@ ordered_json OpenAiResponse::Final() const {
     const size_t echo_offset =
         echo_ ? reply_->prompts()[i / static_cast<size_t>(n_)].text.size() : 0;
     const ChatFinish finish = choice.finish();
-    if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
+    if (endpoint_ == ChatEndpoint::kChatCompletions) {
       ordered_json message;
       message["role"] = "assistant";
       message["content"] = choice.text;

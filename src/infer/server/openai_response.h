@@ -32,10 +32,10 @@ class OpenAiResponse {
   using PromptInfo = ChatReply::PromptInfo;
   // `prompts`: each prompt's ids (choices [p*n, (p+1)*n) belong to prompt p). `tokenizer` may be
   // null (token strings of logprobs are then empty). `reasoning`: split <think> text (chat).
-  OpenAiResponse(const OpenAiRequest& request, std::string id, std::string model, int64_t created,
+  OpenAiResponse(const ChatRequest& request, std::string id, std::string model, int64_t created,
                  std::vector<PromptInfo> prompts, const Tokenizer* tokenizer, bool reasoning);
   // The encoding of `reply`, made for `request`.
-  OpenAiResponse(const OpenAiRequest& request, std::shared_ptr<ChatReply> reply, std::string model,
+  OpenAiResponse(const ChatRequest& request, std::shared_ptr<ChatReply> reply, std::string model,
                  int64_t created, const Tokenizer* tokenizer);
 
   static std::string ChoiceRequestId(std::string_view base, int64_t choice) {
@@ -69,7 +69,7 @@ class OpenAiResponse {
   std::string TokenText(int32_t id) const;
   static std::string DataLine(const nlohmann::ordered_json& chunk);
 
-  const OpenAiEndpoint endpoint_;
+  const ChatEndpoint endpoint_;
   const std::string model_;
   const int64_t created_;
   const int64_t n_;

@@ -9,6 +9,7 @@
 
 #include "infer/server/request_fields.h"
 #include "infer/server/sse.h"
+#include "infer/server/tool_calls.h"
 
 namespace infer::server {
 namespace {
@@ -39,29 +40,19 @@ std::string StringField(const ordered_json& object, const char* key, const std::
 // A message's or a tool output's content as text: a string, or input_text / output_text parts
 // joined with newlines; images, files and audio are refused (this server reads text only).
 std::string ContentText(const ordered_json& content, const std::string& at) {
-  if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) Reject(at + " must be a string or a list of content parts", at);
-  std::string text;
-  for (size_t i = 0; i < content.size(); ++i) {
-    const ordered_json& part = content[i];
-    const std::string part_at = fmt::format("{}[{}]", at, i);
-    if (!part.is_object() || !part.contains("type") || !part["type"].is_string()) {
-      Reject(part_at + " must be a content part with a 'type'", at);
-    }
-    const std::string type = part["type"].get<std::string>();
-    if (type != "input_text" && type != "output_text" && type != "text") {
-      Unsupported(fmt::format("{}: content of type '{}' (text only)", part_at, type), at);
-    }
-    if (i > 0) text += '\n';
-    text += StringField(part, "text", part_at);
-  }
-  return text;
+  static const TextPartsDialect kParts{
+      "{0} must be a string or a list of content parts",
+      "{0} must be a content part with a 'type'",
+      "{0}: content of type '{1}' (text only) is not supported by this server",
+      {"input_text", "output_text", "text"}};
+  return JoinTextParts(content, at, kParts, at);
 }
 
 // The chat messages of a conversation of Responses items (`at` names the list in errors).
-// function_call items join the assistant turn before them (or open one); function_call_output
-// items become role "tool" messages named after their call.
-void ChatMessagesOf(const ordered_json& items, const std::string& at, ordered_json& out) {
+// function_call items join the assistant turn before them (or open one), their arguments still
+// JSON text; function_call_output items become tool turns named after their call.
+void ChatMessagesOf(const ordered_json& items, const std::string& at,
+                    std::vector<ChatMessage>& out) {
   std::unordered_map<std::string, std::string> call_names;
   bool open_assistant = false;  // out.back() is an assistant turn calls may join
   for (size_t i = 0; i < items.size(); ++i) {
@@ -80,31 +71,31 @@ void ChatMessagesOf(const ordered_json& items, const std::string& at, ordered_js
       }
       const ordered_json* content = Find(item, "content");
       if (content == nullptr) Reject(item_at + ".content is required", at);
-      out.push_back({{"role", role}, {"content", ContentText(*content, item_at + ".content")}});
+      // developer: OpenAI's newer name for the system role.
+      out.push_back({role == "developer" ? "system" : role,
+                     ContentText(*content, item_at + ".content"),
+                     {},
+                     {},
+                     {}});
       open_assistant = role == "assistant";
     } else if (kind == "function_call") {
       const std::string call_id = StringField(item, "call_id", item_at);
       const std::string name = StringField(item, "name", item_at);
       call_names[call_id] = name;
       if (!open_assistant) {
-        out.push_back({{"role", "assistant"}, {"content", ""}});
+        out.push_back({"assistant", "", {}, {}, {}});
         open_assistant = true;
       }
-      ordered_json& turn = out.back();
-      if (!turn.contains("tool_calls")) turn["tool_calls"] = ordered_json::array();
-      turn["tool_calls"].push_back(
-          {{"id", call_id},
-           {"type", "function"},
-           {"function", {{"name", name}, {"arguments", StringField(item, "arguments", item_at)}}}});
+      ChatMessage& turn = out.back();
+      if (!turn.tool_calls) turn.tool_calls.emplace();
+      turn.tool_calls->push_back({call_id, name, StringField(item, "arguments", item_at)});
     } else if (kind == "function_call_output") {
       const std::string call_id = StringField(item, "call_id", item_at);
       const ordered_json* output = Find(item, "output");
       if (output == nullptr) Reject(item_at + ".output is required", at);
-      ordered_json turn = {{"role", "tool"},
-                           {"tool_call_id", call_id},
-                           {"content", ContentText(*output, item_at + ".output")}};
+      ChatMessage turn{"tool", ContentText(*output, item_at + ".output"), {}, call_id, {}};
       if (const auto name = call_names.find(call_id); name != call_names.end()) {
-        turn["name"] = name->second;
+        turn.name = name->second;
       }
       out.push_back(std::move(turn));
       open_assistant = false;
@@ -130,11 +121,11 @@ ordered_json InputItems(const ordered_json& input) {
   return input;
 }
 
-// Responses function tools ({type: function, name, description, parameters, strict}) as chat
-// tools; any other type (the built-in tools) is refused.
-ordered_json ChatTools(const ordered_json& tools) {
+// Responses function tools ({type: function, name, description, parameters, strict}); any
+// other type (the built-in tools) is refused.
+std::vector<Tool> FunctionTools(const ordered_json& tools) {
   if (!tools.is_array()) Reject("'tools' must be a list of tools", "tools");
-  ordered_json out = ordered_json::array();
+  std::vector<Tool> out;
   for (size_t i = 0; i < tools.size(); ++i) {
     const ordered_json& tool = tools[i];
     const std::string at = fmt::format("tools[{}]", i);
@@ -146,33 +137,30 @@ ordered_json ChatTools(const ordered_json& tools) {
                               tool["type"].get<std::string>()),
                   "tools");
     }
-    ordered_json function = {{"name", StringField(tool, "name", at)}};
-    if (const ordered_json* description = Find(tool, "description")) {
-      if (!description->is_string()) Reject(at + ".description must be a string", "tools");
-      function["description"] = *description;
+    const std::string name = StringField(tool, "name", at);
+    const ordered_json* description = Find(tool, "description");
+    if (description && !description->is_string()) {
+      Reject(at + ".description must be a string", "tools");
     }
-    if (const ordered_json* parameters = Find(tool, "parameters")) {
-      if (!parameters->is_object())
-        Reject(at + ".parameters must be a JSON schema object", "tools");
-      function["parameters"] = *parameters;
+    const ordered_json* parameters = Find(tool, "parameters");
+    if (parameters && !parameters->is_object()) {
+      Reject(at + ".parameters must be a JSON schema object", "tools");
     }
-    if (const ordered_json* strict = Find(tool, "strict")) {
-      if (!strict->is_boolean()) Reject(at + ".strict must be a boolean", "tools");
-      function["strict"] = *strict;
-    }
-    out.push_back({{"type", "function"}, {"function", std::move(function)}});
+    const ordered_json* strict = Find(tool, "strict");
+    if (strict && !strict->is_boolean()) Reject(at + ".strict must be a boolean", "tools");
+    out.push_back(FunctionTool(name, description, parameters, strict));
   }
   return out;
 }
 
 // tool_choice: "auto" | "none" | "required" | {type: function, name}.
-ordered_json ChatToolChoice(const ordered_json& choice) {
-  if (choice.is_string() && (choice == "auto" || choice == "none" || choice == "required")) {
-    return choice;
-  }
+ToolChoice ParseToolChoice(const ordered_json& choice) {
+  if (choice == "auto") return {ToolChoice::Mode::kAuto, ""};
+  if (choice == "none") return {ToolChoice::Mode::kNone, ""};
+  if (choice == "required") return {ToolChoice::Mode::kRequired, ""};
   if (choice.is_object() && choice.value("type", "") == "function" && choice.contains("name") &&
       choice["name"].is_string()) {
-    return {{"type", "function"}, {"function", {{"name", choice["name"]}}}};
+    return {ToolChoice::Mode::kNamed, choice["name"].get<std::string>()};
   }
   if (choice.is_object() && choice.contains("type") && choice["type"].is_string()) {
     Unsupported(fmt::format("'tool_choice' of type '{}'", choice["type"].get<std::string>()),
@@ -184,25 +172,22 @@ ordered_json ChatToolChoice(const ordered_json& choice) {
       "tool_choice");
 }
 
-// text: {format: {type: text | json_object | json_schema (name, schema, strict)}, verbosity}
-// into the chat body's response_format.
-void ChatTextFormat(const ordered_json& text, ordered_json& chat) {
+// text: {format: {type: text | json_object | json_schema (name, schema, strict)}, verbosity}:
+// the structured output it asks for.
+std::optional<StructuredOutput> TextFormat(const ordered_json& text) {
   if (!text.is_object()) Reject("'text' must be an object", "text");
   if (const ordered_json* verbosity = Find(text, "verbosity");
       verbosity && *verbosity != "medium") {
     Unsupported("'text.verbosity' other than \"medium\"", "text");
   }
   const ordered_json* format = Find(text, "format");
-  if (format == nullptr) return;
+  if (format == nullptr) return std::nullopt;
   if (!format->is_object() || !format->contains("type") || !(*format)["type"].is_string()) {
     Reject("'text.format' must be an object with a 'type'", "text");
   }
   const std::string type = (*format)["type"].get<std::string>();
-  if (type == "text") return;
-  if (type == "json_object") {
-    chat["response_format"] = {{"type", "json_object"}};
-    return;
-  }
+  if (type == "text") return std::nullopt;
+  if (type == "json_object") return StructuredOutput{StructuredOutput::Kind::kJsonObject, "", {}};
   if (type != "json_schema") {
     Reject(
         fmt::format("'text.format.type' must be text, json_object or json_schema, got '{}'", type),
@@ -212,21 +197,19 @@ void ChatTextFormat(const ordered_json& text, ordered_json& chat) {
   if (schema == nullptr || !schema->is_object()) {
     Reject("'text.format.schema' must be a JSON schema object", "text");
   }
-  ordered_json json_schema = {{"name", format->value("name", "response")}, {"schema", *schema}};
-  if (const ordered_json* strict = Find(*format, "strict")) json_schema["strict"] = *strict;
-  chat["response_format"] = {{"type", "json_schema"}, {"json_schema", std::move(json_schema)}};
+  return StructuredOutput{StructuredOutput::Kind::kJsonSchema, schema->dump(), {}};
 }
 
 // reasoning {effort, summary}: Qwen3's enable_thinking ("none" turns it off; unset: the
 // template's default).
-void ChatReasoning(const ordered_json& reasoning, ordered_json& chat) {
+std::optional<bool> EnableThinking(const ordered_json& reasoning) {
   if (!reasoning.is_object()) Reject("'reasoning' must be an object", "reasoning");
   const ordered_json* effort = Find(reasoning, "effort");
-  if (effort == nullptr) return;
+  if (effort == nullptr) return std::nullopt;
   if (!effort->is_string() || !IsReasoningEffort(effort->get<std::string>())) {
     Reject(ReasoningEffortError("reasoning.effort"), "reasoning");
   }
-  chat["chat_template_kwargs"] = {{"enable_thinking", *effort != "none"}};
+  return *effort != "none";
 }
 
 std::string HexId(std::string_view prefix) {
@@ -322,18 +305,16 @@ void Named(const char* param, const Translate& translate) {
   }
 }
 
-// model, instructions, previous_response_id and input: the conversation and its chat messages.
+// instructions, previous_response_id and input: the conversation and its chat messages.
 void ParseConversation(Fields& fields, const json& body, const ResponseStore& store,
                        ResponsesRequest& request) {
-  ordered_json& chat = request.chat;
   ordered_json& echo = request.echo;
-  if (fields.Get("model")) chat["model"] = body["model"];
+  std::vector<ChatMessage>& messages = request.chat.messages;
   echo["instructions"] = nullptr;
-  chat["messages"] = ordered_json::array();
   if (const json* instructions = fields.Get("instructions")) {
     if (!instructions->is_string()) Reject("'instructions' must be a string", "instructions");
-    chat["messages"].push_back({{"role", "system"}, {"content", body["instructions"]}});
-    echo["instructions"] = body["instructions"];
+    messages.push_back({"system", instructions->get<std::string>(), {}, {}, {}});
+    echo["instructions"] = *instructions;
   }
   echo["previous_response_id"] = nullptr;
   if (const json* previous = fields.Get("previous_response_id")) {
@@ -354,77 +335,64 @@ void ParseConversation(Fields& fields, const json& body, const ResponseStore& st
   for (ordered_json& item : InputItems(body["input"])) {
     request.conversation.push_back(std::move(item));
   }
-  Named("input", [&] { ChatMessagesOf(request.conversation, "input", chat["messages"]); });
+  Named("input", [&] { ChatMessagesOf(request.conversation, "input", messages); });
 }
 
-// max_output_tokens, temperature, top_p, stream, store.
-void ParseSampling(Fields& fields, const json& body, ResponsesRequest& request) {
-  ordered_json& chat = request.chat;
+// max_output_tokens, stream, store.
+void ParseLimits(Fields& fields, ResponsesRequest& request) {
   if (const json* max = fields.Get("max_output_tokens")) {
     const auto tokens = JsonInteger(*max);
     if (!tokens || *tokens < 1) {
       Reject("'max_output_tokens' must be an integer of at least 1", "max_output_tokens");
     }
-    chat["max_tokens"] = *tokens;
+    request.chat.max_tokens = *tokens;
   }
-  request.echo["max_output_tokens"] = chat.contains("max_tokens") ? chat["max_tokens"] : nullptr;
-  for (const char* name : {"temperature", "top_p"}) {
-    if (fields.Get(name)) chat[name] = body[name];
-  }
+  request.echo["max_output_tokens"] =
+      request.chat.max_tokens ? ordered_json(*request.chat.max_tokens) : ordered_json();
   if (const json* stream = fields.Get("stream")) {
     request.stream = fields.Boolean(*stream, "stream");
   }
-  chat["stream"] = true;
   if (const json* store_field = fields.Get("store")) {
     request.store = fields.Boolean(*store_field, "store");
   }
 }
 
 // tools, tool_choice, parallel_tool_calls, text and reasoning.
-void ParseToolsAndFormat(Fields& fields, const json& body, ResponsesRequest& request) {
-  ordered_json& chat = request.chat;
+void ParseToolsAndFormat(Fields& fields, const json& body, ResponsesRequest& request,
+                         ToolsRequest& tools, std::optional<bool>& thinking) {
   ordered_json& echo = request.echo;
   echo["tools"] = ordered_json::array();
   if (fields.Get("tools")) {
-    Named("tools", [&] { chat["tools"] = ChatTools(body["tools"]); });
+    Named("tools", [&] { tools.tools = FunctionTools(body["tools"]); });
     echo["tools"] = body["tools"];
   }
   echo["tool_choice"] = "auto";
   if (fields.Get("tool_choice")) {
-    chat["tool_choice"] = ChatToolChoice(body["tool_choice"]);
+    tools.choice = ParseToolChoice(body["tool_choice"]);
     echo["tool_choice"] = body["tool_choice"];
   }
   echo["parallel_tool_calls"] = true;
   if (const json* parallel = fields.Get("parallel_tool_calls")) {
-    echo["parallel_tool_calls"] = fields.Boolean(*parallel, "parallel_tool_calls");
-    chat["parallel_tool_calls"] = echo["parallel_tool_calls"];
+    tools.parallel = fields.Boolean(*parallel, "parallel_tool_calls");
+    echo["parallel_tool_calls"] = tools.parallel;
   }
   echo["text"] = {{"format", {{"type", "text"}}}};
   if (fields.Get("text")) {
-    ChatTextFormat(body["text"], chat);
+    request.chat.params.structured_output = TextFormat(body["text"]);
     if (const ordered_json* format = Find(body["text"], "format")) {
       echo["text"] = {{"format", *format}};
     }
   }
   echo["reasoning"] = {{"effort", nullptr}, {"summary", nullptr}};
   if (fields.Get("reasoning")) {
-    ChatReasoning(body["reasoning"], chat);
+    thinking = EnableThinking(body["reasoning"]);
     echo["reasoning"] = {{"effort", body["reasoning"].value("effort", ordered_json())},
                          {"summary", body["reasoning"].value("summary", ordered_json())}};
   }
 }
 
-}  // namespace
-
-ResponsesRequest ResponsesToChatBody(std::string_view body, const ResponseStore& store,
-                                     std::vector<std::string>* ignored) {
-  const json root = ParseJsonObject(body);
-  Fields fields(root, /*name_param=*/true);
-  ResponsesRequest request;
-  RefuseUnsupported(fields);
-  ParseConversation(fields, root, store, request);
-  ParseSampling(fields, root, request);
-  ParseToolsAndFormat(fields, root, request);
+// user, metadata and the fields accepted without effect.
+void ParseEchoed(Fields& fields, const json& body, ResponsesRequest& request) {
   ordered_json& echo = request.echo;
   echo["store"] = request.store;
   echo["truncation"] = "disabled";
@@ -436,14 +404,59 @@ ResponsesRequest ResponsesToChatBody(std::string_view body, const ResponseStore&
   echo["metadata"] = ordered_json::object();
   if (const json* metadata = fields.Get("metadata")) {
     if (!metadata->is_object()) Reject("'metadata' must be an object of strings", "metadata");
-    echo["metadata"] = root["metadata"];
+    echo["metadata"] = body["metadata"];
   }
-  // Accepted and without effect on the output.
   for (const char* name : {"service_tier", "safety_identifier", "prompt_cache_key",
                            "prompt_cache_retention", "stream_options"}) {
     fields.Get(name);
   }
-  if (ignored != nullptr) *ignored = fields.Unknown();
+}
+
+// The checks of the chat the request asks for, as a chat completion's: each call's arguments an
+// object, a conversation left, the model, the sampling numbers, the tools; the reply is streamed
+// to the encoder (how it is sent is the request's `stream`).
+void CheckChat(Fields& fields, std::string_view served_model, ToolsRequest tools,
+               std::optional<bool> thinking, ChatRequest& chat) {
+  for (size_t i = 0; i < chat.messages.size(); ++i) {
+    if (!chat.messages[i].tool_calls) continue;
+    std::vector<ChatToolCall>& calls = *chat.messages[i].tool_calls;
+    for (size_t j = 0; j < calls.size(); ++j) {
+      calls[j].arguments = ArgumentsObject(
+          calls[j].arguments, fmt::format("messages[{}].tool_calls[{}].function.arguments", i, j));
+    }
+  }
+  if (chat.messages.empty()) Reject("'messages' must be a non-empty list", "messages");
+  chat.model = ParseModel(fields, served_model);
+  ReadNumber(fields, "temperature", chat.params.temperature);
+  ReadNumber(fields, "top_p", chat.params.top_p);
+  chat.stream = true;
+  chat.tools = CheckTools(fields, std::move(tools));
+  chat.params.logprobs.reset();
+  if (thinking) SetEnableThinking(chat, *thinking);
+  ValidateSampling(chat);
+}
+
+}  // namespace
+
+ResponsesRequest ParseResponsesRequest(std::string_view body, const ResponseStore& store,
+                                       std::string_view served_model,
+                                       const SamplingParams& defaults) {
+  const json root = ParseJsonObject(body);
+  Fields fields(root, /*name_param=*/true);
+  ResponsesRequest request;
+  request.chat.params = defaults;
+  RefuseUnsupported(fields);
+  fields.Get("model");  // read by CheckChat, once the Responses fields are checked
+  ParseConversation(fields, root, store, request);
+  ParseLimits(fields, request);
+  fields.Get("temperature");
+  fields.Get("top_p");
+  ToolsRequest tools;
+  std::optional<bool> thinking;
+  ParseToolsAndFormat(fields, root, request, tools, thinking);
+  ParseEchoed(fields, root, request);
+  request.chat.ignored_fields = fields.Unknown();
+  CheckChat(fields, served_model, std::move(tools), thinking, request.chat);
   return request;
 }
 

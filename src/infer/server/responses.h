@@ -1,9 +1,8 @@
-// OpenAI's Responses API (POST /v1/responses, GET and DELETE /v1/responses/{id}) as a translation
-// layer over the chat path, as the Anthropic layer (anthropic.h) is: the request, with the
-// conversation of its previous_response_id, becomes the body of an OpenAI chat completion (which
-// the chat parser, the engine's front door, the chat template, the tool-call constraint and
-// parser then serve), and the chat response's chunks become the Responses output items and named
-// events. Stored responses live in a bounded in-memory store. Pure: no engine, no sockets.
+// OpenAI's Responses API (POST /v1/responses, GET and DELETE /v1/responses/{id}): a parser from
+// its JSON, with the conversation of its previous_response_id, to the ChatRequest the handlers
+// serve (chat/chat_request.h), and an encoder from the reply's deltas (chat/chat_reply.h) to the
+// Responses output items and named events. Stored responses live in a bounded in-memory store.
+// Pure: no engine, no sockets.
 #pragma once
 
 #include <cstddef>
@@ -19,7 +18,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "infer/engine/sampling_params.h"
 #include "infer/server/chat/chat_reply.h"
+#include "infer/server/chat/chat_request.h"
 #include "infer/server/stream.h"
 
 namespace infer::server {
@@ -69,10 +70,10 @@ class ResponseStore {
 // A new response id: "resp_" and 32 random hex digits.
 std::string NewResponseId();
 
-// A Responses request as the chat completion it asks for.
+// A Responses request: the chat it asks for, and what its response object echoes and stores.
 struct ResponsesRequest {
-  // The OpenAI chat completion body (streaming; how the reply is sent is `stream`'s).
-  nlohmann::ordered_json chat;
+  // The chat (streamed to the encoder; how the reply is sent is `stream`'s).
+  ChatRequest chat;
   // The conversation so far as Responses items: previous_response_id's, then this input.
   nlohmann::ordered_json conversation = nlohmann::ordered_json::array();
   // The request's settings the response object echoes (instructions, max_output_tokens,
@@ -83,18 +84,20 @@ struct ResponsesRequest {
   bool store = true;
 };
 
-// A Responses body as the chat completion body it asks for: `instructions` as the system
-// message; `input` (a string, or items: messages with string or input_text / output_text
-// content, function_call as the assistant's tool_calls, function_call_output as role "tool"
-// messages; reasoning items are dropped) after the conversation of `previous_response_id`
-// (looked up in `store`: an unknown id is RequestError(404)); function tools; tool_choice;
-// parallel_tool_calls; text.format (json_schema, json_object, text) as response_format;
+// A Responses body as the chat it asks for: `instructions` as the system message; `input` (a
+// string, or items: messages with string or input_text / output_text content, developer as
+// system, function_call as the assistant's tool calls, function_call_output as tool turns;
+// reasoning items are dropped) after the conversation of `previous_response_id` (looked up in
+// `store`: an unknown id is RequestError(404)); function tools; tool_choice;
+// parallel_tool_calls; text.format (json_schema, json_object, text) as the structured output;
 // reasoning.effort as Qwen3's enable_thinking ("none": off); max_output_tokens, temperature,
-// top_p. Throws RequestError(400) for what this server cannot do (built-in tools, background,
-// conversation, prompt templates, include, truncation "auto", images and files, ...).
-// `ignored`: fields this server does not know.
-ResponsesRequest ResponsesToChatBody(std::string_view body, const ResponseStore& store,
-                                     std::vector<std::string>* ignored = nullptr);
+// top_p over `defaults`; model (when given, `served_model`: 404 for another). Throws
+// RequestError(400) for what this server cannot do (built-in tools, background, conversation,
+// prompt templates, include, truncation "auto", images and files, ...). Fields this server does
+// not know are the chat's ignored_fields.
+ResponsesRequest ParseResponsesRequest(std::string_view body, const ResponseStore& store,
+                                       std::string_view served_model,
+                                       const SamplingParams& defaults);
 
 // The Responses encoding of a one-choice reply (chat_reply.h): its output items (reasoning from the
 // reasoning split, message with output_text, function_call from the parsed tool calls), status

@@ -51,6 +51,21 @@ Tool ParseTool(const Fields& fields, const ordered_json& value, size_t index) {
   return tool;
 }
 
+// Tool i of `request` (its earlier tools checked): a valid name, not given before.
+void CheckTool(const Fields& fields, const ToolsRequest& request, size_t i) {
+  const std::string& name = request.tools[i].name;
+  if (!ValidToolName(name)) {
+    fields.Reject(
+        fmt::format("tools[{}].function.name must be 1-64 of a-z, A-Z, 0-9, _, - and .", i),
+        "tools");
+  }
+  for (size_t j = 0; j < i; ++j) {
+    if (request.tools[j].name == name) {
+      fields.Reject(fmt::format("tools[{}]: a second tool named '{}'", i, name), "tools");
+    }
+  }
+}
+
 ToolChoice ParseToolChoice(const Fields& fields, const ordered_json& value) {
   const char* name = "tool_choice";
   if (value.is_string()) {
@@ -71,17 +86,6 @@ ToolChoice ParseToolChoice(const Fields& fields, const ordered_json& value) {
       "'tool_choice' must be none, auto, required or {\"type\": \"function\", \"function\": "
       "{\"name\": ...}}",
       name);
-}
-
-// A call's arguments as an object: OpenAI sends them as JSON text, which keeps its key order; an
-// object given as such (Anthropic's tool_use input) is written with its keys sorted.
-ordered_json ArgumentsObject(const ordered_json& arguments, const std::string& param) {
-  if (arguments.is_object()) return ordered_json(nlohmann::json(arguments));
-  if (arguments.is_string()) {
-    ordered_json parsed = ordered_json::parse(arguments.get<std::string>(), nullptr, false);
-    if (parsed.is_object()) return parsed;
-  }
-  throw RequestError(kBadRequest, param + " must be a JSON object (or its text)", param);
 }
 
 std::string NewCallId() {
@@ -263,25 +267,42 @@ std::optional<ToolsRequest> ParseTools(Fields& fields) {
   ToolsRequest request;
   if (parallel_field) request.parallel = fields.Boolean(*parallel_field, "parallel_tool_calls");
   if (choice_field) request.choice = ParseToolChoice(fields, *choice_field);
-  if (!tools_field || (tools_field->is_array() && tools_field->empty())) {
+  if (tools_field && !tools_field->is_array()) {
+    fields.Reject("'tools' must be a list of tools", "tools");
+  }
+  if (tools_field) {
+    // A tool's parameters keep the order its properties were given in (the body's key order).
+    const ordered_json& tools = *tools_field;
+    for (size_t i = 0; i < tools.size(); ++i) {
+      request.tools.push_back(ParseTool(fields, tools[i], i));
+      CheckTool(fields, request, i);
+    }
+  }
+  return CheckTools(fields, std::move(request));
+}
+
+Tool FunctionTool(const std::string& name, const ordered_json* description,
+                  const ordered_json* parameters, const ordered_json* strict) {
+  Tool tool;
+  tool.name = name;
+  tool.parameters = parameters ? *parameters : ordered_json{{"type", "object"}};
+  ordered_json function = {{"name", name}};
+  if (description) function["description"] = *description;
+  if (parameters) function["parameters"] = *parameters;
+  if (strict) function["strict"] = *strict;
+  tool.spec = {{"type", "function"}, {"function", std::move(function)}};
+  return tool;
+}
+
+std::optional<ToolsRequest> CheckTools(const Fields& fields, ToolsRequest request) {
+  if (request.tools.empty()) {
     if (request.choice.mode == ToolChoice::Mode::kRequired ||
         request.choice.mode == ToolChoice::Mode::kNamed) {
       fields.Reject("'tool_choice' needs 'tools'", "tool_choice");
     }
     return std::nullopt;
   }
-  if (!tools_field->is_array()) fields.Reject("'tools' must be a list of tools", "tools");
-  // A tool's parameters keep the order its properties were given in (the body's key order).
-  const ordered_json& tools = *tools_field;
-  for (size_t i = 0; i < tools.size(); ++i) {
-    Tool tool = ParseTool(fields, tools[i], i);
-    for (const Tool& seen : request.tools) {
-      if (seen.name == tool.name) {
-        fields.Reject(fmt::format("tools[{}]: a second tool named '{}'", i, tool.name), "tools");
-      }
-    }
-    request.tools.push_back(std::move(tool));
-  }
+  for (size_t i = 0; i < request.tools.size(); ++i) CheckTool(fields, request, i);
   if (request.choice.mode == ToolChoice::Mode::kNamed) {
     bool known = false;
     for (const Tool& tool : request.tools) known = known || tool.name == request.choice.name;
@@ -294,18 +315,27 @@ std::optional<ToolsRequest> ParseTools(Fields& fields) {
   return request;
 }
 
-ordered_json ToolTurn(const json& message, const std::string& role, std::string content,
-                      const std::string& param) {
-  ordered_json turn = {{"role", role}, {"content", std::move(content)}};
+ordered_json ArgumentsObject(const ordered_json& arguments, const std::string& param) {
+  if (arguments.is_object()) return ordered_json(nlohmann::json(arguments));
+  if (arguments.is_string()) {
+    ordered_json parsed = ordered_json::parse(arguments.get<std::string>(), nullptr, false);
+    if (parsed.is_object()) return parsed;
+  }
+  throw RequestError(kBadRequest, param + " must be a JSON object (or its text)", param);
+}
+
+ChatMessage ToolTurn(const json& message, const std::string& role, std::string content,
+                     const std::string& param) {
+  ChatMessage turn{role, std::move(content), {}, {}, {}};
   if (role == "tool") {
     const auto id = message.find("tool_call_id");
     if (id == message.end() || !id->is_string()) {
       throw RequestError(kBadRequest, param + ".tool_call_id must be a string",
                          param + ".tool_call_id");
     }
-    turn["tool_call_id"] = id->get<std::string>();
+    turn.tool_call_id = id->get<std::string>();
     if (const auto name = message.find("name"); name != message.end() && name->is_string()) {
-      turn["name"] = *name;
+      turn.name = name->get<std::string>();
     }
     return turn;
   }
@@ -314,7 +344,7 @@ ordered_json ToolTurn(const json& message, const std::string& role, std::string 
   if (!calls->is_array()) {
     throw RequestError(kBadRequest, param + ".tool_calls must be a list", param + ".tool_calls");
   }
-  ordered_json out = ordered_json::array();
+  turn.tool_calls.emplace();
   for (size_t i = 0; i < calls->size(); ++i) {
     const json& call = (*calls)[i];
     const std::string at = fmt::format("{}.tool_calls[{}]", param, i);
@@ -327,44 +357,40 @@ ordered_json ToolTurn(const json& message, const std::string& role, std::string 
     if (function.contains("arguments")) {
       arguments = ArgumentsObject(function["arguments"], at + ".function.arguments");
     }
-    out.push_back({{"id", call.value("id", "")},
-                   {"type", "function"},
-                   {"function", {{"name", function["name"]}, {"arguments", arguments}}}});
+    turn.tool_calls->push_back(
+        {call.value("id", ""), function["name"].get<std::string>(), std::move(arguments)});
   }
-  turn["tool_calls"] = std::move(out);
   return turn;
 }
 
-ordered_json MessagesForTemplate(const ordered_json& messages, const ToolsRequest& tools,
-                                 ToolCallFormat format) {
+std::vector<ChatMessage> MessagesForTemplate(const std::vector<ChatMessage>& messages,
+                                             const ToolsRequest& tools, ToolCallFormat format) {
   if (format != ToolCallFormat::kGeneric) return messages;
   // The generic scheme: tools in the system message, tool turns as plain text, and turns of the
   // same role merged (templates such as Gemma 3's insist that user and assistant alternate).
-  ordered_json out = ordered_json::array();
+  std::vector<ChatMessage> out;
   const auto append = [&](const std::string& role, const std::string& content) {
-    if (!out.empty() && out.back()["role"] == role) {
-      out.back()["content"] = out.back()["content"].get<std::string>() + "\n\n" + content;
+    if (!out.empty() && out.back().role == role) {
+      out.back().content += "\n\n" + content;
     } else {
-      out.push_back({{"role", role}, {"content", content}});
+      out.push_back({role, content, {}, {}, {}});
     }
   };
   append("system", GenericSystemText(tools));
-  for (const ordered_json& message : messages) {
-    const std::string role = message["role"].get<std::string>();
-    std::string content = message.value("content", "");
-    if (role == "assistant" && message.contains("tool_calls")) {
+  for (const ChatMessage& message : messages) {
+    std::string content = message.content;
+    if (message.role == "assistant" && message.tool_calls) {
       ordered_json calls = ordered_json::array();
-      for (const ordered_json& call : message["tool_calls"]) {
-        calls.push_back(
-            {{"name", call["function"]["name"]}, {"arguments", call["function"]["arguments"]}});
+      for (const ChatToolCall& call : *message.tool_calls) {
+        calls.push_back({{"name", call.name}, {"arguments", call.arguments}});
       }
       content = ordered_json{{"tool_calls", calls}}.dump();
-    } else if (role == "tool") {
+    } else if (message.role == "tool") {
       append("user",
-             fmt::format("Result of tool call {}: {}", message.value("tool_call_id", ""), content));
+             fmt::format("Result of tool call {}: {}", message.tool_call_id.value_or(""), content));
       continue;
     }
-    append(role, content);
+    append(message.role, content);
   }
   return out;
 }

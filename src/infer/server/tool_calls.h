@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "infer/grammar/structured_output.h"
+#include "infer/server/chat/chat_message.h"
 #include "infer/server/request_fields.h"
 
 namespace infer::server {
@@ -50,22 +51,37 @@ struct ToolsRequest {
   bool parallel = true;  // parallel_tool_calls
 };
 
-// tools, tool_choice, parallel_tool_calls (the tools' parameters keep the body's key order);
-// nullopt when no tools are given (tool_choice must then be absent,
-// "none" or "auto"). Throws RequestError(400) naming the field at fault.
+// OpenAI's tools, tool_choice, parallel_tool_calls (the tools' parameters keep the body's key
+// order); nullopt when no tools are given (tool_choice must then be absent, "none" or "auto").
+// Throws RequestError(400) naming the field at fault.
 std::optional<ToolsRequest> ParseTools(Fields& fields);
 
-// A chat message with tool turns, in the form chat templates read: an assistant message's
-// tool_calls keep {id, type, function {name, arguments}} with the arguments as an object (the
-// Llama 3.x template writes them with tojson; OpenAI sends a JSON string); a tool message keeps
-// tool_call_id. `param` names the message in errors.
-nlohmann::ordered_json ToolTurn(const nlohmann::ordered_json& message, const std::string& role,
-                                std::string content, const std::string& param);
+// A function tool from the parts a protocol gives (description, parameters and strict when
+// given; parameters default to {"type": "object"}), its spec in the form chat templates read:
+// {"type": "function", "function": {name, description, parameters, strict}}.
+Tool FunctionTool(const std::string& name, const nlohmann::ordered_json* description,
+                  const nlohmann::ordered_json* parameters, const nlohmann::ordered_json* strict);
+// The checks every protocol's tools pass, as one: each name valid (1-64 of a-z, A-Z, 0-9, _, -
+// and .) and given once; a required or named tool_choice needs tools, a named one among them.
+// nullopt when there are no tools. RequestError(400) naming tools[i] or tool_choice.
+std::optional<ToolsRequest> CheckTools(const Fields& fields, ToolsRequest tools);
+
+// A call's arguments as an object: OpenAI sends them as JSON text, which keeps its key order; an
+// object given as such (Anthropic's tool_use input) is written with its keys sorted.
+// RequestError(400) naming `param` when they are neither.
+nlohmann::ordered_json ArgumentsObject(const nlohmann::ordered_json& arguments,
+                                       const std::string& param);
+
+// An OpenAI message with tool turns: an assistant message's tool_calls ({id, type, function
+// {name, arguments}}, the arguments as an object), a tool message's tool_call_id and name.
+// `param` names the message in errors.
+ChatMessage ToolTurn(const nlohmann::ordered_json& message, const std::string& role,
+                     std::string content, const std::string& param);
 
 // The conversation the template renders: for kGeneric, the tools are described in a system
 // message (merged into the first one when there is one) and tool turns are written as text.
-nlohmann::ordered_json MessagesForTemplate(const nlohmann::ordered_json& messages,
-                                           const ToolsRequest& tools, ToolCallFormat format);
+std::vector<ChatMessage> MessagesForTemplate(const std::vector<ChatMessage>& messages,
+                                             const ToolsRequest& tools, ToolCallFormat format);
 // The template's `tools` variable: the tools' specs (kGeneric: none).
 nlohmann::ordered_json ToolsVariable(const ToolsRequest& tools, ToolCallFormat format);
 

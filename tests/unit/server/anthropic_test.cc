@@ -1,6 +1,5 @@
-// Anthropic's Messages API as a translation over the chat path, without a model or sockets: the
-// request into the OpenAI chat body the chat parser reads (and what that parser then makes of
-// it), refusals, the chat response's chunks into Anthropic's content blocks, stop reasons and
+// Anthropic's Messages API without a model or sockets: the request into the ChatRequest the
+// handlers serve, refusals, the reply's deltas into Anthropic's content blocks, stop reasons and
 // named events, and Anthropic's error shape. The shapes are those of Anthropic's API reference.
 #include "infer/server/anthropic.h"
 
@@ -18,19 +17,23 @@ using ordered_json = nlohmann::ordered_json;
 
 json Plain(const ordered_json& value) { return json::parse(value.dump()); }
 
+// The chat a Messages body asks for (the model's defaults: none).
+ChatRequest Parse(const std::string& body, bool count_tokens = false) {
+  return ParseAnthropicRequest(body, count_tokens, "m", {});
+}
+
 // The status a body is refused with (200 when accepted).
 int Refusal(const std::string& body, bool count_tokens = false) {
   try {
-    AnthropicToChatBody(body, count_tokens);
+    Parse(body, count_tokens);
   } catch (const RequestError& e) {
     return e.status();
   }
   return 200;
 }
 
-TEST(AnthropicRequest, TranslatesEveryFieldToTheChatBody) {
-  std::vector<std::string> ignored;
-  const ordered_json chat = AnthropicToChatBody(R"({
+TEST(AnthropicRequest, ReadsEveryFieldIntoTheChatRequest) {
+  const ChatRequest request = Parse(R"({
       "model": "m", "max_tokens": 64, "temperature": 0.5, "top_p": 0.9, "top_k": 20,
       "stop_sequences": ["END", "\n\n"], "stream": true, "metadata": {"user_id": "u"},
       "system": [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Be kind."}],
@@ -47,71 +50,67 @@ TEST(AnthropicRequest, TranslatesEveryFieldToTheChatBody) {
         {"role": "user", "content": [
           {"type": "tool_result", "tool_use_id": "toolu_1",
            "content": [{"type": "text", "text": "18 C"}]},
-          {"type": "text", "text": "And tomorrow?"}]}]})",
-                                                /*count_tokens=*/false, &ignored);
-  EXPECT_EQ(ignored, std::vector<std::string>{"unknown_field"});
-  EXPECT_EQ(Plain(chat), json::parse(R"({
-      "model": "m", "max_tokens": 64, "temperature": 0.5, "top_p": 0.9, "top_k": 20,
-      "stream": true, "stop": ["END", "\n\n"],
-      "chat_template_kwargs": {"enable_thinking": true}, "thinking_token_budget": 1024,
-      "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
-                 "parameters": {"type": "object", "properties": {"z": {}, "a": {}}}}}],
-      "tool_choice": "required", "parallel_tool_calls": false,
-      "messages": [
-        {"role": "system", "content": "Be brief.\nBe kind."},
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": "Let me look.", "tool_calls": [
-          {"id": "toolu_1", "type": "function",
-           "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
-        {"role": "tool", "tool_call_id": "toolu_1", "content": "18 C"},
-        {"role": "user", "content": "And tomorrow?"}]})"));
-  // The schema keeps the client's key order (the grammar writes properties in that order).
-  EXPECT_EQ(chat["tools"][0]["function"]["parameters"]["properties"].begin().key(), "z");
-
-  // What the chat path makes of it.
-  const OpenAiRequest request = ParseChatCompletionRequest(chat.dump(), "m", {});
+          {"type": "text", "text": "And tomorrow?"}]}]})");
+  EXPECT_EQ(request.ignored_fields, std::vector<std::string>{"unknown_field"});
+  EXPECT_EQ(request.model, "m");
   EXPECT_EQ(request.max_tokens, 64);
   EXPECT_EQ(request.params.temperature, 0.5);
+  EXPECT_EQ(request.params.top_p, 0.9);
   EXPECT_EQ(request.params.top_k, 20);
   EXPECT_EQ(request.params.stop, (std::vector<std::string>{"END", "\n\n"}));
   EXPECT_TRUE(request.stream);
+  EXPECT_EQ(Plain(request.chat_template_kwargs), json::parse(R"({"enable_thinking": true})"));
+  EXPECT_EQ(request.params.thinking_token_budget, 1024);
   ASSERT_TRUE(request.tools.has_value());
+  ASSERT_EQ(request.tools->tools.size(), 1U);
+  EXPECT_EQ(Plain(request.tools->tools[0].spec), json::parse(R"(
+      {"type": "function", "function": {"name": "get_weather", "description": "Weather",
+       "parameters": {"type": "object", "properties": {"z": {}, "a": {}}}}})"));
   EXPECT_EQ(request.tools->choice.mode, ToolChoice::Mode::kRequired);
   EXPECT_FALSE(request.tools->parallel);
-  EXPECT_EQ(request.messages.size(), 5U);
-  EXPECT_EQ(request.messages[3]["role"], "tool");
-  EXPECT_EQ(request.messages[3]["tool_call_id"], "toolu_1");
-  EXPECT_EQ(request.chat_template_kwargs["enable_thinking"], true);
-  EXPECT_EQ(request.params.thinking_token_budget, 1024);
+  EXPECT_EQ(Plain(TemplateMessages(request.messages)), json::parse(R"([
+      {"role": "system", "content": "Be brief.\nBe kind."},
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": "Let me look.", "tool_calls": [
+        {"id": "toolu_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+      {"role": "tool", "tool_call_id": "toolu_1", "content": "18 C"},
+      {"role": "user", "content": "And tomorrow?"}])"));
+  // The schema keeps the client's key order (the grammar writes properties in that order).
+  EXPECT_EQ(request.tools->tools[0].parameters["properties"].begin().key(), "z");
 }
 
 TEST(AnthropicRequest, ToolChoicesAndThinkingModes) {
   const auto chat_of = [](const std::string& extra) {
-    return Plain(AnthropicToChatBody(
-        R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"x"}],)" + extra + "}",
-        false));
+    return Parse(R"({"model":"m","max_tokens":4,"messages":[{"role":"user","content":"x"}],)" +
+                 extra + "}");
   };
-  EXPECT_EQ(chat_of(R"("tool_choice":{"type":"auto"})")["tool_choice"], "auto");
-  EXPECT_EQ(chat_of(R"("tool_choice":{"type":"none"})")["tool_choice"], "none");
-  EXPECT_EQ(chat_of(R"("tool_choice":{"type":"tool","name":"f"})")["tool_choice"],
-            json::parse(R"({"type":"function","function":{"name":"f"}})"));
-  EXPECT_EQ(chat_of(R"("thinking":{"type":"disabled"})")["chat_template_kwargs"],
+  const std::string tool = R"("tools":[{"name":"f","input_schema":{"type":"object"}}],)";
+  EXPECT_EQ(chat_of(tool + R"("tool_choice":{"type":"auto"})").tools->choice.mode,
+            ToolChoice::Mode::kAuto);
+  EXPECT_EQ(chat_of(tool + R"("tool_choice":{"type":"none"})").tools->choice.mode,
+            ToolChoice::Mode::kNone);
+  const ChatRequest named = chat_of(tool + R"("tool_choice":{"type":"tool","name":"f"})");
+  EXPECT_EQ(named.tools->choice.mode, ToolChoice::Mode::kNamed);
+  EXPECT_EQ(named.tools->choice.name, "f");
+  EXPECT_EQ(Plain(chat_of(R"("thinking":{"type":"disabled"})").chat_template_kwargs),
             json::parse(R"({"enable_thinking":false})"));
   // A budget bounds enabled thinking only; adaptive thinking has none.
-  EXPECT_FALSE(chat_of(R"("thinking":{"type":"disabled","budget_tokens":5})")
-                   .contains("thinking_token_budget"));
-  EXPECT_FALSE(chat_of(R"("thinking":{"type":"adaptive"})").contains("thinking_token_budget"));
-  EXPECT_EQ(chat_of(R"("thinking":{"type":"enabled","budget_tokens":0})")["thinking_token_budget"],
-            0);
-  EXPECT_EQ(chat_of(R"("system":"S")")["messages"],
+  EXPECT_FALSE(
+      chat_of(R"("thinking":{"type":"disabled","budget_tokens":5})").params.thinking_token_budget);
+  EXPECT_FALSE(chat_of(R"("thinking":{"type":"adaptive"})").params.thinking_token_budget);
+  EXPECT_EQ(
+      chat_of(R"("thinking":{"type":"enabled","budget_tokens":0})").params.thinking_token_budget,
+      0);
+  EXPECT_EQ(Plain(TemplateMessages(chat_of(R"("system":"S")").messages)),
             json::parse(R"([{"role":"system","content":"S"},{"role":"user","content":"x"}])"));
   // A user turn of tool results only is no user message.
-  const json turns = Plain(AnthropicToChatBody(R"({"model":"m","max_tokens":4,"messages":[
+  const json turns = Plain(TemplateMessages(Parse(R"({"model":"m","max_tokens":4,"messages":[
       {"role":"user","content":"x"},
       {"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{}}]},
       {"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"42"},
-                                {"type":"tool_result","tool_use_id":"t2"}]}]})",
-                                               false))["messages"];
+                                {"type":"tool_result","tool_use_id":"t2"}]}]})")
+                                                .messages));
   EXPECT_EQ(turns, json::parse(R"([{"role":"user","content":"x"},
       {"role":"assistant","content":"","tool_calls":[
         {"id":"t1","type":"function","function":{"name":"f","arguments":{}}}]},
@@ -120,11 +119,11 @@ TEST(AnthropicRequest, ToolChoicesAndThinkingModes) {
 }
 
 TEST(AnthropicRequest, CountTokensNeedsNoMaxTokensAndDropsStream) {
-  const ordered_json chat = AnthropicToChatBody(
+  const ChatRequest request = Parse(
       R"({"model":"m","stream":true,"max_tokens":9,"messages":[{"role":"user","content":"x"}]})",
       /*count_tokens=*/true);
-  EXPECT_FALSE(chat.contains("max_tokens"));
-  EXPECT_FALSE(chat.contains("stream"));
+  EXPECT_FALSE(request.max_tokens.has_value());
+  EXPECT_FALSE(request.stream);
   EXPECT_EQ(Refusal(R"({"model":"m","messages":[{"role":"user","content":"x"}]})", true), 200);
 }
 
@@ -189,7 +188,7 @@ std::vector<std::pair<std::string, json>> Events(const std::string& stream) {
 // A message under assembly for `body` (Anthropic's), as the handler makes it.
 struct Assembly {
   explicit Assembly(const std::string& body, ToolCallFormat format = ToolCallFormat::kHermes) {
-    OpenAiRequest request = ParseChatCompletionJson(AnthropicToChatBody(body, false), "m", {});
+    ChatRequest request = Parse(body);
     request.tool_format = format;
     auto reply = std::make_shared<ChatReply>(
         request, "msg_1", std::vector<ChatReply::PromptInfo>{{{1, 2}, ""}}, /*reasoning=*/true);

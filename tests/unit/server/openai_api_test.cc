@@ -15,7 +15,7 @@ using nlohmann::json;
 // Compared as plain JSON (key order aside).
 json Plain(const nlohmann::ordered_json& value) { return json::parse(value.dump()); }
 
-OpenAiRequest Chat(const std::string& body, const SamplingParams& defaults = {}) {
+ChatRequest Chat(const std::string& body, const SamplingParams& defaults = {}) {
   return ParseChatCompletionRequest(body, "m", defaults);
 }
 
@@ -33,11 +33,11 @@ std::pair<int, std::string> Refusal(const std::string& body, bool chat = true) {
   return {200, ""};
 }
 
-TEST(OpenAiRequest, ChatFieldsOverTheModelDefaults) {
+TEST(ChatRequest, ChatFieldsOverTheModelDefaults) {
   SamplingParams defaults;
   defaults.temperature = 0.6;
   defaults.top_p = 0.9;
-  const OpenAiRequest plain = Chat(R"({"messages":[{"role":"user","content":"Hi"}]})", defaults);
+  const ChatRequest plain = Chat(R"({"messages":[{"role":"user","content":"Hi"}]})", defaults);
   EXPECT_EQ(plain.model, "m");  // optional: the served model
   EXPECT_EQ(plain.params.temperature, 0.6);
   EXPECT_EQ(plain.params.top_p, 0.9);
@@ -45,9 +45,10 @@ TEST(OpenAiRequest, ChatFieldsOverTheModelDefaults) {
   EXPECT_FALSE(plain.stream);
   EXPECT_EQ(plain.n, 1);
   EXPECT_FALSE(plain.params.logprobs.has_value());
-  EXPECT_EQ(Plain(plain.messages), json::parse(R"([{"role":"user","content":"Hi"}])"));
+  EXPECT_EQ(Plain(TemplateMessages(plain.messages)),
+            json::parse(R"([{"role":"user","content":"Hi"}])"));
 
-  const OpenAiRequest full = Chat(R"({"model":"m","messages":[{"role":"user","content":"Hi"}],
+  const ChatRequest full = Chat(R"({"model":"m","messages":[{"role":"user","content":"Hi"}],
       "max_completion_tokens":9,"temperature":0,"top_p":0.5,"top_k":7,"repetition_penalty":1.1,
       "presence_penalty":0.5,"frequency_penalty":-0.5,"stop":"x","seed":3,"n":2,"stream":true,
       "stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":4,"min_tokens":2,
@@ -88,7 +89,7 @@ TEST(OpenAiRequest, ChatFieldsOverTheModelDefaults) {
       RequestError);
 }
 
-TEST(OpenAiRequest, ReasoningEffortTurnsQwen3sThinkingOnOrOff) {
+TEST(ChatRequest, ReasoningEffortTurnsQwen3sThinkingOnOrOff) {
   const std::string messages = R"("messages":[{"role":"user","content":"Hi"}])";
   const auto kwargs = [&](const std::string& extra) {
     return Plain(Chat("{" + messages + "," + extra + "}").chat_template_kwargs);
@@ -106,14 +107,15 @@ TEST(OpenAiRequest, ReasoningEffortTurnsQwen3sThinkingOnOrOff) {
   EXPECT_THROW(Chat("{" + messages + R"(,"reasoning_effort":1})"), RequestError);
 }
 
-TEST(OpenAiRequest, MessagesContentPartsAndRoles) {
-  const OpenAiRequest request = Chat(R"({"messages":[
+TEST(ChatRequest, MessagesContentPartsAndRoles) {
+  const ChatRequest request = Chat(R"({"messages":[
       {"role":"developer","content":"Be brief."},
       {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}],
        "name":"x"},
       {"role":"assistant","content":null},
       {"role":"user","content":"c"}]})");
-  EXPECT_EQ(Plain(request.messages), json::parse(R"([{"role":"system","content":"Be brief."},
+  EXPECT_EQ(Plain(TemplateMessages(request.messages)),
+            json::parse(R"([{"role":"system","content":"Be brief."},
       {"role":"user","content":"a\nb"},{"role":"assistant","content":""},
       {"role":"user","content":"c"}])"));
   EXPECT_EQ(Refusal(R"({"messages":[]})"), std::make_pair(400, std::string("messages")));
@@ -126,8 +128,8 @@ TEST(OpenAiRequest, MessagesContentPartsAndRoles) {
   EXPECT_EQ(Refusal(R"({"messages":[{"content":"1"}]})").first, 400);
 }
 
-TEST(OpenAiRequest, UnknownFieldsAreIgnoredAndOutputChangingOnesRefused) {
-  const OpenAiRequest request =
+TEST(ChatRequest, UnknownFieldsAreIgnoredAndOutputChangingOnesRefused) {
+  const ChatRequest request =
       Chat(R"({"messages":[{"role":"user","content":"Hi"}],"foo":1,"bar":{"x":2},
           "response_format":{"type":"text"},"tools":[],"tool_choice":"none"})");
   EXPECT_EQ(request.ignored_fields, (std::vector<std::string>{"bar", "foo"}));
@@ -152,11 +154,11 @@ TEST(OpenAiRequest, UnknownFieldsAreIgnoredAndOutputChangingOnesRefused) {
   EXPECT_EQ(Refusal("{not json").first, 400);
 }
 
-TEST(OpenAiRequest, CompletionPromptsAndDefaults) {
+TEST(ChatRequest, CompletionPromptsAndDefaults) {
   const auto parse = [](const std::string& body) {
     return ParseOpenAiCompletionRequest(body, "m", {});
   };
-  const OpenAiRequest text = parse(R"({"prompt":"Hi","logprobs":2,"echo":false})");
+  const ChatRequest text = parse(R"({"prompt":"Hi","logprobs":2,"echo":false})");
   EXPECT_EQ(text.max_tokens, 16);  // OpenAI's completions default
   ASSERT_EQ(text.prompts.size(), 1U);
   EXPECT_EQ(std::get<std::string>(text.prompts[0]), "Hi");
@@ -174,7 +176,7 @@ TEST(OpenAiRequest, CompletionPromptsAndDefaults) {
   EXPECT_EQ(Refusal(R"({"prompt":"x","suffix":"y"})", false).second, "suffix");
 }
 
-TEST(OpenAiRequest, ErrorShape) {
+TEST(ChatRequest, ErrorShape) {
   EXPECT_EQ(Plain(OpenAiErrorJson(400, "bad", "n")),
             json::parse(R"({"error":{"message":"bad","type":"invalid_request_error",
                 "param":"n","code":400}})"));
@@ -220,7 +222,7 @@ std::vector<json> DataLines(const std::string& stream) {
 }
 
 TEST(OpenAiResponse, ChatStreamWithTwoChoicesAndUsage) {
-  OpenAiRequest request = Chat(R"({"messages":[{"role":"user","content":"Hi"}],"n":2,
+  ChatRequest request = Chat(R"({"messages":[{"role":"user","content":"Hi"}],"n":2,
       "stream":true,"stream_options":{"include_usage":true}})");
   OpenAiResponse response(request, "chatcmpl-7", "m", 1700000000, {{{1, 2, 3}, ""}}, nullptr,
                           /*reasoning=*/true);
@@ -270,7 +272,7 @@ TEST(OpenAiResponse, ChatStreamWithTwoChoicesAndUsage) {
 }
 
 TEST(OpenAiResponse, CompletionWithEchoTokenIdsAndAnError) {
-  const OpenAiRequest request = ParseOpenAiCompletionRequest(
+  const ChatRequest request = ParseOpenAiCompletionRequest(
       R"({"prompt":"Say","echo":true,"return_token_ids":true})", "m", {});
   OpenAiResponse response(request, "cmpl-1", "m", 1, {{{9, 10}, "Say"}}, nullptr, false);
   const std::string id = OpenAiResponse::ChoiceRequestId("cmpl-1", 0);
@@ -284,7 +286,7 @@ TEST(OpenAiResponse, CompletionWithEchoTokenIdsAndAnError) {
   EXPECT_EQ(final["prompt_token_ids"], json::parse("[9,10]"));
   EXPECT_FALSE(response.error().has_value());
 
-  OpenAiRequest streaming = request;
+  ChatRequest streaming = request;
   streaming.stream = true;
   OpenAiResponse failing(streaming, "cmpl-2", "m", 1, {{{9}, "Say"}}, nullptr, false);
   StepOutput error;

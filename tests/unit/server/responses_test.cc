@@ -1,8 +1,7 @@
-// OpenAI's Responses API as a translation over the chat path, without a model or sockets: the
-// request (and the conversation of its previous_response_id) into the OpenAI chat body the chat
-// parser reads, refusals, the chat response's chunks into output items and the Responses
-// events, and the bounded store of responses. The shapes are those of OpenAI's API reference
-// (the openai-node client's types).
+// OpenAI's Responses API without a model or sockets: the request (and the conversation of its
+// previous_response_id) into the ChatRequest the handlers serve, refusals, the reply's deltas
+// into output items and the Responses events, and the bounded store of responses. The shapes are
+// those of OpenAI's API reference (the openai-node client's types).
 #include "infer/server/responses.h"
 
 #include <gtest/gtest.h>
@@ -22,10 +21,15 @@ using testing::Output;
 
 json Plain(const ordered_json& value) { return json::parse(value.dump()); }
 
+// The request a body makes (the model's defaults: none).
+ResponsesRequest Parse(const std::string& body, const ResponseStore& store) {
+  return ParseResponsesRequest(body, store, "m", {});
+}
+
 // The status and param a body is refused with (200 when accepted).
 std::pair<int, std::string> Refusal(const std::string& body, const ResponseStore& store) {
   try {
-    ResponsesToChatBody(body, store);
+    Parse(body, store);
   } catch (const RequestError& e) {
     return {e.status(), e.param()};
   }
@@ -37,10 +41,9 @@ StoredResponse Stored(const std::string& id, const std::string& text) {
           ordered_json::array({{{"type", "message"}, {"role", "user"}, {"content", text}}})};
 }
 
-TEST(ResponsesRequest, TranslatesEveryFieldToTheChatBody) {
+TEST(ResponsesRequest, ReadsEveryFieldIntoTheChatRequest) {
   const ResponseStore store(4, 1 << 20);
-  std::vector<std::string> ignored;
-  const ResponsesRequest request = ResponsesToChatBody(R"({
+  const ResponsesRequest request = Parse(R"({
       "model": "m", "instructions": "Be brief.", "max_output_tokens": 64, "temperature": 0.5,
       "top_p": 0.9, "stream": true, "store": false, "metadata": {"k": "v"}, "user": "u",
       "include": [], "truncation": "disabled", "unknown_field": 1, "parallel_tool_calls": false,
@@ -61,30 +64,40 @@ TEST(ResponsesRequest, TranslatesEveryFieldToTheChatBody) {
         {"type": "function_call_output", "call_id": "call_1", "output": "18 C"},
         {"type": "message", "role": "developer",
          "content": [{"type": "input_text", "text": "And"}, {"type": "input_text", "text": "tomorrow?"}]}]})",
-                                                       store, &ignored);
-  EXPECT_EQ(ignored, std::vector<std::string>{"unknown_field"});
+                                         store);
+  const ChatRequest& chat = request.chat;
+  EXPECT_EQ(chat.ignored_fields, std::vector<std::string>{"unknown_field"});
   EXPECT_TRUE(request.stream);
   EXPECT_FALSE(request.store);
-  EXPECT_EQ(Plain(request.chat), json::parse(R"({
-      "model": "m", "stream": true, "max_tokens": 64, "temperature": 0.5, "top_p": 0.9,
-      "tools": [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
-                 "parameters": {"type": "object", "properties": {"z": {}, "a": {}}},
-                 "strict": true}}],
-      "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
-      "parallel_tool_calls": false,
-      "response_format": {"type": "json_schema",
-                          "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": true}},
-      "chat_template_kwargs": {"enable_thinking": false},
-      "messages": [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "Weather in Paris?"},
-        {"role": "assistant", "content": "Let me look.", "tool_calls": [{"id": "call_1",
-          "type": "function",
-          "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
-        {"role": "tool", "tool_call_id": "call_1", "content": "18 C", "name": "get_weather"},
-        {"role": "developer", "content": "And\ntomorrow?"}]})"));
+  // The chat is streamed to the encoder whatever `stream` says.
+  EXPECT_TRUE(chat.stream);
+  EXPECT_EQ(chat.model, "m");
+  EXPECT_EQ(chat.max_tokens, 64);
+  EXPECT_EQ(chat.params.temperature, 0.5);
+  EXPECT_EQ(chat.params.top_p, 0.9);
+  ASSERT_TRUE(chat.tools.has_value());
+  ASSERT_EQ(chat.tools->tools.size(), 1U);
+  EXPECT_EQ(Plain(chat.tools->tools[0].spec), json::parse(R"(
+      {"type": "function", "function": {"name": "get_weather", "description": "Weather",
+       "parameters": {"type": "object", "properties": {"z": {}, "a": {}}}, "strict": true}})"));
+  EXPECT_EQ(chat.tools->choice.mode, ToolChoice::Mode::kNamed);
+  EXPECT_EQ(chat.tools->choice.name, "get_weather");
+  EXPECT_FALSE(chat.tools->parallel);
+  ASSERT_TRUE(chat.params.structured_output.has_value());
+  EXPECT_EQ(chat.params.structured_output->kind, StructuredOutput::Kind::kJsonSchema);
+  EXPECT_EQ(json::parse(chat.params.structured_output->source),
+            json::parse(R"({"type": "object"})"));
+  EXPECT_EQ(Plain(chat.chat_template_kwargs), json::parse(R"({"enable_thinking": false})"));
+  EXPECT_EQ(Plain(TemplateMessages(chat.messages)), json::parse(R"([
+      {"role": "system", "content": "Be brief."},
+      {"role": "user", "content": "Weather in Paris?"},
+      {"role": "assistant", "content": "Let me look.", "tool_calls": [{"id": "call_1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+      {"role": "tool", "tool_call_id": "call_1", "content": "18 C", "name": "get_weather"},
+      {"role": "system", "content": "And\ntomorrow?"}])"));
   // The tools keep the client's key order (the grammar writes properties in that order).
-  EXPECT_EQ(request.chat["tools"][0]["function"]["parameters"]["properties"].begin().key(), "z");
+  EXPECT_EQ(chat.tools->tools[0].parameters["properties"].begin().key(), "z");
   // What the response echoes.
   EXPECT_EQ(request.echo["instructions"], "Be brief.");
   EXPECT_EQ(request.echo["max_output_tokens"], 64);
@@ -98,22 +111,18 @@ TEST(ResponsesRequest, TranslatesEveryFieldToTheChatBody) {
   EXPECT_EQ(Plain(request.echo["metadata"]), json::parse(R"({"k": "v"})"));
   // The conversation to store: the input items as given.
   EXPECT_EQ(request.conversation.size(), 6U);
-
-  // The chat parser takes the translation as it is.
-  const OpenAiRequest chat = ParseChatCompletionRequest(request.chat.dump(), "m", {});
-  ASSERT_TRUE(chat.tools.has_value());
-  EXPECT_EQ(chat.tools->choice.mode, ToolChoice::Mode::kNamed);
-  EXPECT_FALSE(chat.tools->parallel);
-  EXPECT_EQ(chat.max_tokens, 64);
-  EXPECT_TRUE(chat.params.structured_output.has_value());
-  EXPECT_EQ(chat.messages.size(), 5U);
 }
 
 TEST(ResponsesRequest, AStringInputIsOneUserMessageAndDefaultsAreEchoed) {
   const ResponseStore store(4, 1 << 20);
-  const ResponsesRequest request = ResponsesToChatBody(R"({"input": "Hi"})", store);
-  EXPECT_EQ(Plain(request.chat), json::parse(R"({"messages": [{"role": "user", "content": "Hi"}],
-      "stream": true})"));
+  const ResponsesRequest request = Parse(R"({"input": "Hi"})", store);
+  EXPECT_EQ(Plain(TemplateMessages(request.chat.messages)),
+            json::parse(R"([{"role": "user", "content": "Hi"}])"));
+  EXPECT_TRUE(request.chat.stream);
+  EXPECT_FALSE(request.chat.max_tokens.has_value());
+  EXPECT_FALSE(request.chat.tools.has_value());
+  EXPECT_FALSE(request.chat.params.structured_output.has_value());
+  EXPECT_TRUE(request.chat.chat_template_kwargs.empty());
   EXPECT_FALSE(request.stream);
   EXPECT_TRUE(request.store);  // store defaults to true
   EXPECT_EQ(Plain(request.conversation), json::parse(R"([{"type": "message", "role": "user",
@@ -124,12 +133,13 @@ TEST(ResponsesRequest, AStringInputIsOneUserMessageAndDefaultsAreEchoed) {
       "reasoning": {"effort": null, "summary": null}, "store": true, "truncation": "disabled",
       "user": null, "metadata": {}})"));
   // json_object and an effort other than none.
-  const ResponsesRequest json_object = ResponsesToChatBody(
+  const ResponsesRequest json_object = Parse(
       R"({"input": "Hi", "text": {"format": {"type": "json_object"}},
           "reasoning": {"effort": "high", "summary": "auto"}})",
       store);
-  EXPECT_EQ(Plain(json_object.chat["response_format"]), json::parse(R"({"type": "json_object"})"));
-  EXPECT_EQ(json_object.chat["chat_template_kwargs"]["enable_thinking"], true);
+  ASSERT_TRUE(json_object.chat.params.structured_output.has_value());
+  EXPECT_EQ(json_object.chat.params.structured_output->kind, StructuredOutput::Kind::kJsonObject);
+  EXPECT_EQ(json_object.chat.chat_template_kwargs["enable_thinking"], true);
 }
 
 TEST(ResponsesRequest, PreviousResponseIdContinuesItsConversation) {
@@ -141,15 +151,15 @@ TEST(ResponsesRequest, PreviousResponseIdContinuesItsConversation) {
       {"type": "function_call", "id": "fc_1", "call_id": "call_9", "name": "get_weather",
        "arguments": "{}", "status": "completed"}])");
   ASSERT_TRUE(store.Put(previous));
-  const ResponsesRequest request = ResponsesToChatBody(
+  const ResponsesRequest request = Parse(
       R"({"previous_response_id": "resp_1", "instructions": "New rules.",
           "input": [{"type": "function_call_output", "call_id": "call_9", "output": "sunny"}]})",
       store);
-  EXPECT_EQ(Plain(request.chat["messages"]), json::parse(R"([
+  EXPECT_EQ(Plain(TemplateMessages(request.chat.messages)), json::parse(R"([
       {"role": "system", "content": "New rules."},
       {"role": "user", "content": "Weather?"},
       {"role": "assistant", "content": "", "tool_calls": [{"id": "call_9", "type": "function",
-        "function": {"name": "get_weather", "arguments": "{}"}}]},
+        "function": {"name": "get_weather", "arguments": {}}}]},
       {"role": "tool", "tool_call_id": "call_9", "content": "sunny", "name": "get_weather"}])"));
   EXPECT_EQ(request.conversation.size(), 3U);
   EXPECT_EQ(request.echo["previous_response_id"], "resp_1");
@@ -265,8 +275,8 @@ TEST(ResponseStore, ThreadSafeUnderConcurrentPutsGetsAndErases) {
 struct Assembly {
   explicit Assembly(const std::string& body, ResponseStore* store = nullptr) {
     static const ResponseStore kEmpty(1, 1);
-    ResponsesRequest responses = ResponsesToChatBody(body, store ? *store : kEmpty);
-    OpenAiRequest request = ParseChatCompletionRequest(responses.chat.dump(), "m", {});
+    ResponsesRequest responses = Parse(body, store ? *store : kEmpty);
+    ChatRequest request = responses.chat;
     request.tool_format = ToolCallFormat::kHermes;
     responses.echo["temperature"] = request.params.temperature;
     responses.echo["top_p"] = request.params.top_p;

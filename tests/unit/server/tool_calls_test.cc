@@ -25,7 +25,7 @@ const std::string kWeather = R"({"type":"function","function":{"name":"get_weath
     "description":"Current weather","parameters":{"type":"object","properties":{
     "city":{"type":"string"},"unit":{"enum":["c","f"]}},"required":["city"]}}})";
 
-OpenAiRequest Chat(const std::string& fields) {
+ChatRequest Chat(const std::string& fields) {
   return ParseChatCompletionRequest("{" + kMessages + fields + "}", "m", {});
 }
 
@@ -50,7 +50,7 @@ TEST(StructuredFields, EveryDialectGivesTheSameSpec) {
                 R"({\"type\":\"object\",\"properties\":{\"b\":{\"type\":\"integer\"},\"a\":{}}})") +
             "\"",
         R"(,"response_format":{"type":"json_object","schema":)" + schema + "}"}) {
-    const OpenAiRequest request = Chat(fields);
+    const ChatRequest request = Chat(fields);
     ASSERT_TRUE(request.params.structured_output) << fields;
     EXPECT_EQ(request.params.structured_output->kind, Kind::kJsonSchema);
     // The client's key order is kept: "b" before "a".
@@ -96,8 +96,8 @@ TEST(StructuredFields, MalformedOrConflictingFieldsAre400) {
 }
 
 TEST(Tools, ToolsChoiceAndTurnsAreParsed) {
-  const OpenAiRequest request = Chat(R"(,"tools":[)" + kWeather +
-                                     R"(],"tool_choice":{"type":"function","function":{"name":
+  const ChatRequest request = Chat(R"(,"tools":[)" + kWeather +
+                                   R"(],"tool_choice":{"type":"function","function":{"name":
                                      "get_weather"}},"parallel_tool_calls":false)");
   ASSERT_TRUE(request.tools);
   ASSERT_EQ(request.tools->tools.size(), 1U);
@@ -117,17 +117,18 @@ TEST(Tools, ToolsChoiceAndTurnsAreParsed) {
   EXPECT_EQ(Refusal(R"(,"tool_choice":"sometimes")").second, "tool_choice");
 
   // A whole round: the assistant's call (arguments as JSON text) and the tool's result.
-  const OpenAiRequest round = ParseChatCompletionRequest(
+  const ChatRequest round = ParseChatCompletionRequest(
       R"({"messages":[{"role":"user","content":"Weather?"},
           {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function",
            "function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
           {"role":"tool","tool_call_id":"call_1","content":"18 C"}],"tools":[)" +
           kWeather + "]}",
       "m", {});
-  const auto& call = round.messages[1]["tool_calls"][0];
+  const nlohmann::ordered_json turns = TemplateMessages(round.messages);
+  const auto& call = turns[1]["tool_calls"][0];
   EXPECT_EQ(call["function"]["arguments"], nlohmann::ordered_json({{"city", "Paris"}}));
-  EXPECT_EQ(round.messages[2]["tool_call_id"], "call_1");
-  EXPECT_EQ(round.messages[2]["content"], "18 C");
+  EXPECT_EQ(turns[2]["tool_call_id"], "call_1");
+  EXPECT_EQ(turns[2]["content"], "18 C");
   try {
     ParseChatCompletionRequest(R"({"messages":[{"role":"tool","content":"x"}]})", "m", {});
     ADD_FAILURE() << "a tool message without tool_call_id was accepted";
@@ -213,14 +214,15 @@ TEST(Tools, TheDevTemplatesFormatsAreDetected) {
 
 TEST(Tools, TheGenericSchemeMergesTurnsForAlternatingTemplates) {
   const ToolsRequest tools = Weather();
-  const OpenAiRequest round = ParseChatCompletionRequest(
+  const ChatRequest round = ParseChatCompletionRequest(
       R"({"messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"W?"},
           {"role":"assistant","tool_calls":[{"id":"c1","type":"function",
            "function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
           {"role":"tool","tool_call_id":"c1","content":"18 C"},
           {"role":"tool","tool_call_id":"c2","content":"20 C"}]})",
       "m", {});
-  const auto messages = MessagesForTemplate(round.messages, tools, ToolCallFormat::kGeneric);
+  const nlohmann::ordered_json messages =
+      TemplateMessages(MessagesForTemplate(round.messages, tools, ToolCallFormat::kGeneric));
   ASSERT_EQ(messages.size(), 4U);  // system (tools + "Be brief."), user, assistant, user
   EXPECT_EQ(messages[0]["role"], "system");
   EXPECT_NE(messages[0]["content"].get<std::string>().find("get_weather"), std::string::npos);
@@ -289,7 +291,7 @@ TEST(Tools, EveryCallIsConstrainedAndAutoTextStaysFree) {
 }
 
 OpenAiResponse ToolResponse(bool stream) {
-  OpenAiRequest request =
+  ChatRequest request =
       Chat(R"(,"tools":[)" + kWeather + "]" + (stream ? R"(,"stream":true)" : ""));
   request.tool_format = ToolCallFormat::kHermes;
   return OpenAiResponse(request, "chatcmpl-1", "m", 0, {{{1, 2}, ""}}, nullptr, false);

@@ -59,11 +59,11 @@ ReasoningSplitter::Parts ReasoningSplitter::Drain(bool final) {
 
 // ChatReply ---------------------------------------------------------------------------------
 
-ChatReply::ChatReply(const OpenAiRequest& request, std::string id, std::vector<PromptInfo> prompts,
+ChatReply::ChatReply(const ChatRequest& request, std::string id, std::vector<PromptInfo> prompts,
                      bool reasoning)
     : id_(std::move(id)),
-      reasoning_(reasoning && request.endpoint == OpenAiEndpoint::kChatCompletions),
-      tools_(request.endpoint == OpenAiEndpoint::kChatCompletions && request.tools &&
+      reasoning_(reasoning && request.endpoint == ChatEndpoint::kChatCompletions),
+      tools_(request.endpoint == ChatEndpoint::kChatCompletions && request.tools &&
                      request.tools->choice.mode != ToolChoice::Mode::kNone
                  ? request.tools
                  : std::nullopt),

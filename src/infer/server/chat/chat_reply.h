@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "infer/engine/output.h"
-#include "infer/server/openai_request.h"
+#include "infer/server/chat/chat_request.h"
 #include "infer/server/tool_calls.h"
 
 namespace infer::server {
@@ -94,7 +94,7 @@ class ChatReply {
 
   // `prompts`: each prompt's ids (choices [p*n, (p+1)*n) belong to prompt p). `reasoning`: split
   // <think> text (chat only). Tools apply to a chat whose tool_choice is not none.
-  ChatReply(const OpenAiRequest& request, std::string id, std::vector<PromptInfo> prompts,
+  ChatReply(const ChatRequest& request, std::string id, std::vector<PromptInfo> prompts,
             bool reasoning);
 
   // Choice i's engine request id.
