@@ -88,7 +88,7 @@ int main(int argc, char** argv) {
         for (int draw = 0; draw < draws; ++draw) {
           logits = rows[static_cast<size_t>(draw) % rows.size()];
           const auto start = Clock::now();
-          (void)sampler.Sample(logits, {});
+          (void)sampler.Sample(logits);
           us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
         }
         std::sort(us.begin(), us.end());

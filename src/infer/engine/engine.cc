@@ -70,7 +70,8 @@ Engine::Engine(EngineConfig config, LanguageModel& model, const Tokenizer* token
       model_(model),
       tokenizer_(tokenizer),
       chat_template_(chat_template),
-      runner_(model, eos_token_ids, config_.enable_jump_forward, config_.speculative) {
+      runner_(model),
+      pipeline_(eos_token_ids, config_.enable_jump_forward, config_.speculative) {
   config_.Validate();
   if (tokenizer_ != nullptr) {
     structured_ = std::make_unique<StructuredOutputCompiler>(*tokenizer_, std::move(eos_token_ids));
@@ -254,6 +255,9 @@ std::shared_ptr<Request> Engine::MakeRequest(std::string id, std::vector<int32_t
     request->thinking.emplace(*thinking_tokens_, *request->sampling_params.thinking_token_budget,
                               request->prompt_token_ids);
   }
+  request->logits_processors =
+      MakeLogitsProcessors(request->sampling_params, pipeline_.eos_ids(), request->constraint.get(),
+                           request->thinking ? &*request->thinking : nullptr, &request->text);
   return request;
 }
 
@@ -404,9 +408,11 @@ bool Engine::Execute(const SchedulerOutput& step, Held& held) {
     if (s.request->first_scheduled_s < 0) s.request->first_scheduled_s = start;
   }
   try {
-    std::vector<std::vector<StepOutput>> outputs = runner_.Run(step);
+    std::vector<std::vector<StepOutput>> outputs =
+        pipeline_.Process(step, runner_.Run(step), runner_.vocab_size());
     const double now = NowS();
-    if (const ModelRunner::DraftCounts& drafts = runner_.last_draft_counts(); drafts.drafts > 0) {
+    if (const TokenPipeline::DraftCounts& drafts = pipeline_.last_draft_counts();
+        drafts.drafts > 0) {
       std::lock_guard lock(metrics_mutex_);
       metrics_.spec_decode_num_drafts += drafts.drafts;
       metrics_.spec_decode_num_draft_tokens += drafts.draft_tokens;

@@ -29,6 +29,7 @@
 #include "infer/engine/runner.h"
 #include "infer/engine/scheduler.h"
 #include "infer/engine/structured.h"
+#include "infer/engine/token_pipeline.h"
 #include "infer/tokenizer/tokenizer.h"
 
 namespace infer {
@@ -217,6 +218,7 @@ class Engine {
   mutable std::mutex template_mutex_;  // chat template rendering, one at a time
   KvCacheInfo kv_cache_;
   ModelRunner runner_;
+  TokenPipeline pipeline_;
   std::unique_ptr<StructuredOutputCompiler> structured_;  // null without a tokenizer
   ConstraintFactory constraint_factory_;
   std::optional<ThinkingTokens> thinking_tokens_;  // requests' ThinkingBudgets refer to it

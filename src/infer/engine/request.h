@@ -11,6 +11,7 @@
 
 #include "infer/cache/block_manager.h"
 #include "infer/engine/constraint.h"
+#include "infer/engine/logits_processor.h"
 #include "infer/engine/output.h"
 #include "infer/engine/output_text.h"
 #include "infer/engine/sampler.h"
@@ -85,6 +86,9 @@ struct Request {
   std::vector<double> token_times_s;  // engine clock when each generated token came
 
   Sampler sampler;  // seeded from sampling_params.seed: the request's own RNG
+  // What each draw applies before the sampler, in order (MakeLogitsProcessors; the engine makes
+  // them with the request, over its constraint, thinking budget and text below).
+  LogitsProcessors logits_processors;
   OutputText text;  // detokenized output, stop strings, streaming hold-back
   // Structured output: which tokens may come next (null: any). Its state follows the generated
   // tokens, which a preempted request keeps, so recompute needs no rollback.

@@ -374,30 +374,11 @@ Sampler::Sampler(const SamplingParams& params)
     : temperature_(params.temperature),
       top_p_(params.top_p),
       top_k_(params.top_k),
-      repetition_penalty_(params.repetition_penalty),
-      presence_penalty_(params.presence_penalty),
-      frequency_penalty_(params.frequency_penalty),
-      logit_bias_(params.logit_bias),
-      logprobs_(params.logprobs),
       rng_(params.seed ? *params.seed : std::random_device{}()) {
   params.Validate();
 }
 
-int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> context_ids,
-                        int64_t num_prompt_tokens, std::span<const int32_t> suppressed_ids,
-                        TokenLogprobs* logprobs) {
-  const bool want_logprobs = logprobs != nullptr && logprobs_.has_value();
-  if (want_logprobs) raw_.assign(logits.begin(), logits.end());
-  for (const int32_t id : suppressed_ids) {
-    if (id >= 0 && static_cast<size_t>(id) < logits.size())
-      logits[static_cast<size_t>(id)] = kMasked;
-  }
-  ApplyLogitBias(logits, logit_bias_);
-  ApplyRepetitionPenalty(logits, context_ids, repetition_penalty_);
-  const auto prompt = static_cast<size_t>(
-      std::clamp<int64_t>(num_prompt_tokens, 0, static_cast<int64_t>(context_ids.size())));
-  ApplyPresenceFrequencyPenalty(logits, context_ids.subspan(prompt), presence_penalty_,
-                                frequency_penalty_);
+int32_t Sampler::Sample(std::span<float> logits) {
   int32_t token = 0;
   if (temperature_ == 0.0) {
     token = Argmax(logits);
@@ -413,7 +394,6 @@ int32_t Sampler::Sample(std::span<float> logits, std::span<const int32_t> contex
     }
     token = Draw(candidates_, rng_);
   }
-  if (want_logprobs) *logprobs = ComputeLogprobs(raw_, token, *logprobs_);
   return token;
 }
 

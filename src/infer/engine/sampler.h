@@ -1,6 +1,7 @@
-// The sampling pipeline on one row of f32 logits, with a per-request RNG: (logprobs of the raw
-// row) -> suppressed ids (min_tokens) -> logit bias -> repetition penalty -> presence/frequency
-// penalties -> temperature -> top-k -> top-p -> multinomial draw (argmax when temperature is 0).
+// The last stage of a draw, on one row of f32 logits the request's logits processors
+// (logits_processor.h) have already rewritten, with a per-request RNG: temperature -> top-k ->
+// top-p -> multinomial draw (argmax when temperature is 0). Also the transforms the processors
+// are made of, and logprobs.
 #pragma once
 
 #include <cstdint>
@@ -67,24 +68,14 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
 
-  // Runs the pipeline on `logits` (modified) given every id of the context so far, of which the
-  // first `num_prompt_tokens` are the prompt. `suppressed_ids` cannot be drawn (EOS before
-  // min_tokens). With logprobs requested and `logprobs` non-null, fills it from the raw row.
-  int32_t Sample(std::span<float> logits, std::span<const int32_t> context_ids,
-                 int64_t num_prompt_tokens = 0, std::span<const int32_t> suppressed_ids = {},
-                 TokenLogprobs* logprobs = nullptr);
+  // Draws from `logits` (modified: temperature, top-k and top-p mask in place).
+  int32_t Sample(std::span<float> logits);
 
  private:
   double temperature_;
   double top_p_;
   std::optional<int64_t> top_k_;
-  double repetition_penalty_;
-  double presence_penalty_;
-  double frequency_penalty_;
-  std::map<int32_t, double> logit_bias_;
-  std::optional<int64_t> logprobs_;
   std::mt19937_64 rng_;
-  std::vector<float> raw_;         // the raw row, kept when logprobs are requested
   SamplingCandidates candidates_;  // kept to reuse its memory from draw to draw
 };
 

@@ -10,8 +10,24 @@
 #include <string>
 #include <vector>
 
+#include "infer/engine/logits_processor.h"
+
 namespace infer {
 namespace {
+
+// A draw as the engine makes one: the logits processors of `params` (with `suppressed` as the
+// end-of-generation ids and min_tokens 1 when given, so that they are held back), then
+// `sampler`; logprobs as params.logprobs asks.
+int32_t DrawWith(Sampler& sampler, SamplingParams params, std::vector<float>& logits,
+                 const std::vector<int32_t>& context, int64_t num_prompt_tokens = 0,
+                 const std::vector<int32_t>& suppressed = {}, TokenLogprobs* logprobs = nullptr) {
+  if (!suppressed.empty()) params.min_tokens = 1;
+  const LogitsProcessors processors =
+      MakeLogitsProcessors(params, suppressed, nullptr, nullptr, nullptr);
+  std::vector<float> raw;
+  return DrawToken(logits, {context, num_prompt_tokens}, processors, sampler, params.logprobs,
+                   logprobs, raw);
+}
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
@@ -178,12 +194,12 @@ TEST(SamplerTest, GreedyIsArgmax) {
   Sampler sampler(params);
   for (int trial = 0; trial < 20; ++trial) {
     std::vector<float> logits{0.5F, 3.0F, 2.9F, -1.0F};
-    EXPECT_EQ(sampler.Sample(logits, {}), 1);
+    EXPECT_EQ(sampler.Sample(logits), 1);
   }
   std::vector<float> logits{0.5F, 3.0F, 2.9F, -1.0F};
   params.repetition_penalty = 2.0;  // the penalty still applies before argmax
   Sampler penalized(params);
-  EXPECT_EQ(penalized.Sample(logits, std::vector<int32_t>{1}), 2);
+  EXPECT_EQ(DrawWith(penalized, params, logits, {1}), 2);
 }
 
 std::vector<int32_t> Draw(uint64_t seed, int count) {
@@ -193,7 +209,7 @@ std::vector<int32_t> Draw(uint64_t seed, int count) {
   std::vector<int32_t> ids;
   for (int i = 0; i < count; ++i) {
     std::vector<float> logits(50, 0.0F);
-    ids.push_back(sampler.Sample(logits, {}));
+    ids.push_back(sampler.Sample(logits));
   }
   return ids;
 }
@@ -264,8 +280,7 @@ TEST(SamplerTest, FullPipelineGivesValidId) {
   Sampler sampler(params);
   std::vector<float> logits(1000);
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(static_cast<float>(i)) * 5.0F;
-  const std::vector<int32_t> context{1, 2, 3};
-  const int32_t id = sampler.Sample(logits, context);
+  const int32_t id = DrawWith(sampler, params, logits, {1, 2, 3});
   EXPECT_GE(id, 0);
   EXPECT_LT(id, 1000);
 }
@@ -279,7 +294,7 @@ TEST(SamplerTest, UniformLogitsSampleUniformly) {
   std::vector<int> counts(kVocab, 0);
   for (int i = 0; i < kSamples; ++i) {
     std::vector<float> logits(kVocab, 0.0F);
-    ++counts[static_cast<size_t>(sampler.Sample(logits, {}))];
+    ++counts[static_cast<size_t>(sampler.Sample(logits))];
   }
   const double expected = static_cast<double>(kSamples) / kVocab;
   double chi_squared = 0.0;
@@ -314,7 +329,7 @@ TEST(SamplerTest, PresenceAndFrequencyPenaltiesCountGeneratedTokens) {
   Sampler sampler(params);
   std::vector<float> row{3.0F, 3.5F, 2.2F};
   // Token 1: 3.5 - 1 - 2 * 0.5 = 1.5 < 2.2; token 0 is untouched (in the prompt).
-  EXPECT_EQ(sampler.Sample(row, std::vector<int32_t>{0, 1, 1}, /*num_prompt_tokens=*/1), 0);
+  EXPECT_EQ(DrawWith(sampler, params, row, {0, 1, 1}, /*num_prompt_tokens=*/1), 0);
 }
 
 TEST(SamplerTest, LogitBiasAndSuppressedIds) {
@@ -326,7 +341,7 @@ TEST(SamplerTest, LogitBiasAndSuppressedIds) {
   Sampler sampler(params);
   std::vector<float> row{0.0F, 1.0F, 2.0F};
   const std::vector<int32_t> suppressed{2};
-  EXPECT_EQ(sampler.Sample(row, {}, 0, suppressed), 1);
+  EXPECT_EQ(DrawWith(sampler, params, row, {}, 0, suppressed), 1);
 }
 
 // Logprobs come from the raw row (before temperature, bias and penalties) and are a log-softmax:
@@ -347,7 +362,7 @@ TEST(SamplerTest, LogprobsAreTheRawLogSoftmax) {
   Sampler sampler(params);
   std::vector<float> row = raw;
   TokenLogprobs logprobs;
-  const int32_t token = sampler.Sample(row, {}, 0, {}, &logprobs);
+  const int32_t token = DrawWith(sampler, params, row, {}, 0, {}, &logprobs);
   EXPECT_EQ(token, 1);
   EXPECT_EQ(logprobs.token_id, 1);
   EXPECT_NEAR(logprobs.logprob, expected(1), 1e-6);
@@ -360,7 +375,7 @@ TEST(SamplerTest, LogprobsAreTheRawLogSoftmax) {
   Sampler plain(SamplingParams{});
   TokenLogprobs untouched;
   row = raw;
-  plain.Sample(row, {}, 0, {}, &untouched);
+  DrawWith(plain, SamplingParams{}, row, {}, 0, {}, &untouched);
   EXPECT_TRUE(untouched.top.empty());
   EXPECT_EQ(untouched.logprob, 0.0F);
 }

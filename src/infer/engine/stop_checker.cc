@@ -1,0 +1,23 @@
+#include "infer/engine/stop_checker.h"
+
+namespace infer {
+
+std::optional<FinishReason> CheckStop(Request& request, int32_t token, bool is_eos) {
+  const SamplingParams& params = request.sampling_params;
+  std::optional<FinishReason> reason;
+  if (is_eos && !params.ignore_eos) {
+    reason = FinishReason::kEos;
+  } else if (request.text.Add(token)) {
+    reason = FinishReason::kStop;
+  } else if (request.constraint && request.constraint->Finished()) {
+    reason = FinishReason::kStop;
+  } else if (request.num_generated_tokens() >= params.max_new_tokens) {
+    reason = FinishReason::kLength;
+  }
+  if (reason && request.text.Finish() && reason == FinishReason::kLength) {
+    reason = FinishReason::kStop;
+  }
+  return reason;
+}
+
+}  // namespace infer
