@@ -29,37 +29,22 @@ void ValidateParams(const SamplingParams& params) {
   }
 }
 
-KvCacheInfo SizeKvCache(const EngineConfig& config, const LanguageModel& model) {
-  KvCacheInfo info;
-  info.block_size = config.block_size;
-  info.dtype = config.kv_cache_dtype;
-  const int64_t max_len = std::min(config.max_model_len, model.context_length());
-  const int64_t per_token =
+// The pool's sizing inputs: the config's, the model's bytes per token, the machine's memory.
+KvCacheSizing KvSizingOf(const EngineConfig& config, const LanguageModel& model) {
+  KvCacheSizing sizing;
+  sizing.block_size = config.block_size;
+  sizing.dtype = config.kv_cache_dtype;
+  sizing.bytes_per_token =
       config.use_kv_cache ? model.kv_bytes_per_token(config.kv_cache_dtype) : 0;
-  const int64_t per_block = per_token * config.block_size;
-  // Enough for max_num_seqs sequences of max_model_len: more is never used at once.
-  const int64_t useful_blocks = std::min<int64_t>(
-      config.max_num_seqs * ((max_len + config.block_size - 1) / config.block_size),
-      int64_t{1} << 24);
-  if (config.num_blocks > 0) {
-    info.num_blocks = config.num_blocks;
-  } else if (per_block == 0) {
-    info.num_blocks = useful_blocks;  // a model without a cache: the blocks are bookkeeping
-  } else {
-    int64_t bytes = config.kv_cache_memory_bytes;
-    const int64_t available = AvailableMemoryBytes();
-    INFER_CHECK(bytes == 0 || available == 0 || bytes <= available,
-                "the KV cache budget ({:.2f} GiB, --kv-cache-memory) is more than the {:.2f} GiB "
-                "of memory available",
-                static_cast<double>(bytes) / 0x1p30, static_cast<double>(available) / 0x1p30);
-    if (bytes == 0) bytes = std::min(available / 2, useful_blocks * per_block);
-    info.num_blocks = bytes / per_block;
-    INFER_CHECK(info.num_blocks >= 1,
-                "the KV cache budget ({} bytes) is smaller than one block ({} bytes)", bytes,
-                per_block);
+  sizing.max_len = std::min(config.max_model_len, model.context_length());
+  sizing.max_num_seqs = config.max_num_seqs;
+  sizing.num_blocks = config.num_blocks;
+  sizing.memory_bytes = config.kv_cache_memory_bytes;
+  // Read only when the budget is derived from it or checked against it.
+  if (config.num_blocks == 0 && sizing.bytes_per_token > 0) {
+    sizing.available_bytes = AvailableMemoryBytes();
   }
-  info.bytes = info.num_blocks * per_block;
-  return info;
+  return sizing;
 }
 
 }  // namespace
@@ -78,7 +63,7 @@ Engine::Engine(EngineConfig config, LanguageModel& model, const Tokenizer* token
     constraint_factory_ = [this](const StructuredOutput& spec) { return structured_->Make(spec); };
     thinking_tokens_ = ThinkingTokensOf(*tokenizer_);
   }
-  kv_cache_ = SizeKvCache(config_, model_);
+  kv_cache_ = SizeKvCache(KvSizingOf(config_, model_));
   model_.AllocateKvCache(kv_cache_.num_blocks, kv_cache_.block_size, kv_cache_.dtype,
                          config_.use_kv_cache);
   scheduler_ = std::make_unique<Scheduler>(config_, kv_cache_.num_blocks);

@@ -19,6 +19,7 @@
 #include <variant>
 #include <vector>
 
+#include "infer/cache/kv_cache_sizing.h"
 #include "infer/engine/engine_config.h"
 #include "infer/engine/language_model.h"
 #include "infer/engine/metrics.h"
@@ -63,15 +64,6 @@ class GenerationRequest {
   std::variant<std::string, std::vector<int32_t>> prompt_;
   SamplingParams params_;
   int64_t priority_ = 0;
-};
-
-// The KV pool an engine made, for logs and /health.
-struct KvCacheInfo {
-  int64_t num_blocks = 0;
-  int64_t block_size = 0;
-  DType dtype = DType::kBF16;
-  int64_t bytes = 0;
-  int64_t capacity_tokens() const { return num_blocks * block_size; }
 };
 
 // What a driver sees of each step: every StepOutput as it is delivered (it also goes to its
