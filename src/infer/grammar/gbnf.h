@@ -22,9 +22,4 @@ struct GbnfLimits {
 // Throws GrammarError. The result's root is the rule named `root`.
 Grammar ParseGbnf(std::string_view text, const GbnfLimits& limits = {});
 
-// Checks a grammar built by any front end: every referenced rule exists, no left recursion
-// (a rule reaching itself through a nullable prefix, other than by a tail call). Throws
-// GrammarError naming the rule. ParseGbnf calls it.
-void ValidateGrammar(const Grammar& grammar);
-
 }  // namespace infer::grammar

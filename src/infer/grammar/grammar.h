@@ -48,4 +48,9 @@ struct Grammar {
   std::string ToString() const;
 };
 
+// Checks a grammar built by any front end: every referenced rule exists, no left recursion
+// (a rule reaching itself through a nullable prefix, other than by a tail call). Throws
+// GrammarError naming the rule. ParseGbnf calls it.
+void ValidateGrammar(const Grammar& grammar);
+
 }  // namespace infer::grammar
