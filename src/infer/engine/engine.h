@@ -1,14 +1,13 @@
-// The engine: the one generation loop of the project. A thread-safe front (PreparePrompt, the
-// front door every request passes; AddRequest / Cancel from any thread) over the scheduler
-// (continuous or static batching, paged KV blocks, prefix caching, preemption) and the model
-// runner. Step() runs one step; Drive() is the one run-until-done driver: the server's engine
-// thread (Start), `infer generate` / `chat` / `bench` and the Generate API all run it. Each
-// request's StepOutputs arrive on its OutputChannel (and at the driver's callbacks).
+// The engine: the one generation loop of the project, in three parts. Its front door
+// (front_door.h: PreparePrompt, every request encoded and checked once), its core
+// (engine_core.h: the queue, the scheduler with continuous or static batching, paged KV blocks,
+// prefix caching and preemption, the model runner, the token pipeline, the one step) and its
+// loop (Drive: the one run-until-done driver that the server's engine thread (Start),
+// `infer generate` / `chat` / `bench` and the Generate API all run). AddRequest / Cancel from any
+// thread. Each request's StepOutputs arrive on its OutputChannel (and at the driver's callbacks).
 #pragma once
 
 #include <atomic>
-#include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -21,16 +20,15 @@
 
 #include "infer/cache/kv_cache_sizing.h"
 #include "infer/engine/engine_config.h"
+#include "infer/engine/engine_core.h"
+#include "infer/engine/front_door.h"
 #include "infer/engine/language_model.h"
 #include "infer/engine/metrics.h"
 #include "infer/engine/output.h"
 #include "infer/engine/output_channel.h"
 #include "infer/engine/prompt.h"
 #include "infer/engine/request.h"
-#include "infer/engine/runner.h"
 #include "infer/engine/scheduler.h"
-#include "infer/engine/structured.h"
-#include "infer/engine/token_pipeline.h"
 #include "infer/tokenizer/tokenizer.h"
 
 namespace infer {
@@ -64,13 +62,6 @@ class GenerationRequest {
   std::variant<std::string, std::vector<int32_t>> prompt_;
   SamplingParams params_;
   int64_t priority_ = 0;
-};
-
-// What a driver sees of each step: every StepOutput as it is delivered (it also goes to its
-// request's channel), and every request that ended. Either may be empty.
-struct StepCallbacks {
-  std::function<void(const StepOutput&)> on_output;
-  std::function<void(GenerationOutput)> on_end;
 };
 
 class Engine {
@@ -126,21 +117,20 @@ class Engine {
   // (throws GrammarError for a bad schema, regex, choice list or grammar). The engine compiles
   // with the grammar engine over the tokenizer's vocabulary; tests put a stand-in here. Set it
   // before requests arrive.
-  using ConstraintFactory =
-      std::function<std::unique_ptr<TokenConstraint>(const StructuredOutput& spec)>;
-  void SetConstraintFactory(ConstraintFactory factory) { constraint_factory_ = std::move(factory); }
+  using ConstraintFactory = FrontDoor::ConstraintFactory;
+  void SetConstraintFactory(ConstraintFactory factory) {
+    front_door_.SetConstraintFactory(std::move(factory));
+  }
   // Thinking budgets (SamplingParams::thinking_token_budget): the reasoning tags of the
   // tokenizer's vocabulary (ThinkingTokensOf); tests put stand-in ids here. Set it before
   // requests arrive; none: budgets have nothing to bound.
   void SetThinkingTokens(std::optional<ThinkingTokens> tokens) {
-    thinking_tokens_ = std::move(tokens);
+    front_door_.SetThinkingTokens(std::move(tokens));
   }
   // Starts indexing the vocabulary for structured output on a thread of its own, so that the
   // first structured request does not wait for it (a server calls it at start; without it the
   // first such request indexes). Nothing without a tokenizer.
-  void IndexVocabularyInBackground() {
-    if (structured_) structured_->IndexInBackground();
-  }
+  void IndexVocabularyInBackground() { front_door_.IndexVocabularyInBackground(); }
 
   // Cancels a request (its client went away): at the next step it leaves and frees its blocks.
   void Cancel(const std::string& request_id);
@@ -174,58 +164,15 @@ class Engine {
   EngineMetrics metrics() const;
 
  private:
-  double NowS() const;
-  // One step, as nano-vllm's step(): schedule, run the model, update, deliver. False when there
-  // was nothing to run.
-  bool RunStep(const StepCallbacks& callbacks);
-  // Its parts. Cancels queued by Cancel(); the step's work (nullopt when scheduling failed and
-  // every request was failed); the forward and sampling (false when it threw: the scheduled
-  // requests are failed), whose outputs are held for Deliver; the scheduler's update and the
-  // requests that ended. Update returns whether the step goes on with another forward before
-  // delivering (the batching policy's holds_outputs: a static batch prefills as one unit).
-  void ApplyCancels(const StepCallbacks& callbacks);
-  std::optional<SchedulerOutput> Schedule(const StepCallbacks& callbacks);
-  using Held = std::vector<std::pair<std::shared_ptr<Request>, StepOutput>>;
-  bool Execute(const SchedulerOutput& step, Held& held);
-  bool Update(const SchedulerOutput& step, bool ran, const StepCallbacks& callbacks);
-  // A request that ended outside a forward (cancelled, failed while scheduling): its error
-  // output, metrics and GenerationOutput.
-  void EndWithError(const std::shared_ptr<Request>& request, const std::string& why,
-                    const StepCallbacks& callbacks, bool observe);
-  GenerationOutput MakeOutput(const Request& request) const;
-  static void Deliver(const Request& request, StepOutput output, const StepCallbacks& callbacks);
-  // Metrics: a token just sampled for `request` at engine time `now`, and a request that ended.
-  void ObserveToken(const Request& request);
-  void ObserveEnd(const Request& request, double now);
-  static StepOutput ErrorOutput(const Request& request, const std::string& message);
-  // A new request, its constraint made when it asks for structured output, its thinking budget
-  // when it gives one.
-  std::shared_ptr<Request> MakeRequest(std::string id, std::vector<int32_t> prompt_ids,
-                                       SamplingParams params, int64_t priority) const;
-
   const EngineConfig config_;
   LanguageModel& model_;
   const Tokenizer* tokenizer_;
   const ChatTemplate* chat_template_;
-  mutable std::mutex template_mutex_;  // chat template rendering, one at a time
-  KvCacheInfo kv_cache_;
-  ModelRunner runner_;
-  TokenPipeline pipeline_;
-  std::unique_ptr<StructuredOutputCompiler> structured_;  // null without a tokenizer
-  ConstraintFactory constraint_factory_;
-  std::optional<ThinkingTokens> thinking_tokens_;  // requests' ThinkingBudgets refer to it
-  const std::chrono::steady_clock::time_point start_time_ = std::chrono::steady_clock::now();
-  int64_t next_seq_id_ = 0;  // guarded by mutex_
-  int64_t num_added_ = 0;    // guarded by mutex_: wakes the loop
+  const KvCacheInfo kv_cache_;
+  FrontDoor front_door_;
+  EngineCore core_;
   std::atomic<int64_t> next_request_number_{0};
-
-  mutable std::mutex mutex_;  // guards scheduler_, pending_cancels_, stopping_, next_seq_id_
-  std::condition_variable work_;
-  std::unique_ptr<Scheduler> scheduler_;
-  std::vector<std::string> pending_cancels_;
-  bool stopping_ = false;
-  mutable std::mutex metrics_mutex_;  // guards metrics_
-  EngineMetrics metrics_;
+  std::mutex thread_mutex_;  // guards thread_
   std::thread thread_;
 };
 
