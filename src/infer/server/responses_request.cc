@@ -378,17 +378,15 @@ ResponsesRequest ParseResponsesRequest(std::string_view body, const ResponseStor
   ResponsesRequest request;
   request.chat.params = defaults;
   RefuseUnsupported(fields);
-  fields.Get("model");  // read by CheckChat, once the Responses fields are checked
   ParseConversation(fields, root, store, request);
   ParseLimits(fields, request);
-  fields.Get("temperature");
-  fields.Get("top_p");
   ToolsRequest tools;
   std::optional<bool> thinking;
   ParseToolsAndFormat(fields, root, request, tools, thinking);
   ParseEchoed(fields, root, request);
-  request.chat.ignored_fields = fields.Unknown();
+  // model, temperature and top_p are read here, once the Responses fields are checked.
   CheckChat(fields, served_model, std::move(tools), thinking, request.chat);
+  request.chat.ignored_fields = fields.Unknown();
   return request;
 }
 
