@@ -1,13 +1,16 @@
 #include "infer/engine/sampler.h"
 
 #include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <type_traits>
 
 #include "infer/core/error.h"
+#include "infer/kernels/ops.h"
 
 namespace infer {
 
@@ -73,29 +76,15 @@ void ApplyTopK(std::span<float> logits, int64_t k) {
 // The nucleus of ApplyTopP is the shortest prefix of the order (logit descending, lower id first
 // among equals) whose sum of probabilities, added in that order in double, reaches p. Sorting
 // the whole order is O(n log n) per draw, and a flat distribution's nucleus is most of the
-// vocabulary; so the prefix is found by a histogram over the logits' order-preserving bit keys
-// (a pass of radix selection), and only the one bucket where the sum crosses p is sorted.
-// The histogram sums in a different order than the sorted one, so the crossing is accepted only
-// where it holds with a margin above both sums' rounding bounds; closer calls (and buckets too
-// large to sort cheaply) take the full sort. Either way the kept set is the sort's, bit for bit.
+// vocabulary; so the prefix is found by a histogram over max - logit (equal widths from the
+// largest logit to the smallest, so bucket order is logit order), and only the one bucket where
+// the sum crosses p is sorted. The histogram sums in a different order than the sorted one, and
+// its weights are ExpShifted's, so the crossing is accepted only where it holds with a margin
+// above both sums' error bounds; closer calls (and buckets too large to sort cheaply) take the
+// full sort. Either way the kept set is the sort's, bit for bit.
 namespace {
 
-// A float's bits mapped so that unsigned order is float order (for non-NaN values); -0 and +0
-// share a key, as they compare equal.
-uint32_t OrderKey(float value) {
-  if (value == 0.0F) value = 0.0F;
-  uint32_t bits = 0;
-  std::memcpy(&bits, &value, sizeof bits);
-  return (bits & 0x80000000U) != 0 ? ~bits : bits | 0x80000000U;
-}
-
-constexpr int kBucketShift = 16;  // sign, exponent and 7 mantissa bits choose the bucket
-constexpr size_t kBuckets = size_t{1} << (32 - kBucketShift);
-
-struct TopPBucket {
-  double mass = 0.0;  // sum of exp(logit - max) over the bucket
-  uint32_t count = 0;
-};
+constexpr uint32_t kBuckets = 4096;  // the masses, 32 KiB, stay in L1
 
 // ApplyTopP by its definition, the order sorted as far as the sum needs: the reference that the
 // histogram defers to on close calls.
@@ -137,76 +126,140 @@ void TopPBySorting(std::span<float> logits, double p) {
 using Candidates = SamplingCandidates;
 
 void CollectCandidates(std::span<const float> logits, Candidates& out) {
-  out.ids.clear();
+  const size_t size = logits.size();
+  out.ids.resize(size);
+  out.values.resize(size);
   out.best = -1;
   out.max_logit = kMasked;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (logits[i] == kMasked) continue;
-    out.ids.push_back(static_cast<int32_t>(i));
-    if (out.best < 0 || logits[i] > out.max_logit) {
-      out.best = static_cast<int32_t>(i);
-      out.max_logit = logits[i];
+  const kernels::RowExtremes extremes = kernels::Extremes(logits.data(), std::ssize(logits));
+  size_t count = 0;
+  if (!extremes.has_nan && extremes.num_neg_inf == 0) {
+    std::iota(out.ids.begin(), out.ids.end(), 0);
+    std::copy(logits.begin(), logits.end(), out.values.begin());
+    count = size;
+  } else if (2 * extremes.num_neg_inf > std::ssize(logits)) {
+    // Mostly masked (top-k, a grammar): the branch is predictable and most entries skip it.
+    for (size_t i = 0; i < size; ++i) {
+      if (logits[i] == kMasked) continue;
+      out.ids[count] = static_cast<int32_t>(i);
+      out.values[count] = logits[i];
+      ++count;
+    }
+  } else {
+    for (size_t i = 0; i < size; ++i) {
+      const float logit = logits[i];
+      // Written always, kept (count advanced) only when unmasked: no branch on a coin flip.
+      out.ids[count] = static_cast<int32_t>(i);
+      out.values[count] = logit;
+      count += logit != kMasked ? 1 : 0;
+    }
+  }
+  out.ids.resize(count);
+  out.values.resize(count);
+  out.min_logit = extremes.min_above_neg_inf;
+  if (count == 0) return;
+  if (!extremes.has_nan) {
+    out.best = static_cast<int32_t>(extremes.argmax);
+    out.max_logit = extremes.max;
+    return;
+  }
+  // With NaNs, as a scan in id order takes them: the first candidate, then any larger one.
+  for (size_t j = 0; j < count; ++j) {
+    if (out.best < 0 || out.values[j] > out.max_logit) {
+      out.best = out.ids[j];
+      out.max_logit = out.values[j];
     }
   }
 }
 
-void ExpWeights(std::span<const float> logits, Candidates& candidates) {
+// The candidates' weights exp(logit - max_logit) by kernels::ExpShifted, within its error bound
+// of std::exp's; returns their sum (in the kernel's order).
+double ApproximateWeights(Candidates& candidates) {
   candidates.weights.resize(candidates.ids.size());
-  for (size_t j = 0; j < candidates.ids.size(); ++j) {
-    candidates.weights[j] = std::exp(
-        static_cast<double>(logits[static_cast<size_t>(candidates.ids[j])] - candidates.max_logit));
-  }
+  return kernels::ExpShifted(candidates.values.data(), std::ssize(candidates.values),
+                             candidates.max_logit, candidates.weights.data());
 }
 
-// Keeps the candidates (and their weights) for which keep(j) holds; masks the others' logits.
-template <typename Keep>
-void KeepCandidates(std::span<float> logits, Candidates& candidates, Keep keep) {
-  size_t kept = 0;
-  for (size_t j = 0; j < candidates.ids.size(); ++j) {
-    if (keep(j)) {
-      candidates.ids[kept] = candidates.ids[j];
-      candidates.weights[kept] = candidates.weights[j];
-      ++kept;
-    } else {
-      logits[static_cast<size_t>(candidates.ids[j])] = kMasked;
+// Bound on the error of the approximate weights' sum of any `n` of them (or the sum of all,
+// total ~ `total`) against the same sum of std::exp's weights in another order: each weight's
+// error (kernels/ops.h) plus up to n roundings in each of the two sums.
+double SumErrorBound(size_t n, double total) {
+  const auto count = static_cast<double>(n);
+  return (kernels::kExpShiftedRelativeError +
+          2.0 * (count + 2.0) * std::numeric_limits<double>::epsilon()) *
+             total +
+         count * kernels::kExpShiftedAbsoluteError;
+}
+
+// Drops candidate j: its logit (and its value) become -inf and its weight 0, which the draw
+// skips as it skips a token the candidates never held (a weight of 0 adds nothing to any sum).
+void DropCandidate(std::span<float> logits, Candidates& candidates, size_t j) {
+  logits[static_cast<size_t>(candidates.ids[j])] = kMasked;
+  candidates.values[j] = kMasked;
+  candidates.weights[j] = 0.0;
+}
+
+// Each candidate's bucket, 0 for the largest logit, monotone in max - logit (rounding to f32 and
+// scaling are monotone; NaNs go to the last bucket), and the buckets' masses.
+void FillTopPHistogram(const Candidates& candidates, float min_logit,
+                       std::array<double, kBuckets>& mass, std::vector<uint16_t>& bucket_of) {
+  const size_t n = candidates.ids.size();
+  bucket_of.resize(n);
+  const float max_logit = candidates.max_logit;
+  constexpr auto kLast = static_cast<float>(kBuckets - 1);
+  const float range = max_logit - min_logit;
+  const float scale = range > 0.0F ? kLast / range : 0.0F;
+  const float* values = candidates.values.data();
+  uint16_t* out = bucket_of.data();
+  for (size_t j = 0; j < n; ++j) {
+    const float at = (max_logit - values[j]) * scale;
+    out[j] = static_cast<uint16_t>(at < kLast ? at : kLast);  // at >= 0 unless NaN
+  }
+  mass.fill(0.0);
+  const double* weights = candidates.weights.data();
+  for (size_t j = 0; j < n; ++j) mass[out[j]] += weights[j];
+}
+
+// Drops the candidates whose bucket lies past `crossing`, without a branch per candidate (which
+// would be a coin flip on a flat distribution): each store writes the old value or the drop's.
+void DropBeyond(std::span<float> logits, Candidates& candidates,
+                const std::vector<uint16_t>& bucket_of, uint32_t crossing) {
+  const size_t n = candidates.ids.size();
+  float* values = candidates.values.data();
+  double* weights = candidates.weights.data();
+  const int32_t* ids = candidates.ids.data();
+  const auto select = [](bool drop, auto kept, auto dropped) {
+    using Bits = std::conditional_t<sizeof(kept) == 4, uint32_t, uint64_t>;
+    const Bits all = drop ? ~Bits{0} : Bits{0};
+    return std::bit_cast<decltype(kept)>(static_cast<Bits>((std::bit_cast<Bits>(kept) & ~all) |
+                                                           (std::bit_cast<Bits>(dropped) & all)));
+  };
+  if (n == logits.size()) {  // ids[j] == j: the same loop with no indirection
+    for (size_t j = 0; j < n; ++j) {
+      const bool drop = bucket_of[j] > crossing;
+      values[j] = select(drop, values[j], kMasked);
+      weights[j] = select(drop, weights[j], 0.0);
+      logits[j] = select(drop, logits[j], kMasked);
     }
+    return;
   }
-  candidates.ids.resize(kept);
-  candidates.weights.resize(kept);
-}
-
-// The candidates' weights (exp(logit - max_logit)), each one's bucket, and the buckets' mass
-// and count; returns the total weight, summed in the same (index) order as the sorted path's.
-double FillTopPHistogram(std::span<const float> logits, Candidates& candidates,
-                         std::vector<TopPBucket>& buckets, std::vector<uint16_t>& bucket_of) {
-  const std::vector<int32_t>& ids = candidates.ids;
-  bucket_of.resize(ids.size());
-  candidates.weights.resize(ids.size());
-  double total = 0.0;
-  for (size_t j = 0; j < ids.size(); ++j) {
-    const float logit = logits[static_cast<size_t>(ids[j])];
-    const double weight = std::exp(static_cast<double>(logit - candidates.max_logit));
-    candidates.weights[j] = weight;
-    total += weight;
-    const auto bucket = static_cast<uint16_t>(OrderKey(logit) >> kBucketShift);
-    bucket_of[j] = bucket;
-    buckets[bucket].mass += weight;
-    ++buckets[bucket].count;
+  for (size_t j = 0; j < n; ++j) {
+    const bool drop = bucket_of[j] > crossing;
+    values[j] = select(drop, values[j], kMasked);
+    weights[j] = select(drop, weights[j], 0.0);
+    float& logit = logits[static_cast<size_t>(ids[j])];
+    logit = select(drop, logit, kMasked);
   }
-  return total;
 }
 
 // `members` (the crossing bucket's candidates) sorted as the full sort orders them, and the
 // index of the last one the nucleus keeps, given the mass `above` of the higher buckets; nullopt
 // where the sums' rounding `margin` leaves it in doubt (the full sort then decides).
-std::optional<size_t> LastKeptMember(std::span<const float> logits, const Candidates& candidates,
-                                     std::vector<uint32_t>& members, double above, double total,
-                                     double p, double margin) {
-  const std::vector<int32_t>& ids = candidates.ids;
+std::optional<size_t> LastKeptMember(const Candidates& candidates, std::span<uint32_t> members,
+                                     double above, double total, double p, double margin) {
+  const std::vector<float>& values = candidates.values;
   std::sort(members.begin(), members.end(), [&](uint32_t a, uint32_t b) {
-    const float la = logits[static_cast<size_t>(ids[a])];
-    const float lb = logits[static_cast<size_t>(ids[b])];
-    return la > lb || (la == lb && a < b);
+    return values[a] > values[b] || (values[a] == values[b] && a < b);
   });
   double cumulative = above;
   for (size_t last = 0; last < members.size(); ++last) {
@@ -221,68 +274,117 @@ std::optional<size_t> LastKeptMember(std::span<const float> logits, const Candid
   return std::nullopt;
 }
 
-// ApplyTopP over collected candidates, whose weights it computes; drops the masked ones. The
-// nucleus keeps the largest logit, so `best` and `max_logit` stay the draw's.
-void TopP(std::span<float> logits, double p, Candidates& candidates) {
+// ApplyTopP over collected candidates and their approximate weights (summing to `total`);
+// drops the masked ones. The nucleus keeps the largest logit, so `best` and `max_logit` stay the
+// draw's.
+void TopP(std::span<float> logits, double p, Candidates& candidates, double total) {
   const std::vector<int32_t>& ids = candidates.ids;
   if (ids.empty()) return;
-  float min_logit = candidates.max_logit;
-  for (const int32_t id : ids) min_logit = std::min(min_logit, logits[static_cast<size_t>(id)]);
-  const uint32_t top_bucket = OrderKey(candidates.max_logit) >> kBucketShift;
-  const uint32_t low_bucket = OrderKey(min_logit) >> kBucketShift;
-  thread_local std::vector<TopPBucket> buckets(kBuckets);
+  thread_local std::array<double, kBuckets> mass;
   thread_local std::vector<uint16_t> bucket_of;  // each candidate's bucket
-  std::fill(buckets.begin() + low_bucket, buckets.begin() + top_bucket + 1, TopPBucket{});
-  const double total = FillTopPHistogram(logits, candidates, buckets, bucket_of);
-  // Bound on |histogram sum - sorted sum| of any prefix (each at most about 1): the sorted
-  // path's recursive sum of up to n terms and each term's division, and the sums here over
-  // tokens (n) and buckets, in units of DBL_EPSILON, with a factor of 4 to spare.
-  const auto n = static_cast<double>(ids.size());
-  const double margin = 4.0 * (3.0 * n + static_cast<double>(top_bucket - low_bucket) + 4.0) *
-                        std::numeric_limits<double>::epsilon();
-  double above = 0.0;  // the mass of the buckets above `crossing`
-  uint32_t crossing = top_bucket;
-  for (;; --crossing) {
-    const TopPBucket& bucket = buckets[crossing];
-    if ((above + bucket.mass) / total >= p || crossing == low_bucket) break;
-    above += bucket.mass;
+  FillTopPHistogram(candidates, candidates.min_logit, mass, bucket_of);
+  double above = 0.0;  // the mass of the buckets before `crossing`
+  uint32_t crossing = 0;
+  for (; crossing + 1 < kBuckets; ++crossing) {
+    if ((above + mass[crossing]) / total >= p) break;
+    above += mass[crossing];
   }
+  // Bound on |histogram sum - sorted sum| of any prefix, relative to the total (at least 1, the
+  // largest logit's weight): the weights' and both sums' errors (SumErrorBound, twice as the
+  // total is divided out), the sorted path's division of each term, and the sums over buckets,
+  // in units of DBL_EPSILON, with a factor of 4 to spare.
+  const double margin =
+      4.0 * (2.0 * SumErrorBound(ids.size(), total) / total +
+             (static_cast<double>(ids.size()) + static_cast<double>(crossing) + 4.0) *
+                 std::numeric_limits<double>::epsilon());
   const auto by_sorting = [&] {
     TopPBySorting(logits, p);
-    KeepCandidates(logits, candidates,
-                   [&](size_t j) { return logits[static_cast<size_t>(ids[j])] != kMasked; });
+    for (size_t j = 0; j < ids.size(); ++j) {
+      if (logits[static_cast<size_t>(ids[j])] == kMasked) DropCandidate(logits, candidates, j);
+    }
   };
-  constexpr uint32_t kMaxSortedBucket = 8192;
-  if (buckets[crossing].count > kMaxSortedBucket) return by_sorting();
-  std::vector<uint32_t> members;  // the crossing bucket's candidates
-  members.reserve(buckets[crossing].count);
+  constexpr size_t kMaxSortedBucket = 8192;
+  // The crossing bucket's candidates; the buffer only grows (a resize down and up again would
+  // write it all each draw).
+  thread_local std::vector<uint32_t> member_buffer;
+  if (member_buffer.size() < ids.size()) member_buffer.resize(ids.size());
+  size_t num_members = 0;
   for (size_t j = 0; j < ids.size(); ++j) {
-    if (bucket_of[j] == crossing) members.push_back(static_cast<uint32_t>(j));
+    member_buffer[num_members] = static_cast<uint32_t>(j);
+    num_members += bucket_of[j] == crossing ? 1 : 0;
   }
-  const std::optional<size_t> last =
-      LastKeptMember(logits, candidates, members, above, total, p, margin);
+  if (num_members > kMaxSortedBucket) return by_sorting();
+  const std::span<uint32_t> members(member_buffer.data(), num_members);
+  const std::optional<size_t> last = LastKeptMember(candidates, members, above, total, p, margin);
   if (!last) return by_sorting();
-  // Dropped: bucket 0, below every number's bucket (its keys are NaNs').
-  for (size_t m = *last + 1; m < members.size(); ++m) bucket_of[members[m]] = 0;
-  KeepCandidates(logits, candidates, [&](size_t j) { return bucket_of[j] >= crossing; });
+  DropBeyond(logits, candidates, bucket_of, crossing);
+  for (size_t m = *last + 1; m < members.size(); ++m) DropCandidate(logits, candidates, members[m]);
 }
 
-// SampleFromLogits's inverse-CDF draw over the candidates: every other token weighs 0 there,
-// and adding 0 leaves each sum as it was.
-int32_t Draw(const Candidates& candidates, std::mt19937_64& rng) {
-  INFER_CHECK(candidates.best >= 0, "sampling: every token is masked");
+// SampleFromLogits's inverse-CDF draw over the candidates, by its definition: weights
+// std::exp(logit - max) (recomputed here), total and running sums in id order; every other
+// token weighs 0 there, and adding 0 leaves each sum as it was.
+int32_t DrawExactly(const Candidates& candidates, double u) {
+  const size_t n = candidates.ids.size();
+  thread_local std::vector<double> weights;
+  weights.resize(n);
   double total = 0.0;
-  for (const double weight : candidates.weights) total += weight;
-  const double target = UniformUnit(rng) * total;
+  for (size_t j = 0; j < n; ++j) {
+    weights[j] = std::exp(static_cast<double>(candidates.values[j] - candidates.max_logit));
+    total += weights[j];
+  }
+  const double target = u * total;
   double cumulative = 0.0;
   int32_t last_possible = candidates.best;
-  for (size_t j = 0; j < candidates.ids.size(); ++j) {
-    if (candidates.weights[j] == 0.0) continue;
-    cumulative += candidates.weights[j];
+  for (size_t j = 0; j < n; ++j) {
+    if (weights[j] == 0.0) continue;
+    cumulative += weights[j];
     last_possible = candidates.ids[j];
     if (target < cumulative) return last_possible;
   }
   return last_possible;  // rounding left target at the very top
+}
+
+// DrawExactly's token from the approximate weights: the running sums are found block by block,
+// and the token taken where the target lies farther than the sums' error bound from both ends
+// of its interval, so that the exact sums choose it too; closer calls take DrawExactly.
+int32_t Draw(const Candidates& candidates, double u) {
+  INFER_CHECK(candidates.best >= 0, "sampling: every token is masked");
+  const std::vector<double>& weights = candidates.weights;
+  const size_t n = weights.size();
+  constexpr size_t kBlock = 64;
+  thread_local std::vector<double> block_sums;
+  block_sums.resize((n + kBlock - 1) / kBlock);
+  double total = 0.0;
+  for (size_t b = 0; b < block_sums.size(); ++b) {
+    const size_t end = std::min(n, (b + 1) * kBlock);
+    std::array<double, 4> lanes{};  // four running sums: independent additions
+    size_t j = b * kBlock;
+    for (; j + 4 <= end; j += 4) {
+      for (size_t l = 0; l < 4; ++l) lanes[l] += weights[j + l];
+    }
+    for (; j < end; ++j) lanes[0] += weights[j];
+    block_sums[b] = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    total += block_sums[b];
+  }
+  const double target = u * total;
+  // Each side of the comparison (the target, a running sum) is off from its exact counterpart
+  // by at most the sums' bound; the target also by its rounding.
+  const double margin =
+      2.0 * SumErrorBound(n, total) + 2.0 * std::numeric_limits<double>::epsilon() * total;
+  double before = 0.0;  // the running sum before block b
+  size_t b = 0;
+  while (b < block_sums.size() && !(target < before + block_sums[b])) before += block_sums[b++];
+  if (b == block_sums.size()) return DrawExactly(candidates, u);
+  for (size_t j = b * kBlock; j < std::min(n, (b + 1) * kBlock); ++j) {
+    const double after = before + weights[j];
+    if (target < after) {
+      if (target - before > margin && after - target > margin) return candidates.ids[j];
+      break;
+    }
+    before = after;
+  }
+  return DrawExactly(candidates, u);
 }
 
 }  // namespace
@@ -291,7 +393,7 @@ void ApplyTopP(std::span<float> logits, double p) {
   if (p >= 1.0) return;
   Candidates candidates;
   CollectCandidates(logits, candidates);
-  TopP(logits, p, candidates);
+  TopP(logits, p, candidates, ApproximateWeights(candidates));
 }
 
 void ApplyTokenMask(std::span<float> logits, std::span<const uint32_t> mask) {
@@ -360,14 +462,16 @@ TokenLogprobs ComputeLogprobs(std::span<const float> logits, int32_t token, int6
 
 int32_t Argmax(std::span<const float> logits) {
   INFER_CHECK(!logits.empty(), "Argmax: empty logits");
+  const kernels::RowExtremes extremes = kernels::Extremes(logits.data(), std::ssize(logits));
+  if (!extremes.has_nan) return static_cast<int32_t>(extremes.argmax);
   return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
 }
 
 int32_t SampleFromLogits(std::span<const float> logits, std::mt19937_64& rng) {
   Candidates candidates;
   CollectCandidates(logits, candidates);
-  ExpWeights(logits, candidates);
-  return Draw(candidates, rng);
+  ApproximateWeights(candidates);
+  return Draw(candidates, UniformUnit(rng));
 }
 
 Sampler::Sampler(const SamplingParams& params)
@@ -387,12 +491,9 @@ int32_t Sampler::Sample(std::span<float> logits) {
     if (top_k_) ApplyTopK(logits, *top_k_);
     // ApplyTopP then SampleFromLogits, over the unmasked tokens only and with one exp each.
     CollectCandidates(logits, candidates_);
-    if (top_p_ < 1.0) {
-      TopP(logits, top_p_, candidates_);
-    } else {
-      ExpWeights(logits, candidates_);
-    }
-    token = Draw(candidates_, rng_);
+    const double total = ApproximateWeights(candidates_);
+    if (top_p_ < 1.0) TopP(logits, top_p_, candidates_, total);
+    token = Draw(candidates_, UniformUnit(rng_));
   }
   return token;
 }

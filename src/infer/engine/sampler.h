@@ -53,13 +53,17 @@ int32_t Argmax(std::span<const float> logits);
 // Draws from softmax(logits) by inverse CDF with one 53-bit uniform from `rng`.
 int32_t SampleFromLogits(std::span<const float> logits, std::mt19937_64& rng);
 
-// The tokens a draw can take: their ids in ascending order (the unmasked ones), the draw's
-// weight of each (exp(logit - max_logit) in double), and the lowest id of the largest logit.
+// The tokens a draw can take: their ids in ascending order (the unmasked ones), their logits,
+// the draw's weight of each (exp(logit - max_logit) in double, within kernels::ExpShifted's
+// bound of std::exp's: the draw and top-p confirm each choice against that bound and decide
+// close calls with std::exp), the lowest id of the largest logit, and the smallest logit.
 struct SamplingCandidates {
   std::vector<int32_t> ids;
+  std::vector<float> values;
   std::vector<double> weights;
   int32_t best = -1;
   float max_logit = 0.0F;
+  float min_logit = 0.0F;
 };
 
 // One request's sampler. The RNG is std::mt19937_64 (fully specified by the C++ standard, so a

@@ -430,6 +430,19 @@ void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n) {
   INFER_DISPATCH(GeluTanhMul, gate, up, out, n);
 }
 
+double ExpShifted(const float* x, int64_t n, float shift, double* out) {
+  INFER_CHECK(n >= 0, "ExpShifted: n = {}", n);
+  if (n == 0) return 0.0;
+  INFER_DISPATCH(ExpShifted, x, n, shift, out);
+  return cpu::reference::ExpShifted(x, n, shift, out);  // not reached: the switch is exhaustive
+}
+
+RowExtremes Extremes(const float* x, int64_t n) {
+  INFER_CHECK(n >= 0, "Extremes: n = {}", n);
+  INFER_DISPATCH(Extremes, x, n);
+  return cpu::reference::Extremes(x, n);  // not reached: the switch is exhaustive
+}
+
 void Add(float* x, const float* y, int64_t n) {
   INFER_CHECK(n >= 0, "Add: n = {}", n);
   if (n == 0) return;

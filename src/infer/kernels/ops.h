@@ -373,4 +373,26 @@ void Embed(const PackedMatrix& table, const int32_t* ids, int64_t num_tokens, fl
 // x[i] = tanh(x[i] / cap) * cap.
 void SoftCap(float* x, int64_t n, float cap);
 
+// out[i] = exp(d) for d = x[i] - shift rounded to f32 and widened to double, where every d <= 0
+// or is NaN (the sampler's softmax weights, exp(logit - max)); returns the sum of out (in an
+// order of its own). Each out[i] lies within kExpShiftedRelativeError * e +
+// kExpShiftedAbsoluteError of std::exp's value e, its sum within the same per term plus n rounding
+// errors; exp(0) is exactly 1, d = -inf gives 0 and a NaN stays NaN. The scalar level calls
+// std::exp.
+inline constexpr double kExpShiftedRelativeError = 1e-14;
+inline constexpr double kExpShiftedAbsoluteError = 1e-303;
+double ExpShifted(const float* x, int64_t n, float shift, double* out);
+
+// One pass over a row of logits: the largest value and the lowest index holding it (0 when every
+// entry is -inf), the smallest value above -inf (+inf when none), how many entries are -inf, and
+// whether any is NaN (the other fields then ignore the NaNs).
+struct RowExtremes {
+  float max = 0.0F;
+  int64_t argmax = 0;
+  float min_above_neg_inf = 0.0F;
+  int64_t num_neg_inf = 0;
+  bool has_nan = false;
+};
+RowExtremes Extremes(const float* x, int64_t n);
+
 }  // namespace infer::kernels

@@ -6,11 +6,13 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "infer/engine/logits_processor.h"
+#include "infer/kernels/cpu/isa.h"
 
 namespace infer {
 namespace {
@@ -174,6 +176,126 @@ TEST(SamplerTest, TopPKeepsTheFullSortsNucleusOnEveryDistribution) {
   for (const double p : {0.25, 0.5, 0.75, 1.0 - 1e-17}) check(quarters, p, "exact sums");
   const std::vector<float> uniform(200000, 0.0F);  // one bucket larger than a bucket sort
   check(uniform, 0.9, "uniform");
+}
+
+// Sampler::Sample by its definition, with std::exp throughout: temperature, top-k, the full
+// sort's nucleus, then the inverse-CDF draw over exp(logit - max) in id order with one 53-bit
+// uniform. The weights are made once per row and setting; Draw takes a uniform each time.
+class DefinitionSampler {
+ public:
+  DefinitionSampler(std::vector<float> logits, const SamplingParams& params) {
+    if (params.temperature != 1.0) {
+      const auto scale = static_cast<float>(1.0 / params.temperature);
+      for (float& logit : logits) logit *= scale;
+    }
+    if (params.top_k && *params.top_k < std::ssize(logits)) {
+      std::vector<float> sorted = logits;
+      const auto kth = sorted.begin() + (*params.top_k - 1);
+      std::nth_element(sorted.begin(), kth, sorted.end(), std::greater<>());
+      for (float& logit : logits) logit = logit < *kth ? -kInf : logit;
+    }
+    if (params.top_p < 1.0) logits = TopPByFullSort(logits, params.top_p);
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (logits[i] == -kInf) continue;
+      if (best_ < 0 || logits[i] > logits[static_cast<size_t>(best_)]) {
+        best_ = static_cast<int32_t>(i);
+      }
+    }
+    const float max_logit = logits[static_cast<size_t>(best_)];
+    weights_.assign(logits.size(), 0.0);
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (logits[i] == -kInf) continue;
+      weights_[i] = std::exp(static_cast<double>(logits[i] - max_logit));
+      total_ += weights_[i];
+    }
+  }
+
+  int32_t Draw(std::mt19937_64& rng) const {
+    const double target = static_cast<double>(rng() >> 11U) * 0x1.0p-53 * total_;
+    double cumulative = 0.0;
+    int32_t last = best_;
+    for (size_t i = 0; i < weights_.size(); ++i) {
+      if (weights_[i] == 0.0) continue;
+      cumulative += weights_[i];
+      last = static_cast<int32_t>(i);
+      if (target < cumulative) return last;
+    }
+    return last;
+  }
+
+ private:
+  std::vector<double> weights_;  // 0 for the masked tokens
+  double total_ = 0.0;
+  int32_t best_ = -1;
+};
+
+// The sampler draws exactly the definition's tokens on every SIMD level (its weights come from
+// a vector exp whose choices it confirms against std::exp's error bound): flat rows over the
+// vocabularies of the three models, peaked ones, ties, a constant row, masked entries, wide
+// logits whose weights underflow, a NaN (top-p and top-k off, where the order is undefined).
+TEST(SamplerTest, SampleDrawsTheDefinitionsTokensOnEveryLevel) {
+  std::mt19937_64 rng(21);
+  std::vector<std::pair<std::string, std::vector<float>>> rows;
+  for (const size_t vocab : {size_t{1000}, size_t{128256}, size_t{262144}}) {
+    std::normal_distribution<float> normal(0.0F, 1.0F);
+    std::vector<float> row(vocab);
+    for (float& logit : row) logit = normal(rng);
+    rows.emplace_back("flat " + std::to_string(vocab), row);
+    for (int i = 0; i < 8; ++i) row[rng() % vocab] += 12.0F + static_cast<float>(i);
+    rows.emplace_back("peaked " + std::to_string(vocab), row);
+  }
+  std::uniform_int_distribution<int> level(0, 5);
+  std::vector<float> ties(5000);
+  for (float& logit : ties) logit = static_cast<float>(level(rng)) * 0.5F;
+  rows.emplace_back("ties", ties);
+  rows.emplace_back("constant", std::vector<float>(3001, 0.25F));
+  std::vector<float> masked = rows[0].second;
+  for (size_t i = 0; i < masked.size(); i += 3) masked[i] = -kInf;
+  rows.emplace_back("masked", masked);
+  std::vector<float> wide(4099);
+  for (size_t i = 0; i < wide.size(); ++i) wide[i] = -static_cast<float>(i) * 0.5F;
+  rows.emplace_back("wide", wide);
+  std::vector<float> with_nan = rows[0].second;
+  with_nan[17] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<kernels::Isa> isas = {kernels::Isa::kScalar};
+  for (const kernels::Isa isa : {kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+    if (kernels::IsaSupported(isa)) isas.push_back(isa);
+  }
+  const kernels::Isa previous = kernels::ActiveIsa();
+  const auto check = [&](const std::string& name, const std::vector<float>& row,
+                         const SamplingParams& params) {
+    const DefinitionSampler definition(row, params);
+    const int draws = row.size() > 100000 ? 4 : 30;
+    for (const kernels::Isa isa : isas) {
+      kernels::SetActiveIsa(isa);
+      Sampler sampler(params);
+      std::mt19937_64 reference_rng(*params.seed);
+      for (int draw = 0; draw < draws; ++draw) {
+        std::vector<float> logits = row;
+        ASSERT_EQ(sampler.Sample(logits), definition.Draw(reference_rng))
+            << name << " " << kernels::IsaName(isa) << " t " << params.temperature << " p "
+            << params.top_p << " k " << params.top_k.value_or(0) << " draw " << draw;
+      }
+    }
+  };
+  for (const auto& [name, row] : rows) {
+    for (const double temperature : {0.6, 1.0}) {
+      for (const double top_p : {1.0, 0.95, 0.9, 0.3}) {
+        for (const std::optional<int64_t> top_k : {std::optional<int64_t>{}, {20}}) {
+          SamplingParams params;
+          params.temperature = temperature;
+          params.top_p = top_p;
+          params.top_k = top_k;
+          params.seed = 5;
+          check(name, row, params);
+        }
+      }
+    }
+  }
+  SamplingParams params;
+  params.seed = 9;
+  check("nan", with_nan, params);
+  kernels::SetActiveIsa(previous);
 }
 
 TEST(SamplerTest, RepetitionPenalty) {

@@ -2,8 +2,12 @@
 // misaligned pointers; exp and tanh against the C library over wide ranges.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <limits>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "infer/core/error.h"
@@ -92,6 +96,61 @@ TEST(ElementwiseTest, ExpMatchesLibmOverItsRange) {
       cpu::avx512::ExpArray(x.data(), got.data(), static_cast<int64_t>(x.size()));
     // Relative accuracy for normal results; absolute below FLT_MIN where results flush to 0.
     ExpectNear(got, want, 3e-7, 1.2e-38, std::string("Exp ") + std::string(IsaName(isa)));
+  }
+}
+
+// The sampler's weights: every level within ExpShifted's stated bound of std::exp over the whole
+// range of d = x - shift <= 0 (down to where exp underflows, and past it), with the exact
+// cases exact, and tails of every length.
+TEST(ElementwiseTest, ExpShiftedIsWithinItsBoundOfStdExp) {
+  INFER_SKIP_WITHOUT_SIMD();
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  std::vector<float> x;
+  for (float v = -760.0F; v <= 0.0F; v += 0.00731F) x.push_back(v);
+  for (float v : {0.0F, -0.0F, -1e-30F, -1e-8F, -0.3465736F, -0.3465737F, -700.0F, -699.99994F,
+                  -708.0F, -745.1F, -kInf}) {
+    x.push_back(v);
+  }
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> normal(0.0F, 3.0F);
+  std::vector<float> logits(262147);
+  for (float& logit : logits) logit = normal(rng);
+  const float max_logit = *std::max_element(logits.begin(), logits.end());
+  const auto check = [](const std::vector<float>& in, float shift, const std::string& what) {
+    for (const int64_t n : {static_cast<int64_t>(in.size()), int64_t{1}, int64_t{3}, int64_t{7},
+                            int64_t{9}, int64_t{17}}) {
+      std::vector<double> got(static_cast<size_t>(n), -1.0);
+      const double sum = ExpShifted(in.data(), n, shift, got.data());
+      double want_sum = 0.0;
+      double worst = 0.0;
+      for (int64_t i = 0; i < n; ++i) {
+        const double want = std::exp(static_cast<double>(in[i] - shift));
+        want_sum += want;
+        const double error = std::abs(got[i] - want);
+        if (want > 1e-290) worst = std::max(worst, error / want);
+        ASSERT_LE(error, kExpShiftedRelativeError * want + kExpShiftedAbsoluteError)
+            << what << " d = " << (in[i] - shift);
+      }
+      const double bound =
+          (kExpShiftedRelativeError + 2.0 * static_cast<double>(n) * 0x1p-53) * want_sum +
+          static_cast<double>(n) * kExpShiftedAbsoluteError;
+      EXPECT_LE(std::abs(sum - want_sum), bound) << what << " n = " << n;
+      if (n == static_cast<int64_t>(in.size())) {
+        std::cout << what << ": largest relative error above 1e-290 " << worst << "\n";
+      }
+    }
+  };
+  for (Isa isa : SimdIsas()) {
+    ScopedIsa scoped(isa);
+    const std::string name(IsaName(isa));
+    check(x, 0.0F, "sweep " + name);
+    check(logits, max_logit, "logits - max " + name);
+    const std::vector<float> exact{0.0F, -kInf, std::numeric_limits<float>::quiet_NaN(), 2.5F};
+    std::vector<double> out(exact.size());
+    ExpShifted(exact.data(), 4, 2.5F, out.data());
+    EXPECT_EQ(out[1], 0.0) << name;
+    EXPECT_TRUE(std::isnan(out[2])) << name;
+    EXPECT_EQ(out[3], 1.0) << name;
   }
 }
 

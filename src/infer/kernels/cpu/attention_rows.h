@@ -260,7 +260,7 @@ inline void GroupScores(const Context<Kv>& c, const float* qp, const typename Kv
 
 // In place over scores [0, n) (a multiple of kLanes; masked keys are -inf): p = exp(s - max).
 // m = the max, s = the sum of p (lane-wise in order, then ReduceSum).
-[[gnu::noinline]] void Softmax(float* scores, int64_t n, float& m, float& s) {
+[[gnu::noinline]] inline void Softmax(float* scores, int64_t n, float& m, float& s) {
   V max_v = Set1(kNegInf);
   for (int64_t j = 0; j < n; j += kLanes) max_v = Max(max_v, Load(scores + j));
   m = ReduceMax(max_v);
@@ -368,8 +368,8 @@ void PartitionState(const Context<Kv>& c, const int32_t* table, int64_t kv_head,
 
 // Folds the partition state (pm, ps, pacc) into the running state (tm, ts, tacc): the one merge
 // of the kernel. An empty partition (pm = -inf) is skipped; into an empty total it copies.
-[[gnu::noinline]] void Merge(float& tm, float& ts, float* tacc, float pm, float ps,
-                             const float* pacc, int64_t padded_dim) {
+[[gnu::noinline]] inline void Merge(float& tm, float& ts, float* tacc, float pm, float ps,
+                                    const float* pacc, int64_t padded_dim) {
   if (pm == kNegInf) return;
   if (tm == kNegInf) {
     tm = pm;

@@ -85,6 +85,8 @@ inline void FillWithBias(int64_t m, std::span<const Product> outputs) {
   /* Elementwise exp and tanh, exposed for accuracy tests. */                                      \
   void ExpArray(const float* x, float* y, int64_t n);                                              \
   void TanhArray(const float* x, float* y, int64_t n);                                             \
+  double ExpShifted(const float* x, int64_t n, float shift, double* out);                          \
+  RowExtremes Extremes(const float* x, int64_t n);                                                 \
   }
 
 INFER_DECLARE_KERNELS(reference)

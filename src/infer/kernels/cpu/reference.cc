@@ -257,4 +257,33 @@ void TanhArray(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(std::tanh(static_cast<double>(x[i])));
 }
 
+double ExpShifted(const float* x, int64_t n, float shift, double* out) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    out[i] = std::exp(static_cast<double>(x[i] - shift));
+    sum += out[i];
+  }
+  return sum;
+}
+
+RowExtremes Extremes(const float* x, int64_t n) {
+  RowExtremes result;
+  result.max = -std::numeric_limits<float>::infinity();
+  result.min_above_neg_inf = std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    if (v > result.max) {
+      result.max = v;
+      result.argmax = i;
+    }
+    if (v == -std::numeric_limits<float>::infinity()) {
+      ++result.num_neg_inf;
+    } else if (v < result.min_above_neg_inf) {
+      result.min_above_neg_inf = v;
+    }
+    result.has_nan = result.has_nan || std::isnan(v);
+  }
+  return result;
+}
+
 }  // namespace infer::kernels::cpu::reference
