@@ -44,14 +44,14 @@ struct Request {
   int64_t num_prompt_tokens() const { return static_cast<int64_t>(prompt_token_ids.size()); }
   int64_t num_generated_tokens() const { return static_cast<int64_t>(generated_token_ids.size()); }
   int64_t num_tokens() const { return static_cast<int64_t>(token_ids.size()); }
-  // Tokens whose KV is still to compute: the prompt (rest) at prefill, the last sampled at decode
-  // (and a speculative draft after it).
-  int64_t num_uncomputed() const { return num_tokens() - num_computed_tokens; }
+  int64_t num_draft_tokens() const { return static_cast<int64_t>(draft_token_ids.size()); }
+  // Tokens whose KV is still to compute: the prompt (rest) at prefill, the last sampled at decode,
+  // and a speculative draft after them.
+  int64_t num_uncomputed() const { return num_tokens() + num_draft_tokens() - num_computed_tokens; }
   // Drops the last `count` tokens of the speculative draft (all of it by default).
   void DropDraft(int64_t count = -1) {
-    if (count < 0 || count > num_draft_tokens) count = num_draft_tokens;
-    token_ids.resize(token_ids.size() - static_cast<size_t>(count));
-    num_draft_tokens -= count;
+    if (count < 0 || count > num_draft_tokens()) count = num_draft_tokens();
+    draft_token_ids.resize(draft_token_ids.size() - static_cast<size_t>(count));
   }
   // Prompt + max_tokens: the most positions it can ever need.
   int64_t max_total_tokens() const { return num_prompt_tokens() + sampling_params.max_new_tokens; }
@@ -64,7 +64,7 @@ struct Request {
   int64_t seq_id = 0;  // the engine's number for it (stable across preemption)
 
   RequestState state = RequestState::kWaiting;
-  std::vector<int32_t> token_ids;  // prompt + generated (+ the speculative draft, if any)
+  std::vector<int32_t> token_ids;  // prompt + generated
   std::vector<int32_t> generated_token_ids;
   std::optional<FinishReason> finish_reason;
   std::optional<std::string> error;
@@ -74,11 +74,11 @@ struct Request {
   int64_t num_computed_tokens = 0;
   int64_t num_cached_prompt_tokens = 0;  // of the first admission's prompt, from the cache
   int64_t num_preemptions = 0;
-  // Speculative decoding: the last num_draft_tokens of token_ids are proposed, not generated
-  // (never output, never registered in the prefix cache); the step that computes them keeps
-  // the ones the model's own draws confirm. num_rejected_tokens: of the tokens the step just
-  // ran, the rejected draft's, whose KV the scheduler does not count as computed.
-  int64_t num_draft_tokens = 0;
+  // Speculative decoding: tokens proposed to follow token_ids, not generated (never output, never
+  // registered in the prefix cache); the step that computes them keeps the ones the model's own
+  // draws confirm. num_rejected_tokens: of the tokens the step just ran, the rejected draft's,
+  // whose KV the scheduler does not count as computed.
+  std::vector<int32_t> draft_token_ids;
   int64_t num_rejected_tokens = 0;
 
   std::string prompt_text;            // the prompt as given, when it was text

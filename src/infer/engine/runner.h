@@ -3,6 +3,7 @@
 // What is drawn from them is the token pipeline's (token_pipeline.h).
 #pragma once
 
+#include <deque>
 #include <span>
 #include <vector>
 
@@ -25,6 +26,9 @@ class ModelRunner {
  private:
   LanguageModel& model_;
   std::vector<SequenceStep> steps_;
+  // Drafted requests' tokens followed by their drafts (SequenceStep::tokens points into them); a
+  // deque, so that growing it leaves the earlier ones in place.
+  std::deque<std::vector<int32_t>> with_draft_;
   std::vector<float> logits_;
 };
 

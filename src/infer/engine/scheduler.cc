@@ -106,14 +106,12 @@ void Scheduler::ScheduleRunning(int64_t& budget, SchedulerOutput& output, bool p
       // The draft's tokens get blocks but are not known tokens: no block of them is registered
       // in the prefix cache until the model confirms them (MarkComputed).
       while (!blocks_.Allocate(
-          request->block_table,
-          std::span<const int32_t>(request->token_ids)
-              .first(request->token_ids.size() - static_cast<size_t>(request->num_draft_tokens)),
+          request->block_table, request->token_ids,
           request->num_computed_tokens + std::min(request->num_uncomputed(), budget))) {
         // Out of blocks: a draft goes first, then the lowest-priority, latest-arrived request
         // not yet scheduled in this step is preempted (running_ is in run order, so that is
         // the last one; maybe this one).
-        if (request->num_draft_tokens > 0) {
+        if (request->num_draft_tokens() > 0) {
           request->DropDraft();
           continue;
         }

@@ -38,13 +38,13 @@ std::vector<std::vector<StepOutput>> TokenPipeline::Process(const SchedulerOutpu
   for (const ScheduledRequest& s : step.scheduled) {
     if (s.num_new == 0 || !s.wants_logits) continue;
     Request& request = *s.request;
-    const auto rows = static_cast<size_t>(1 + request.num_draft_tokens);
+    const auto rows = static_cast<size_t>(1 + request.num_draft_tokens());
     INFER_CHECK((row + rows) * vocab <= logits.size(), "runner: the model returned {} logits rows",
                 logits.size() / vocab);
     std::vector<StepOutput>& request_outputs = outputs.emplace_back();
     const std::span<float> request_logits = logits.subspan(row * vocab, rows * vocab);
     try {
-      if (request.num_draft_tokens > 0) {
+      if (request.num_draft_tokens() > 0) {
         VerifyDraft(request, request_logits, request_outputs);
       } else {
         TakeToken(request, request_logits, request_outputs);
@@ -63,9 +63,9 @@ std::vector<std::vector<StepOutput>> TokenPipeline::Process(const SchedulerOutpu
 
 void TokenPipeline::VerifyDraft(Request& request, std::span<float> rows,
                                 std::vector<StepOutput>& outputs) {
-  const int64_t k = request.num_draft_tokens;
-  draft_.assign(request.token_ids.end() - k, request.token_ids.end());
-  request.DropDraft();
+  const int64_t k = request.num_draft_tokens();
+  draft_ = std::move(request.draft_token_ids);
+  request.draft_token_ids.clear();
   request.num_rejected_tokens = k;
   ++draft_counts_.drafts;
   draft_counts_.draft_tokens += k;
@@ -88,9 +88,7 @@ void TokenPipeline::ProposeDraft(Request& request) const {
   if (!speculative_.enabled() || request.done()) return;
   // The draft and the token drawn after it must fit in max_tokens.
   const int64_t room = request.sampling_params.max_new_tokens - request.num_generated_tokens() - 1;
-  const std::vector<int32_t> draft = ProposeNgramDraft(request.token_ids, speculative_, room);
-  request.token_ids.insert(request.token_ids.end(), draft.begin(), draft.end());
-  request.num_draft_tokens = static_cast<int64_t>(draft.size());
+  request.draft_token_ids = ProposeNgramDraft(request.token_ids, speculative_, room);
 }
 
 StepOutput TokenPipeline::NewOutput(const Request& request) {

@@ -383,8 +383,9 @@ namespace {
 // rejected part's KV is not counted as computed.
 TEST(SchedulerTest, SpeculativeDraftsAreOptionalAndNeverCachedUnconfirmed) {
   const auto add_draft = [](Request& request, int64_t count) {
-    for (int64_t i = 0; i < count; ++i) request.token_ids.push_back(100 + static_cast<int32_t>(i));
-    request.num_draft_tokens = count;
+    for (int64_t i = 0; i < count; ++i) {
+      request.draft_token_ids.push_back(100 + static_cast<int32_t>(i));
+    }
   };
   {
     EngineConfig config = Config("continuous", 8, /*budget=*/512);
@@ -423,8 +424,8 @@ TEST(SchedulerTest, SpeculativeDraftsAreOptionalAndNeverCachedUnconfirmed) {
     const SchedulerOutput output = scheduler.Schedule(0.0);
     EXPECT_EQ(Describe(output), (Strings{"a:4"}));
     EXPECT_TRUE(output.scheduled.front().wants_logits);
-    EXPECT_EQ(a->num_draft_tokens, 3);
-    EXPECT_EQ(a->num_tokens(), 4 + 1 + 3);
+    EXPECT_EQ(a->num_draft_tokens(), 3);
+    EXPECT_EQ(a->num_tokens() + a->num_draft_tokens(), 4 + 1 + 3);
   }
   {
     // Out of blocks: the draft goes before anyone is preempted.
@@ -439,7 +440,7 @@ TEST(SchedulerTest, SpeculativeDraftsAreOptionalAndNeverCachedUnconfirmed) {
     add_draft(*a, 4);  // would need a third block
     const SchedulerOutput output = scheduler.Schedule(0.0);
     EXPECT_TRUE(output.preempted.empty());
-    EXPECT_EQ(a->num_draft_tokens, 0);
+    EXPECT_EQ(a->num_draft_tokens(), 0);
     EXPECT_EQ(Describe(output), (Strings{"a:1", "b:1"}));
   }
 }
