@@ -22,6 +22,7 @@
 #include "infer/kernels/cpu/kernels.h"
 #include "infer/kernels/cpu/scratch.h"
 #include "infer/kernels/cpu/simd.h"
+#include "infer/kernels/cpu/tuning.h"
 
 namespace infer::kernels::cpu::INFER_ISA_NS {
 
@@ -32,10 +33,9 @@ static_assert(kLanes == 16, "the tile path is AVX-512 code");
 constexpr int64_t kPanel = PackedMatrix::kPanelRows;  // features per panel: two B tiles
 constexpr int64_t kBlockSteps = 16;                   // pairs of k per TDPBF16PS
 constexpr int64_t kTileRows = 16;
-// From this many rows the tiles run (fewer: the vector code). Both stream the weights at one to
-// four rows; from five the vector code is bound by its multiply-adds, the tiles still by the
-// weights' reads (kernels_bench, benchmarks/log).
-constexpr int64_t kTileMinRows = 5;
+// From this many rows the tiles run (fewer: the vector code; tuning.h).
+constexpr int64_t kTileMinRows = kTuning.bf16_tile_min_rows;
+static_assert(kTileMinRows > 0);
 // Steps of k per pass of the tile loop: an A block of 32 rows (16 KiB) stays in L1 while the
 // task's panels pass under it (128 measured ahead of 512 and of all of k at m = 128-512).
 constexpr int64_t kTileKcSteps = 128;

@@ -11,6 +11,7 @@
 
 #include "infer/kernels/cpu/kernels.h"
 #include "infer/kernels/cpu/simd.h"
+#include "infer/kernels/cpu/tuning.h"
 
 // (GCC names the macro __AMX_INT8__, clang __AMXINT8__.)
 #if defined(__AMX_INT8__) || defined(__AMXINT8__) || defined(INFER_AMX_EMULATE)
@@ -45,43 +46,24 @@ constexpr bool kInt4OnMaddubs = true;
 constexpr bool kInt4OnMaddubs = false;
 #endif
 
-// Rows per register tile (accumulators: 2 f32 + 2 int32 vectors per row and tile).
-constexpr int kMr = kLanes == 16 ? 4 : 2;
-// The streaming order runs up to this many rows as one row block (one pass over the weights):
-// on AVX-512 (32 registers) 6, so that 5 and 6 rows (a speculative draft's check, a few
-// sequences decoding) do not pass over each k-block a second time at the one-row rate.
-constexpr int kStreamRows = kLanes == 16 ? 6 : kMr;
-// Up to this many row blocks take the streaming order, panel after panel when more than one (the
-// passes over a panel ask for the next one: NextPanel). AVX-512: 64 rows, up to which the panel
-// passes measured as fast as the many-row order or faster; from 128 rows the two are level.
-// AMX keeps 16 rows: its tile path has not been measured against the panel passes. AVX2 (int4
-// alone gets here with more than a row block, StreamingOrder): 24 rows, where the panel passes
-// still led ManyRowGemm; at 32-64 rows the two are level.
-#if defined(INFER_AMX_TILES)
-constexpr int64_t kStreamMaxBlocks = 4;
-#elif defined(__AVX512F__)
-constexpr int64_t kStreamMaxBlocks = 16;
-#else
-constexpr int64_t kStreamMaxBlocks = 12;
-#endif
+// Rows per register tile, rows of a streaming row block, and the row blocks that take the
+// streaming order (tuning.h).
+constexpr int kMr = kTuning.quant_mr;
+constexpr int kStreamRows = kTuning.quant_stream_rows;
+constexpr int64_t kStreamMaxBlocks = kTuning.quant_stream_max_blocks;
 // Whether m rows of weights of type q take the streaming order (QuantGemm); more take the
-// many-row order. On AVX2 without VNNI, int8 and int4k leave the streaming order after one row
-// block: their streaming tiles (vpmaddwd on 16-bit halves; int4k's scale work) are bound by
-// compute from 3 rows on, where the many-row tiles read the weights once at the same cost
-// (both measured faster from 4 rows; int4 was mixed, so it stays). int6 too, since ManyRowGemm
-// streams it panel after panel (faster from memory on every shape, at one and two threads).
-// int8 leaves it at 2 rows: in one row block (up to kGemmRows rows) Int8PanelTile streams
-// whole panels with a far prefetch, well ahead of the k-blocked order from memory from 2 rows.
-inline bool StreamingOrder(int64_t m, [[maybe_unused]] Quantization q) {
-#if !defined(__AVX512F__) && !defined(INFER_YMM_VNNI)
-  if (q == Quantization::kInt8) return m <= 1;
-  if (q == Quantization::kInt4K || q == Quantization::kInt6) return m <= kMr;
-#elif defined(INFER_YMM_VNNI)
-  // AVX-VNNI: from 3 rows ManyRowGemm's panel-after-panel stream, not 2 to 4 k-blocked row
-  // blocks: from memory faster on the output head for every type, on the down projection
-  // mostly, and for int6 on every shape.
-  return m <= kMr;
-#endif
+// many-row order. Type limits first where this ISA has them (tuning.h), then the row blocks.
+// (int8 in one row block, up to kGemmRows rows, on AVX2: Int8PanelTile streams whole panels
+// with a far prefetch, ahead of the k-blocked order from memory from 2 rows.)
+inline bool StreamingOrder(int64_t m, Quantization q) {
+  if (q == Quantization::kInt8 && kTuning.quant_stream_max_rows_int8 > 0) {
+    return m <= kTuning.quant_stream_max_rows_int8;
+  }
+  if ((q == Quantization::kInt4K || q == Quantization::kInt6) &&
+      kTuning.quant_stream_max_rows_k > 0) {
+    return m <= kTuning.quant_stream_max_rows_k;
+  }
+  if (kTuning.quant_stream_max_rows_all > 0) return m <= kTuning.quant_stream_max_rows_all;
   return (m + kMr - 1) / kMr <= kStreamMaxBlocks;
 }
 // Output features per task in the many-row order, and input channels per k-block: a block of
@@ -100,21 +82,12 @@ inline int64_t KcGroups(const PackedMatrix& w) {
 }
 // Tiles per thread in the streaming order, claimed dynamically.
 constexpr int64_t kStreamTasksPerThread = 4;
-// Prefetch distance along a panel's stream, in bytes, for a tile of `rows` rows.
-// - AVX-512 (4 panel streams per thread at one row): 1 KiB. Alternated with 4 KiB in a model's
-//   decode it led more often and came nearer the read-bandwidth probe; 512 bytes measured the
-//   same as 1 KiB, and 2 and 4 KiB stayed behind it for int8 and int4k.
-// - AVX2 at one row (one panel stream per thread): 8 KiB. From 1 to 8 KiB every doubling ran
-//   faster, int8 reaching the probe's rate at 8 KiB; 16 KiB was no better overall. With more
-//   rows 1 KiB: 8 KiB was slower at m = 4 and 8 (several row blocks over each k-block) and
-//   level at m = 2.
-// - AVX-512 int6 at one row (its top bits are a second set of lines per sub-block): 2 KiB,
-//   ahead of 1 KiB.
+// Prefetch distance along a panel's stream, in bytes, for a tile of `rows` rows (tuning.h).
 // kStreamAhead: also the many-row tiles' distance when ManyRowGemm streams panel after panel.
 constexpr int64_t kStreamAhead = 8192;
 constexpr int64_t PrefetchBytes(int rows, bool six) {
-  if (rows != 1) return 1024;
-  return kLanes == 8 ? kStreamAhead : six ? 2048 : 1024;
+  if (rows != 1) return kTuning.quant_ahead_rows;
+  return six ? kTuning.quant_ahead_one_row_int6 : kTuning.quant_ahead_one_row;
 }
 
 // An empty asm that takes v in a register and may change it: the compiler cannot move the
@@ -526,11 +499,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
 // Tiles per call for kRows rows: with few rows, several adjacent tiles keep more weight
 // streams and independent dot chains in flight.
 constexpr int TilesPerCall(int rows) {
-  if constexpr (kLanes == 16) {
-    return rows <= 1 ? 4 : rows <= 2 ? 2 : 1;
-  } else {
-    return rows <= 1 ? 2 : 1;
-  }
+  return rows <= 1 ? kTuning.quant_tiles_one_row : rows <= 2 ? kTuning.quant_tiles_two_rows : 1;
 }
 
 // kRows rows against `tiles` column tiles from j0, TilesPerCall(kRows) at a time.

@@ -29,6 +29,7 @@
 #include "infer/kernels/cpu/kernels.h"
 #include "infer/kernels/cpu/scratch.h"
 #include "infer/kernels/cpu/simd.h"
+#include "infer/kernels/cpu/tuning.h"
 
 namespace infer::kernels::cpu::INFER_ISA_NS {
 
@@ -41,9 +42,8 @@ using Storage = std::conditional_t<kDType == DType::kF32, float, uint16_t>;
 constexpr int64_t kPanel = PackedMatrix::kPanelRows;
 constexpr int64_t kStepElems = 2 * kPanel;
 
-// Register tile kMr x kNr. AVX-512: 14 x 32 = 28 zmm accumulators + weight vectors + 1
-// broadcast; a tile covers a whole panel. AVX2: 6 x 16 = 12 accumulators; half a panel.
-constexpr int kMr = kLanes == 16 ? 14 : 6;
+// Register tile kMr x kNr (tuning.h); AVX-512's covers a whole panel, AVX2's half of one.
+constexpr int kMr = kTuning.float_mr;
 constexpr int kNr = 2 * kLanes;
 static_assert(kPanel % kNr == 0);
 // Output features per task in the many-panel order: kNc x kKc steps of weights (128-256 KiB)
@@ -329,31 +329,21 @@ struct Bf16Gemm {
 };
 #endif
 
-// Column tiles per microkernel call for kRows rows: with few rows, several tiles (adjacent
-// panels: more independent accumulator chains and weight streams in flight) keep the loads
-// going; with many, the register file is full with one.
+// Column tiles per microkernel call for kRows rows (tuning.h): with few rows, several tiles
+// (adjacent panels: more independent accumulator chains and weight streams in flight) keep the
+// loads going; with many, the register file is full with one.
 constexpr int TilesPerCall(int rows) {
-  if constexpr (kLanes == 16) {
-    return rows <= 2 ? 4 : rows <= 6 ? 2 : 1;
-  } else {
-    return rows <= 1 ? 4 : rows <= 2 ? 2 : 1;
-  }
+  return rows <= kTuning.float_four_tiles_rows ? 4 : rows <= kTuning.float_two_tiles_rows ? 2 : 1;
 }
 
 // The streaming order's prefetch distance along each of a call's weight streams (the panels
-// its `tiles_per_call` tiles span), for steps of `step_bytes`.
-// - AVX-512: 16 steps (2 KiB of bf16 per stream, 4 streams at one row; shorter and longer
-//   distances measured the same).
-// - AVX2: about 8 KiB ahead per thread, split over the streams: 2 KiB per stream left a core's
-//   reads well below the read-bandwidth probe's; at one row (2 streams) 4 KiB per stream reached
-//   it and 8 KiB did no better; at 2 and 4 rows (one stream) 8 KiB beat 4 KiB.
+// its `tiles_per_call` tiles span), for steps of `step_bytes` (tuning.h).
 constexpr int64_t StreamPrefetchSteps(int tiles_per_call, int64_t step_bytes) {
-  if constexpr (kLanes == 16) {
-    return 16;
+  if constexpr (kTuning.float_ahead_steps > 0) {
+    return kTuning.float_ahead_steps;
   } else {
-    constexpr int64_t kAheadBytes = 8192;
     const int64_t streams = std::max<int64_t>(1, tiles_per_call * kNr / kPanel);
-    return std::max<int64_t>(1, kAheadBytes / (streams * step_bytes));
+    return std::max<int64_t>(1, kTuning.float_ahead_bytes / (streams * step_bytes));
   }
 }
 
