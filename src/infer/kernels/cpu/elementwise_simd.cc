@@ -131,63 +131,6 @@ void TanhArray(const float* x, float* y, int64_t n) {
 // rounding's magic sum. d < -700 (-inf among them) gives 0, under 1e-304 from the truth.
 namespace {
 
-#if defined(__AVX512F__)
-using VD = __m512d;
-using VI64 = __m512i;
-constexpr int kDoubleLanes = 8;
-inline VD SetD(double v) { return _mm512_set1_pd(v); }
-inline VD FmaD(VD a, VD b, VD c) { return _mm512_fmadd_pd(a, b, c); }
-inline VD FNmaD(VD a, VD b, VD c) { return _mm512_fnmadd_pd(a, b, c); }
-inline VD WidenShifted(const float* x, __m256 shift) {
-  return _mm512_cvtps_pd(_mm256_sub_ps(_mm256_loadu_ps(x), shift));
-}
-inline VD ScaleBits(VD t) {  // (bits(t) + 1023) << 52: 2^k for t = magic + k
-  const VI64 bits = _mm512_add_epi64(_mm512_castpd_si512(t), _mm512_set1_epi64(1023));
-  return _mm512_castsi512_pd(_mm512_slli_epi64(bits, 52));
-}
-inline VD ZeroBelow(VD d, VD floor, VD value) {
-  return _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(d, floor, _CMP_NLT_UQ), value);
-}
-inline double SumD(VD v) { return _mm512_reduce_add_pd(v); }
-#else
-using VD = __m256d;
-using VI64 = __m256i;
-constexpr int kDoubleLanes = 4;
-inline VD SetD(double v) { return _mm256_set1_pd(v); }
-inline VD FmaD(VD a, VD b, VD c) { return _mm256_fmadd_pd(a, b, c); }
-inline VD FNmaD(VD a, VD b, VD c) { return _mm256_fnmadd_pd(a, b, c); }
-inline VD WidenShifted(const float* x, __m128 shift) {
-  return _mm256_cvtps_pd(_mm_sub_ps(_mm_loadu_ps(x), shift));
-}
-inline VD ScaleBits(VD t) {
-  const VI64 bits = _mm256_add_epi64(_mm256_castpd_si256(t), _mm256_set1_epi64x(1023));
-  return _mm256_castsi256_pd(_mm256_slli_epi64(bits, 52));
-}
-inline VD ZeroBelow(VD d, VD floor, VD value) {
-  return _mm256_andnot_pd(_mm256_cmp_pd(d, floor, _CMP_LT_OQ), value);
-}
-inline double SumD(VD v) {
-  const __m128d pair = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
-  return _mm_cvtsd_f64(_mm_add_sd(pair, _mm_unpackhi_pd(pair, pair)));
-}
-#endif
-
-#if defined(__AVX512F__)
-inline VD MaxD(VD a, VD b) { return _mm512_max_pd(a, b); }
-inline VD AddD(VD a, VD b) { return _mm512_add_pd(a, b); }
-inline VD SubD(VD a, VD b) { return _mm512_sub_pd(a, b); }
-inline VD MulD(VD a, VD b) { return _mm512_mul_pd(a, b); }
-inline void StoreD(double* p, VD v) { _mm512_storeu_pd(p, v); }
-inline VD ZeroD() { return _mm512_setzero_pd(); }
-#else
-inline VD MaxD(VD a, VD b) { return _mm256_max_pd(a, b); }
-inline VD AddD(VD a, VD b) { return _mm256_add_pd(a, b); }
-inline VD SubD(VD a, VD b) { return _mm256_sub_pd(a, b); }
-inline VD MulD(VD a, VD b) { return _mm256_mul_pd(a, b); }
-inline void StoreD(double* p, VD v) { _mm256_storeu_pd(p, v); }
-inline VD ZeroD() { return _mm256_setzero_pd(); }
-#endif
-
 inline VD ExpNonPositive(VD d) {
   constexpr double kMagic = 0x1.8p52;  // adding it rounds |v| < 2^51 to an integer
   constexpr double kLn2Hi = 0x1.62e42fefa39efp-1;
@@ -217,21 +160,16 @@ inline VD ExpNonPositive(VD d) {
   for (size_t i = 1; i < std::size(kInverseFactorials); ++i) {
     p = FmaD(p, r, SetD(kInverseFactorials[i]));
   }
-  return ZeroBelow(d, floor, MulD(p, ScaleBits(t)));
+  return ZeroWhereLessD(d, floor, MulD(p, Pow2FromMagicD(t)));
 }
 
 }  // namespace
 
 double ExpShifted(const float* x, int64_t n, float shift, double* out) {
   constexpr int kStep = kDoubleLanes;
-#if defined(__AVX512F__)
-  const __m256 s = _mm256_set1_ps(shift);
-#else
-  const __m128 s = _mm_set1_ps(shift);
-#endif
   VD sum = ZeroD();
   const auto one = [&](const float* in, double* o) {
-    const VD e = ExpNonPositive(WidenShifted(in, s));
+    const VD e = ExpNonPositive(LoadShiftedD(in, shift));
     StoreD(o, e);
     sum = AddD(sum, e);
   };
@@ -246,7 +184,7 @@ double ExpShifted(const float* x, int64_t n, float shift, double* out) {
     one(tail, tail_out);
     for (int64_t j = 0; i + j < n; ++j) out[i + j] = tail_out[j];
   }
-  return SumD(sum);
+  return ReduceSumD(sum);
 }
 
 RowExtremes Extremes(const float* x, int64_t n) {

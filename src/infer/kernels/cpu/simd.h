@@ -175,6 +175,62 @@ inline void LoadBf16EvenOdd(const uint16_t* p, V& even, V& odd) {
 #error "simd.h needs -mavx2 -mfma -mf16c or -mavx512f -mavx512bw -mavx512vl -mavx512dq"
 #endif
 
+// Double vectors (VD, half of V's lanes), for sums that need double precision (the sampler's
+// softmax weights).
+#if defined(__AVX512F__)
+using VD = __m512d;
+constexpr int kDoubleLanes = 8;
+inline VD ZeroD() { return _mm512_setzero_pd(); }
+inline VD SetD(double v) { return _mm512_set1_pd(v); }
+inline void StoreD(double* p, VD v) { _mm512_storeu_pd(p, v); }
+inline VD AddD(VD a, VD b) { return _mm512_add_pd(a, b); }
+inline VD SubD(VD a, VD b) { return _mm512_sub_pd(a, b); }
+inline VD MulD(VD a, VD b) { return _mm512_mul_pd(a, b); }
+inline VD MaxD(VD a, VD b) { return _mm512_max_pd(a, b); }               // a NaN in either: b
+inline VD FmaD(VD a, VD b, VD c) { return _mm512_fmadd_pd(a, b, c); }    // a * b + c
+inline VD FNmaD(VD a, VD b, VD c) { return _mm512_fnmadd_pd(a, b, c); }  // c - a * b
+// p[i] - shift, rounded to f32, then widened, for kDoubleLanes floats.
+inline VD LoadShiftedD(const float* p, float shift) {
+  return _mm512_cvtps_pd(_mm256_sub_ps(_mm256_loadu_ps(p), _mm256_set1_ps(shift)));
+}
+// 2^k for t = 0x1.8p52 + k, k integral in [-1022, 1023]: k + 1023 (t's low bits) as the exponent.
+inline VD Pow2FromMagicD(VD t) {
+  const __m512i bits = _mm512_add_epi64(_mm512_castpd_si512(t), _mm512_set1_epi64(1023));
+  return _mm512_castsi512_pd(_mm512_slli_epi64(bits, 52));
+}
+// 0 where d < floor, else value (a NaN d keeps value).
+inline VD ZeroWhereLessD(VD d, VD floor, VD value) {
+  return _mm512_maskz_mov_pd(_mm512_cmp_pd_mask(d, floor, _CMP_NLT_UQ), value);
+}
+inline double ReduceSumD(VD v) { return _mm512_reduce_add_pd(v); }
+#else
+using VD = __m256d;
+constexpr int kDoubleLanes = 4;
+inline VD ZeroD() { return _mm256_setzero_pd(); }
+inline VD SetD(double v) { return _mm256_set1_pd(v); }
+inline void StoreD(double* p, VD v) { _mm256_storeu_pd(p, v); }
+inline VD AddD(VD a, VD b) { return _mm256_add_pd(a, b); }
+inline VD SubD(VD a, VD b) { return _mm256_sub_pd(a, b); }
+inline VD MulD(VD a, VD b) { return _mm256_mul_pd(a, b); }
+inline VD MaxD(VD a, VD b) { return _mm256_max_pd(a, b); }
+inline VD FmaD(VD a, VD b, VD c) { return _mm256_fmadd_pd(a, b, c); }
+inline VD FNmaD(VD a, VD b, VD c) { return _mm256_fnmadd_pd(a, b, c); }
+inline VD LoadShiftedD(const float* p, float shift) {
+  return _mm256_cvtps_pd(_mm_sub_ps(_mm_loadu_ps(p), _mm_set1_ps(shift)));
+}
+inline VD Pow2FromMagicD(VD t) {
+  const __m256i bits = _mm256_add_epi64(_mm256_castpd_si256(t), _mm256_set1_epi64x(1023));
+  return _mm256_castsi256_pd(_mm256_slli_epi64(bits, 52));
+}
+inline VD ZeroWhereLessD(VD d, VD floor, VD value) {
+  return _mm256_andnot_pd(_mm256_cmp_pd(d, floor, _CMP_LT_OQ), value);
+}
+inline double ReduceSumD(VD v) {
+  const __m128d pair = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(pair, _mm_unpackhi_pd(pair, pair)));
+}
+#endif
+
 // Integer vectors of the quantized MatMul (VI; 32-bit lanes unless the name says otherwise),
 // the width of V. DotU8S8 is vpdpbusd where the CPU has it (AVX512_VNNI, AVX-VNNI), else the
 // same sums from vpmaddwd on 16-bit halves (AVX-VNNI emulated under INFER_AVXVNNI_EMULATE).

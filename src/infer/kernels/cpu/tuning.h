@@ -1,7 +1,7 @@
 // The CPU kernels' size thresholds that differ between ISA builds, in one table: a row per build
 // (the namespace a per-ISA source compiles into), a field per threshold, each with the rule
-// that sets it. The kernels read their own row as kTuning. The measurements behind the rules
-// are in benchmarks/log/MODEL_BENCH_LOG.md. Included by per-ISA kernel sources only.
+// that sets it. The kernels read their own row as kTuning. Included by per-ISA kernel sources
+// only.
 #pragma once
 
 #include <cstdint>
@@ -66,80 +66,66 @@ struct KernelTuning {
   int64_t bf16_tile_min_rows;
 };
 
-inline constexpr KernelTuning kTuningTable[] = {
-    // kAvx2
-    {.float_mr = 6,
-     .float_four_tiles_rows = 1,
-     .float_two_tiles_rows = 2,
-     .float_ahead_steps = 0,
-     .float_ahead_bytes = 8192,
-     .quant_mr = 2,
-     .quant_stream_rows = 2,
-     .quant_stream_max_blocks = 12,
-     .quant_stream_max_rows_int8 = 1,
-     .quant_stream_max_rows_k = 2,
-     .quant_stream_max_rows_all = 0,
-     .quant_tiles_one_row = 2,
-     .quant_tiles_two_rows = 1,
-     .quant_ahead_one_row = 8192,
-     .quant_ahead_one_row_int6 = 8192,
-     .quant_ahead_rows = 1024,
-     .bf16_tile_min_rows = 0},
-    // kAvxVnni
-    {.float_mr = 6,
-     .float_four_tiles_rows = 1,
-     .float_two_tiles_rows = 2,
-     .float_ahead_steps = 0,
-     .float_ahead_bytes = 8192,
-     .quant_mr = 2,
-     .quant_stream_rows = 2,
-     .quant_stream_max_blocks = 12,
-     .quant_stream_max_rows_int8 = 0,
-     .quant_stream_max_rows_k = 0,
-     .quant_stream_max_rows_all = 2,
-     .quant_tiles_one_row = 2,
-     .quant_tiles_two_rows = 1,
-     .quant_ahead_one_row = 8192,
-     .quant_ahead_one_row_int6 = 8192,
-     .quant_ahead_rows = 1024,
-     .bf16_tile_min_rows = 0},
-    // kAvx512
-    {.float_mr = 14,
-     .float_four_tiles_rows = 2,
-     .float_two_tiles_rows = 6,
-     .float_ahead_steps = 16,
-     .float_ahead_bytes = 0,
-     .quant_mr = 4,
-     .quant_stream_rows = 6,
-     .quant_stream_max_blocks = 16,
-     .quant_stream_max_rows_int8 = 0,
-     .quant_stream_max_rows_k = 0,
-     .quant_stream_max_rows_all = 0,
-     .quant_tiles_one_row = 4,
-     .quant_tiles_two_rows = 2,
-     .quant_ahead_one_row = 1024,
-     .quant_ahead_one_row_int6 = 2048,
-     .quant_ahead_rows = 1024,
-     .bf16_tile_min_rows = 0},
-    // kAvx512Amx: the AVX-512 row, but for the tiles' thresholds.
-    {.float_mr = 14,
-     .float_four_tiles_rows = 2,
-     .float_two_tiles_rows = 6,
-     .float_ahead_steps = 16,
-     .float_ahead_bytes = 0,
-     .quant_mr = 4,
-     .quant_stream_rows = 6,
-     .quant_stream_max_blocks = 4,
-     .quant_stream_max_rows_int8 = 0,
-     .quant_stream_max_rows_k = 0,
-     .quant_stream_max_rows_all = 0,
-     .quant_tiles_one_row = 4,
-     .quant_tiles_two_rows = 2,
-     .quant_ahead_one_row = 1024,
-     .quant_ahead_one_row_int6 = 2048,
-     .quant_ahead_rows = 1024,
-     .bf16_tile_min_rows = 5},
-};
+constexpr KernelTuning Avx2Tuning() {
+  return {.float_mr = 6,
+          .float_four_tiles_rows = 1,
+          .float_two_tiles_rows = 2,
+          .float_ahead_steps = 0,
+          .float_ahead_bytes = 8192,
+          .quant_mr = 2,
+          .quant_stream_rows = 2,
+          .quant_stream_max_blocks = 12,
+          .quant_stream_max_rows_int8 = 1,
+          .quant_stream_max_rows_k = 2,
+          .quant_stream_max_rows_all = 0,
+          .quant_tiles_one_row = 2,
+          .quant_tiles_two_rows = 1,
+          .quant_ahead_one_row = 8192,
+          .quant_ahead_one_row_int6 = 8192,
+          .quant_ahead_rows = 1024,
+          .bf16_tile_min_rows = 0};
+}
+
+// AVX2's row, but for the streaming order's row limit: every type leaves it from 3 rows.
+constexpr KernelTuning AvxVnniTuning() {
+  KernelTuning t = Avx2Tuning();
+  t.quant_stream_max_rows_int8 = 0;
+  t.quant_stream_max_rows_k = 0;
+  t.quant_stream_max_rows_all = 2;
+  return t;
+}
+
+constexpr KernelTuning Avx512Tuning() {
+  return {.float_mr = 14,
+          .float_four_tiles_rows = 2,
+          .float_two_tiles_rows = 6,
+          .float_ahead_steps = 16,
+          .float_ahead_bytes = 0,
+          .quant_mr = 4,
+          .quant_stream_rows = 6,
+          .quant_stream_max_blocks = 16,
+          .quant_stream_max_rows_int8 = 0,
+          .quant_stream_max_rows_k = 0,
+          .quant_stream_max_rows_all = 0,
+          .quant_tiles_one_row = 4,
+          .quant_tiles_two_rows = 2,
+          .quant_ahead_one_row = 1024,
+          .quant_ahead_one_row_int6 = 2048,
+          .quant_ahead_rows = 1024,
+          .bf16_tile_min_rows = 0};
+}
+
+// AVX-512's row, but for the tiles' thresholds.
+constexpr KernelTuning Avx512AmxTuning() {
+  KernelTuning t = Avx512Tuning();
+  t.quant_stream_max_blocks = 4;
+  t.bf16_tile_min_rows = 5;
+  return t;
+}
+
+// In TuningRow's order.
+inline constexpr KernelTuning kTuningTable[] = {Avx2Tuning(), AvxVnniTuning(), Avx512Tuning(),
+                                                Avx512AmxTuning()};
 
 }  // namespace infer::kernels::cpu
 
