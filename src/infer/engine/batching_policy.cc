@@ -1,5 +1,7 @@
 #include "infer/engine/batching_policy.h"
 
+#include <limits>
+
 #include "infer/engine/scheduler.h"
 
 namespace infer {
@@ -12,7 +14,7 @@ class ContinuousBatching final : public BatchingPolicy {
 
   void Schedule(Scheduler& scheduler, double /*now_s*/, SchedulerOutput& output) override {
     int64_t budget = config_.max_num_batched_tokens;
-    scheduler.ScheduleRunning(budget, output, /*prefill_only=*/false);
+    scheduler.ScheduleRunning(budget, output);
     // As vLLM: no admission in a step that had to preempt (memory is short).
     if (output.preempted.empty()) scheduler.AdmitWaiting(budget, output);
   }
@@ -37,19 +39,23 @@ class StaticBatching final : public BatchingPolicy {
       const bool full = static_cast<int64_t>(scheduler.num_waiting()) >= config_.max_num_seqs;
       if (!full && now_s < *deadline_s_) return;
       deadline_s_.reset();
-      // Form the batch: blocks for every member now; the prompts run in the steps below.
+      // Form the batch: blocks for every member, and all their prompts in this one step (the
+      // runner splits it into forwards of at most max_num_batched_tokens), so that their first
+      // tokens come together.
       while (scheduler.num_waiting() > 0 &&
              static_cast<int64_t>(scheduler.num_running()) < config_.max_num_seqs) {
         if (!scheduler.AdmitFirstWaiting()) break;
       }
+      int64_t unbounded = std::numeric_limits<int64_t>::max();
+      scheduler.ScheduleRunning(unbounded, output);
+      return;
     }
-    // The batch's prompts first (in chunks under the budget), then one token per member a step.
+    // Then one token per member a step.
     int64_t budget = config_.max_num_batched_tokens;
-    scheduler.ScheduleRunning(budget, output, scheduler.prefilling());
+    scheduler.ScheduleRunning(budget, output);
   }
   bool reserves_all() const override { return true; }
   std::optional<double> wake_deadline_s() const override { return deadline_s_; }
-  bool holds_outputs(const Scheduler& scheduler) const override { return scheduler.prefilling(); }
 
  private:
   const EngineConfig config_;

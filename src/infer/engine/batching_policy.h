@@ -3,9 +3,9 @@
 // - continuous (vLLM-style): running requests first (decode tokens, prefill chunks), then
 //   waiting ones are admitted under the token budget, every step;
 // - static: a batch forms once max_num_seqs wait or batch_wait_timeout_s has passed,
-//   its members hold KV blocks for everything they may generate, its prompts run as one unit
-//   (their first tokens are delivered together), then it decodes to completion before the next
-//   one forms.
+//   its members hold KV blocks for everything they may generate, its prompts run in one step
+//   past the token budget (their first tokens are delivered together), then it decodes to
+//   completion before the next one forms.
 #pragma once
 
 #include <memory>
@@ -29,8 +29,6 @@ class BatchingPolicy {
   virtual bool reserves_all() const = 0;
   // When an idle engine must schedule again even without new work (a forming batch's deadline).
   virtual std::optional<double> wake_deadline_s() const { return std::nullopt; }
-  // Whether the step just run is followed at once by another before any output is delivered.
-  virtual bool holds_outputs(const Scheduler& /*scheduler*/) const { return false; }
 };
 
 std::unique_ptr<BatchingPolicy> MakeBatchingPolicy(const EngineConfig& config);

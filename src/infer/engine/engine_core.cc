@@ -15,7 +15,7 @@ EngineCore::EngineCore(const EngineConfig& config, LanguageModel& model, const T
                        int64_t num_blocks, std::vector<int32_t> eos_token_ids)
     : config_(config),
       tokenizer_(tokenizer),
-      runner_(model),
+      runner_(model, config.max_num_batched_tokens),
       pipeline_(std::move(eos_token_ids), config.enable_jump_forward, config.speculative),
       scheduler_(std::make_unique<Scheduler>(config, num_blocks)) {}
 
@@ -255,7 +255,7 @@ std::optional<SchedulerOutput> EngineCore::Schedule(const StepCallbacks& callbac
   return step;
 }
 
-bool EngineCore::Execute(const SchedulerOutput& step, Held& held) {
+bool EngineCore::Execute(const SchedulerOutput& step, Ready& ready) {
   const double start = NowS();
   for (const ScheduledRequest& s : step.scheduled) {
     if (s.request->first_scheduled_s < 0) s.request->first_scheduled_s = start;
@@ -281,7 +281,7 @@ bool EngineCore::Execute(const SchedulerOutput& step, Held& held) {
           s.request->token_times_s.push_back(now);
           ObserveToken(*s.request);
         }
-        held.emplace_back(s.request, std::move(output));
+        ready.emplace_back(s.request, std::move(output));
       }
     }
     return true;
@@ -292,18 +292,16 @@ bool EngineCore::Execute(const SchedulerOutput& step, Held& held) {
       if (request.done()) continue;
       request.state = RequestState::kFailed;
       request.error = e.what();
-      held.emplace_back(s.request, ErrorOutput(request, e.what()));
+      ready.emplace_back(s.request, ErrorOutput(request, e.what()));
     }
     return false;
   }
 }
 
-bool EngineCore::Update(const SchedulerOutput& step, bool ran, const StepCallbacks& callbacks) {
-  bool hold = false;
+void EngineCore::Update(const SchedulerOutput& step, bool ran, const StepCallbacks& callbacks) {
   {
     std::lock_guard lock(mutex_);
     scheduler_->Update(step, ran);
-    hold = ran && scheduler_->holds_outputs();
   }
   const double end = NowS();
   for (const ScheduledRequest& s : step.scheduled) {
@@ -311,25 +309,19 @@ bool EngineCore::Update(const SchedulerOutput& step, bool ran, const StepCallbac
     ObserveEnd(*s.request, end);
     if (callbacks.on_end) callbacks.on_end(MakeOutput(*s.request));
   }
-  return hold;
 }
 
 bool EngineCore::RunStep(const StepCallbacks& callbacks) {
   ApplyCancels(callbacks);
-  Held held;
-  bool ran_any = false;
-  bool again = true;
-  while (again) {
-    const std::optional<SchedulerOutput> step = Schedule(callbacks);
-    if (!step) break;
-    // A failed request moved the queue: schedule again at once.
-    ran_any = ran_any || !step->failed.empty() || !step->scheduled.empty();
-    if (step->scheduled.empty()) break;
-    const bool ran = Execute(*step, held);
-    again = Update(*step, ran, callbacks);
-  }
-  for (auto& [request, output] : held) Deliver(*request, std::move(output), callbacks);
-  return ran_any;
+  const std::optional<SchedulerOutput> step = Schedule(callbacks);
+  if (!step) return false;
+  // A failed request moved the queue: the caller schedules again at once.
+  if (step->scheduled.empty()) return !step->failed.empty();
+  Ready ready;
+  const bool ran = Execute(*step, ready);
+  Update(*step, ran, callbacks);
+  for (auto& [request, output] : ready) Deliver(*request, std::move(output), callbacks);
+  return true;
 }
 
 }  // namespace infer

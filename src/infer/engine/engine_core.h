@@ -74,15 +74,13 @@ class EngineCore {
  private:
   // The step's parts. Cancels queued by Cancel(); the step's work (nullopt when scheduling
   // failed and every request was failed); the forward and the token pipeline (false when they
-  // threw: the scheduled requests are failed), whose outputs are held for delivery; the
-  // scheduler's update and the requests that ended. Update returns whether the step goes on
-  // with another forward before delivering (the batching policy's holds_outputs: a static batch
-  // prefills as one unit).
+  // threw: the scheduled requests are failed), whose outputs are delivered after the update;
+  // the scheduler's update and the requests that ended.
   void ApplyCancels(const StepCallbacks& callbacks);
   std::optional<SchedulerOutput> Schedule(const StepCallbacks& callbacks);
-  using Held = std::vector<std::pair<std::shared_ptr<Request>, StepOutput>>;
-  bool Execute(const SchedulerOutput& step, Held& held);
-  bool Update(const SchedulerOutput& step, bool ran, const StepCallbacks& callbacks);
+  using Ready = std::vector<std::pair<std::shared_ptr<Request>, StepOutput>>;
+  bool Execute(const SchedulerOutput& step, Ready& ready);
+  void Update(const SchedulerOutput& step, bool ran, const StepCallbacks& callbacks);
   // A request that ended outside a forward (cancelled, failed while scheduling): its error
   // output, metrics and GenerationOutput.
   void EndWithError(const std::shared_ptr<Request>& request, const std::string& why,

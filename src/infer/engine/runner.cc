@@ -1,5 +1,7 @@
 #include "infer/engine/runner.h"
 
+#include <algorithm>
+
 #include "infer/core/error.h"
 #include "infer/core/fault_injection.h"
 
@@ -29,8 +31,50 @@ std::span<float> ModelRunner::Run(const SchedulerOutput& step) {
   }
   if (steps_.empty()) return {};
   fault::MaybeThrow("forward");  // tests only (INFER_FAULTS)
-  model_.Forward(steps_, logits_);
+  int64_t total = 0;
+  for (const SequenceStep& s : steps_) total += s.num_new;
+  if (total <= max_forward_tokens_) {
+    model_.Forward(steps_, logits_);
+  } else {
+    ForwardInCalls();
+  }
   return logits_;
+}
+
+void ModelRunner::ForwardInCalls() {
+  logits_.clear();
+  int64_t room = max_forward_tokens_;
+  const auto flush = [&] {
+    if (call_.empty()) return;
+    model_.Forward(call_, call_logits_);
+    logits_.insert(logits_.end(), call_logits_.begin(), call_logits_.end());
+    call_.clear();
+    room = max_forward_tokens_;
+  };
+  for (const SequenceStep& step : steps_) {
+    // The rows a sequence wants come from its last num_logits tokens: they go in one call.
+    const int64_t tail = step.wants_logits ? step.num_logits : 0;
+    INFER_CHECK(tail <= max_forward_tokens_, "runner: {} logits rows exceed a call of {} tokens",
+                tail, max_forward_tokens_);
+    int64_t done = 0;  // of step.num_new, in earlier calls
+    while (done < step.num_new) {
+      const int64_t left = step.num_new - done;
+      // All that is left if it fits, else what fits with the tail kept whole (a fresh call
+      // always takes some: left > max_forward_tokens_ >= tail).
+      const int64_t take = left <= room ? left : std::min(room, left - tail);
+      if (take > 0) {
+        SequenceStep piece = step;
+        piece.tokens = step.tokens.first(step.tokens.size() - static_cast<size_t>(left - take));
+        piece.num_new = take;
+        piece.wants_logits = step.wants_logits && take == left;
+        call_.push_back(piece);
+        done += take;
+        room -= take;
+      }
+      if (room == 0 || done < step.num_new) flush();
+    }
+  }
+  flush();
 }
 
 }  // namespace infer

@@ -56,7 +56,7 @@ bool Scheduler::Add(std::shared_ptr<Request> request) {
   return true;
 }
 
-void Scheduler::Preempt(std::shared_ptr<Request> request, SchedulerOutput& output) {
+void Scheduler::Preempt(const std::shared_ptr<Request>& request) {
   INFER_CHECK(config_.enable_preemption, "scheduler: out of KV blocks with preemption off");
   blocks_.Free(request->block_table);
   request->DropDraft();  // recompute covers the accepted tokens only
@@ -65,15 +65,49 @@ void Scheduler::Preempt(std::shared_ptr<Request> request, SchedulerOutput& outpu
   ++request->num_preemptions;
   ++stats_.preemptions;
   std::erase(running_, request);
-  // A request preempted after it was scheduled in this step gives its tokens back.
-  const auto it = std::find_if(output.scheduled.begin(), output.scheduled.end(),
-                               [&](const ScheduledRequest& s) { return s.request == request; });
-  if (it != output.scheduled.end()) {
-    output.num_batched_tokens -= it->num_new;
-    output.scheduled.erase(it);
-  }
-  output.preempted.push_back(request);
   InsertWaiting(request, /*at_front_of_priority=*/true);
+}
+
+Scheduler::Reservation Scheduler::Reserve(const std::shared_ptr<Request>& request,
+                                          const std::function<int64_t()>& num_tokens,
+                                          const std::function<bool(const Request&)>& may_preempt) {
+  Reservation reservation;
+  try {
+    // A draft's tokens get blocks but are not known tokens: no block of them is registered in
+    // the prefix cache until the model confirms them (MarkComputed).
+    while (!blocks_.Allocate(request->block_table, request->token_ids, num_tokens())) {
+      // Out of blocks: the request's own draft goes first, then running requests from the back
+      // of the run order (lowest priority, latest arrival; maybe this one).
+      if (request->num_draft_tokens() > 0) {
+        request->DropDraft();
+        continue;
+      }
+      if (running_.empty() || !may_preempt(*running_.back())) return reservation;
+      const std::shared_ptr<Request> victim = running_.back();
+      Preempt(victim);
+      reservation.victims.push_back(victim);
+      if (victim == request) return reservation;
+    }
+  } catch (const std::exception& e) {
+    reservation.error = e.what();
+    return reservation;
+  }
+  reservation.granted = true;
+  return reservation;
+}
+
+void Scheduler::Unschedule(const std::vector<std::shared_ptr<Request>>& victims,
+                           SchedulerOutput& output) {
+  for (const auto& victim : victims) {
+    // A request preempted after it was scheduled in this step gives its tokens back.
+    const auto it = std::find_if(output.scheduled.begin(), output.scheduled.end(),
+                                 [&](const ScheduledRequest& s) { return s.request == victim; });
+    if (it != output.scheduled.end()) {
+      output.num_batched_tokens -= it->num_new;
+      output.scheduled.erase(it);
+    }
+    output.preempted.push_back(victim);
+  }
 }
 
 void Scheduler::FailRequest(std::shared_ptr<Request> request, const std::string& why) {
@@ -85,13 +119,9 @@ void Scheduler::FailRequest(std::shared_ptr<Request> request, const std::string&
   failed_.push_back(std::move(request));
 }
 
-void Scheduler::ScheduleRunning(int64_t& budget, SchedulerOutput& output, bool prefill_only) {
+void Scheduler::ScheduleRunning(int64_t& budget, SchedulerOutput& output) {
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     const std::shared_ptr<Request> request = running_[i];
-    if (prefill_only && request->num_generated_tokens() > 0) {
-      ++i;
-      continue;
-    }
     // A running request always has a token to compute (its last drawn one): one without would
     // never finish, so this is a broken invariant, not a request to skip (the engine fails the
     // step's requests rather than spin).
@@ -101,32 +131,16 @@ void Scheduler::ScheduleRunning(int64_t& budget, SchedulerOutput& output, bool p
     // A speculative draft is optional: what does not fit the budget is dropped, so that the
     // step still reaches the request's last token.
     if (request->num_uncomputed() > budget) request->DropDraft(request->num_uncomputed() - budget);
-    bool preempted_self = false;
-    try {
-      // The draft's tokens get blocks but are not known tokens: no block of them is registered
-      // in the prefix cache until the model confirms them (MarkComputed).
-      while (!blocks_.Allocate(
-          request->block_table, request->token_ids,
-          request->num_computed_tokens + std::min(request->num_uncomputed(), budget))) {
-        // Out of blocks: a draft goes first, then the lowest-priority, latest-arrived request
-        // not yet scheduled in this step is preempted (running_ is in run order, so that is
-        // the last one; maybe this one).
-        if (request->num_draft_tokens() > 0) {
-          request->DropDraft();
-          continue;
-        }
-        const std::shared_ptr<Request> victim = running_.back();
-        Preempt(victim, output);
-        if (victim == request) {
-          preempted_self = true;
-          break;
-        }
-      }
-    } catch (const std::exception& e) {
-      FailRequest(request, e.what());  // it leaves running_: i is now the next one
+    const Reservation reservation = Reserve(
+        request,
+        [&] { return request->num_computed_tokens + std::min(request->num_uncomputed(), budget); },
+        [](const Request&) { return true; });
+    Unschedule(reservation.victims, output);
+    if (reservation.error) {
+      FailRequest(request, *reservation.error);  // it leaves running_: i is now the next one
       continue;
     }
-    if (preempted_self) break;  // everything after it was preempted first
+    if (!reservation.granted) break;  // it preempted itself, after everything behind it
     const int64_t num_new = std::min(request->num_uncomputed(), budget);
     output.scheduled.push_back({request, num_new, num_new == request->num_uncomputed()});
     output.num_batched_tokens += num_new;
@@ -145,21 +159,20 @@ bool Scheduler::Admit(const std::shared_ptr<Request>& request, int64_t budget,
   const bool reserve_all = policy_->reserves_all();
   const int64_t reserve =
       reserve_all ? std::max(request->max_total_tokens(), request->num_tokens()) : cached + num_new;
-  try {
-    while (!blocks_.Allocate(request->block_table, request->token_ids, reserve)) {
-      // Under the priority policy a more urgent request may take the blocks of a less urgent
-      // running one.
-      if (!config_.enable_preemption || !config_.priority_policy() || running_.empty() ||
-          !RunsBefore(*request, *running_.back()) ||
-          request->priority >= running_.back()->priority) {
-        return false;
-      }
-      Preempt(running_.back(), output);
-    }
-  } catch (const std::exception& e) {
-    FailRequest(request, e.what());  // it leaves waiting_; admission stops for this step
+  // Under the priority policy a more urgent request may take the blocks of a less urgent
+  // running one.
+  const auto less_urgent = [&](const Request& running) {
+    return config_.enable_preemption && config_.priority_policy() &&
+           RunsBefore(*request, running) && request->priority < running.priority;
+  };
+  const Reservation reservation = Reserve(
+      request, [&] { return reserve; }, less_urgent);
+  Unschedule(reservation.victims, output);
+  if (reservation.error) {
+    FailRequest(request, *reservation.error);  // it leaves waiting_; admission stops this step
     return false;
   }
+  if (!reservation.granted) return false;
   request->num_computed_tokens = request->block_table.num_cached_tokens;
   if (request->num_preemptions == 0) {
     request->num_cached_prompt_tokens = request->num_computed_tokens;
@@ -195,11 +208,6 @@ bool Scheduler::AdmitFirstWaiting() {
   if (waiting_.empty() || !Admit(waiting_.front(), 0, unused)) return false;
   waiting_.pop_front();
   return true;
-}
-
-bool Scheduler::prefilling() const {
-  return std::any_of(running_.begin(), running_.end(),
-                     [](const auto& r) { return !r->done() && r->num_generated_tokens() == 0; });
 }
 
 SchedulerOutput Scheduler::Schedule(double now_s) {

@@ -13,8 +13,10 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -71,8 +73,6 @@ class Scheduler {
   std::vector<std::shared_ptr<Request>> TakeAll();
 
   bool HasWork() const { return !waiting_.empty() || !running_.empty(); }
-  // Some running request has not produced its first token yet.
-  bool prefilling() const;
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const { return running_.size(); }
   const std::vector<std::shared_ptr<Request>>& running() const { return running_; }
@@ -80,16 +80,12 @@ class Scheduler {
   // When an idle engine must schedule again without new work: a forming static batch's
   // dispatch time if it does not fill first.
   std::optional<double> batch_wait_deadline_s() const { return policy_->wake_deadline_s(); }
-  // Whether the step just updated is followed at once by another before outputs are delivered
-  // (a static batch's prompts run as one unit).
-  bool holds_outputs() const { return policy_->holds_outputs(*this); }
   const BlockManager& block_manager() const { return blocks_; }
   const SchedulerStats& stats() const { return stats_; }
 
   // The building blocks of a step, for the BatchingPolicy. Schedules running requests under
-  // `budget` (only those still prefilling when `prefill_only`), allocating blocks as they grow
-  // and preempting when they run out.
-  void ScheduleRunning(int64_t& budget, SchedulerOutput& output, bool prefill_only);
+  // `budget`, allocating blocks as they grow and preempting when they run out.
+  void ScheduleRunning(int64_t& budget, SchedulerOutput& output);
   // Admits waiting requests in order while budget and max_num_seqs allow; a request whose next
   // prefix block a running one is computing waits a step to share it.
   void AdmitWaiting(int64_t& budget, SchedulerOutput& output);
@@ -103,8 +99,24 @@ class Scheduler {
   void InsertRunning(std::shared_ptr<Request> request);
   // Waiting order: by policy; a preempted request goes to the front of its priority.
   void InsertWaiting(std::shared_ptr<Request> request, bool at_front_of_priority);
-  void Preempt(std::shared_ptr<Request> request,
-               SchedulerOutput& output);  // by value: it leaves running_
+  // Frees a running request's blocks and requeues it at the front of its priority (recompute).
+  void Preempt(const std::shared_ptr<Request>& request);
+  // Block reservation and preemption in one place: takes blocks for `request`'s first
+  // num_tokens() positions (read again after its draft is dropped). While none are free it drops
+  // the request's draft, then preempts the last running request while may_preempt(it) holds,
+  // stopping once the request preempted itself. Returns the victims in order, whether the
+  // blocks were taken and, when allocation threw (preemption off, a fault), why.
+  struct Reservation {
+    bool granted = false;
+    std::vector<std::shared_ptr<Request>> victims;
+    std::optional<std::string> error;
+  };
+  Reservation Reserve(const std::shared_ptr<Request>& request,
+                      const std::function<int64_t()>& num_tokens,
+                      const std::function<bool(const Request&)>& may_preempt);
+  // Victims scheduled earlier in this step give their tokens back; all go to output.preempted.
+  static void Unschedule(const std::vector<std::shared_ptr<Request>>& victims,
+                         SchedulerOutput& output);
   // A request whose block allocation threw: failed, blocks freed, out of running_ and waiting_,
   // reported in the step's SchedulerOutput::failed.
   void FailRequest(std::shared_ptr<Request> request, const std::string& why);

@@ -19,6 +19,7 @@
 #include "infer/core/error.h"
 #include "infer/engine/decoder_model.h"
 #include "infer/engine/generate.h"
+#include "infer/engine/runner.h"
 #include "infer/engine/structured.h"
 #include "infer/grammar/structured_output.h"
 #include "mock_model.h"
@@ -291,6 +292,38 @@ TEST(EngineTest, StaticBatchPrefillsAsOneUnitAndDeliversFirstTokensTogether) {
   EXPECT_FALSE(engine.HasWork());
 }
 
+// A step over the runner's call size: consecutive calls, each sequence split in position order,
+// the rows a sequence wants (a draft's check wants several) kept in one call, the same logits.
+TEST(EngineTest, RunnerSplitsALongStepIntoCallsKeepingEachSequencesRowsTogether) {
+  const auto make = [](const std::string& id, int64_t seq_id, int64_t prompt, int64_t computed,
+                       std::vector<int32_t> draft) {
+    auto request =
+        std::make_shared<Request>(id, std::vector<int32_t>(prompt, 3), Params(4), 0.0, nullptr, 0);
+    request->seq_id = seq_id;
+    request->num_computed_tokens = computed;
+    request->draft_token_ids = std::move(draft);
+    return request;
+  };
+  SchedulerOutput step;
+  step.scheduled.push_back({make("a", 0, 3, 0, {}), 3, true});
+  step.scheduled.push_back({make("b", 1, 6, 5, {4, 5, 6}), 4, true});  // 1 + 3 draft rows
+  step.scheduled.push_back({make("c", 2, 9, 0, {}), 9, true});
+  step.scheduled.push_back({make("d", 3, 8, 0, {}), 3, false});  // a prompt chunk, no rows
+  testing::ScriptedModel whole_model(32, {5, 6});
+  testing::ScriptedModel split_model(32, {5, 6});
+  ModelRunner whole(whole_model, 100);
+  ModelRunner split(split_model, 4);
+  const std::span<float> want = whole.Run(step);
+  const std::vector<float> expected(want.begin(), want.end());
+  const std::span<float> got = split.Run(step);
+  EXPECT_EQ(expected.size(), 32U * 6);
+  EXPECT_EQ(std::vector<float>(got.begin(), got.end()), expected);
+  EXPECT_EQ(whole_model.calls().size(), 1U);
+  using Call = std::vector<std::pair<int64_t, int64_t>>;
+  EXPECT_EQ(split_model.calls(),
+            (std::vector<Call>{{{0, 3}}, {{1, 4}}, {{2, 4}}, {{2, 4}}, {{2, 1}, {3, 3}}}));
+}
+
 TEST(EngineTest, BuilderRequestsAndGenerate) {
   testing::ScriptedModel model(32, {5, 6, 7});
   EngineConfig config = TestConfig();
@@ -394,6 +427,8 @@ TEST_P(EngineFixtureTest, OutputIsTheSameAloneBatchedChunkedCachedAndPreempted) 
   EngineConfig chunked = Config(8);
   chunked.max_num_batched_tokens = 4;  // short prompts share a step, long ones are split
   EXPECT_EQ(Run(chunked, prompts, params), single) << "chunked";
+  static_batch.max_num_batched_tokens = 4;  // the batch's prompts in one step of several calls
+  EXPECT_EQ(Run(static_batch, prompts, params), single) << "static batch in calls";
   {
     // The same requests again on a warm engine: full blocks come from the prefix cache.
     Engine engine(Config(8), *model_, nullptr, {});

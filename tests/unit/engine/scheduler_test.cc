@@ -1,6 +1,6 @@
 // The scheduler with scripted requests and a caller-supplied clock, no model (as vLLM tests its
-// scheduler): static batches (formation, FCFS, bounded wait, run to completion, prefill before
-// decode), continuous batching (admission every step, token budget and chunking, max_num_seqs,
+// scheduler): static batches (formation, FCFS, bounded wait, run to completion, the prompts in one
+// step), continuous batching (admission every step, token budget and chunking, max_num_seqs,
 // priority order, preemption choice, prefix hits and in-flight prefixes, eviction, cancel,
 // requests that can never fit).
 #include "infer/engine/scheduler.h"
@@ -122,12 +122,12 @@ TEST(StaticSchedulerTest, BatchRunsToCompletionBeforeTheNextForms) {
   EXPECT_EQ(Describe(Step(scheduler)), (Strings{"c:3"}));
 }
 
-TEST(StaticSchedulerTest, PrefillsTheWholeBatchBeforeDecoding) {
+TEST(StaticSchedulerTest, PrefillsTheWholeBatchInOneStepBeforeDecoding) {
   Scheduler scheduler(Config("static", 4, 4), 64);
   scheduler.Add(MakeRequest("a", Tokens(3), 3));
   scheduler.Add(MakeRequest("b", Tokens(5), 3));
-  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"a:3", "b:1"}));
-  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"b:4"}));  // a waits for the batch's prefill
+  // The batch's prompts are one step past the budget of 4 (the runner splits the forward).
+  EXPECT_EQ(Describe(Step(scheduler)), (Strings{"a:3", "b:5"}));
   EXPECT_EQ(Describe(Step(scheduler)), (Strings{"a:1", "b:1"}));
 }
 
