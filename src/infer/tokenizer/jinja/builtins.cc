@@ -5,12 +5,28 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <set>
 
 #include "infer/core/error.h"
 #include "infer/tokenizer/jinja/strings.h"
 #include "infer/tokenizer/utf8.h"
 
 namespace infer::jinja {
+
+namespace {
+
+// The tests Test implements (a template naming another fails to parse).
+const std::set<std::string>& TestNames() {
+  static const std::set<std::string> kTests = {
+      "boolean", "callable", "defined",  "divisibleby", "eq",   "equalto",   "even",
+      "false",   "float",    "ge",       "gt",          "in",   "integer",   "iterable",
+      "le",      "lower",    "lt",       "mapping",     "ne",   "none",      "number",
+      "odd",     "sameas",   "sequence", "string",      "true", "undefined", "upper",
+      "==",      "!=",       "<",        "<=",          ">",    ">="};
+  return kTests;
+}
+
+}  // namespace
 
 [[noreturn]] void FailUndefined(const Value& undefined) {
   Fail("'{}' is undefined", undefined.UndefinedName());
@@ -270,5 +286,7 @@ Value Builtins::Method(const Value& object, const std::string& name, const Value
   }
   Fail("'{}' object has no supported method '{}'", object.TypeName(), name);
 }
+
+bool Builtins::HasTest(const std::string& name) { return TestNames().contains(name); }
 
 }  // namespace infer::jinja

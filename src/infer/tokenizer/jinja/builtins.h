@@ -12,6 +12,9 @@ class Builtins {
   static Value Filter(const std::string& name, const Value& input, const ValueList& args,
                       const ValueDict& kwargs);
   static bool Test(const std::string& name, const Value& input, const ValueList& args);
+  // Whether Filter / Test implement `name` (the parser refuses the others).
+  static bool HasFilter(const std::string& name);
+  static bool HasTest(const std::string& name);
   // obj.name(args): Python methods of str and dict. Throws for anything else.
   static Value Method(const Value& object, const std::string& name, const ValueList& args,
                       const ValueDict& kwargs);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "infer/core/error.h"
 #include "infer/tokenizer/jinja/builtins.h"
@@ -11,6 +12,18 @@
 
 namespace infer::jinja {
 namespace {
+
+// The filters Filter implements (a template naming another fails to parse).
+const std::set<std::string>& FilterNames() {
+  static const std::set<std::string> kFilters = {
+      "abs",    "attr",       "capitalize", "count",    "d",       "default", "dictsort",
+      "e",      "escape",     "first",      "float",    "indent",  "int",     "items",
+      "join",   "last",       "length",     "list",     "lower",   "map",     "max",
+      "min",    "reject",     "rejectattr", "replace",  "reverse", "round",   "safe",
+      "select", "selectattr", "sort",       "string",   "sum",     "title",   "tojson",
+      "trim",   "unique",     "upper",      "wordcount"};
+  return kFilters;
+}
 
 int64_t Length(const Value& value) {
   if (value.IsUndefined()) return 0;
@@ -346,5 +359,7 @@ Value Builtins::Filter(const std::string& name, const Value& v, const ValueList&
   }
   Fail("filter '{}' is not supported", name);
 }
+
+bool Builtins::HasFilter(const std::string& name) { return FilterNames().contains(name); }
 
 }  // namespace infer::jinja

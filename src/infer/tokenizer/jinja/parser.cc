@@ -5,31 +5,11 @@
 #include <set>
 
 #include "infer/core/error.h"
+#include "infer/tokenizer/jinja/builtins.h"
 #include "infer/tokenizer/jinja/lexer.h"
 
 namespace infer::jinja {
 namespace {
-
-const std::set<std::string>& KnownFilters() {
-  static const std::set<std::string> kFilters = {
-      "abs",    "attr",       "capitalize", "count",    "d",       "default", "dictsort",
-      "e",      "escape",     "first",      "float",    "indent",  "int",     "items",
-      "join",   "last",       "length",     "list",     "lower",   "map",     "max",
-      "min",    "reject",     "rejectattr", "replace",  "reverse", "round",   "safe",
-      "select", "selectattr", "sort",       "string",   "sum",     "title",   "tojson",
-      "trim",   "unique",     "upper",      "wordcount"};
-  return kFilters;
-}
-
-const std::set<std::string>& KnownTests() {
-  static const std::set<std::string> kTests = {
-      "boolean", "callable", "defined",  "divisibleby", "eq",   "equalto",   "even",
-      "false",   "float",    "ge",       "gt",          "in",   "integer",   "iterable",
-      "le",      "lower",    "lt",       "mapping",     "ne",   "none",      "number",
-      "odd",     "sameas",   "sequence", "string",      "true", "undefined", "upper",
-      "==",      "!=",       "<",        "<=",          ">",    ">="};
-  return kTests;
-}
 
 class Parser {
  public:
@@ -557,7 +537,7 @@ class Parser {
           filter->name.push_back('.');
           filter->name.append(ExpectIdentifier());
         }
-        if (!KnownFilters().count(filter->name))
+        if (!Builtins::HasFilter(filter->name))
           Error(fmt::format("filter '{}' is not supported", filter->name));
         if (IsOperator("(")) filter->args = ParseArguments();
         filter->items.push_back(std::move(expr));
@@ -576,7 +556,7 @@ class Parser {
         } else {
           Error("expected a test name after 'is'");
         }
-        if (!KnownTests().count(test->name))
+        if (!Builtins::HasTest(test->name))
           Error(fmt::format("test '{}' is not supported", test->name));
         if (IsOperator("(")) {
           test->args = ParseArguments();
