@@ -16,6 +16,7 @@ packages=(
   chromium    # the web chat page's test drives it headless
   haproxy curl python3  # scripts/cluster.sh and its test
   python3-jsonschema  # the independent validator of structured outputs (tests, benchmarks)
+  python3-numpy  # tests/gguf: the GGUF writer and the float64 reference decoder
 )
 
 if [[ "${INFER_SKIP_APT:-0}" != "1" ]]; then

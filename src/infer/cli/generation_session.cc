@@ -1,5 +1,6 @@
 #include "infer/cli/generation_session.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -9,6 +10,7 @@
 
 #include "infer/core/error.h"
 #include "infer/engine/decoder_model.h"
+#include "infer/loader/model_path.h"
 
 namespace infer::cli {
 
@@ -135,17 +137,23 @@ std::string DescribeSamplingParams(const SamplingParams& params, bool use_kv_cac
 GenerationSession::GenerationSession(const ModelArgs& args)
     : pool_(args.threads), loaded_(LoadModelFromArgs(args, &pool_)) {
   model_ = MakeDecoderModel(loaded_, pool_, args.matmul_precision);
-  const std::filesystem::path dir = loaded_.path;
+  const std::filesystem::path dir = ModelFolder(loaded_.path);
   if (std::filesystem::is_regular_file(dir / "tokenizer.json")) {
     tokenizer_ = Tokenizer::FromModelDir(dir);
   }
   eos_token_ids_ = LoadEosTokenIds(dir, tokenizer_.get());
+  // A GGUF file names its end-of-generation ids in its metadata (loaded_.generation).
+  for (const int64_t id : loaded_.generation.eos_token_ids) {
+    if (std::find(eos_token_ids_.begin(), eos_token_ids_.end(), id) == eos_token_ids_.end()) {
+      eos_token_ids_.push_back(static_cast<int32_t>(id));
+    }
+  }
 }
 
 GenerationSession::~GenerationSession() = default;
 
 const ChatTemplate& GenerationSession::chat_template() {
-  if (!chat_template_) chat_template_ = ChatTemplate::FromModelDir(loaded_.path);
+  if (!chat_template_) chat_template_ = ChatTemplate::FromModelDir(ModelFolder(loaded_.path));
   return *chat_template_;
 }
 

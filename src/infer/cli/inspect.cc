@@ -20,14 +20,16 @@ std::string HumanCount(int64_t count) {
   return fmt::format("{:.1f}K", value / 1e3);
 }
 
-const char* RopeScalingName(RopeScalingType type) {
-  switch (type) {
+// The scaling's name; a GGUF file's per-frequency factors (its rope_freqs tensor) follow it.
+std::string RopeScalingName(const RopeConfig& rope) {
+  const std::string factors = rope.frequency_factors.empty() ? "" : " + rope_freqs factors";
+  switch (rope.scaling) {
     case RopeScalingType::kDefault:
-      return "default";
+      return factors.empty() ? "default" : "rope_freqs factors";
     case RopeScalingType::kLinear:
-      return "linear";
+      return "linear" + factors;
     case RopeScalingType::kLlama3:
-      return "llama3";
+      return "llama3" + factors;
   }
   return "?";
 }
@@ -54,7 +56,7 @@ void RunInspect(const ModelArgs& args, bool as_json) {
       layers.push_back({{"attention", layer.sliding_window > 0 ? "sliding" : "full"},
                         {"sliding_window", layer.sliding_window},
                         {"rope_theta", layer.rope.theta},
-                        {"rope_scaling", RopeScalingName(layer.rope.scaling)}});
+                        {"rope_scaling", RopeScalingName(layer.rope)}});
     }
     nlohmann::json out = {{"path", loaded.path},
                           {"architecture", config.architecture},
@@ -75,6 +77,13 @@ void RunInspect(const ModelArgs& args, bool as_json) {
                           {"kv_cache_bytes_per_token_bf16", kv_bytes_bf16},
                           {"layers", layers}};
     out.update(LoadedWeightsJson(args, loaded));
+    nlohmann::json groups = nlohmann::json::array();
+    for (const auto& group : loaded.file_tensor_groups) {
+      groups.push_back({{"name", group.name},
+                        {"types", group.types},
+                        {"bits_per_weight", group.bits_per_weight}});
+    }
+    if (!groups.empty()) out["file_tensor_groups"] = groups;
     std::printf("%s\n", out.dump(2).c_str());
     return;
   }
@@ -87,15 +96,21 @@ void RunInspect(const ModelArgs& args, bool as_json) {
   line("parameters",
        fmt::format("{} ({}{})", HumanCount(params), params,
                    config.tie_word_embeddings ? ", tied embeddings counted once" : ""));
-  line("weights", fmt::format("{}{}, {:.3f} GB in memory, matrices {:.2f} bits per weight{}",
-                              DTypeName(loaded.weight_dtype),
-                              loaded.quantization == kernels::Quantization::kNone
-                                  ? ""
-                                  : fmt::format(" quantized to {} (output head {})",
-                                                kernels::QuantizationName(loaded.quantization),
-                                                OutputHeadType(loaded)),
-                              static_cast<double>(loaded.weight_bytes) / 1e9, bits_per_weight,
-                              args.load_format == "dummy" ? " (dummy random)" : ""));
+  line("weights",
+       fmt::format("{}{}, {:.3f} GB in memory, matrices {:.2f} bits per weight{}",
+                   loaded.file_tensor_groups.empty() ? std::string(DTypeName(loaded.weight_dtype))
+                                                     : std::string("GGUF tensors (below)"),
+                   loaded.quantization == kernels::Quantization::kNone
+                       ? ""
+                       : fmt::format(" quantized to {} (output head {})",
+                                     kernels::QuantizationName(loaded.quantization),
+                                     OutputHeadType(loaded)),
+                   static_cast<double>(loaded.weight_bytes) / 1e9, bits_per_weight,
+                   args.load_format == "dummy" ? " (dummy random)" : ""));
+  for (const auto& group : loaded.file_tensor_groups) {
+    line("  " + group.name,
+         fmt::format("{}, {:.2f} bits per weight in the file", group.types, group.bits_per_weight));
+  }
   line("resident memory",
        fmt::format("{:.3f} GB after load", static_cast<double>(rss_bytes) / 1e9));
   line("load time", fmt::format("{:.3f} s", loaded.load_time_s));
@@ -118,7 +133,7 @@ void RunInspect(const ModelArgs& args, bool as_json) {
     text += fmt::format("{:>5}  {:<9}  {:>6}  {:>10}  {}\n", i,
                         layer.sliding_window > 0 ? "sliding" : "full",
                         layer.sliding_window > 0 ? std::to_string(layer.sliding_window) : "-",
-                        layer.rope.theta, RopeScalingName(layer.rope.scaling));
+                        layer.rope.theta, RopeScalingName(layer.rope));
   }
   std::fputs(text.c_str(), stdout);
 }

@@ -58,7 +58,7 @@ void ForEachJsonLine(
 }
 
 void RunTokenize(const TokenizerArgs& args) {
-  auto tokenizer = Tokenizer::FromModelDir(ResolveModelPath(args.model));
+  auto tokenizer = Tokenizer::FromModelDir(ModelFolder(ResolveModelPath(args.model)));
   ForEachJsonLine(args.input_jsonl, [&](const nlohmann::ordered_json& input, size_t line) {
     INFER_CHECK(input.contains("text") && input["text"].is_string(),
                 "{} line {}: expected {{\"text\": \"...\"}}", args.input_jsonl, line);
@@ -68,7 +68,7 @@ void RunTokenize(const TokenizerArgs& args) {
 }
 
 void RunDetokenize(const TokenizerArgs& args) {
-  auto tokenizer = Tokenizer::FromModelDir(ResolveModelPath(args.model));
+  auto tokenizer = Tokenizer::FromModelDir(ModelFolder(ResolveModelPath(args.model)));
   ForEachJsonLine(args.input_jsonl, [&](const nlohmann::ordered_json& input, size_t line) {
     INFER_CHECK(input.contains("ids") && input["ids"].is_array(),
                 "{} line {}: expected {{\"ids\": [...]}}", args.input_jsonl, line);
@@ -84,7 +84,7 @@ void RunDetokenize(const TokenizerArgs& args) {
 }
 
 void RunChatTemplate(const TokenizerArgs& args) {
-  auto chat_template = ChatTemplate::FromModelDir(ResolveModelPath(args.model));
+  auto chat_template = ChatTemplate::FromModelDir(ModelFolder(ResolveModelPath(args.model)));
   ForEachJsonLine(args.input_jsonl, [&](const nlohmann::ordered_json& input, size_t line) {
     INFER_CHECK(input.contains("messages") && input["messages"].is_array(),
                 "{} line {}: expected {{\"messages\": [...], \"options\": {{...}}}}",

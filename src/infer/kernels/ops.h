@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "infer/core/tensor.h"
 #include "infer/core/thread_pool.h"
@@ -164,6 +166,22 @@ class PackedMatrix {
   // (kInt6 takes groups of 32 only.)
   static PackedMatrix Quantize(const Tensor& w, Quantization quantization, int64_t group_size = 0,
                                ThreadPool* pool = nullptr, TensorArena* arena = nullptr);
+  // One row of w already quantized in a type's own terms, to be kept exactly (a GGUF file's
+  // Q8_0, Q4_0, Q4_1 and Q4_K blocks): q[cols] (kInt8: q in [-128, 127]; kInt4 and kInt4K: [0,
+  // 15]); per group the f16 bits of d and of m (kInt4: the minimum; kInt4K: dm, the minimum
+  // step); kInt4K also the 6-bit sc and mn of each sub-block of 32.
+  struct QuantizedRow {
+    std::vector<int> q;
+    std::vector<uint16_t> d, m;
+    std::vector<uint8_t> sc, mn;
+  };
+  // w [rows, cols] from `fill(row, out)`, which sets out's values for each row (its vectors
+  // come sized: cols, groups, groups and cols / 32). Groups of 32 (kInt8, kInt4) or kSuperBlock
+  // (kInt4K); cols a multiple of the group. Throws infer::Error for another type, a q out of
+  // range or a 6-bit value over 63. Runs on `pool` (fill from several threads) when given.
+  static PackedMatrix FromQuantizedRows(Quantization quantization, int64_t rows, int64_t cols,
+                                        const std::function<void(int64_t, QuantizedRow&)>& fill,
+                                        ThreadPool* pool = nullptr, TensorArena* arena = nullptr);
 
   // A copy with storage of its own (from `arena` when given): benchmarks that stream several
   // copies of one matrix make them without quantizing each.

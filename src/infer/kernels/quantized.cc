@@ -260,6 +260,26 @@ SuperBlockScales ChooseSuperBlockScales(const float* values, int64_t count, int6
   return out;
 }
 
+// Stores u (what the type stores for q) as element i of the group whose first byte is `first`:
+// element i sits at first + sub-block offset + quad slot * 128 + i % 4 (ops.h); kInt6's top 2
+// bits Int6TopDelta on. The bytes start zeroed.
+template <Quantization kType>
+inline void StoreQuant(uint8_t* bytes, int64_t first, int64_t sub_bytes, int64_t i, int u) {
+  const int64_t quad = i % kQuantBlock / 4;
+  const int64_t sub = first + i / kQuantBlock * sub_bytes + i % 4;
+  if constexpr (kType == Quantization::kInt6) {
+    const int64_t at = sub + quad % 4 * PackedMatrix::kPanelRows * 4;
+    bytes[at] |= static_cast<uint8_t>((u & 15) << (quad >= 4 ? 4 : 0));
+    bytes[at + PackedMatrix::Int6TopDelta(quad)] |=
+        static_cast<uint8_t>((u >> 4) << PackedMatrix::Int6TopShift(quad));
+  } else if constexpr (IsInt4(kType)) {
+    uint8_t& byte = bytes[sub + quad % 4 * PackedMatrix::kPanelRows * 4];
+    byte = static_cast<uint8_t>(quad >= 4 ? (byte & 0x0f) | (u << 4) : (byte & 0xf0) | u);
+  } else {
+    bytes[sub + quad * PackedMatrix::kPanelRows * 4] = static_cast<uint8_t>(u);
+  }
+}
+
 // Quantizes rows [row_begin, row_end) of w into packed's bytes.
 template <Quantization kType>
 void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, int64_t row_begin,
@@ -347,24 +367,8 @@ void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, i
       }
       for (int64_t j = 0; j < subs; ++j) sub_inverse[j] = sub_d[j] > 0.0F ? 1.0F / sub_d[j] : 0.0F;
       bool high = false;
-      // The group's first byte: element i sits at first + sub-block offset + quad slot * 128
-      // + i % 4 (ops.h); kInt6's top 2 bits Int6TopDelta on.
       const int64_t first = packed.QuantIndex(row, begin, &high);
-      auto store = [&](int64_t i, int u) {
-        const int64_t quad = i % kQuantBlock / 4;
-        const int64_t sub = first + i / kQuantBlock * sub_bytes + i % 4;
-        if constexpr (kType == Quantization::kInt6) {
-          const int64_t at = sub + quad % 4 * PackedMatrix::kPanelRows * 4;
-          bytes[at] |= static_cast<uint8_t>((u & 15) << (quad >= 4 ? 4 : 0));
-          bytes[at + PackedMatrix::Int6TopDelta(quad)] |=
-              static_cast<uint8_t>((u >> 4) << PackedMatrix::Int6TopShift(quad));
-        } else if constexpr (kInt4) {
-          uint8_t& byte = bytes[sub + quad % 4 * PackedMatrix::kPanelRows * 4];
-          byte = static_cast<uint8_t>(quad >= 4 ? (byte & 0x0f) | (u << 4) : (byte & 0xf0) | u);
-        } else {
-          bytes[sub + quad * PackedMatrix::kPanelRows * 4] = static_cast<uint8_t>(u);
-        }
-      };
+      auto store = [&](int64_t i, int u) { StoreQuant<kType>(bytes, first, sub_bytes, i, u); };
       for (int64_t i = 0; i < count; ++i) {
         const float inverse = sub_inverse[i / kQuantBlock];
         if constexpr (kInt4) {
@@ -444,6 +448,99 @@ PackedMatrix PackedMatrix::Quantize(const Tensor& w, Quantization quantization, 
       default:
         QuantizeRows<Quantization::kInt8>(w, packed, data, row_begin, row_end);
         break;
+    }
+  };
+  if (pool != nullptr) {
+    pool->ParallelFor(packed.num_panels(), 1, run);
+  } else {
+    run(0, packed.num_panels());
+  }
+  return packed;
+}
+
+namespace {
+
+// Rows [row_begin, row_end) from `fill`, stored as given.
+template <Quantization kType>
+void StoreQuantizedRows(const PackedMatrix& packed, uint8_t* bytes, int64_t row_begin,
+                        int64_t row_end,
+                        const std::function<void(int64_t, PackedMatrix::QuantizedRow&)>& fill) {
+  const int64_t cols = packed.cols();
+  const int64_t group = packed.group_size();
+  const int64_t groups = packed.num_groups();
+  const int lo = kType == Quantization::kInt8 ? -128 : 0;
+  const int hi = kType == Quantization::kInt8 ? 127 : 15;
+  PackedMatrix::QuantizedRow out;
+  for (int64_t row = row_begin; row < row_end; ++row) {
+    out.q.assign(static_cast<size_t>(cols), 0);
+    out.d.assign(static_cast<size_t>(groups), 0);
+    out.m.assign(static_cast<size_t>(groups), 0);
+    out.sc.assign(static_cast<size_t>(cols / kQuantBlock), 0);
+    out.mn.assign(static_cast<size_t>(cols / kQuantBlock), 0);
+    fill(row, out);
+    for (int64_t g = 0; g < groups; ++g) {
+      bool high = false;
+      const int64_t first = packed.QuantIndex(row, g * group, &high);
+      for (int64_t i = 0; i < group; ++i) {
+        const int q = out.q[static_cast<size_t>(g * group + i)];
+        INFER_CHECK(q >= lo && q <= hi, "quantized row {}: q[{}] = {} is outside [{}, {}]", row,
+                    g * group + i, q, lo, hi);
+        StoreQuant<kType>(bytes, first, packed.sub_block_bytes(), i, q + QuantStoredOffset(kType));
+      }
+      const int64_t scale = packed.ScaleIndex(row, g);
+      std::copy_n(reinterpret_cast<const uint8_t*>(&out.d[static_cast<size_t>(g)]), 2,
+                  bytes + scale);
+      if constexpr (kType == Quantization::kInt4 || kType == Quantization::kInt4K) {
+        std::copy_n(reinterpret_cast<const uint8_t*>(&out.m[static_cast<size_t>(g)]), 2,
+                    bytes + scale + 2 * PackedMatrix::kPanelRows);
+      }
+      if constexpr (kType == Quantization::kInt4K) {
+        uint32_t words[3] = {};
+        for (int64_t j = 0; j < group / kQuantBlock; ++j) {
+          const auto at = static_cast<size_t>(g * group / kQuantBlock + j);
+          INFER_CHECK(out.sc[at] <= 63 && out.mn[at] <= 63,
+                      "quantized row {}: sub-block {} has 6-bit values {} and {}", row, at,
+                      out.sc[at], out.mn[at]);
+          SetInt4KScaleBits(words, j, false, out.sc[at]);
+          SetInt4KScaleBits(words, j, true, out.mn[at]);
+        }
+        for (int w = 0; w < 3; ++w) {
+          std::copy_n(reinterpret_cast<const uint8_t*>(&words[w]), 4,
+                      bytes + packed.ScaleWordIndex(row, g, w));
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+PackedMatrix PackedMatrix::FromQuantizedRows(
+    Quantization quantization, int64_t rows, int64_t cols,
+    const std::function<void(int64_t, QuantizedRow&)>& fill, ThreadPool* pool, TensorArena* arena) {
+  INFER_CHECK(quantization == Quantization::kInt8 || quantization == Quantization::kInt4 ||
+                  quantization == Quantization::kInt4K,
+              "quantized rows: {} is not taken as given", QuantizationName(quantization));
+  const int64_t group = quantization == Quantization::kInt4K ? kSuperBlock : kQuantBlock;
+  INFER_CHECK(rows >= 0 && cols > 0 && cols % group == 0,
+              "quantized rows: [{}, {}] is not in whole groups of {}", rows, cols, group);
+  PackedMatrix packed;
+  packed.rows_ = rows;
+  packed.cols_ = cols;
+  packed.quantization_ = quantization;
+  packed.group_size_ = group;
+  const int64_t bytes = std::max<int64_t>(4, packed.num_panels() * packed.panel_bytes());
+  packed.storage_ = EmptyIn(arena, DType::kI32, {(bytes + 3) / 4});
+  auto* data = static_cast<uint8_t*>(packed.storage_.raw());
+  auto run = [&](int64_t begin, int64_t end) {
+    const int64_t row_begin = begin * kPanelRows;
+    const int64_t row_end = std::min(rows, end * kPanelRows);
+    if (quantization == Quantization::kInt8) {
+      StoreQuantizedRows<Quantization::kInt8>(packed, data, row_begin, row_end, fill);
+    } else if (quantization == Quantization::kInt4) {
+      StoreQuantizedRows<Quantization::kInt4>(packed, data, row_begin, row_end, fill);
+    } else {
+      StoreQuantizedRows<Quantization::kInt4K>(packed, data, row_begin, row_end, fill);
     }
   };
   if (pool != nullptr) {

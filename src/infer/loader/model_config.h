@@ -1,5 +1,6 @@
 // ModelConfig: every number and switch that changes the decoder's math, as runtime data.
-// The only code that knows the names "llama", "qwen3" and "gemma3" is hf_config.cc.
+// The only code that knows the architectures' names is hf_config.cc (config.json) and
+// gguf_model.cc (a GGUF file's metadata).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,9 @@ struct RopeConfig {
   double low_freq_factor = 1.0;                     // llama3
   double high_freq_factor = 4.0;                    // llama3
   int64_t original_max_position_embeddings = 8192;  // llama3
+  // Per-frequency divisors applied after the scaling above (a GGUF file's rope_freqs tensor,
+  // which is how llama.cpp stores llama3 scaling); empty: none.
+  std::vector<double> frequency_factors;
 };
 
 struct LayerConfig {

@@ -1,11 +1,13 @@
 #include "infer/loader/model_path.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <vector>
 
 #include "infer/core/error.h"
+#include "infer/loader/gguf.h"
 
 namespace infer {
 
@@ -25,6 +27,13 @@ fs::path HubCacheDir() {
 std::string ResolveModelPath(const std::string& model) {
   INFER_CHECK(!model.empty(), "--model is empty");
   if (fs::is_directory(model)) return model;
+  if (fs::is_regular_file(model)) {
+    INFER_CHECK(IsGgufFile(model),
+                "--model {}: a file, but not a GGUF file (a model is a "
+                "checkpoint folder, a .gguf file or a Hugging Face id)",
+                model);
+    return model;
+  }
   const auto slash = model.find('/');
   const bool looks_like_id = slash != std::string::npos && slash > 0 &&
                              model.find('/', slash + 1) == std::string::npos &&
@@ -55,6 +64,33 @@ std::string ResolveModelPath(const std::string& model) {
   INFER_CHECK(fs::is_directory(snapshot), "--model {}: refs/main names {} but {} is missing", model,
               revision, snapshot.string());
   return snapshot.string();
+}
+
+std::string GgufModelFile(const std::string& resolved) {
+  if (fs::is_regular_file(resolved)) return resolved;
+  if (!fs::is_directory(resolved) || fs::exists(fs::path(resolved) / "config.json")) return "";
+  std::vector<std::string> found;
+  for (const auto& entry : fs::directory_iterator(resolved)) {
+    if (entry.is_regular_file() && entry.path().extension() == ".gguf") {
+      found.push_back(entry.path().string());
+    }
+  }
+  std::sort(found.begin(), found.end());
+  if (found.size() > 1) {
+    std::string names;
+    for (const auto& name : found) names += "\n  " + name;
+    Fail("--model {}: the folder holds {} GGUF files and no config.json; pass one:{}", resolved,
+         found.size(), names);
+  }
+  return found.empty() ? "" : found.front();
+}
+
+std::string ModelFolder(const std::string& resolved) {
+  if (fs::is_regular_file(resolved)) {
+    const fs::path folder = fs::path(resolved).parent_path();
+    return folder.empty() ? "." : folder.string();
+  }
+  return resolved;
 }
 
 }  // namespace infer

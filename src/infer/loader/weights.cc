@@ -3,9 +3,15 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <exception>
 #include <filesystem>
+#include <map>
+#include <optional>
 #include <set>
+
+#include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
@@ -13,6 +19,8 @@
 #include "infer/core/error.h"
 #include "infer/core/mapped_file.h"
 #include "infer/core/memory.h"
+#include "infer/loader/gguf.h"
+#include "infer/loader/gguf_model.h"
 #include "infer/loader/model_path.h"
 #include "infer/loader/safetensors.h"
 
@@ -145,30 +153,81 @@ void AllocateSlots(std::vector<WeightSlot>& slots, const std::vector<DType>& dty
   }
 }
 
-// A weight matrix in the layout MatMul reads, quantized when asked (an untied embedding table
-// is only gathered from, so it stays as loaded).
+// What a weight matrix is quantized to at load: `quantization`, except that an untied
+// embedding table is only gathered from (it stays as loaded) and the output head takes
+// LoadOptions::head's type.
+kernels::Quantization QuantizationFor(const WeightSlot& slot, const ModelConfig& config,
+                                      const LoadOptions& options) {
+  const bool embedding = slot.hf_name == "model.embed_tokens.weight";
+  const bool head = slot.hf_name == "lm_head.weight" || (embedding && config.tie_word_embeddings);
+  if (embedding && !head) return kernels::Quantization::kNone;
+  if (head && options.quantization != kernels::Quantization::kNone) {
+    return options.head == LoadOptions::Head::kUnquantized ? kernels::Quantization::kNone
+           : options.head == LoadOptions::Head::kInt6      ? kernels::Quantization::kInt6
+                                                           : kernels::Quantization::kInt8;
+  }
+  return options.quantization;
+}
+
+// A weight matrix in the layout MatMul reads, quantized when asked.
 kernels::PackedMatrix PackMatrix(const WeightSlot& slot, const Tensor& values,
                                  const ModelConfig& config, const LoadOptions& options,
                                  TensorArena& arena) {
-  const bool embedding = slot.hf_name == "model.embed_tokens.weight";
-  const bool head = slot.hf_name == "lm_head.weight" || (embedding && config.tie_word_embeddings);
-  kernels::Quantization quantization = options.quantization;
-  if (embedding && !head) {
-    quantization = kernels::Quantization::kNone;  // an untied table is only gathered from
-  } else if (head && quantization != kernels::Quantization::kNone) {
-    quantization = options.head == LoadOptions::Head::kUnquantized ? kernels::Quantization::kNone
-                   : options.head == LoadOptions::Head::kInt6      ? kernels::Quantization::kInt6
-                                                                   : kernels::Quantization::kInt8;
-  }
   try {
-    return kernels::PackedMatrix::Quantize(values, quantization, 0, options.pool, &arena);
+    return kernels::PackedMatrix::Quantize(values, QuantizationFor(slot, config, options), 0,
+                                           options.pool, &arena);
   } catch (const Error& error) {
     Fail("tensor '{}': {}", slot.hf_name, error.what());
   }
 }
 
-void InitDummy(const ModelConfig& config, std::vector<WeightSlot>& slots,
+// One line on a terminal that updates while the matrices load ("loading NAME: 120/290 matrices,
+// 1.2 GB"), then says what was loaded and how long it took; nothing when stderr is not one.
+class LoadProgress {
+ public:
+  LoadProgress(const std::string& path, const std::vector<WeightSlot>& slots)
+      : enabled_(isatty(STDERR_FILENO) != 0),
+        name_(std::filesystem::path(path).filename().string()) {
+    for (const auto& slot : slots) total_ += slot.matrix != nullptr ? 1 : 0;
+  }
+  LoadProgress(const LoadProgress&) = delete;
+  LoadProgress& operator=(const LoadProgress&) = delete;
+  ~LoadProgress() {
+    if (!enabled_ || done_ == 0) return;
+    if (std::uncaught_exceptions() > 0) {  // the load failed: its error says why
+      std::fputs("\r\033[K", stderr);
+      return;
+    }
+    std::fprintf(stderr, "\r\033[Kloaded %s: %lld matrices, %.2f GB in %.1f s\n", name_.c_str(),
+                 static_cast<long long>(done_), static_cast<double>(bytes_) / 1e9, Elapsed());
+  }
+  // A matrix of `bytes` (as packed) is done.
+  void Step(size_t bytes) {
+    ++done_;
+    bytes_ += bytes;
+    if (!enabled_ || Elapsed() < next_s_) return;
+    next_s_ = Elapsed() + 0.1;
+    std::fprintf(stderr, "\r\033[Kloading %s: %lld/%lld matrices, %.2f GB", name_.c_str(),
+                 static_cast<long long>(done_), static_cast<long long>(total_),
+                 static_cast<double>(bytes_) / 1e9);
+  }
+
+ private:
+  double Elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+  const bool enabled_;
+  const std::string name_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  int64_t total_ = 0;
+  int64_t done_ = 0;
+  size_t bytes_ = 0;
+  double next_s_ = 0.0;
+};
+
+void InitDummy(const std::string& path, const ModelConfig& config, std::vector<WeightSlot>& slots,
                const LoadOptions& options) {
+  LoadProgress progress(path, slots);
   std::vector<DType> dtypes(slots.size(), config.dtype);
   // No file to map: dummy weights always live in 2 MiB pages, the best case a checkpoint
   // reaches with --weights-placement hugepage.
@@ -193,6 +252,7 @@ void InitDummy(const ModelConfig& config, std::vector<WeightSlot>& slots,
       FillUniform(values, slot.hf_name, options.dummy_seed,
                   1.0 / std::sqrt(static_cast<double>(slot.shape.back())), options.pool);
       *slot.matrix = PackMatrix(slot, values, config, options, arena);
+      progress.Step(slot.matrix->size_bytes());
       continue;
     }
     const bool is_norm = slot.hf_name.find("norm.weight") != std::string::npos;
@@ -203,6 +263,31 @@ void InitDummy(const ModelConfig& config, std::vector<WeightSlot>& slots,
       INFER_CHECK(is_bias, "dummy weights: no rule for '{}'", slot.hf_name);
       FillConstant(*slot.tensor, 0.0F);
     }
+  }
+}
+
+// The norm and bias vectors: views of the file (kMmap) or one copy into 2 MiB pages.
+void PlaceVectors(std::vector<WeightSlot>& slots, const std::vector<Tensor>& views,
+                  const LoadOptions& options) {
+  if (options.placement == WeightPlacement::kMmap) {
+    for (size_t i = 0; i < slots.size(); ++i) {
+      if (slots[i].tensor != nullptr) *slots[i].tensor = views[i];
+    }
+    return;
+  }
+  std::vector<DType> dtypes;
+  dtypes.reserve(views.size());
+  for (const Tensor& view : views) dtypes.push_back(view.defined() ? view.dtype() : DType::kF32);
+  AllocateSlots(slots, dtypes);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].tensor == nullptr) continue;
+    auto* destination = static_cast<std::byte*>(slots[i].tensor->raw());
+    const auto* source = static_cast<const std::byte*>(views[i].raw());
+    RunParallel(options.pool, static_cast<int64_t>(views[i].size_bytes()), 1 << 20,
+                [&](int64_t begin, int64_t end) {
+                  std::memcpy(destination + begin, source + begin,
+                              static_cast<size_t>(end - begin));
+                });
   }
 }
 
@@ -218,7 +303,6 @@ void LoadFromCheckpoint(const std::string& folder, std::vector<WeightSlot>& slot
     prefix = "language_model.";
   }
   std::set<std::string> used;
-  std::vector<DType> dtypes;
   std::vector<Tensor> views;
   for (auto& slot : slots) {
     const std::string name = prefix + slot.hf_name;
@@ -229,7 +313,6 @@ void LoadFromCheckpoint(const std::string& folder, std::vector<WeightSlot>& slot
     INFER_CHECK(entry.shape == slot.shape, "{}: tensor '{}' has shape {} but the config needs {}",
                 it->second.file->path(), name, ShapeString(entry.shape), ShapeString(slot.shape));
     views.push_back(it->second.file->View(entry));
-    dtypes.push_back(views.back().dtype());
     used.insert(name);
   }
   for (const auto& [name, location] : tensors) {
@@ -241,6 +324,7 @@ void LoadFromCheckpoint(const std::string& folder, std::vector<WeightSlot>& slot
     warnings.push_back(std::move(warning));
   }
   TensorArena arena;  // the matrices, one after another in 2 MiB pages
+  LoadProgress progress(folder, slots);
   for (size_t i = 0; i < slots.size(); ++i) {
     if (slots[i].matrix == nullptr) continue;
     INFER_CHECK(views[i].dtype() == DType::kF32 || views[i].dtype() == DType::kBF16 ||
@@ -248,24 +332,68 @@ void LoadFromCheckpoint(const std::string& folder, std::vector<WeightSlot>& slot
                 "{}: tensor '{}' has dtype {}, which infer cannot compute with (f32, bf16 or f16)",
                 folder, prefix + slots[i].hf_name, DTypeName(views[i].dtype()));
     *slots[i].matrix = PackMatrix(slots[i], views[i], config, options, arena);
+    progress.Step(slots[i].matrix->size_bytes());
   }
-  if (options.placement == WeightPlacement::kMmap) {
-    for (size_t i = 0; i < slots.size(); ++i) {
-      if (slots[i].tensor != nullptr) *slots[i].tensor = views[i];
+  PlaceVectors(slots, views, options);
+}
+
+// A GGUF file's tensors by llama.cpp's names (gguf_model.h), matrices kept exactly or widened.
+// Each tensor group's types and bits per weight, in file order.
+std::vector<LoadedModel::TensorGroup> GgufTensorGroups(const GgufFile& file) {
+  std::vector<LoadedModel::TensorGroup> groups;
+  std::map<std::string, std::pair<uint64_t, int64_t>> sizes;  // bytes, elements
+  for (const GgufTensorInfo& tensor : file.tensors()) {
+    std::string name = tensor.name;
+    if (name.starts_with("blk.")) name = name.substr(name.find('.', 4) + 1);
+    auto it =
+        std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.name == name; });
+    if (it == groups.end()) {
+      groups.push_back({name, GgmlTypeName(tensor.type), 0.0});
+      it = groups.end() - 1;
+    } else if (it->types.find(GgmlTypeName(tensor.type)) == std::string::npos) {
+      it->types += "+" + GgmlTypeName(tensor.type);
     }
-    return;
+    sizes[name].first += tensor.bytes;
+    sizes[name].second += tensor.elements();
   }
-  AllocateSlots(slots, dtypes);
+  for (auto& group : groups) {
+    const auto& [bytes, elements] = sizes[group.name];
+    group.bits_per_weight = static_cast<double>(bytes) * 8.0 / static_cast<double>(elements);
+  }
+  return groups;
+}
+
+void LoadFromGguf(const GgufFile& file, std::vector<WeightSlot>& slots, const ModelConfig& config,
+                  const LoadOptions& options, std::vector<std::string>& warnings) {
+  std::set<std::string> used = {"rope_freqs.weight"};  // read into the config
+  std::vector<Tensor> views(slots.size());
+  TensorArena arena;
+  LoadProgress progress(file.path(), slots);
   for (size_t i = 0; i < slots.size(); ++i) {
-    if (slots[i].tensor == nullptr) continue;
-    auto* destination = static_cast<std::byte*>(slots[i].tensor->raw());
-    const auto* source = static_cast<const std::byte*>(views[i].raw());
-    RunParallel(options.pool, static_cast<int64_t>(views[i].size_bytes()), 1 << 20,
-                [&](int64_t begin, int64_t end) {
-                  std::memcpy(destination + begin, source + begin,
-                              static_cast<size_t>(end - begin));
-                });
+    WeightSlot& slot = slots[i];
+    const std::string name = GgufTensorName(slot.hf_name, config);
+    const GgufTensorInfo* tensor = file.FindTensor(name);
+    INFER_CHECK(tensor != nullptr, "{}: missing tensor '{}' (shape {})", file.path(), name,
+                ShapeString(slot.shape));
+    INFER_CHECK(tensor->shape() == slot.shape,
+                "{}: tensor '{}' has shape {} but the metadata needs {}", file.path(), name,
+                ShapeString(tensor->shape()), ShapeString(slot.shape));
+    used.insert(name);
+    if (slot.matrix != nullptr) {
+      *slot.matrix = GgufMatrix(file, *tensor, slot.hf_name, config,
+                                QuantizationFor(slot, config, options), options.pool, &arena);
+      progress.Step(slot.matrix->size_bytes());
+    } else {
+      views[i] = file.View(*tensor);
+    }
   }
+  for (const GgufTensorInfo& tensor : file.tensors()) {
+    if (!used.contains(tensor.name)) {
+      warnings.push_back(
+          fmt::format("unexpected tensor '{}' in {} ignored", tensor.name, file.path()));
+    }
+  }
+  PlaceVectors(slots, views, options);
 }
 
 }  // namespace
@@ -311,13 +439,26 @@ LoadedModel LoadModel(const std::string& model, const LoadOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   LoadedModel loaded;
   loaded.path = ResolveModelPath(model);
-  const fs::path folder(loaded.path);
-  loaded.config = LoadModelConfig((folder / "config.json").string());
-  loaded.generation = LoadGenerationConfig((folder / "generation_config.json").string());
-  std::vector<WeightSlot> slots = WeightSlots(loaded.config, loaded.weights);
-  CheckWeightsFitMemory(loaded, slots, options);
+  const std::string gguf_path = GgufModelFile(loaded.path);
+  std::optional<GgufFile> gguf;
+  std::vector<WeightSlot> slots;
+  if (!gguf_path.empty()) {
+    loaded.path = gguf_path;
+    gguf = GgufFile::Open(gguf_path);
+    loaded.config = GgufModelConfig(*gguf);
+    loaded.generation = GgufGenerationConfig(*gguf);
+    slots = WeightSlots(loaded.config, loaded.weights);
+  } else {
+    const fs::path folder(loaded.path);
+    loaded.config = LoadModelConfig((folder / "config.json").string());
+    loaded.generation = LoadGenerationConfig((folder / "generation_config.json").string());
+    slots = WeightSlots(loaded.config, loaded.weights);
+    CheckWeightsFitMemory(loaded, slots, options);
+  }
   if (options.dummy) {
-    InitDummy(loaded.config, slots, options);
+    InitDummy(loaded.path, loaded.config, slots, options);
+  } else if (gguf) {
+    LoadFromGguf(*gguf, slots, loaded.config, options, loaded.warnings);
   } else {
     LoadFromCheckpoint(loaded.path, slots, loaded.config, options, loaded.warnings);
   }
@@ -332,6 +473,13 @@ LoadedModel LoadModel(const std::string& model, const LoadOptions& options) {
     }
   }
   loaded.quantization = options.quantization;
+  if (gguf) {
+    loaded.file_tensor_groups = GgufTensorGroups(*gguf);
+    // The file's own quantization when it has one (a Q4_K_M file's layers: int4k).
+    if (!options.dummy && !loaded.weights.layers.empty()) {
+      loaded.quantization = loaded.weights.layers[0].q_proj.quantization();
+    }
+  }
   loaded.head_quantization = loaded.weights.lm_head.quantization();
   const bool packed_as_loaded =
       !loaded.weights.layers.empty() && !loaded.weights.layers[0].q_proj.quantized();

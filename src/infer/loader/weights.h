@@ -89,6 +89,14 @@ struct LoadedModel {
   int64_t matrix_weight_bytes = 0;  // their bytes in memory
   double load_time_s = 0.0;
   std::vector<std::string> warnings;  // unexpected tensors and the like, already logged
+  // A GGUF file's tensor groups (llama.cpp's names without "blk.N."), in file order: the ggml
+  // types they hold and their bits per weight in the file. Empty for safetensors.
+  struct TensorGroup {
+    std::string name;
+    std::string types;
+    double bits_per_weight = 0.0;
+  };
+  std::vector<TensorGroup> file_tensor_groups;
 };
 
 // `model` is a folder or a Hugging Face id (see model_path.h). Throws infer::Error that

@@ -28,7 +28,8 @@ float RoundToDType(double value, DType dtype) {
 bool SameRope(const RopeConfig& a, const RopeConfig& b) {
   return a.theta == b.theta && a.scaling == b.scaling && a.factor == b.factor &&
          a.low_freq_factor == b.low_freq_factor && a.high_freq_factor == b.high_freq_factor &&
-         a.original_max_position_embeddings == b.original_max_position_embeddings;
+         a.original_max_position_embeddings == b.original_max_position_embeddings &&
+         a.frequency_factors == b.frequency_factors;
 }
 
 const Tensor* OptionalTensor(const Tensor& tensor) {

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "infer/core/error.h"
+
 namespace infer {
 
 std::vector<double> RopeInverseFrequencies(const RopeConfig& rope, int64_t head_dim) {
@@ -37,6 +39,12 @@ std::vector<double> RopeInverseFrequencies(const RopeConfig& rope, int64_t head_
       }
       break;
     }
+  }
+  if (!rope.frequency_factors.empty()) {
+    INFER_CHECK(rope.frequency_factors.size() == inv_freq.size(),
+                "rope: {} frequency factors for {} frequencies", rope.frequency_factors.size(),
+                inv_freq.size());
+    for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] /= rope.frequency_factors[i];
   }
   return inv_freq;
 }

@@ -1,0 +1,209 @@
+// Compiled with -ffp-contract=off (CMakeLists.txt): a fused multiply-add would round d q - m
+// once where gguf-py rounds twice.
+#include "infer/loader/gguf_blocks.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "infer/core/dtype.h"
+#include "infer/core/error.h"
+#include "infer/loader/gguf.h"
+
+namespace infer {
+
+namespace {
+
+uint16_t Half(const uint8_t* p) {
+  uint16_t bits = 0;
+  std::memcpy(&bits, p, 2);
+  return bits;
+}
+float HalfAt(const uint8_t* p) { return F16ToF32(Half(p)); }
+
+// Q4_K and Q5_K: the 6-bit scale and minimum of sub-block j (0-7) from the 12 packed bytes.
+void ScaleMin(const uint8_t* s, int j, uint8_t& scale, uint8_t& minimum) {
+  if (j < 4) {
+    scale = s[j] & 63;
+    minimum = s[j + 4] & 63;
+  } else {
+    scale = static_cast<uint8_t>((s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4));
+    minimum = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
+  }
+}
+
+// The 4-bit q of element e of a Q4_0 / Q4_1 block's 16 bytes: low nibbles first, then high.
+int Nibble32(const uint8_t* qs, int e) { return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4; }
+// The 4-bit q of element e of a K block's 128 bytes: sub-blocks 2g and 2g + 1 are the low and
+// high nibbles of bytes [32 g, 32 g + 32).
+int NibbleK(const uint8_t* qs, int e) {
+  const int g = e / 64;
+  const int l = e % 32;
+  return (e % 64) < 32 ? qs[32 * g + l] & 15 : qs[32 * g + l] >> 4;
+}
+
+template <typename Block>
+void ForBlocks(std::span<const std::byte> row, std::span<float> out, int64_t block_elements,
+               int64_t block_bytes, Block block) {
+  const auto blocks = static_cast<int64_t>(out.size()) / block_elements;
+  INFER_CHECK(static_cast<int64_t>(out.size()) % block_elements == 0 &&
+                  static_cast<int64_t>(row.size()) >= blocks * block_bytes,
+              "dequantize: {} values from {} bytes", out.size(), row.size());
+  const auto* bytes = reinterpret_cast<const uint8_t*>(row.data());
+  for (int64_t b = 0; b < blocks; ++b) {
+    block(bytes + b * block_bytes, out.data() + b * block_elements);
+  }
+}
+
+}  // namespace
+
+bool CanDequantizeGgml(uint32_t type) {
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::kF32:
+    case GgmlType::kF16:
+    case GgmlType::kBF16:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void DequantizeGgmlRow(uint32_t type, std::span<const std::byte> row, std::span<float> out) {
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::kF32:
+      return ForBlocks(row, out, 1, 4, [](const uint8_t* b, float* y) { std::memcpy(y, b, 4); });
+    case GgmlType::kF16:
+      return ForBlocks(row, out, 1, 2, [](const uint8_t* b, float* y) { *y = HalfAt(b); });
+    case GgmlType::kBF16:
+      return ForBlocks(row, out, 1, 2, [](const uint8_t* b, float* y) { *y = Bf16ToF32(Half(b)); });
+    case GgmlType::kQ8_0:
+      return ForBlocks(row, out, 32, 34, [](const uint8_t* b, float* y) {
+        const float d = HalfAt(b);
+        for (int e = 0; e < 32; ++e)
+          y[e] = static_cast<float>(b[2 + e] >= 128 ? b[2 + e] - 256 : b[2 + e]) * d;
+      });
+    case GgmlType::kQ4_0:
+      return ForBlocks(row, out, 32, 18, [](const uint8_t* b, float* y) {
+        const float d = HalfAt(b);
+        for (int e = 0; e < 32; ++e) y[e] = d * static_cast<float>(Nibble32(b + 2, e) - 8);
+      });
+    case GgmlType::kQ4_1:
+      return ForBlocks(row, out, 32, 20, [](const uint8_t* b, float* y) {
+        const float d = HalfAt(b);
+        const float m = HalfAt(b + 2);
+        for (int e = 0; e < 32; ++e) y[e] = d * static_cast<float>(Nibble32(b + 4, e)) + m;
+      });
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K: {
+      const bool five = static_cast<GgmlType>(type) == GgmlType::kQ5_K;
+      return ForBlocks(row, out, 256, five ? 176 : 144, [five](const uint8_t* b, float* y) {
+        const float d = HalfAt(b);
+        const float dmin = HalfAt(b + 2);
+        const uint8_t* scales = b + 4;
+        const uint8_t* qh = b + 16;  // Q5_K: the fifth bits, before the nibbles
+        const uint8_t* qs = b + (five ? 48 : 16);
+        for (int j = 0; j < 8; ++j) {
+          uint8_t sc = 0;
+          uint8_t mn = 0;
+          ScaleMin(scales, j, sc, mn);
+          const float scale = d * static_cast<float>(sc);
+          const float minimum = dmin * static_cast<float>(mn);
+          for (int l = 0; l < 32; ++l) {
+            const int e = 32 * j + l;
+            int q = NibbleK(qs, e);
+            if (five) q |= ((qh[l] >> j) & 1) << 4;
+            y[e] = scale * static_cast<float>(q) - minimum;
+          }
+        }
+      });
+    }
+    case GgmlType::kQ6_K:
+      return ForBlocks(row, out, 256, 210, [](const uint8_t* b, float* y) {
+        const uint8_t* ql = b;
+        const uint8_t* qh = b + 128;
+        const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
+        const float d = HalfAt(b + 208);
+        for (int e = 0; e < 256; ++e) {
+          const int h = e / 128;
+          const int g = e % 128 / 32;
+          const int l = e % 32;
+          const uint8_t low_byte = ql[64 * h + 32 * (g % 2) + l];
+          const int low = g < 2 ? low_byte & 15 : low_byte >> 4;
+          const int high = (qh[32 * h + l] >> (2 * g)) & 3;
+          y[e] =
+              d * static_cast<float>(scales[e / 16]) * static_cast<float>((low | high << 4) - 32);
+        }
+      });
+    default:
+      Fail("dequantize: ggml type {} is not read", GgmlTypeName(type));
+  }
+}
+
+std::optional<kernels::Quantization> ExactQuantization(uint32_t type) {
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::kQ8_0:
+      return kernels::Quantization::kInt8;
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+      return kernels::Quantization::kInt4;
+    case GgmlType::kQ4_K:
+      return kernels::Quantization::kInt4K;
+    default:
+      return std::nullopt;
+  }
+}
+
+void FillQuantizedRow(uint32_t type, std::span<const std::byte> row,
+                      kernels::PackedMatrix::QuantizedRow& out) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(row.data());
+  const auto cols = static_cast<int64_t>(out.q.size());
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::kQ8_0:
+      for (int64_t g = 0; g < cols / 32; ++g) {
+        const uint8_t* b = bytes + g * 34;
+        out.d[g] = Half(b);
+        for (int e = 0; e < 32; ++e)
+          out.q[g * 32 + e] = b[2 + e] >= 128 ? b[2 + e] - 256 : b[2 + e];
+      }
+      return;
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1: {
+      const bool with_min = static_cast<GgmlType>(type) == GgmlType::kQ4_1;
+      const int64_t block_bytes = with_min ? 20 : 18;
+      for (int64_t g = 0; g < cols / 32; ++g) {
+        const uint8_t* b = bytes + g * block_bytes;
+        out.d[g] = Half(b);
+        if (with_min) {
+          out.m[g] = Half(b + 2);
+        } else {
+          // m = -8 d: a power-of-two multiple, exact in f16 unless it overflows.
+          const float m = -8.0F * HalfAt(b);
+          INFER_CHECK(std::abs(m) <= 65504.0F, "Q4_0 block {}: scale {} is too large for int4", g,
+                      HalfAt(b));
+          out.m[g] = F32ToF16(m);
+        }
+        const uint8_t* qs = b + (with_min ? 4 : 2);
+        for (int e = 0; e < 32; ++e) out.q[g * 32 + e] = Nibble32(qs, e);
+      }
+      return;
+    }
+    case GgmlType::kQ4_K:
+      for (int64_t g = 0; g < cols / 256; ++g) {
+        const uint8_t* b = bytes + g * 144;
+        out.d[g] = Half(b);
+        out.m[g] = Half(b + 2) ^ 0x8000;  // the minimum step dm = -dmin
+        for (int j = 0; j < 8; ++j) ScaleMin(b + 4, j, out.sc[g * 8 + j], out.mn[g * 8 + j]);
+        for (int e = 0; e < 256; ++e) out.q[g * 256 + e] = NibbleK(b + 16, e);
+      }
+      return;
+    default:
+      Fail("ggml type {} has no exact infer layout", GgmlTypeName(type));
+  }
+}
+
+}  // namespace infer

@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""A float64 reference of the three decoders (Llama 3, Qwen3, Gemma 3 text), written in numpy
+from tests/fixtures/models/HF_SEMANTICS.md alone: none of infer's code takes part. It checks
+itself against the fixtures' float64 logits (--self-check) and is then the reference for
+weights the fixtures do not cover, such as a GGUF file's dequantized ones.
+
+Usage (Debian's python3-numpy):
+  reference_f64.py MODEL_DIR OUT.f32.bin ID [ID ...]   logits for every position, row-major f32
+  reference_f64.py MODEL_DIR OUT.f32.bin --ids-file F  the same for each line of ids in F, in order
+  reference_f64.py --self-check FIXTURES_MODELS_DIR    each fixture against its logits.f32.bin
+MODEL_DIR holds config.json and model.safetensors (F32, F16 or BF16).
+"""
+import json
+import math
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+
+
+def read_safetensors(path):
+    data = Path(path).read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + length])
+    body = memoryview(data)[8 + length:]
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        raw = body[begin:end]
+        if info["dtype"] == "BF16":
+            values = (np.frombuffer(raw, np.uint16).astype(np.uint32) << 16).view(np.float32)
+        elif info["dtype"] == "F16":
+            values = np.frombuffer(raw, np.float16)
+        elif info["dtype"] == "F32":
+            values = np.frombuffer(raw, np.float32)
+        else:
+            raise ValueError(f"{path}: {name} has dtype {info['dtype']}")
+        tensors[name] = values.astype(np.float64).reshape(info["shape"])
+    return tensors
+
+
+def inverse_frequencies(theta, head_dim, scaling):
+    inv = 1.0 / theta ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)
+    kind = (scaling or {}).get("rope_type", (scaling or {}).get("type", "default"))
+    if kind == "linear":
+        inv = inv / scaling["factor"]
+    elif kind == "llama3":
+        old = scaling["original_max_position_embeddings"]
+        low, high, factor = scaling["low_freq_factor"], scaling["high_freq_factor"], scaling["factor"]
+        out = []
+        for f in inv:
+            wavelen = 2 * math.pi / f
+            if wavelen < old / high:
+                out.append(f)
+            elif wavelen > old / low:
+                out.append(f / factor)
+            else:
+                smooth = (old / wavelen - low) / (high - low)
+                out.append((1 - smooth) * f / factor + smooth * f)
+        inv = np.array(out)
+    return inv
+
+
+def rope(x, positions, inv):
+    # rotate_half: dimension i pairs with i + D/2.
+    angles = positions[:, None] * inv[None, :]
+    cos, sin = np.cos(angles), np.sin(angles)
+    half = x.shape[-1] // 2
+    a, b = x[..., :half], x[..., half:]
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    return np.concatenate([a * cos - b * sin, b * cos + a * sin], axis=-1)
+
+
+def rms_norm(x, weight, eps, offset):
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * (offset + weight)
+
+
+def logits(model_dir, ids):
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    w = read_safetensors(Path(model_dir) / "model.safetensors")
+    kind = config["model_type"]
+    gemma = kind == "gemma3_text"
+    hidden = config["hidden_size"]
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads", heads)
+    head_dim = config.get("head_dim") or hidden // heads
+    eps = config.get("rms_norm_eps", 1e-6)
+    layers = config["num_hidden_layers"]
+    offset = 1.0 if gemma else 0.0
+    ids = np.array(ids)
+    t = len(ids)
+    positions = np.arange(t, dtype=np.float64)
+    x = w["model.embed_tokens.weight"][ids]
+    if gemma:
+        x = x * math.sqrt(hidden)
+        scale = config.get("query_pre_attn_scalar", 256) ** -0.5
+        pattern = config.get("sliding_window_pattern", 6)
+        types = config.get("layer_types") or [
+            "sliding_attention" if (i + 1) % pattern else "full_attention" for i in range(layers)]
+        window = config.get("sliding_window", 4096)
+    else:
+        scale = head_dim ** -0.5
+        types = ["full_attention"] * layers
+        window = None
+    full_inv = inverse_frequencies(config.get("rope_theta", 10000.0), head_dim,
+                                   config.get("rope_scaling"))
+    local_inv = inverse_frequencies(config.get("rope_local_base_freq", 10000.0), head_dim, None)
+    query, key = np.arange(t)[:, None], np.arange(t)[None, :]
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        sliding = types[i] == "sliding_attention"
+        h = rms_norm(x, w[p + "input_layernorm.weight"], eps, offset)
+        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(t, heads, head_dim)
+        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(t, kv_heads, head_dim)
+        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(t, kv_heads, head_dim)
+        if p + "self_attn.q_norm.weight" in w:
+            q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps, offset)
+            k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps, offset)
+        inv = local_inv if sliding else full_inv
+        q, k = rope(q, positions, inv), rope(k, positions, inv)
+        mask = key <= query
+        if sliding:
+            mask &= key > query - window
+        out = np.zeros((t, heads, head_dim))
+        for head in range(heads):
+            kv = head // (heads // kv_heads)
+            scores = (q[:, head] @ k[:, kv].T) * scale
+            scores = np.where(mask, scores, -np.inf)
+            scores = np.exp(scores - scores.max(axis=1, keepdims=True))
+            out[:, head] = (scores / scores.sum(axis=1, keepdims=True)) @ v[:, kv]
+        attn = out.reshape(t, heads * head_dim) @ w[p + "self_attn.o_proj.weight"].T
+        if gemma:
+            attn = rms_norm(attn, w[p + "post_attention_layernorm.weight"], eps, offset)
+            x = x + attn
+            h = rms_norm(x, w[p + "pre_feedforward_layernorm.weight"], eps, offset)
+        else:
+            x = x + attn
+            h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps, offset)
+        gate = h @ w[p + "mlp.gate_proj.weight"].T
+        if gemma:
+            gate = 0.5 * gate * (1 + np.tanh(math.sqrt(2 / math.pi) * (gate + 0.044715 * gate ** 3)))
+        else:
+            gate = gate / (1 + np.exp(-gate))
+        mlp = (gate * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+        if gemma:
+            mlp = rms_norm(mlp, w[p + "post_feedforward_layernorm.weight"], eps, offset)
+        x = x + mlp
+    x = rms_norm(x, w["model.norm.weight"], eps, offset)
+    head = w.get("lm_head.weight")
+    if head is None or config.get("tie_word_embeddings", gemma):
+        head = w["model.embed_tokens.weight"]
+    out = x @ head.T
+    cap = config.get("final_logit_softcapping")
+    if cap:
+        out = np.tanh(out / cap) * cap
+    return out
+
+
+def self_check(models):
+    worst = 0.0
+    for arch in ("llama", "qwen3", "gemma3"):
+        folder = Path(models) / arch
+        ids = json.loads((folder / "reference.json").read_text())["logits_input_ids"]
+        ref = np.fromfile(folder / "logits.f32.bin", np.float32).reshape(len(ids), -1)
+        got = logits(folder / "model", ids)
+        error = float(np.max(np.max(np.abs(got - ref), axis=1) / np.max(np.abs(ref), axis=1)))
+        print(f"{arch}: worst row error {error:.3e}")
+        worst = max(worst, error)
+    return worst
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "--self-check":
+        sys.exit(0 if self_check(sys.argv[2]) < 1e-6 else 1)
+    if sys.argv[3] == "--ids-file":
+        lines = Path(sys.argv[4]).read_text().split("\n")
+        sequences = [[int(i) for i in line.split()] for line in lines if line.strip()]
+    else:
+        sequences = [[int(i) for i in sys.argv[3:]]]
+    result = np.concatenate([logits(sys.argv[1], ids) for ids in sequences])
+    result.astype(np.float32).tofile(sys.argv[2])

@@ -1,0 +1,404 @@
+#!/usr/bin/env python3
+"""Writes a GGUF file from a Hugging Face checkpoint folder as llama.cpp's convert_hf_to_gguf.py
+would (its names, metadata keys and transformations: llama's q/k row permutation, Gemma's norm
+weights stored as 1 + w, llama3 rope as a rope_freqs tensor, no output.weight for a tied head),
+with every 2-D weight in one ggml type, quantized by this file's own numpy code. infer's C++
+takes no part: the tests read infer's output against these files. The container format and the
+dequantization are checked against llama.cpp's gguf-py by check_gguf_writer.py.
+
+Usage (Debian's python3-numpy):
+  write_gguf.py HF_DIR OUT.gguf --type TYPE [--dequantized DIR]
+TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q4_K Q5_K Q6_K. --dequantized writes DIR/config.json and
+DIR/model.safetensors (f32, Hugging Face names and layout) holding what the file's weights
+dequantize to, for a float64 reference of exactly those weights (reference_f64.py).
+"""
+import argparse
+import json
+import math
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from reference_f64 import read_safetensors  # noqa: E402
+
+TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q4_1": (3, 32, 20),
+         "Q8_0": (8, 32, 34), "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176),
+         "Q6_K": (14, 256, 210), "BF16": (30, 1, 2)}
+
+
+# --- quantizers: x [blocks, block] f32 -> bytes [blocks, block_bytes] uint8 ------------------
+
+def f16_bytes(x):
+    return np.asarray(x, np.float16).reshape(-1, 1).view(np.uint8).reshape(-1, 2)
+
+
+def safe_inverse(d):
+    return np.where(d > 0, 1.0 / np.where(d > 0, d, 1), 0).astype(np.float32)
+
+
+def quantize_q8_0(x):
+    d = (np.abs(x).max(axis=1) / 127).astype(np.float16)
+    q = np.clip(np.round(x * safe_inverse(d.astype(np.float32))[:, None]), -127, 127)
+    return np.concatenate([f16_bytes(d), q.astype(np.int8).view(np.uint8)], axis=1)
+
+
+def pack_nibbles_32(q):
+    return (q[:, :16] | (q[:, 16:] << 4)).astype(np.uint8)
+
+
+def quantize_q4_0(x):
+    # ggml's: d from the value of largest magnitude, with its sign, over -8.
+    d = (x[np.arange(len(x)), np.abs(x).argmax(axis=1)] / -8).astype(np.float16)
+    d32 = d.astype(np.float32)
+    inverse = np.where(d32 != 0, 1.0 / np.where(d32 != 0, d32, 1), 0).astype(np.float32)
+    q = np.clip(np.floor(x * inverse[:, None] + 8.5), 0, 15).astype(np.uint8)
+    return np.concatenate([f16_bytes(d), pack_nibbles_32(q)], axis=1)
+
+
+def quantize_q4_1(x):
+    low, high = x.min(axis=1), x.max(axis=1)
+    d = ((high - low) / 15).astype(np.float16)
+    m = low.astype(np.float16)
+    q = np.clip(np.floor((x - m.astype(np.float32)[:, None]) *
+                         safe_inverse(d.astype(np.float32))[:, None] + 0.5), 0, 15).astype(np.uint8)
+    return np.concatenate([f16_bytes(d), f16_bytes(m), pack_nibbles_32(q)], axis=1)
+
+
+def pack_k_scales(sc, mn):
+    """The 12 bytes of 6-bit scales and minimums of 8 sub-blocks (ggml's get_scale_min_k4)."""
+    s = np.zeros((len(sc), 12), np.uint8)
+    for j in range(4):
+        s[:, j] = (sc[:, j] & 63) | ((sc[:, j + 4] >> 4) << 6)
+        s[:, j + 4] = (mn[:, j] & 63) | ((mn[:, j + 4] >> 4) << 6)
+        s[:, j + 8] = (sc[:, j + 4] & 15) | ((mn[:, j + 4] & 15) << 4)
+    return s
+
+
+def k_affine(x, levels):
+    """Per sub-block of 32: q in [0, levels] with y = (d sc) q - (dmin mn)."""
+    sub = x.reshape(len(x), 8, 32)
+    low = np.minimum(sub.min(axis=2), 0)
+    scale = (sub.max(axis=2) - low) / levels
+    d = (scale.max(axis=1) / 63).astype(np.float16)
+    dmin = ((-low).max(axis=1) / 63).astype(np.float16)
+    sc = np.clip(np.round(scale * safe_inverse(d.astype(np.float32))[:, None]), 0, 63)
+    mn = np.clip(np.round(-low * safe_inverse(dmin.astype(np.float32))[:, None]), 0, 63)
+    sc, mn = sc.astype(np.uint8), mn.astype(np.uint8)
+    step = d.astype(np.float32)[:, None] * sc
+    offset = dmin.astype(np.float32)[:, None] * mn
+    q = np.clip(np.round((sub + offset[:, :, None]) * safe_inverse(step)[:, :, None]), 0, levels)
+    return d, dmin, sc, mn, q.astype(np.uint8).reshape(len(x), 256)
+
+
+def pack_k_nibbles(q):
+    out = np.zeros((len(q), 128), np.uint8)
+    for g in range(4):
+        out[:, 32 * g:32 * g + 32] = (q[:, 64 * g:64 * g + 32] & 15) | \
+            ((q[:, 64 * g + 32:64 * g + 64] & 15) << 4)
+    return out
+
+
+def quantize_q4_k(x):
+    d, dmin, sc, mn, q = k_affine(x, 15)
+    return np.concatenate([f16_bytes(d), f16_bytes(dmin), pack_k_scales(sc, mn),
+                           pack_k_nibbles(q)], axis=1)
+
+
+def quantize_q5_k(x):
+    d, dmin, sc, mn, q = k_affine(x, 31)
+    qh = np.zeros((len(x), 32), np.uint8)
+    for j in range(8):
+        qh |= ((q[:, 32 * j:32 * j + 32] >> 4) & 1) << j
+    return np.concatenate([f16_bytes(d), f16_bytes(dmin), pack_k_scales(sc, mn), qh,
+                           pack_k_nibbles(q)], axis=1)
+
+
+def quantize_q6_k(x):
+    sub = x.reshape(len(x), 16, 16)
+    scale = np.abs(sub).max(axis=2) / 31
+    d = (scale.max(axis=1) / 127).astype(np.float16)
+    sc = np.clip(np.round(scale * safe_inverse(d.astype(np.float32))[:, None]), 0, 127)
+    step = d.astype(np.float32)[:, None] * sc.astype(np.float32)
+    q = (np.clip(np.round(sub * safe_inverse(step)[:, :, None]), -32, 31) + 32).astype(np.uint8)
+    q = q.reshape(len(x), 256)
+    ql = np.zeros((len(x), 128), np.uint8)
+    qh = np.zeros((len(x), 64), np.uint8)
+    for e in range(256):
+        h, g, lane = e // 128, e % 128 // 32, e % 32
+        at = 64 * h + 32 * (g % 2) + lane
+        ql[:, at] |= (q[:, e] & 15) << (0 if g < 2 else 4)
+        qh[:, 32 * h + lane] |= (q[:, e] >> 4) << (2 * g)
+    return np.concatenate([ql, qh, sc.astype(np.int8).view(np.uint8), f16_bytes(d)], axis=1)
+
+
+# --- dequantizers, in gguf-py's f32 operation order ------------------------------------------
+
+def f16_at(b, at):
+    return b[:, at:at + 2].copy().view(np.float16).astype(np.float32)[:, 0]
+
+
+def unpack_k_scales(s):
+    sc = np.zeros((len(s), 8), np.uint8)
+    mn = np.zeros((len(s), 8), np.uint8)
+    for j in range(8):
+        if j < 4:
+            sc[:, j], mn[:, j] = s[:, j] & 63, s[:, j + 4] & 63
+        else:
+            sc[:, j] = (s[:, j + 4] & 15) | ((s[:, j - 4] >> 6) << 4)
+            mn[:, j] = (s[:, j + 4] >> 4) | ((s[:, j] >> 6) << 4)
+    return sc.astype(np.float32), mn.astype(np.float32)
+
+
+def k_nibbles(qs):
+    q = np.zeros((len(qs), 256), np.uint8)
+    for g in range(4):
+        q[:, 64 * g:64 * g + 32] = qs[:, 32 * g:32 * g + 32] & 15
+        q[:, 64 * g + 32:64 * g + 64] = qs[:, 32 * g:32 * g + 32] >> 4
+    return q
+
+
+def dequantize(kind, b):
+    if kind == "Q8_0":
+        return b[:, 2:].view(np.int8).astype(np.float32) * f16_at(b, 0)[:, None]
+    if kind in ("Q4_0", "Q4_1"):
+        qs = b[:, 2 if kind == "Q4_0" else 4:]
+        q = np.concatenate([qs & 15, qs >> 4], axis=1).astype(np.float32)
+        if kind == "Q4_0":
+            return f16_at(b, 0)[:, None] * (q - 8)
+        return f16_at(b, 0)[:, None] * q + f16_at(b, 2)[:, None]
+    if kind in ("Q4_K", "Q5_K"):
+        sc, mn = unpack_k_scales(b[:, 4:16])
+        q = k_nibbles(b[:, 48:] if kind == "Q5_K" else b[:, 16:])
+        if kind == "Q5_K":
+            for j in range(8):
+                q[:, 32 * j:32 * j + 32] |= ((b[:, 16:48] >> j) & 1) << 4
+        step = (f16_at(b, 0)[:, None] * sc).repeat(32, axis=1)
+        offset = (f16_at(b, 2)[:, None] * mn).repeat(32, axis=1)
+        return step * q.astype(np.float32) - offset
+    if kind == "Q6_K":
+        ql, qh, sc = b[:, :128], b[:, 128:192], b[:, 192:208].view(np.int8).astype(np.float32)
+        q = np.zeros((len(b), 256), np.float32)
+        for e in range(256):
+            h, g, lane = e // 128, e % 128 // 32, e % 32
+            low = ql[:, 64 * h + 32 * (g % 2) + lane]
+            low = low & 15 if g < 2 else low >> 4
+            high = (qh[:, 32 * h + lane] >> (2 * g)) & 3
+            q[:, e] = (low | (high << 4)).astype(np.float32) - 32
+        return (f16_at(b, 208)[:, None] * sc).repeat(16, axis=1) * q
+    raise ValueError(kind)
+
+
+QUANTIZERS = {"Q8_0": quantize_q8_0, "Q4_0": quantize_q4_0, "Q4_1": quantize_q4_1,
+              "Q4_K": quantize_q4_k, "Q5_K": quantize_q5_k, "Q6_K": quantize_q6_k}
+
+
+def encode(kind, matrix):
+    """(bytes, what they dequantize to) of a [rows, cols] f32 matrix in `kind`."""
+    matrix = np.ascontiguousarray(matrix, np.float32)
+    if kind == "F32":
+        return matrix.tobytes(), matrix
+    if kind == "F16":
+        half = matrix.astype(np.float16)
+        return half.tobytes(), half.astype(np.float32)
+    if kind == "BF16":
+        bits = matrix.view(np.uint32)
+        bits = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)  # to nearest even
+        return bits.tobytes(), (bits.astype(np.uint32) << 16).view(np.float32)
+    _, block, size = TYPES[kind]
+    blocks = matrix.reshape(-1, block)
+    data = QUANTIZERS[kind](blocks)
+    assert data.shape == (len(blocks), size), (kind, data.shape)
+    return data.tobytes(), dequantize(kind, data).reshape(matrix.shape)
+
+
+# --- the container ---------------------------------------------------------------------------
+
+def gguf_string(text):
+    raw = text.encode("utf-8")
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def gguf_value(value):
+    """(type id, bytes) of a metadata value: bool, int (u32, or i32 if negative, u64 if large),
+    float (f32), str, or a list of one of those."""
+    if isinstance(value, bool):
+        return 7, struct.pack("<B", value)
+    if isinstance(value, int):
+        if value < 0:
+            return 5, struct.pack("<i", value)
+        return (4, struct.pack("<I", value)) if value < 2 ** 32 else (10, struct.pack("<Q", value))
+    if isinstance(value, float):
+        return 6, struct.pack("<f", value)
+    if isinstance(value, str):
+        return 8, gguf_string(value)
+    items = [gguf_value(v) for v in value]
+    kind = items[0][0] if items else 4
+    return 9, struct.pack("<IQ", kind, len(items)) + b"".join(b for _, b in items)
+
+
+def write_container(path, metadata, tensors, alignment=32):
+    """tensors: (name, ggml type id, numpy-order shape, bytes)."""
+    out = bytearray(b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(metadata)))
+    for key, value in metadata.items():
+        kind, raw = gguf_value(value)
+        out += gguf_string(key) + struct.pack("<I", kind) + raw
+    offset = 0
+    offsets = []
+    for name, kind, shape, raw in tensors:
+        dims = list(reversed(shape))
+        out += gguf_string(name) + struct.pack("<I", len(dims))
+        out += b"".join(struct.pack("<Q", d) for d in dims)
+        out += struct.pack("<IQ", kind, offset)
+        offsets.append(offset)
+        offset += (len(raw) + alignment - 1) // alignment * alignment
+    out += bytes(-len(out) % alignment)
+    for (_, _, _, raw), at in zip(tensors, offsets):
+        out += raw + bytes(-len(raw) % alignment)
+    Path(path).write_bytes(bytes(out))
+
+
+# --- the converter ---------------------------------------------------------------------------
+
+def gguf_name(hf, gemma):
+    fixed = {"model.embed_tokens.weight": "token_embd.weight",
+             "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
+    if hf in fixed:
+        return fixed[hf]
+    _, _, layer, rest = hf.split(".", 3)
+    part, suffix = rest.rsplit(".", 1)
+    names = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q",
+             "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "self_attn.q_norm": "attn_q_norm",
+             "self_attn.k_norm": "attn_k_norm",
+             "post_attention_layernorm": "post_attention_norm" if gemma else "ffn_norm",
+             "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm",
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    return f"blk.{layer}.{names[part]}.{suffix}"
+
+
+def permute(w, heads):
+    """The converter's q/k rows for llama.cpp's rope: a head's halves become adjacent pairs."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2) \
+        .reshape(w.shape)
+
+
+def rope_factors(config, head_dim):
+    scaling = config["rope_scaling"]
+    base = config.get("rope_theta", 10000.0)
+    old = scaling.get("original_max_position_embeddings", 8192)
+    low, high, factor = scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0), \
+        scaling.get("factor", 8.0)
+    out = []
+    for i in range(0, head_dim, 2):
+        wavelen = 2 * math.pi * base ** (i / head_dim)
+        if wavelen < old / high:
+            out.append(1.0)
+        elif wavelen > old / low:
+            out.append(factor)
+        else:
+            smooth = (old / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, np.float32)
+
+
+def metadata_for(config):
+    kind = config["model_type"]
+    arch = {"llama": "llama", "qwen3": "qwen3", "gemma3_text": "gemma3"}[kind]
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    m = {"general.architecture": arch, "general.name": "fixture",
+         f"{arch}.block_count": config["num_hidden_layers"],
+         f"{arch}.context_length": config["max_position_embeddings"],
+         f"{arch}.embedding_length": config["hidden_size"],
+         f"{arch}.feed_forward_length": config["intermediate_size"],
+         f"{arch}.attention.head_count": heads,
+         f"{arch}.attention.head_count_kv": config.get("num_key_value_heads", heads),
+         f"{arch}.rope.freq_base": float(config.get("rope_theta", 10000.0)),
+         f"{arch}.attention.layer_norm_rms_epsilon": float(config.get("rms_norm_eps", 1e-6))}
+    if "head_dim" in config:
+        m[f"{arch}.attention.key_length"] = head_dim
+        m[f"{arch}.attention.value_length"] = head_dim
+    if arch == "llama":
+        m["llama.vocab_size"] = config["vocab_size"]
+        m["llama.rope.dimension_count"] = head_dim
+    scaling = config.get("rope_scaling") or {}
+    if scaling.get("rope_type", scaling.get("type")) == "linear":
+        m[f"{arch}.rope.scaling.type"] = "linear"
+        m[f"{arch}.rope.scaling.factor"] = float(scaling["factor"])
+    if arch == "gemma3":
+        m["gemma3.rope.freq_base_swa"] = float(config.get("rope_local_base_freq", 10000.0))
+        if config.get("sliding_window_pattern", 6) != 1:
+            m["gemma3.attention.sliding_window"] = config.get("sliding_window", 4096)
+        if config.get("final_logit_softcapping"):
+            m["gemma3.final_logit_softcapping"] = float(config["final_logit_softcapping"])
+    for key, name in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id"),
+                      ("pad_token_id", "padding_token_id")):
+        value = config.get(key)
+        if isinstance(value, list):
+            value = value[0]
+        if isinstance(value, int):
+            m[f"tokenizer.ggml.{name}"] = value
+    return arch, head_dim, m
+
+
+def convert(hf_dir, out, kind, dequantized_dir=None):
+    config = json.loads((Path(hf_dir) / "config.json").read_text())
+    weights = read_safetensors(Path(hf_dir) / "model.safetensors")
+    arch, head_dim, metadata = metadata_for(config)
+    gemma = arch == "gemma3"
+    tied = config.get("tie_word_embeddings", gemma)
+    tensors, widened = [], {}
+    for hf, values in weights.items():
+        if hf == "lm_head.weight" and tied:
+            continue
+        w = values.astype(np.float32)
+        if gemma and hf.endswith("norm.weight"):
+            w = w + np.float32(1)
+        if arch == "llama" and hf.endswith(("q_proj.weight", "k_proj.weight")):
+            heads = config["num_attention_heads"] if "q_proj" in hf else \
+                config.get("num_key_value_heads", config["num_attention_heads"])
+            w = permute(w, heads)
+        if w.ndim == 1:  # norms and biases stay F32, as the converter keeps them
+            tensors.append((gguf_name(hf, gemma), 0, w.shape, w.tobytes()))
+            widened[hf] = values.astype(np.float32)
+            continue
+        raw, back = encode(kind, w)
+        tensors.append((gguf_name(hf, gemma), TYPES[kind][0], w.shape, raw))
+        if arch == "llama" and hf.endswith(("q_proj.weight", "k_proj.weight")):
+            heads = config["num_attention_heads"] if "q_proj" in hf else \
+                config.get("num_key_value_heads", config["num_attention_heads"])
+            inverse = np.argsort(permute(np.arange(w.shape[0]), heads))
+            back = back[inverse]
+        widened[hf] = back
+    scaling = config.get("rope_scaling") or {}
+    if scaling.get("rope_type", scaling.get("type")) == "llama3":
+        factors = rope_factors(config, head_dim)
+        tensors.append(("rope_freqs.weight", 0, factors.shape, factors.tobytes()))
+    write_container(out, metadata, tensors)
+    if dequantized_dir:
+        folder = Path(dequantized_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text(json.dumps(config))
+        header, body, at = {}, bytearray(), 0
+        for name, values in widened.items():
+            raw = np.ascontiguousarray(values, np.float32).tobytes()
+            header[name] = {"dtype": "F32", "shape": list(values.shape),
+                            "data_offsets": [at, at + len(raw)]}
+            body += raw
+            at += len(raw)
+        text = json.dumps(header).encode()
+        text += b" " * (-len(text) % 8)
+        (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(text)) + text + body)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("hf_dir")
+    parser.add_argument("out")
+    parser.add_argument("--type", required=True, choices=sorted(TYPES))
+    parser.add_argument("--dequantized")
+    args = parser.parse_args()
+    convert(args.hf_dir, args.out, args.type, args.dequantized)
