@@ -222,7 +222,8 @@ GgufTensorInfo ReadTensorInfo(Cursor& cursor, const std::string& source, size_t 
   uint64_t elements = 1;
   for (uint32_t d = 0; d < num_dims; ++d) {
     const auto dim = cursor.Read<uint64_t>("a tensor's dimensions");
-    INFER_CHECK(dim >= 1 && dim <= (uint64_t{1} << 40) && elements <= (uint64_t{1} << 62) / dim,
+    // At most 2^52 elements: their bytes (under 2^9 per element) then fit in 63 bits.
+    INFER_CHECK(dim >= 1 && dim <= (uint64_t{1} << 40) && elements <= (uint64_t{1} << 52) / dim,
                 "{} has dimension {} = {}, out of range", where, d, dim);
     elements *= dim;
     tensor.dims.push_back(static_cast<int64_t>(dim));

@@ -249,6 +249,8 @@ TEST(Gguf, HostileFilesAreClearErrors) {
   expect_error(one_tensor({4, 0}, 0, 0, 64), "dimension 1 = 0");
   expect_error(one_tensor({uint64_t{1} << 41}, 0, 0, 64), "dimension 0");
   expect_error(one_tensor({1ULL << 32, 1ULL << 32}, 0, 0, 64), "dimension 1");
+  // 2^62 f32 values: their byte count would wrap to 0 in 64 bits.
+  expect_error(one_tensor({1ULL << 40, 1ULL << 22}, 0, 0, 64), "dimension 1");
   expect_error(one_tensor({4, 2}, 0, 0, 64, ""), "empty name");
   {
     Image image = Header(1, 0);
