@@ -63,4 +63,15 @@ class ThreadPool {
   std::condition_variable done_cv_;
 };
 
+// pool->ParallelFor(n, grain, fn), or fn(0, n) on this thread when `pool` is null (one-off
+// work at load that may run with or without a pool); nothing when n is 0.
+inline void ParallelForOn(ThreadPool* pool, int64_t n, int64_t grain,
+                          const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool != nullptr) {
+    pool->ParallelFor(n, grain, fn);
+  } else if (n > 0) {
+    fn(0, n);
+  }
+}
+
 }  // namespace infer

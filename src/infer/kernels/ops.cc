@@ -217,11 +217,7 @@ PackedMatrix PackedMatrix::Pack(const Tensor& w, ThreadPool* pool, TensorArena* 
       PackRows(w, packed, packed.storage_.data<uint32_t>(), row_begin, row_end);
     }
   };
-  if (pool != nullptr) {
-    pool->ParallelFor(packed.num_panels(), 4, pack);
-  } else {
-    pack(0, packed.num_panels());
-  }
+  ParallelForOn(pool, packed.num_panels(), 4, pack);
   return packed;
 }
 

@@ -450,11 +450,7 @@ PackedMatrix PackedMatrix::Quantize(const Tensor& w, Quantization quantization, 
         break;
     }
   };
-  if (pool != nullptr) {
-    pool->ParallelFor(packed.num_panels(), 1, run);
-  } else {
-    run(0, packed.num_panels());
-  }
+  ParallelForOn(pool, packed.num_panels(), 1, run);
   return packed;
 }
 
@@ -543,11 +539,7 @@ PackedMatrix PackedMatrix::FromQuantizedRows(
       StoreQuantizedRows<Quantization::kInt4K>(packed, data, row_begin, row_end, fill);
     }
   };
-  if (pool != nullptr) {
-    pool->ParallelFor(packed.num_panels(), 1, run);
-  } else {
-    run(0, packed.num_panels());
-  }
+  ParallelForOn(pool, packed.num_panels(), 1, run);
   return packed;
 }
 

@@ -260,20 +260,13 @@ kernels::PackedMatrix GgufMatrix(const GgufFile& file, const GgufTensorInfo& ten
   const int64_t cols = tensor.dims[0];
   const bool permuted = ArchOf(file) == Arch::kLlama &&
                         (hf_name.ends_with("q_proj.weight") || hf_name.ends_with("k_proj.weight"));
-  const std::function<int64_t(int64_t)> source_row = [&](int64_t row) {
+  const auto source_row = [&](int64_t row) {
     return permuted ? PermutedRow(row, config.head_dim) : row;
   };
   const std::span<const std::byte> data = file.Data(tensor);
   const auto row_bytes = static_cast<size_t>(tensor.bytes / static_cast<uint64_t>(rows));
   const auto row_of = [&](int64_t row) {
     return data.subspan(static_cast<size_t>(source_row(row)) * row_bytes, row_bytes);
-  };
-  const auto run = [&](int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-    if (pool != nullptr) {
-      pool->ParallelFor(n, 64, fn);
-    } else {
-      fn(0, n);
-    }
   };
   const std::string type = GgmlTypeName(tensor.type);
   const bool float_type = tensor.type == static_cast<uint32_t>(GgmlType::kF32) ||
@@ -302,7 +295,7 @@ kernels::PackedMatrix GgufMatrix(const GgufFile& file, const GgufTensorInfo& ten
   if (!float_type) {
     // Q5_K, Q6_K: no infer layout holds their values, f32 does (gguf-py's arithmetic).
     Tensor widened = Tensor::Empty(DType::kF32, {rows, cols}, /*huge_pages=*/true);
-    run(rows, [&](int64_t begin, int64_t end) {
+    ParallelForOn(pool, rows, 64, [&](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row) {
         DequantizeGgmlRow(tensor.type, row_of(row),
                           std::span(widened.data<float>() + row * cols, static_cast<size_t>(cols)));
@@ -313,7 +306,7 @@ kernels::PackedMatrix GgufMatrix(const GgufFile& file, const GgufTensorInfo& ten
   Tensor values = file.View(tensor);
   if (permuted) {
     Tensor reordered = Tensor::Empty(values.dtype(), values.shape(), /*huge_pages=*/true);
-    run(rows, [&](int64_t begin, int64_t end) {
+    ParallelForOn(pool, rows, 64, [&](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row) {
         const std::span<const std::byte> from = row_of(row);
         std::memcpy(static_cast<std::byte*>(reordered.raw()) + row * row_bytes, from.data(),

@@ -103,15 +103,6 @@ uint64_t Fnv1a(const std::string& text) {
   return hash;
 }
 
-void RunParallel(ThreadPool* pool, int64_t n, int64_t grain,
-                 const std::function<void(int64_t, int64_t)>& fn) {
-  if (pool != nullptr) {
-    pool->ParallelFor(n, grain, fn);
-  } else if (n > 0) {
-    fn(0, n);
-  }
-}
-
 // Fills `tensor` with uniform values of standard deviation `stddev`: element i depends only
 // on (seed, tensor name, i), so the result is the same for any thread count.
 void FillUniform(Tensor& tensor, const std::string& name, uint64_t seed, double stddev,
@@ -126,7 +117,7 @@ void FillUniform(Tensor& tensor, const std::string& name, uint64_t seed, double 
   };
   // The usual dtypes are written directly (a real-size model's billions of elements: the
   // per-element dtype switch was half of a dummy load).
-  RunParallel(pool, count, 1 << 16, [&](int64_t begin, int64_t end) {
+  ParallelForOn(pool, count, 1 << 16, [&](int64_t begin, int64_t end) {
     if (tensor.dtype() == DType::kBF16) {
       uint16_t* out = tensor.data<uint16_t>();
       for (int64_t i = begin; i < end; ++i) out[i] = F32ToBf16(value(i));
@@ -283,11 +274,11 @@ void PlaceVectors(std::vector<WeightSlot>& slots, const std::vector<Tensor>& vie
     if (slots[i].tensor == nullptr) continue;
     auto* destination = static_cast<std::byte*>(slots[i].tensor->raw());
     const auto* source = static_cast<const std::byte*>(views[i].raw());
-    RunParallel(options.pool, static_cast<int64_t>(views[i].size_bytes()), 1 << 20,
-                [&](int64_t begin, int64_t end) {
-                  std::memcpy(destination + begin, source + begin,
-                              static_cast<size_t>(end - begin));
-                });
+    ParallelForOn(options.pool, static_cast<int64_t>(views[i].size_bytes()), 1 << 20,
+                  [&](int64_t begin, int64_t end) {
+                    std::memcpy(destination + begin, source + begin,
+                                static_cast<size_t>(end - begin));
+                  });
   }
 }
 
