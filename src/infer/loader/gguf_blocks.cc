@@ -135,8 +135,8 @@ void DequantizeGgmlRow(uint32_t type, std::span<const std::byte> row, std::span<
           const uint8_t low_byte = ql[64 * h + 32 * (g % 2) + l];
           const int low = g < 2 ? low_byte & 15 : low_byte >> 4;
           const int high = (qh[32 * h + l] >> (2 * g)) & 3;
-          y[e] =
-              d * static_cast<float>(scales[e / 16]) * static_cast<float>((low | high << 4) - 32);
+          const int sub = e / 16;  // each 16 values have their own scale
+          y[e] = d * static_cast<float>(scales[sub]) * static_cast<float>((low | high << 4) - 32);
         }
       });
     default:
