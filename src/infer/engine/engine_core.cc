@@ -118,6 +118,9 @@ EngineMetrics EngineCore::metrics() const {
   snapshot.prefix_cache_queries = stats.prompt_tokens;
   snapshot.prefix_cache_hits = stats.cached_prompt_tokens;
   snapshot.num_preemptions = stats.preemptions;
+  snapshot.spec_decode_num_drafts = stats.spec_decode_drafts;
+  snapshot.spec_decode_num_draft_tokens = stats.spec_decode_draft_tokens;
+  snapshot.spec_decode_num_accepted_tokens = stats.spec_decode_accepted_tokens;
   return snapshot;
 }
 
@@ -255,36 +258,14 @@ std::optional<SchedulerOutput> EngineCore::Schedule(const StepCallbacks& callbac
   return step;
 }
 
-bool EngineCore::Execute(const SchedulerOutput& step, Ready& ready) {
+std::optional<std::vector<SampledTokens>> EngineCore::Execute(const SchedulerOutput& step,
+                                                              Ready& ready) {
   const double start = NowS();
   for (const ScheduledRequest& s : step.scheduled) {
     if (s.request->first_scheduled_s < 0) s.request->first_scheduled_s = start;
   }
   try {
-    std::vector<std::vector<StepOutput>> outputs =
-        pipeline_.Process(step, runner_.Run(step), runner_.vocab_size());
-    const double now = NowS();
-    if (const TokenPipeline::DraftCounts& drafts = pipeline_.last_draft_counts();
-        drafts.drafts > 0) {
-      std::lock_guard lock(metrics_mutex_);
-      metrics_.spec_decode_num_drafts += drafts.drafts;
-      metrics_.spec_decode_num_draft_tokens += drafts.draft_tokens;
-      metrics_.spec_decode_num_accepted_tokens += drafts.accepted_tokens;
-    }
-    size_t k = 0;
-    for (const ScheduledRequest& s : step.scheduled) {
-      if (s.num_new == 0 || !s.wants_logits) continue;
-      // The sampled token's output, then those of the tokens jump-forward added.
-      for (StepOutput& output : outputs.at(k++)) {
-        output.time_s = now;
-        if (output.token_id) {
-          s.request->token_times_s.push_back(now);
-          ObserveToken(*s.request);
-        }
-        ready.emplace_back(s.request, std::move(output));
-      }
-    }
-    return true;
+    return pipeline_.Process(step, runner_.Run(step), runner_.vocab_size());
   } catch (const std::exception& e) {
     spdlog::warn("engine step failed: {}", e.what());
     for (const ScheduledRequest& s : step.scheduled) {
@@ -294,16 +275,33 @@ bool EngineCore::Execute(const SchedulerOutput& step, Ready& ready) {
       request.error = e.what();
       ready.emplace_back(s.request, ErrorOutput(request, e.what()));
     }
-    return false;
+    return std::nullopt;
   }
 }
 
-void EngineCore::Update(const SchedulerOutput& step, bool ran, const StepCallbacks& callbacks) {
+void EngineCore::Update(const SchedulerOutput& step,
+                        const std::optional<std::vector<SampledTokens>>& sampled, Ready& ready,
+                        const StepCallbacks& callbacks) {
+  std::vector<std::vector<StepOutput>> outputs;
   {
     std::lock_guard lock(mutex_);
-    scheduler_->Update(step, ran);
+    outputs = scheduler_->Update(
+        step, sampled ? std::span<const SampledTokens>(*sampled) : std::span<const SampledTokens>(),
+        sampled.has_value());
   }
   const double end = NowS();
+  for (size_t i = 0; i < step.scheduled.size(); ++i) {
+    const std::shared_ptr<Request>& request = step.scheduled[i].request;
+    // The drawn tokens' outputs, with those of the tokens jump-forward added.
+    for (StepOutput& output : outputs[i]) {
+      output.time_s = end;
+      if (output.token_id) {
+        request->token_times_s.push_back(end);
+        ObserveToken(*request);
+      }
+      ready.emplace_back(request, std::move(output));
+    }
+  }
   for (const ScheduledRequest& s : step.scheduled) {
     if (!s.request->done()) continue;
     ObserveEnd(*s.request, end);
@@ -318,8 +316,8 @@ bool EngineCore::RunStep(const StepCallbacks& callbacks) {
   // A failed request moved the queue: the caller schedules again at once.
   if (step->scheduled.empty()) return !step->failed.empty();
   Ready ready;
-  const bool ran = Execute(*step, ready);
-  Update(*step, ran, callbacks);
+  const std::optional<std::vector<SampledTokens>> sampled = Execute(*step, ready);
+  Update(*step, sampled, ready, callbacks);
   for (auto& [request, output] : ready) Deliver(*request, std::move(output), callbacks);
   return true;
 }

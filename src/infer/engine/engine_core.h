@@ -73,21 +73,24 @@ class EngineCore {
 
  private:
   // The step's parts. Cancels queued by Cancel(); the step's work (nullopt when scheduling
-  // failed and every request was failed); the forward and the token pipeline (false when they
-  // threw: the scheduled requests are failed), whose outputs are delivered after the update;
-  // the scheduler's update and the requests that ended.
+  // failed and every request was failed); the forward and the token pipeline: what was drawn
+  // for each scheduled request, or nullopt when they threw (the scheduled requests are failed,
+  // their error outputs into `ready`); the scheduler's update (tokens appended, stops, blocks
+  // freed), whose outputs go into `ready`, stamped, and the requests that ended. `ready` is
+  // delivered after the update.
   void ApplyCancels(const StepCallbacks& callbacks);
   std::optional<SchedulerOutput> Schedule(const StepCallbacks& callbacks);
   using Ready = std::vector<std::pair<std::shared_ptr<Request>, StepOutput>>;
-  bool Execute(const SchedulerOutput& step, Ready& ready);
-  void Update(const SchedulerOutput& step, bool ran, const StepCallbacks& callbacks);
+  std::optional<std::vector<SampledTokens>> Execute(const SchedulerOutput& step, Ready& ready);
+  void Update(const SchedulerOutput& step, const std::optional<std::vector<SampledTokens>>& sampled,
+              Ready& ready, const StepCallbacks& callbacks);
   // A request that ended outside a forward (cancelled, failed while scheduling): its error
   // output, metrics and GenerationOutput.
   void EndWithError(const std::shared_ptr<Request>& request, const std::string& why,
                     const StepCallbacks& callbacks, bool observe);
   GenerationOutput MakeOutput(const Request& request) const;
   static void Deliver(const Request& request, StepOutput output, const StepCallbacks& callbacks);
-  // Metrics: a token just drawn for `request`, and a request that ended at engine time `now`.
+  // Metrics: a token just appended to `request`, and a request that ended at engine time `now`.
   void ObserveToken(const Request& request);
   void ObserveEnd(const Request& request, double now);
   static StepOutput ErrorOutput(const Request& request, const std::string& message);

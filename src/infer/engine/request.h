@@ -76,10 +76,8 @@ struct Request {
   int64_t num_preemptions = 0;
   // Speculative decoding: tokens proposed to follow token_ids, not generated (never output, never
   // registered in the prefix cache); the step that computes them keeps the ones the model's own
-  // draws confirm. num_rejected_tokens: of the tokens the step just ran, the rejected draft's,
-  // whose KV the scheduler does not count as computed.
+  // draws confirm (Scheduler::Update).
   std::vector<int32_t> draft_token_ids;
-  int64_t num_rejected_tokens = 0;
 
   std::string prompt_text;            // the prompt as given, when it was text
   double first_scheduled_s = -1.0;    // engine clock of its first step

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "infer/core/error.h"
+#include "infer/engine/stop_checker.h"
 
 namespace infer {
 
@@ -218,12 +219,85 @@ SchedulerOutput Scheduler::Schedule(double now_s) {
   return output;
 }
 
-void Scheduler::Update(const SchedulerOutput& output, bool ran) {
+namespace {
+
+StepOutput NewOutput(const Request& request) {
+  StepOutput output;
+  output.request_id = request.request_id;
+  output.prompt_tokens = request.num_prompt_tokens();
+  output.cached_tokens = request.num_cached_prompt_tokens;
+  return output;
+}
+
+// Appends `token` to the request and ends it where the stop checker says.
+StepOutput AppendToken(Request& request, const SampledToken& token) {
+  request.token_ids.push_back(token.id);
+  request.generated_token_ids.push_back(token.id);
+  request.state = RequestState::kDecode;
+  const std::optional<FinishReason> reason = CheckStop(request, token);
+  StepOutput output = NewOutput(request);
+  output.token_id = token.id;
+  output.text_delta = request.text.TakeStable();
+  output.completion_tokens = request.num_generated_tokens();
+  output.logprobs = token.logprobs;
+  if (reason) {
+    request.state = RequestState::kFinished;
+    request.finish_reason = reason;
+    output.finished = true;
+    output.finish_reason = reason;
+    if (request.text.stopped()) output.stop_string = request.text.stop_string();
+  }
+  return output;
+}
+
+}  // namespace
+
+int64_t Scheduler::AppendSampled(Request& request, const SampledTokens& sampled,
+                                 std::vector<StepOutput>& outputs) {
+  const int64_t drafted = request.num_draft_tokens();
+  request.draft_token_ids.clear();
+  int64_t appended = 0;
+  for (const SampledToken& token : sampled.tokens) {
+    outputs.push_back(AppendToken(request, token));
+    ++appended;
+    if (request.done()) break;  // what the pipeline drew after the end is dropped
+  }
+  // A draft token counts as confirmed only where it was appended.
+  const int64_t accepted = std::min(sampled.num_accepted_draft, appended);
+  if (drafted > 0) {
+    ++stats_.spec_decode_drafts;
+    stats_.spec_decode_draft_tokens += drafted;
+    stats_.spec_decode_accepted_tokens += accepted;
+  }
+  if (!request.done()) {
+    if (sampled.error) {
+      request.state = RequestState::kFailed;
+      request.error = sampled.error;
+      StepOutput& output = outputs.emplace_back(NewOutput(request));
+      output.finished = true;
+      output.error = sampled.error;
+      output.completion_tokens = request.num_generated_tokens();
+    } else {
+      request.draft_token_ids = sampled.next_draft;
+    }
+  }
+  return drafted - accepted;
+}
+
+std::vector<std::vector<StepOutput>> Scheduler::Update(const SchedulerOutput& output,
+                                                       std::span<const SampledTokens> sampled,
+                                                       bool ran) {
+  std::vector<std::vector<StepOutput>> outputs(output.scheduled.size());
   if (ran) {
-    for (const ScheduledRequest& s : output.scheduled) {
+    INFER_CHECK(sampled.size() == output.scheduled.size(),
+                "scheduler: {} sampled entries for {} scheduled requests", sampled.size(),
+                output.scheduled.size());
+    for (size_t i = 0; i < output.scheduled.size(); ++i) {
+      const ScheduledRequest& s = output.scheduled[i];
       Request& request = *s.request;
       // A rejected draft's KV was computed but belongs to no token of the request.
-      request.num_computed_tokens += s.num_new - std::exchange(request.num_rejected_tokens, 0);
+      const int64_t rejected = s.samples() ? AppendSampled(request, sampled[i], outputs[i]) : 0;
+      request.num_computed_tokens += s.num_new - rejected;
       stats_.computed_tokens += s.num_new;
       if (!request.done()) {
         blocks_.MarkComputed(request.block_table, request.token_ids, request.num_computed_tokens);
@@ -242,6 +316,7 @@ void Scheduler::Update(const SchedulerOutput& output, bool ran) {
     blocks_.Free((*it)->block_table);
     it = running_.erase(it);
   }
+  return outputs;
 }
 
 std::shared_ptr<Request> Scheduler::Abort(std::string_view request_id) {

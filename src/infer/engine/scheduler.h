@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "infer/engine/batching_policy.h"
 #include "infer/engine/engine_config.h"
 #include "infer/engine/request.h"
+#include "infer/engine/sampled_tokens.h"
 
 namespace infer {
 
@@ -31,6 +33,7 @@ struct ScheduledRequest {
   std::shared_ptr<Request> request;
   int64_t num_new = 0;        // tokens whose KV this step computes
   bool wants_logits = false;  // the step reaches its last token: sample after it
+  bool samples() const { return num_new > 0 && wants_logits; }
 };
 
 struct SchedulerOutput {
@@ -47,6 +50,11 @@ struct SchedulerStats {
   int64_t cached_prompt_tokens = 0;  // of those, served by the prefix cache
   int64_t computed_tokens = 0;       // tokens every step computed, in total
   int64_t preemptions = 0;
+  // Speculative decoding (vLLM's spec_decode counters): requests that had a draft checked, its
+  // tokens, and those the draws confirmed.
+  int64_t spec_decode_drafts = 0;
+  int64_t spec_decode_draft_tokens = 0;
+  int64_t spec_decode_accepted_tokens = 0;
 };
 
 class Scheduler {
@@ -62,9 +70,15 @@ class Scheduler {
 
   // The work of the step at time `now_s` (empty: nothing to run now).
   SchedulerOutput Schedule(double now_s);
-  // After the step ran: the scheduled requests' tokens are computed (when `ran`), and requests
-  // that are done (finished or failed) leave and free their blocks.
-  void Update(const SchedulerOutput& output, bool ran);
+  // After the step: when it `ran`, each scheduled request's new KV is computed and the tokens the
+  // token pipeline drew for it (`sampled`: one per scheduled request, in order) are appended,
+  // each checked for a stop (stop_checker.h), the rest dropped once it ends; the rejected part of
+  // its draft is not counted as computed, and it takes its next draft. Then requests that are
+  // done (finished or failed) leave and free their blocks. Returns each scheduled request's
+  // StepOutputs, in order (time_s unset): one per appended token, then an error output if the
+  // pipeline failed it.
+  std::vector<std::vector<StepOutput>> Update(const SchedulerOutput& output,
+                                              std::span<const SampledTokens> sampled, bool ran);
 
   // Cancels a request: a waiting one leaves the queue, a running one is failed and frees its
   // blocks. Returns it, or null if unknown or already done.
@@ -120,6 +134,10 @@ class Scheduler {
   // A request whose block allocation threw: failed, blocks freed, out of running_ and waiting_,
   // reported in the step's SchedulerOutput::failed.
   void FailRequest(std::shared_ptr<Request> request, const std::string& why);
+  // Appends what the pipeline drew for `request`, into `outputs`; returns how many of the draft
+  // tokens the step computed were rejected.
+  int64_t AppendSampled(Request& request, const SampledTokens& sampled,
+                        std::vector<StepOutput>& outputs);
   // Takes blocks for a waiting request and moves it to running; false if they are not free.
   bool Admit(const std::shared_ptr<Request>& request, int64_t budget, SchedulerOutput& output);
 

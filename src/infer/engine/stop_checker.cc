@@ -2,14 +2,14 @@
 
 namespace infer {
 
-std::optional<FinishReason> CheckStop(Request& request, int32_t token, bool is_eos) {
+std::optional<FinishReason> CheckStop(Request& request, const SampledToken& token) {
   const SamplingParams& params = request.sampling_params;
   std::optional<FinishReason> reason;
-  if (is_eos && !params.ignore_eos) {
+  if (token.is_eos && !params.ignore_eos) {
     reason = FinishReason::kEos;
-  } else if (request.text.Add(token)) {
+  } else if (request.text.Add(token.id)) {
     reason = FinishReason::kStop;
-  } else if (request.constraint && request.constraint->Finished()) {
+  } else if (token.completes_grammar) {
     reason = FinishReason::kStop;
   } else if (request.num_generated_tokens() >= params.max_new_tokens) {
     reason = FinishReason::kLength;

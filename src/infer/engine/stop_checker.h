@@ -7,13 +7,15 @@
 
 #include "infer/engine/output.h"
 #include "infer/engine/request.h"
+#include "infer/engine/sampled_tokens.h"
 
 namespace infer {
 
-// In this order: EOS (unless ignore_eos); a stop string the token completes in the output text;
-// a grammar that allows only the end (the step spends no draw on EOS); max_tokens. The token
-// goes into request.text here (not after an EOS that ends the request), and an ending request's
-// text is finished: a stop string found in the text it held back makes a max_tokens end a stop.
-std::optional<FinishReason> CheckStop(Request& request, int32_t token, bool is_eos);
+// `token` was just appended to `request`. In this order: EOS (unless ignore_eos); a stop string
+// the token completes in the output text; a grammar that allows only the end after it (the step
+// spends no draw on EOS); max_tokens. The token goes into request.text here (not after an EOS
+// that ends the request), and an ending request's text is finished: a stop string found in the
+// text it held back makes a max_tokens end a stop.
+std::optional<FinishReason> CheckStop(Request& request, const SampledToken& token);
 
 }  // namespace infer

@@ -56,20 +56,15 @@ std::vector<std::string> Describe(const SchedulerOutput& output) {
   return parts;
 }
 
-// Plays the runner: each request that reached its last token gets token 7 and finishes at
-// max_new_tokens; then the scheduler is updated.
+// Plays the runner and the token pipeline: each request that reached its last token draws token
+// 7 (it finishes at max_new_tokens); then the scheduler is updated.
 SchedulerOutput Step(Scheduler& scheduler, double now = 0.0) {
   SchedulerOutput output = scheduler.Schedule(now);
-  for (const ScheduledRequest& s : output.scheduled) {
-    if (!s.wants_logits || s.num_new == 0) continue;
-    Request& request = *s.request;
-    request.token_ids.push_back(7);
-    request.generated_token_ids.push_back(7);
-    request.state = request.num_generated_tokens() >= request.sampling_params.max_new_tokens
-                        ? RequestState::kFinished
-                        : RequestState::kDecode;
+  std::vector<SampledTokens> sampled(output.scheduled.size());
+  for (size_t i = 0; i < output.scheduled.size(); ++i) {
+    if (output.scheduled[i].samples()) sampled[i].tokens.push_back({.id = 7});
   }
-  scheduler.Update(output, /*ran=*/true);
+  scheduler.Update(output, sampled, /*ran=*/true);
   return output;
 }
 
@@ -377,7 +372,7 @@ TEST(SchedulerTest, AnAllocationThatThrowsFailsOnlyItsRequest) {
 namespace infer {
 namespace {
 
-// A speculative draft (tokens the runner appended after the last drawn one): scheduled with it
+// A speculative draft (tokens proposed to follow the last drawn one): scheduled with it
 // while the budget allows, cut to the budget, dropped first when blocks run out and on
 // preemption; its blocks are not registered in the prefix cache until confirmed, and the
 // rejected part's KV is not counted as computed.
@@ -401,17 +396,17 @@ TEST(SchedulerTest, SpeculativeDraftsAreOptionalAndNeverCachedUnconfirmed) {
     EXPECT_TRUE(output.scheduled.front().wants_logits);
     EXPECT_EQ(a->block_table.blocks.size(), 3U);
     EXPECT_EQ(scheduler.block_manager().num_cached_blocks(), 1);  // the draft's block is not
-    // The runner kept 5 draft tokens, drew one more, and refused 15.
-    a->DropDraft();
-    for (int32_t t = 0; t < 6; ++t) {
-      a->token_ids.push_back(100 + t);
-      a->generated_token_ids.push_back(100 + t);
-    }
-    a->num_rejected_tokens = 15;
-    scheduler.Update(output, /*ran=*/true);
+    // The draws kept 5 draft tokens, drew one more, and refused 15.
+    SampledTokens sampled;
+    for (int32_t t = 0; t < 6; ++t) sampled.tokens.push_back({.id = 100 + t});
+    sampled.num_accepted_draft = 5;
+    scheduler.Update(output, std::vector<SampledTokens>{sampled}, /*ran=*/true);
     EXPECT_EQ(a->num_computed_tokens, 16 + 1 + 5);
     EXPECT_EQ(a->num_uncomputed(), 1);
-    EXPECT_EQ(a->num_rejected_tokens, 0);
+    EXPECT_EQ(a->num_draft_tokens(), 0);
+    EXPECT_EQ(scheduler.stats().spec_decode_drafts, 1);
+    EXPECT_EQ(scheduler.stats().spec_decode_draft_tokens, 20);
+    EXPECT_EQ(scheduler.stats().spec_decode_accepted_tokens, 5);
     EXPECT_EQ(scheduler.block_manager().num_cached_blocks(), 1);  // 22 computed: one block
   }
   {
@@ -443,6 +438,51 @@ TEST(SchedulerTest, SpeculativeDraftsAreOptionalAndNeverCachedUnconfirmed) {
     EXPECT_EQ(a->num_draft_tokens(), 0);
     EXPECT_EQ(Describe(output), (Strings{"a:1", "b:1"}));
   }
+}
+
+// Update appends what the pipeline drew one token at a time and stops at the end: the tokens
+// drawn past it are dropped (with an error that came after them), a draft token counts as
+// confirmed only where it was appended, and an ended request takes no next draft.
+TEST(SchedulerTest, UpdateAppendsTheDrawnTokensUpToTheEnd) {
+  Scheduler scheduler(Config("continuous", 8, /*budget=*/512), /*num_blocks=*/16);
+  auto a = MakeRequest("a", Tokens(4), /*max_new_tokens=*/40);
+  auto b = MakeRequest("b", Tokens(4, 50), /*max_new_tokens=*/40);
+  ASSERT_TRUE(scheduler.Add(a));
+  ASSERT_TRUE(scheduler.Add(b));
+  Step(scheduler);  // prefill: both drew token 7
+  a->draft_token_ids = {8, 9, 10};
+  b->draft_token_ids = {8, 9};
+  const SchedulerOutput output = scheduler.Schedule(0.0);
+  ASSERT_EQ(Describe(output), (Strings{"a:4", "b:3"}));
+  std::vector<SampledTokens> sampled(2);
+  // a: the draws confirm 8, then draw an EOS, then (the pipeline cannot see every end) more.
+  sampled[0].tokens = {{.id = 8}, {.id = 2, .is_eos = true}, {.id = 10}};
+  sampled[0].num_accepted_draft = 3;
+  sampled[0].next_draft = {11};
+  sampled[0].error = "structured output: after the end";
+  // b: confirms 8, then draws 5 and fails after it.
+  sampled[1].tokens = {{.id = 8}, {.id = 5}};
+  sampled[1].num_accepted_draft = 1;
+  sampled[1].next_draft = {12};
+  sampled[1].error = "structured output: refused";
+  const auto outputs = scheduler.Update(output, sampled, /*ran=*/true);
+  ASSERT_EQ(outputs.size(), 2U);
+  ASSERT_EQ(outputs[0].size(), 2U);
+  EXPECT_EQ(outputs[0][1].finish_reason, FinishReason::kEos);
+  EXPECT_FALSE(outputs[0][1].error.has_value());
+  EXPECT_EQ(a->generated_token_ids, (std::vector<int32_t>{7, 8, 2}));
+  EXPECT_EQ(a->state, RequestState::kFinished);
+  EXPECT_TRUE(a->draft_token_ids.empty());
+  ASSERT_EQ(outputs[1].size(), 3U);  // two tokens, then the error
+  EXPECT_FALSE(outputs[1][2].token_id.has_value());
+  EXPECT_EQ(outputs[1][2].error, "structured output: refused");
+  EXPECT_EQ(outputs[1][2].completion_tokens, 3);
+  EXPECT_EQ(b->state, RequestState::kFailed);
+  EXPECT_TRUE(b->draft_token_ids.empty());
+  EXPECT_EQ(scheduler.stats().spec_decode_drafts, 2);
+  EXPECT_EQ(scheduler.stats().spec_decode_draft_tokens, 5);
+  EXPECT_EQ(scheduler.stats().spec_decode_accepted_tokens, 2 + 1);  // a's 10 was not appended
+  EXPECT_EQ(scheduler.num_running(), 0U);
 }
 
 }  // namespace
