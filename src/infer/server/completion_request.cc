@@ -41,7 +41,7 @@ std::variant<std::string, std::vector<int32_t>> ParsePrompt(const json& value) {
 }
 
 // model and prompt: required.
-void ParseRequired(const json& root, std::string_view served_model, CompletionRequest& request) {
+void ParseRequired(const json& root, std::string_view served_model, ChatRequest& request) {
   const auto model = root.find("model");
   if (model == root.end()) Reject(kBadRequest, "missing required field 'model'");
   if (!model->is_string()) Reject(kBadRequest, "'model' must be a string");
@@ -52,11 +52,11 @@ void ParseRequired(const json& root, std::string_view served_model, CompletionRe
   }
   const auto prompt = root.find("prompt");
   if (prompt == root.end()) Reject(kBadRequest, "missing required field 'prompt'");
-  request.prompt = ParsePrompt(*prompt);
+  request.prompts = {ParsePrompt(*prompt)};
 }
 
 // The optional fields: absent or null keeps the default.
-void ParseOptional(Fields& fields, CompletionRequest& request) {
+void ParseOptional(Fields& fields, ChatRequest& request) {
   SamplingParams& params = request.params;
   if (const json* value = fields.Get("max_tokens")) {
     params.max_new_tokens = fields.Integer(*value, "max_tokens");
@@ -95,7 +95,7 @@ void ParseOptional(Fields& fields, CompletionRequest& request) {
 
 }  // namespace
 
-CompletionRequest ParseCompletionRequest(std::string_view body, std::string_view served_model) {
+ChatRequest ParseCompletionRequest(std::string_view body, std::string_view served_model) {
   const json root = ParseJsonObject(body);
   static const char* const kFields[] = {
       "model",  "prompt", "max_tokens", "temperature", "top_p", "top_k", "repetition_penalty",
@@ -107,7 +107,9 @@ CompletionRequest ParseCompletionRequest(std::string_view body, std::string_view
       Reject(kUnprocessable, fmt::format("unknown field '{}'", key));
     }
   }
-  CompletionRequest request;
+  ChatRequest request;
+  request.endpoint = ChatEndpoint::kCompletions;
+  request.stream = true;
   ParseRequired(root, served_model, request);
   Fields fields(root, /*name_param=*/false);
   ParseOptional(fields, request);
@@ -116,6 +118,7 @@ CompletionRequest ParseCompletionRequest(std::string_view body, std::string_view
   } catch (const Error& e) {
     Reject(kUnprocessable, e.what());
   }
+  request.max_tokens = request.params.max_new_tokens;
   return request;
 }
 

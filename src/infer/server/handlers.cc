@@ -41,29 +41,19 @@ void ApiHandlers::SendRefused(httplib::Response& res, ErrorShape shape) {
 }
 
 void ApiHandlers::SeedCompletions(const httplib::Request& req, httplib::Response& res) {
-  CompletionRequest request;
-  std::vector<int32_t> prompt_ids;
+  ChatRequest request;
+  PreparedPrompts prepared;
   try {
     request = ParseCompletionRequest(req.body, engine_.config().model);
-    try {
-      prompt_ids = engine_.PreparePrompt(
-          std::visit([](const auto& p) { return Prompt(p); }, request.prompt), request.params);
-    } catch (const Error& e) {
-      throw RequestError(kUnprocessable, e.what());
-    }
+    prepared = Prepare(request, kUnprocessable);
   } catch (const RequestError& e) {
-    return SendError(res, e.status(), e.what());
+    return SendError(res, e.status(), e.what());  // the seed's errors name no param
   }
-  const std::string request_id = fmt::format("cmpl-{}", next_id_++);
-  const auto num_prompt_tokens = prompt_ids.size();
-  auto channel =
-      engine_.AddRequest(request_id, std::move(prompt_ids), request.params, request.priority);
-  if (!channel) return SendRefused(res);
-  spdlog::debug("{}: queued, {} prompt tokens, max_tokens {}", request_id, num_prompt_tokens,
-                request.params.max_new_tokens);
-  res.set_header("X-Request-Id", request_id);
-  StreamResponse(res, std::move(channel), std::make_unique<SeedEventEncoder>(), request_id,
-                 {request_id}, {&engine_, &open_streams_, options_.heartbeat_s});
+  const auto queued = Queue(request, prepared, fmt::format("cmpl-{}", next_id_++));
+  if (!queued) return SendRefused(res);
+  // Its events are per token (token id and text), so they are made from the StepOutputs.
+  Answer(res, *queued, std::make_unique<SeedEventEncoder>(), /*stream=*/true, ErrorShape::kOpenAi,
+         {});
 }
 
 namespace {
@@ -106,7 +96,7 @@ ToolCallFormat ApiHandlers::ToolFormat() const {
   return DetectToolCallFormat(chat_template ? chat_template->source() : "");
 }
 
-ApiHandlers::OpenAiPrompts ApiHandlers::PrepareOpenAi(ChatRequest& request) {
+ApiHandlers::PreparedPrompts ApiHandlers::Prepare(ChatRequest& request, int rejected_status) {
   const bool chat = request.endpoint == ChatEndpoint::kChatCompletions;
   if (request.tools) {
     request.tool_format = ToolFormat();
@@ -125,7 +115,7 @@ ApiHandlers::OpenAiPrompts ApiHandlers::PrepareOpenAi(ChatRequest& request) {
       request.params.structured_output = std::move(constraint);
     }
   }
-  OpenAiPrompts prepared;
+  PreparedPrompts prepared;
   for (const Prompt& prompt : Prompts(request)) {
     SamplingParams params = request.params;
     if (request.max_tokens) params.max_new_tokens = *request.max_tokens;
@@ -134,7 +124,7 @@ ApiHandlers::OpenAiPrompts ApiHandlers::PrepareOpenAi(ChatRequest& request) {
       // max_tokens unset: the rest of the context, as vLLM.
       info.ids = engine_.PreparePrompt(prompt, params, /*fill_context=*/!request.max_tokens);
     } catch (const RequestRejected& e) {
-      throw RequestError(kBadRequest, e.what(),
+      throw RequestError(rejected_status, e.what(),
                          e.about_prompt() ? (chat ? "messages" : "prompt") : "");
     }
     // The prompt's text, for echo.
@@ -156,7 +146,7 @@ void ApiHandlers::CancelChoices(const ChatReply& reply) {
 }
 
 std::optional<ApiHandlers::Queued> ApiHandlers::Queue(const ChatRequest& request,
-                                                      const OpenAiPrompts& prepared,
+                                                      const PreparedPrompts& prepared,
                                                       std::string id) {
   Queued queued{std::move(id), std::make_shared<OutputChannel>(), nullptr};
   queued.reply = std::make_shared<ChatReply>(request, queued.id, prepared.prompts,
@@ -205,13 +195,13 @@ void ApiHandlers::OpenAi(const httplib::Request& req, httplib::Response& res,
                          ChatEndpoint endpoint) {
   const bool chat = endpoint == ChatEndpoint::kChatCompletions;
   ChatRequest request;
-  OpenAiPrompts prepared;
+  PreparedPrompts prepared;
   try {
     const std::string& model = engine_.config().model;
     request = chat ? ParseChatCompletionRequest(req.body, model, options_.default_sampling)
                    : ParseOpenAiCompletionRequest(req.body, model, options_.default_sampling);
     LogIgnored(req, request);
-    prepared = PrepareOpenAi(request);
+    prepared = Prepare(request);
   } catch (const RequestError& e) {
     return SendError(res, e.status(), e.what(), e.param());
   }
@@ -228,12 +218,12 @@ void ApiHandlers::OpenAi(const httplib::Request& req, httplib::Response& res,
 void ApiHandlers::Anthropic(const httplib::Request& req, httplib::Response& res,
                             bool count_tokens) {
   ChatRequest request;
-  OpenAiPrompts prepared;
+  PreparedPrompts prepared;
   try {
     request = ParseAnthropicRequest(req.body, count_tokens, engine_.config().model,
                                     options_.default_sampling);
     LogIgnored(req, request);
-    prepared = PrepareOpenAi(request);
+    prepared = Prepare(request);
   } catch (const RequestError& e) {
     return SendError(res, e.status(), e.what(), {}, ErrorShape::kAnthropic);
   }
@@ -255,13 +245,13 @@ void ApiHandlers::Anthropic(const httplib::Request& req, httplib::Response& res,
 void ApiHandlers::Responses(const httplib::Request& req, httplib::Response& res) {
   ResponsesRequest responses;
   ChatRequest request;
-  OpenAiPrompts prepared;
+  PreparedPrompts prepared;
   try {
     responses = ParseResponsesRequest(req.body, responses_, engine_.config().model,
                                       options_.default_sampling);
     LogIgnored(req, responses.chat);
     request = responses.chat;
-    prepared = PrepareOpenAi(request);
+    prepared = Prepare(request);
   } catch (const RequestError& e) {
     return SendError(res, e.status(), e.what(), e.param());
   }

@@ -1,8 +1,10 @@
 // The routes that run generations: POST /v1/completions in the seed format, OpenAI's
-// POST /v1/chat/completions and /v1/completions, and Anthropic's POST /v1/messages over the chat
-// path; and vLLM's /tokenize and /detokenize. Each parses its body (request_fields.h and the
-// protocol's parser), hands the prompt to the engine, and answers with one JSON object or a
-// stream (stream.h). The transport around them (threads, limits, routes) is http_server.cc's.
+// POST /v1/chat/completions and /v1/completions, Anthropic's POST /v1/messages and OpenAI's
+// POST /v1/responses; and vLLM's /tokenize and /detokenize. Each parses its body once into a
+// ChatRequest (its protocol's parser), serves it through the one path (Prepare: the engine's
+// front door; Queue: the engine), and answers through its protocol's encoder, with one JSON
+// object or a stream (stream.h). The transport around them (threads, limits, routes) is
+// http_server.cc's.
 #pragma once
 
 #include <httplib.h>
@@ -57,8 +59,8 @@ class ApiHandlers {
   void Detokenize(const httplib::Request& req, httplib::Response& res);
 
  private:
-  // An OpenAI request's prompts, tokenized and checked, with each prompt's sampling params.
-  struct OpenAiPrompts {
+  // A request's prompts, tokenized and checked, with each prompt's sampling params.
+  struct PreparedPrompts {
     std::vector<ChatReply::PromptInfo> prompts;
     std::vector<SamplingParams> params;
   };
@@ -70,11 +72,13 @@ class ApiHandlers {
   };
   // The tool-call format the model's chat template teaches.
   ToolCallFormat ToolFormat() const;
-  // Through the engine's front door (Engine::PreparePrompt).
-  OpenAiPrompts PrepareOpenAi(ChatRequest& request);
+  // Through the engine's front door (Engine::PreparePrompt): the tools' grammar, then each
+  // prompt rendered, encoded and checked. A prompt the engine refuses is a RequestError with
+  // `rejected_status` (the seed protocol's 422, every other protocol's 400).
+  PreparedPrompts Prepare(ChatRequest& request, int rejected_status = kBadRequest);
   // Queues every choice of a prepared request as response `id`; nullopt (and none queued) when
   // the engine refuses one.
-  std::optional<Queued> Queue(const ChatRequest& request, const OpenAiPrompts& prepared,
+  std::optional<Queued> Queue(const ChatRequest& request, const PreparedPrompts& prepared,
                               std::string id);
   void CancelChoices(const ChatReply& reply);
   // Streams the queued response through `encoder`, or waits for its end and answers `final()`.

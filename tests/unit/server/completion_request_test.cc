@@ -17,8 +17,8 @@ int StatusOf(const std::string& body) {
 }
 
 TEST(CompletionRequest, DefaultsAndAllFields) {
-  const CompletionRequest plain = ParseCompletionRequest(R"({"model":"m","prompt":"Hi"})", "m");
-  EXPECT_EQ(std::get<std::string>(plain.prompt), "Hi");
+  const ChatRequest plain = ParseCompletionRequest(R"({"model":"m","prompt":"Hi"})", "m");
+  EXPECT_EQ(std::get<std::string>(plain.prompts.at(0)), "Hi");
   EXPECT_EQ(plain.params.max_new_tokens, 128);
   EXPECT_EQ(plain.params.temperature, 1.0);
   EXPECT_EQ(plain.params.top_p, 1.0);
@@ -28,11 +28,11 @@ TEST(CompletionRequest, DefaultsAndAllFields) {
   EXPECT_FALSE(plain.params.seed.has_value());
   EXPECT_TRUE(plain.stream);
 
-  const CompletionRequest full = ParseCompletionRequest(
+  const ChatRequest full = ParseCompletionRequest(
       R"({"model":"m","prompt":[1,2,3],"max_tokens":7,"temperature":0.5,"top_p":0.9,"top_k":40,
           "repetition_penalty":1.2,"stream":false,"stop":["a","bc"],"seed":11})",
       "m");
-  EXPECT_EQ(std::get<std::vector<int32_t>>(full.prompt), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(std::get<std::vector<int32_t>>(full.prompts.at(0)), (std::vector<int32_t>{1, 2, 3}));
   EXPECT_EQ(full.params.max_new_tokens, 7);
   EXPECT_EQ(full.params.temperature, 0.5);
   EXPECT_EQ(full.params.top_p, 0.9);
