@@ -10,9 +10,27 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "infer/core/dtype.h"
 #include "infer/core/error.h"
 #include "infer/loader/safetensors.h"
 #include "infer/loader/weights.h"
+
+namespace {
+
+// A weight matrix packed at load, back in its checkpoint layout: [rows, cols] bf16 (the dummy
+// weights are bf16 values, so the round trip is exact).
+infer::Tensor Unpacked(const infer::kernels::PackedMatrix& matrix) {
+  infer::Tensor out = infer::Tensor::Empty(infer::DType::kBF16, {matrix.rows(), matrix.cols()});
+  auto* values = static_cast<uint16_t*>(out.raw());
+  for (int64_t row = 0; row < matrix.rows(); ++row) {
+    for (int64_t col = 0; col < matrix.cols(); ++col) {
+      values[row * matrix.cols() + col] = infer::F32ToBf16(matrix.At(row, col));
+    }
+  }
+  return out;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   namespace fs = std::filesystem;
@@ -41,7 +59,8 @@ int main(int argc, char** argv) {
     nlohmann::json weight_map = nlohmann::json::object();
     for (size_t i = 0; i < slots.size(); ++i) {
       const size_t shard = i * static_cast<size_t>(shards) / slots.size();
-      files[shard][slots[i].hf_name] = *slots[i].tensor;
+      files[shard][slots[i].hf_name] =
+          slots[i].tensor != nullptr ? *slots[i].tensor : Unpacked(*slots[i].matrix);
       weight_map[slots[i].hf_name] =
           fmt::format("model-{:05d}-of-{:05d}.safetensors", shard + 1, shards);
     }
