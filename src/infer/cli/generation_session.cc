@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "infer/cli/model_tokenizer.h"
 #include "infer/core/error.h"
 #include "infer/engine/decoder_model.h"
 #include "infer/loader/model_path.h"
@@ -138,9 +139,7 @@ GenerationSession::GenerationSession(const ModelArgs& args)
     : pool_(args.threads), loaded_(LoadModelFromArgs(args, &pool_)) {
   model_ = MakeDecoderModel(loaded_, pool_, args.matmul_precision);
   const std::filesystem::path dir = ModelFolder(loaded_.path);
-  if (std::filesystem::is_regular_file(dir / "tokenizer.json")) {
-    tokenizer_ = Tokenizer::FromModelDir(dir);
-  }
+  tokenizer_ = LoadModelTokenizer(loaded_.path);
   eos_token_ids_ = LoadEosTokenIds(dir, tokenizer_.get());
   // A GGUF file names its end-of-generation ids in its metadata (loaded_.generation).
   for (const int64_t id : loaded_.generation.eos_token_ids) {
@@ -153,7 +152,7 @@ GenerationSession::GenerationSession(const ModelArgs& args)
 GenerationSession::~GenerationSession() = default;
 
 const ChatTemplate& GenerationSession::chat_template() {
-  if (!chat_template_) chat_template_ = ChatTemplate::FromModelDir(ModelFolder(loaded_.path));
+  if (!chat_template_) chat_template_ = LoadModelChatTemplate(loaded_.path);
   return *chat_template_;
 }
 

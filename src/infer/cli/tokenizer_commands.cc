@@ -4,11 +4,13 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "infer/cli/model_tokenizer.h"
 #include "infer/core/error.h"
 #include "infer/loader/model_path.h"
 #include "infer/tokenizer/chat_template.h"
@@ -57,8 +59,16 @@ void ForEachJsonLine(
   std::fflush(stdout);
 }
 
+// The model's tokenizer (tokenizer.json, or a GGUF file's metadata); an error when it has none.
+std::unique_ptr<Tokenizer> ModelTokenizer(const std::string& model) {
+  auto tokenizer = LoadModelTokenizer(ResolveModelPath(model));
+  INFER_CHECK(tokenizer != nullptr,
+              "model {} has no tokenizer (no tokenizer.json, no GGUF tokenizer metadata)", model);
+  return tokenizer;
+}
+
 void RunTokenize(const TokenizerArgs& args) {
-  auto tokenizer = Tokenizer::FromModelDir(ModelFolder(ResolveModelPath(args.model)));
+  auto tokenizer = ModelTokenizer(args.model);
   ForEachJsonLine(args.input_jsonl, [&](const nlohmann::ordered_json& input, size_t line) {
     INFER_CHECK(input.contains("text") && input["text"].is_string(),
                 "{} line {}: expected {{\"text\": \"...\"}}", args.input_jsonl, line);
@@ -68,7 +78,7 @@ void RunTokenize(const TokenizerArgs& args) {
 }
 
 void RunDetokenize(const TokenizerArgs& args) {
-  auto tokenizer = Tokenizer::FromModelDir(ModelFolder(ResolveModelPath(args.model)));
+  auto tokenizer = ModelTokenizer(args.model);
   ForEachJsonLine(args.input_jsonl, [&](const nlohmann::ordered_json& input, size_t line) {
     INFER_CHECK(input.contains("ids") && input["ids"].is_array(),
                 "{} line {}: expected {{\"ids\": [...]}}", args.input_jsonl, line);
@@ -84,7 +94,7 @@ void RunDetokenize(const TokenizerArgs& args) {
 }
 
 void RunChatTemplate(const TokenizerArgs& args) {
-  auto chat_template = ChatTemplate::FromModelDir(ModelFolder(ResolveModelPath(args.model)));
+  auto chat_template = LoadModelChatTemplate(ResolveModelPath(args.model));
   ForEachJsonLine(args.input_jsonl, [&](const nlohmann::ordered_json& input, size_t line) {
     INFER_CHECK(input.contains("messages") && input["messages"].is_array(),
                 "{} line {}: expected {{\"messages\": [...], \"options\": {{...}}}}",

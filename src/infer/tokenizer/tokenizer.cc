@@ -9,6 +9,7 @@
 #include "infer/tokenizer/added_vocabulary.h"
 #include "infer/tokenizer/bpe.h"
 #include "infer/tokenizer/decode_chain.h"
+#include "infer/tokenizer/gguf_vocab.h"
 #include "infer/tokenizer/normalizer.h"
 #include "infer/tokenizer/post_processor.h"
 #include "infer/tokenizer/pre_tokenizer.h"
@@ -41,6 +42,13 @@ std::unique_ptr<Tokenizer> Tokenizer::FromModelDir(const std::filesystem::path& 
               "model folder {} has no tokenizer.json (this command needs a tokenizer)",
               dir.string());
   return FromFile(path);
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::FromGguf(const GgufVocab& vocab, const std::string& source) {
+  TokenizerJson data = GgufTokenizerJson(vocab, source);
+  std::unique_ptr<Tokenizer> tokenizer(new Tokenizer());
+  tokenizer->Init(data, source);
+  return tokenizer;
 }
 
 void Tokenizer::Init(TokenizerJson& data, const std::string& source) {

@@ -19,6 +19,7 @@ class TokenDecoder;
 class Normalizer;
 class PostProcessor;
 class PreTokenizer;
+struct GgufVocab;
 struct TokenizerJson;
 
 class Tokenizer {
@@ -29,6 +30,8 @@ class Tokenizer {
                                                  const std::string& source_name);
   // DIR/tokenizer.json, failing with a one-line message when the folder has none.
   static std::unique_ptr<Tokenizer> FromModelDir(const std::filesystem::path& dir);
+  // From a GGUF file's tokenizer.ggml.* metadata (gguf_vocab.h); `source` names the file.
+  static std::unique_ptr<Tokenizer> FromGguf(const GgufVocab& vocab, const std::string& source);
 
   ~Tokenizer();
   Tokenizer(const Tokenizer&) = delete;

@@ -1,11 +1,17 @@
-// `infer tokenize | detokenize | chat-template` (DESIGN.md contracts) against the fixtures, and
-// the one-line error for a model folder without tokenizer files.
+// `infer tokenize | detokenize | chat-template` (DESIGN.md contracts) against the fixtures, from
+// the real tokenizer files and from GGUF files holding them as llama.cpp's converter writes
+// them (tests/gguf/write_gguf.py --vocab-only), and the one-line error for a model folder
+// without tokenizer files.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
+#include "infer/cli/model_tokenizer.h"
+#include "infer/loader/gguf.h"
+#include "infer/tokenizer/gguf_vocab.h"
 #include "testing/paths.h"
 #include "tokenizer_test_util.h"
 
@@ -47,10 +53,51 @@ CommandResult RunInfer(const std::string& arguments,
   return result;
 }
 
-class TokenizerCliTest : public ::testing::TestWithParam<std::string> {};
+// A vocab-only GGUF file of `model`'s real tokenizer files, written as llama.cpp's converter
+// writes the tokenizer.* metadata (tests/gguf/write_gguf.py; Qwen3's padded to its model's
+// 151936 ids, as its checkpoints are).
+std::filesystem::path VocabOnlyGguf(const std::string& model) {
+  const auto path = TempDir() / (model + ".gguf");
+  if (!std::filesystem::exists(path)) {
+    const std::string command = std::string("/usr/bin/python3 ") + ::infer::testing::SourceDir() +
+                                "/tests/gguf/write_gguf.py --vocab-only " +
+                                testing::RealTokenizerDir(model).string() + " " + path.string() +
+                                (model == "qwen3" ? " --vocab-size 151936" : "");
+    EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  }
+  return path;
+}
+
+// The added tokens Hugging Face calls plain and the converter writes as CONTROL (they look
+// special: <|...|>, <unused...>, <mask>, <pad>).
+std::vector<std::string> ConverterControlTokens(const std::string& model) {
+  std::ifstream file(testing::RealTokenizerDir(model) / "tokenizer.json");
+  const auto tokenizer = nlohmann::json::parse(file);
+  std::vector<std::string> tokens;
+  for (const auto& added : tokenizer["added_tokens"]) {
+    const std::string content = added["content"];
+    const bool looks_special = content == "<mask>" || content == "<pad>" ||
+                               (content.starts_with("<|") && content.ends_with("|>")) ||
+                               (content.starts_with("<unused") && content.ends_with(">"));
+    if (!added["special"].get<bool>() && looks_special) tokens.push_back(content);
+  }
+  return tokens;
+}
+
+// The model's tokenizer files (a folder), or the same written into a GGUF file's metadata.
+enum class Source { kFolder, kGguf };
+using ModelSource = std::tuple<std::string, Source>;
+
+std::string ModelArg(const ModelSource& source) {
+  const auto& [model, kind] = source;
+  return "--model " + (kind == Source::kFolder ? testing::RealTokenizerDir(model).string()
+                                               : VocabOnlyGguf(model).string());
+}
+
+class TokenizerCliTest : public ::testing::TestWithParam<ModelSource> {};
 
 TEST_P(TokenizerCliTest, TokenizeAndDetokenizeMatchFixtures) {
-  const std::string model = GetParam();
+  const std::string model = std::get<0>(GetParam());
   if (!testing::RequireRealTokenizer(model)) return;
   const auto cases = testing::ReadJsonLines(testing::TokenizerFixture(model + ".jsonl"));
   std::vector<nlohmann::ordered_json> texts, ids, ids_special;
@@ -59,7 +106,7 @@ TEST_P(TokenizerCliTest, TokenizeAndDetokenizeMatchFixtures) {
     ids.push_back({{"ids", c["ids"]}});
     ids_special.push_back({{"ids", c["ids_with_special"]}});
   }
-  const std::string model_arg = "--model " + testing::RealTokenizerDir(model).string();
+  const std::string model_arg = ModelArg(GetParam());
   const auto plain = RunInfer("tokenize " + model_arg, texts);
   const auto special = RunInfer("tokenize " + model_arg + " --add-special-tokens", texts);
   const auto decoded = RunInfer("detokenize " + model_arg, ids);
@@ -68,16 +115,48 @@ TEST_P(TokenizerCliTest, TokenizeAndDetokenizeMatchFixtures) {
     ASSERT_EQ(result->exit_code, 0) << result->stderr_text;
     ASSERT_EQ(result->lines.size(), cases.size());
   }
+  // A GGUF file keeps one bit for "special": the converter marks as CONTROL the added tokens
+  // Hugging Face calls plain but that look special (<mask>, <unusedN>, <|fim_...|>), so decoding
+  // with skip_special_tokens drops them too.
+  const std::vector<std::string> dropped = std::get<1>(GetParam()) == Source::kGguf
+                                               ? ConverterControlTokens(model)
+                                               : std::vector<std::string>{};
   for (size_t i = 0; i < cases.size(); ++i) {
     EXPECT_EQ(plain.lines[i]["ids"], cases[i]["ids"]) << cases[i]["id"];
     EXPECT_EQ(special.lines[i]["ids"], cases[i]["ids_with_special"]) << cases[i]["id"];
     EXPECT_EQ(decoded.lines[i]["text"], cases[i]["decoded"]) << cases[i]["id"];
-    EXPECT_EQ(skipped.lines[i]["text"], cases[i]["decoded_skip_special"]) << cases[i]["id"];
+    std::string skipped_text = cases[i]["decoded_skip_special"];
+    for (const std::string& token : dropped) {
+      for (size_t at; (at = skipped_text.find(token)) != std::string::npos;) {
+        skipped_text.erase(at, token.size());
+      }
+    }
+    EXPECT_EQ(skipped.lines[i]["text"], skipped_text) << cases[i]["id"];
   }
 }
 
+// The SentencePiece route: the merges a GGUF file's scores give (gguf_vocab.h) are Hugging
+// Face's merges of the same tokenizer, in the same order.
+TEST(GgufTokenizerTest, ScoreMergesAreHuggingFacesMerges) {
+  if (!testing::RequireRealTokenizer("gemma3")) return;
+  const GgufFile file = GgufFile::Open(VocabOnlyGguf("gemma3").string());
+  const TokenizerJson from_gguf = GgufTokenizerJson(cli::ReadGgufVocab(file), "gemma3.gguf");
+  const TokenizerJson real =
+      ReadTokenizerJson((testing::RealTokenizerDir("gemma3") / "tokenizer.json").string());
+  ASSERT_EQ(from_gguf.merges.size(), real.merges.size());
+  size_t differ = 0;
+  for (size_t i = 0; i < real.merges.size(); ++i) {
+    if (from_gguf.merges[i] == real.merges[i]) continue;
+    ++differ;
+    ADD_FAILURE() << "merge " << i << ": " << from_gguf.merges[i].first << " + "
+                  << from_gguf.merges[i].second << " vs Hugging Face's " << real.merges[i].first
+                  << " + " << real.merges[i].second;
+  }
+  EXPECT_EQ(differ, 0U) << "of " << real.merges.size() << " merges";
+}
+
 TEST_P(TokenizerCliTest, ChatTemplateMatchesFixturesAndReportsRaises) {
-  const std::string model = GetParam();
+  const std::string model = std::get<0>(GetParam());
   if (!testing::RequireRealTokenizer(model)) return;
   std::vector<nlohmann::ordered_json> expected;
   for (const char* file : {"chat_", "extra/chat_extra_"})
@@ -86,8 +165,7 @@ TEST_P(TokenizerCliTest, ChatTemplateMatchesFixturesAndReportsRaises) {
   std::vector<nlohmann::ordered_json> input;
   for (const auto& c : expected)
     input.push_back({{"messages", c["messages"]}, {"options", c["options"]}});
-  const auto result =
-      RunInfer("chat-template --model " + testing::RealTokenizerDir(model).string(), input);
+  const auto result = RunInfer("chat-template " + ModelArg(GetParam()), input);
   ASSERT_EQ(result.exit_code, 0) << result.stderr_text;
   ASSERT_EQ(result.lines.size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
@@ -99,7 +177,13 @@ TEST_P(TokenizerCliTest, ChatTemplateMatchesFixturesAndReportsRaises) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, TokenizerCliTest, ::testing::Values("llama3", "qwen3", "gemma3"));
+INSTANTIATE_TEST_SUITE_P(Models, TokenizerCliTest,
+                         ::testing::Combine(::testing::Values("llama3", "qwen3", "gemma3"),
+                                            ::testing::Values(Source::kFolder, Source::kGguf)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) +
+                                  (std::get<1>(info.param) == Source::kGguf ? "_gguf" : "");
+                         });
 
 TEST(TokenizerCliErrorTest, FolderWithoutTokenizerFailsWithOneLine) {
   const auto dir = TempDir() / "no_tokenizer";

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "infer/core/error.h"
+#include "infer/tokenizer/gguf_vocab.h"
 #include "infer/tokenizer/pcre_pattern.h"
 #include "infer/tokenizer/utf8.h"
 #include "testing/paths.h"
@@ -217,6 +218,67 @@ TEST(TokenizerTest, NormalizedAddedTokensMatchAfterNormalization) {
         {{"id", 7}, {"content", "<S>"}, {"special", true}, {"normalized", false}}}}};
   auto tokenizer = Tokenizer::FromJsonText(TinyTokenizerJson(overrides), "tiny");
   EXPECT_EQ(tokenizer->Encode("cABc<S>", false), (std::vector<int32_t>{2, 8, 2, 7}));
+}
+
+}  // namespace
+}  // namespace infer
+
+namespace infer {
+namespace {
+
+// A GGUF file's tokenizer keys are input like any other: whatever they hold, FromGguf gives a
+// tokenizer or throws infer::Error naming the file; it never crashes.
+TEST(GgufVocabTest, BadTokenizerKeysAreErrors) {
+  const auto base = [] {
+    GgufVocab vocab;
+    vocab.model = "gpt2";
+    vocab.pre = "llama-bpe";
+    vocab.tokens = {"a", "b", "ab", "<s>"};
+    vocab.token_types = {1, 1, 1, 3};
+    vocab.merges = {"a b"};
+    vocab.bos_id = 3;
+    return vocab;
+  };
+  auto tokenizer = Tokenizer::FromGguf(base(), "x.gguf");
+  EXPECT_EQ(tokenizer->Encode("abab", true), (std::vector<int32_t>{3, 2, 2}));
+  EXPECT_TRUE(tokenizer->IsSpecial(3));
+  const std::vector<std::pair<std::function<void(GgufVocab&)>, std::string>> cases = {
+      {[](GgufVocab& v) { v.model = "bert"; }, "tokenizer.ggml.model 'bert'"},
+      {[](GgufVocab& v) { v.pre = "smaug-bpe"; }, "tokenizer.ggml.pre 'smaug-bpe'"},
+      {[](GgufVocab& v) { v.tokens.clear(); }, "tokenizer.ggml.tokens is empty"},
+      {[](GgufVocab& v) { v.token_types = {1}; }, "token_type has 1 entries"},
+      {[](GgufVocab& v) { v.bos_id = 99; }, "bos_token_id 99"},
+      {[](GgufVocab& v) { v.eos_id = -1; }, "eos_token_id -1"},
+      {[](GgufVocab& v) { v.tokens[0].assign(1, static_cast<char>(0xff)); }, "not valid UTF-8"},
+      {[](GgufVocab& v) { v.merges = {"ab"}; }, "not two space-separated"},
+      {[](GgufVocab& v) { v.merges = {"x y"}; }, "x.gguf"},
+      {[](GgufVocab& v) { v.tokens[1] = v.tokens[0]; }, "x.gguf"},
+      {[](GgufVocab& v) {
+         v.model = "llama";
+         v.scores = {0.0};
+       },
+       "scores has 1 entries"},
+  };
+  for (const auto& [mutate, expected] : cases) {
+    GgufVocab vocab = base();
+    mutate(vocab);
+    const std::string message = ErrorOf([&] { Tokenizer::FromGguf(vocab, "x.gguf"); });
+    EXPECT_NE(message.find(expected), std::string::npos) << expected << " -> " << message;
+    EXPECT_TRUE(message.starts_with("x.gguf")) << message;
+  }
+  // Token types outside llama.cpp's are read as normal tokens; odd ids in the SentencePiece
+  // route (an unknown id out of range, empty pieces) still give a tokenizer.
+  GgufVocab odd = base();
+  odd.token_types = {1, 99, -5, 3};
+  EXPECT_NO_THROW(Tokenizer::FromGguf(odd, "x.gguf"));
+  GgufVocab pieces;
+  pieces.model = "llama";
+  pieces.tokens = {"", "a", "b", "ab", "<0x41>"};
+  pieces.scores = {0, 0, 0, -1, 0};
+  pieces.token_types = {2, 1, 1, 1, 6};
+  pieces.unknown_id = 77;
+  auto spm = Tokenizer::FromGguf(pieces, "x.gguf");
+  EXPECT_EQ(spm->Encode("ab", false), (std::vector<int32_t>{3}));
 }
 
 }  // namespace
