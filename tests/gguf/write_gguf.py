@@ -9,7 +9,7 @@ dequantization are checked against llama.cpp's gguf-py by check_gguf_writer.py.
 Usage (Debian's python3-numpy):
   write_gguf.py HF_DIR OUT.gguf --type TYPE [--dequantized DIR] [--tokenizer DIR]
   write_gguf.py --vocab-only TOKENIZER_DIR OUT.gguf [--vocab-size N]
-TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q4_K Q5_K Q6_K. --dequantized writes DIR/config.json and
+TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q4_K Q5_K Q6_K. --dequantized writes DIR/config.json and
 DIR/model.safetensors (f32, Hugging Face names and layout) holding what the file's weights
 dequantize to, for a float64 reference of exactly those weights (reference_f64.py).
 --tokenizer DIR adds the tokenizer.* metadata of DIR/tokenizer.json and tokenizer_config.json as
@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reference_f64 import read_safetensors  # noqa: E402
 
 TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q4_1": (3, 32, 20),
+         "Q5_0": (6, 32, 22),
          "Q8_0": (8, 32, 34), "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176),
          "Q6_K": (14, 256, 210), "BF16": (30, 1, 2)}
 
@@ -79,6 +80,19 @@ def quantize_q4_1(x):
     q = np.clip(np.floor((x - m.astype(np.float32)[:, None]) *
                          safe_inverse(d.astype(np.float32))[:, None] + 0.5), 0, 15).astype(np.uint8)
     return np.concatenate([f16_bytes(d), f16_bytes(m), pack_nibbles_32(q)], axis=1)
+
+
+def quantize_q5_0(x):
+    # ggml's: d from the value of largest magnitude, with its sign, over -16; q = x / d + 16.
+    d = (x[np.arange(len(x)), np.abs(x).argmax(axis=1)] / -16).astype(np.float16)
+    d32 = d.astype(np.float32)
+    inverse = np.where(d32 != 0, 1.0 / np.where(d32 != 0, d32, 1), 0).astype(np.float32)
+    q = np.clip(np.floor(x * inverse[:, None] + 16.5), 0, 31).astype(np.uint32)
+    qh = np.zeros(len(x), np.uint32)
+    for j in range(32):
+        qh |= ((q[:, j] >> 4) & 1) << j
+    return np.concatenate([f16_bytes(d), qh.astype("<u4").view(np.uint8).reshape(-1, 4),
+                           pack_nibbles_32((q & 15).astype(np.uint8))], axis=1)
 
 
 def pack_k_scales(sc, mn):
@@ -183,6 +197,13 @@ def dequantize(kind, b):
         if kind == "Q4_0":
             return f16_at(b, 0)[:, None] * (q - 8)
         return f16_at(b, 0)[:, None] * q + f16_at(b, 2)[:, None]
+    if kind == "Q5_0":
+        qh = b[:, 2:6].copy().view("<u4")[:, 0]
+        qs = b[:, 6:]
+        low = np.concatenate([qs & 15, qs >> 4], axis=1).astype(np.uint32)
+        high = (qh[:, None] >> np.arange(32, dtype=np.uint32)) & 1
+        q = (low | (high << 4)).astype(np.int8) - 16
+        return f16_at(b, 0)[:, None] * q.astype(np.float32)
     if kind in ("Q4_K", "Q5_K"):
         sc, mn = unpack_k_scales(b[:, 4:16])
         q = k_nibbles(b[:, 48:] if kind == "Q5_K" else b[:, 16:])
@@ -206,6 +227,7 @@ def dequantize(kind, b):
 
 
 QUANTIZERS = {"Q8_0": quantize_q8_0, "Q4_0": quantize_q4_0, "Q4_1": quantize_q4_1,
+              "Q5_0": quantize_q5_0,
               "Q4_K": quantize_q4_k, "Q5_K": quantize_q5_k, "Q6_K": quantize_q6_k}
 
 

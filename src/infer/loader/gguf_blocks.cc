@@ -41,6 +41,14 @@ int NibbleK(const uint8_t* qs, int e) {
   return (e % 64) < 32 ? qs[32 * g + l] & 15 : qs[32 * g + l] >> 4;
 }
 
+// Element e of a Q5_0 block (d, 4 bytes of high bits, 16 of nibbles) less its offset 16: in
+// [-16, 15].
+int Q5Value(const uint8_t* b, int e) {
+  uint32_t high_bits = 0;
+  std::memcpy(&high_bits, b + 2, 4);
+  return (Nibble32(b + 6, e) | static_cast<int>(((high_bits >> e) & 1U) << 4)) - 16;
+}
+
 template <typename Block>
 void ForBlocks(std::span<const std::byte> row, std::span<float> out, int64_t block_elements,
                int64_t block_bytes, Block block) {
@@ -64,6 +72,7 @@ bool CanDequantizeGgml(uint32_t type) {
     case GgmlType::kQ8_0:
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
@@ -91,6 +100,11 @@ void DequantizeGgmlRow(uint32_t type, std::span<const std::byte> row, std::span<
       return ForBlocks(row, out, 32, 18, [](const uint8_t* b, float* y) {
         const float d = HalfAt(b);
         for (int e = 0; e < 32; ++e) y[e] = d * static_cast<float>(Nibble32(b + 2, e) - 8);
+      });
+    case GgmlType::kQ5_0:
+      return ForBlocks(row, out, 32, 22, [](const uint8_t* b, float* y) {
+        const float d = HalfAt(b);
+        for (int e = 0; e < 32; ++e) y[e] = d * static_cast<float>(Q5Value(b, e));
       });
     case GgmlType::kQ4_1:
       return ForBlocks(row, out, 32, 20, [](const uint8_t* b, float* y) {
@@ -147,6 +161,7 @@ void DequantizeGgmlRow(uint32_t type, std::span<const std::byte> row, std::span<
 std::optional<kernels::Quantization> ExactQuantization(uint32_t type) {
   switch (static_cast<GgmlType>(type)) {
     case GgmlType::kQ8_0:
+    case GgmlType::kQ5_0:
       return kernels::Quantization::kInt8;
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_1:
@@ -169,6 +184,13 @@ void FillQuantizedRow(uint32_t type, std::span<const std::byte> row,
         out.d[g] = Half(b);
         for (int e = 0; e < 32; ++e)
           out.q[g * 32 + e] = b[2 + e] >= 128 ? b[2 + e] - 256 : b[2 + e];
+      }
+      return;
+    case GgmlType::kQ5_0:
+      for (int64_t g = 0; g < cols / 32; ++g) {
+        const uint8_t* b = bytes + g * 22;
+        out.d[g] = Half(b);
+        for (int e = 0; e < 32; ++e) out.q[g * 32 + e] = Q5Value(b, e);
       }
       return;
     case GgmlType::kQ4_0:

@@ -273,8 +273,8 @@ kernels::PackedMatrix GgufMatrix(const GgufFile& file, const GgufTensorInfo& ten
                           tensor.type == static_cast<uint32_t>(GgmlType::kF16) ||
                           tensor.type == static_cast<uint32_t>(GgmlType::kBF16);
   INFER_CHECK(float_type || CanDequantizeGgml(tensor.type),
-              "{}: tensor '{}' is {}; infer reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K "
-              "and Q6_K",
+              "{}: tensor '{}' is {}; infer reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, "
+              "Q5_K and Q6_K",
               file.path(), tensor.name, type);
   INFER_CHECK(float_type || quantization == kernels::Quantization::kNone,
               "{}: tensor '{}' is already {}; --quantization {} applies to f32, f16 and bf16 "
