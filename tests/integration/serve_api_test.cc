@@ -16,6 +16,7 @@
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -48,29 +49,46 @@ std::vector<int32_t> EosIds(const std::string& arch) {
                         : std::vector<int32_t>{eos.get<int32_t>()};
 }
 
-class ServeFixtureTest : public ::testing::TestWithParam<std::string> {
+// The fixture's checkpoint folder, or its weights in a BF16 GGUF file (the same bf16 values)
+// written as llama.cpp's converter writes it (tests/gguf/write_gguf.py).
+enum class Source { kFolder, kGguf };
+
+std::string FixtureModel(const std::string& arch, Source source, const testing::TempDir& dir) {
+  const std::string folder = testing::FixturePath("models/" + arch + "/model").string();
+  if (source == Source::kFolder) return folder;
+  const std::string file = (dir.path() / (arch + ".gguf")).string();
+  const std::string command = "/usr/bin/python3 " + std::string(::infer::testing::SourceDir()) +
+                              "/tests/gguf/write_gguf.py " + folder + " " + file +
+                              " --type BF16 > /dev/null";
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  return file;
+}
+
+class ServeFixtureTest : public ::testing::TestWithParam<std::tuple<std::string, Source>> {
  protected:
   void SetUp() override {
     server_ = std::make_unique<ServerProcess>(std::vector<std::string>{
-        "--model", testing::FixturePath("models/" + GetParam() + "/model").string(),
-        "--served-model-name", "tiny", "--max-seq-len", "64", "--threads", "1"});
+        "--model", FixtureModel(arch(), std::get<1>(GetParam()), dir_), "--served-model-name",
+        "tiny", "--max-seq-len", "64", "--threads", "1"});
     ASSERT_TRUE(server_->started()) << server_->log();
   }
+  const std::string& arch() const { return std::get<0>(GetParam()); }
   void TearDown() override {
     if (server_ && server_->started()) {
       EXPECT_EQ(server_->Stop(SIGTERM), 0) << server_->log();
     }
   }
+  testing::TempDir dir_;
   std::unique_ptr<ServerProcess> server_;
 };
 
 TEST_P(ServeFixtureTest, StreamsTheReferenceGreedyTokens) {
-  const json reference = Reference(GetParam());
+  const json reference = Reference(arch());
   const auto prompt = reference["greedy_short"]["prompt_ids"].get<std::vector<int32_t>>();
   auto expected = reference["greedy_short"]["generated_ids"].get<std::vector<int32_t>>();
   // The server stops at the model's EOS ids; the reference ran on regardless.
   std::string expected_reason = "length";
-  const std::vector<int32_t> eos = EosIds(GetParam());
+  const std::vector<int32_t> eos = EosIds(arch());
   for (size_t i = 0; i < expected.size(); ++i) {
     if (std::find(eos.begin(), eos.end(), expected[i]) != eos.end()) {
       expected.resize(i + 1);
@@ -96,7 +114,7 @@ TEST_P(ServeFixtureTest, StreamsTheReferenceGreedyTokens) {
 }
 
 TEST_P(ServeFixtureTest, ConcurrentRequestsEqualOneAtATime) {
-  const json reference = Reference(GetParam());
+  const json reference = Reference(arch());
   const json short_prompt = reference["greedy_short"]["prompt_ids"];  // 16 ids
   const json long_prompt = reference["greedy_long"]["prompt_ids"];    // 40 ids
   const std::vector<json> bodies = {
@@ -131,7 +149,13 @@ TEST_P(ServeFixtureTest, ConcurrentRequestsEqualOneAtATime) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, ServeFixtureTest, ::testing::Values("llama", "qwen3", "gemma3"));
+INSTANTIATE_TEST_SUITE_P(Archs, ServeFixtureTest,
+                         ::testing::Combine(::testing::Values("llama", "qwen3", "gemma3"),
+                                            ::testing::Values(Source::kFolder, Source::kGguf)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) +
+                                  (std::get<1>(info.param) == Source::kGguf ? "_gguf" : "");
+                         });
 
 TEST(ServeApi, ErrorStatusesAndInfoRoutes) {
   ServerProcess server({"--model", testing::FixturePath("models/llama/model").string(),
@@ -515,6 +539,54 @@ TEST(ServeThinking, TheBudgetForcesTheEndOfTheBlock) {
 
 // --speculative-config (vLLM's flag): the server checks n-gram drafts and its replies are those
 // of the sequential path; /metrics counts the drafts under vLLM's names.
+// A GGUF model takes the engine's whole path: n-gram drafts and the prefix cache on the fixture's
+// BF16 GGUF give the tokens `infer generate` gives on its checkpoint folder.
+TEST(ServeSpeculative, AGgufModelDraftsAndCachesAsAFolderDoes) {
+  testing::TempDir dir;
+  const std::string gguf = FixtureModel("llama", Source::kGguf, dir);
+  ServerProcess server({"--model", gguf, "--served-model-name", "tiny", "--max-seq-len", "128",
+                        "--speculative-config",
+                        R"({"method": "ngram", "num_speculative_tokens": 4,
+                            "prompt_lookup_min": 1, "prompt_lookup_max": 3})",
+                        "--threads", "1"});
+  ASSERT_TRUE(server.started()) << server.log();
+  // The reference's prompt, its greedy continuation and the prompt again: the model's own
+  // tokens recur, so n-gram drafts are proposed.
+  const json reference = Reference("llama")["greedy_short"];
+  std::vector<int32_t> prompt = reference["prompt_ids"].get<std::vector<int32_t>>();
+  const auto first = prompt;
+  const auto generated = reference["generated_ids"].get<std::vector<int32_t>>();
+  prompt.insert(prompt.end(), generated.begin(), generated.end());
+  prompt.insert(prompt.end(), first.begin(), first.end());
+  std::string ids;
+  for (const int32_t id : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  const auto generate = testing::RunCommand(
+      {::infer::testing::InferBinary(), "generate", "--model",
+       testing::FixturePath("models/llama/model").string(), "--prompt-ids", ids, "--temperature",
+       "0", "--max-new-tokens", "24", "--threads", "1", "--json", "--matmul-precision", "f32"});
+  ASSERT_EQ(generate.exit_code, 0) << generate.err;
+  const auto expected = json::parse(generate.out)["token_ids"].get<std::vector<int32_t>>();
+  for (int round = 0; round < 2; ++round) {  // the second finds the prompt in the prefix cache
+    const auto result =
+        Post(server.port(),
+             {{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", 24}, {"temperature", 0}});
+    ASSERT_EQ(result.status, 200) << result.body << result.transport_error;
+    const auto summary = Summarize(result);
+    auto streamed = summary.token_ids;
+    if (summary.last["finish_reason"] == "eos") streamed.push_back(expected.back());  // no event
+    EXPECT_EQ(streamed, expected) << "round " << round;
+  }
+  const auto metrics = server::HttpGet("127.0.0.1", server.port(), "/metrics");
+  ASSERT_EQ(metrics.first, 200);
+  const auto counter = [&](const std::string& name) {
+    const std::string prefix = name + "{model_name=\"tiny\"} ";
+    const size_t at = metrics.second.find(prefix);
+    return at == std::string::npos ? -1.0 : std::stod(metrics.second.substr(at + prefix.size()));
+  };
+  EXPECT_GT(counter("vllm:spec_decode_num_drafts_total"), 0);
+  EXPECT_GE(counter("vllm:prefix_cache_hits_total"), 16);  // the prompt's first block
+}
+
 TEST(ServeSpeculative, RepliesAreThoseOfPlainDecodingAndDraftsAreCounted) {
   if (!testing::RequireRealTokenizer("llama3")) return;
   testing::Llama3VocabModelDir model;
