@@ -23,6 +23,10 @@
 #   one: infer under INFER_FORCE_ISA, llama.cpp with only its matching prebuilt CPU variant
 #   (haswell: AVX2, FMA, F16C, BMI2; alderlake: those and AVX-VNNI), from a hard-linked copy of
 #   the install that holds no other variant (.cache/llamacpp-VARIANT).
+#   GGUF=1: infer also runs the very GGUF files llama.cpp runs (`infer bench --model FILE.gguf`,
+#   their blocks used as given: Q8_0 as int8, Q4_0 as int4, Q4_K as int4k, Q5_0 as int8, Q5_K
+#   and Q6_K widened to f32), beside its own --quantization of the dummy weights; the table
+#   gains those columns and their ratios.
 #   IK_LLAMA_BENCH=PATH: ik_llama.cpp's llama-bench too (benchmarks/llamacpp/build_ik_llama.sh
 #   builds it, for FORCE_ISA's flags), on the same GGUFs with its run-time repacking (-rtr 1:
 #   Q8_0 to Q8_0_R8 and so on) and its defaults otherwise; the three engines then take turns
@@ -57,6 +61,7 @@ mkdir -p "$work"
 read -r -a pairs <<<"${PAIRS:-none:bf16 int8:q8_0 int4:q4_0}"
 ik_bench="${IK_LLAMA_BENCH:-}"
 engines=(llamacpp infer)
+[[ "${GGUF:-0}" == 1 ]] && engines+=(infer_gguf)
 if [[ -n "$ik_bench" ]]; then
   [[ -x "$ik_bench" ]] || { echo "IK_LLAMA_BENCH: no executable at '$ik_bench'" >&2; exit 2; }
   engines+=(ik_llama)
@@ -84,6 +89,13 @@ run_infer() {
     --lm-head-quantization "$head" --prompt-tokens 512,1 \
     --gen-tokens 128 --threads "$threads" --repetitions 1 --report "$out" >/dev/null 2>&1
 }
+run_infer_gguf() {
+  local out="$work/infer_gguf-$name-$type-$r.json" precision=f32
+  [[ $type == bf16 ]] && precision=bf16  # as the "bf16" infer rows and llama.cpp's BF16
+  [[ -s "$out" ]] || build/infer bench --model "$gguf" --matmul-precision "$precision" \
+    --prompt-tokens 512,1 --gen-tokens 128 --threads "$threads" --repetitions 1 \
+    --report "$out" >/dev/null 2>"$work/infer_gguf-$name-$type-$r.log"
+}
 for model in "${models[@]}"; do
   name=$(basename "$model")
   for pair in "${pairs[@]}"; do
@@ -98,7 +110,7 @@ for model in "${models[@]}"; do
     done
   done
 done
-FORCE_ISA="$force_isa" IK_LLAMA_BENCH="$ik_bench" python3 - "$work" "benchmarks/reports/llamacpp_compare-$stamp.json" \
+GGUF="${GGUF:-0}" FORCE_ISA="$force_isa" IK_LLAMA_BENCH="$ik_bench" python3 - "$work" "benchmarks/reports/llamacpp_compare-$stamp.json" \
   "$reps" "${pairs[*]}" "${models[@]}" <<'PY'
 import json, os, subprocess, sys
 work, report, reps = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -106,6 +118,7 @@ force_isa = os.environ.get("FORCE_ISA") or None
 pairs = [tuple(pair.split(":", 1)) for pair in sys.argv[4].split()]
 models = [os.path.basename(m) for m in sys.argv[5:]]
 ik = os.environ.get("IK_LLAMA_BENCH") or None
+gguf_mode = os.environ.get("GGUF") == "1"
 # build_ik_llama.sh leaves the source's commit beside the build (llama-bench's own build_commit
 # would name the repository the build folder sits in).
 ik_commit_file = ik and os.path.join(os.path.dirname(ik), "../../SOURCE_COMMIT")
@@ -133,7 +146,7 @@ def load(engine, m, q):
                          "build": f"ik_llama.cpp {ik_source} llama-bench -rtr 1",
                          "flash_attn": pp.get("flash_attn")})
             continue
-        run = json.loads(text)
+        run = json.loads(text)  # infer and infer_gguf: infer bench's report
         by_prompt = {result["prompt_tokens"]: result for result in run["results"]}
         # Prefill from pp512; decode from the empty context (pp1), as llama.cpp's tg128.
         run.update(prefill_tok_s=by_prompt[512]["prefill_tok_s"],
@@ -183,6 +196,17 @@ for m, q, t in [(m, q, t) for m in models
                    ik_llama_over_llamacpp_pp=fork["pp_tok_s"] / row["llamacpp_pp512_tok_s"],
                    ik_llama_over_llamacpp_tg=fork["tg_tok_s"] / row["llamacpp_tg128_tok_s"])
         row["runs"].update(ik_llama_pp512=fork["pp_tok_s_runs"], ik_llama_tg128=fork["tg_tok_s_runs"])
+    if gguf_mode:
+        file = load("infer_gguf", m, t)
+        row.update(infer_gguf_pp512_tok_s=file["prefill_tok_s"],
+                   infer_gguf_tg128_tok_s=file["decode_tok_s"],
+                   infer_gguf_weight_bytes=file.get("weight_bytes"),
+                   gguf_over_own_pp=file["prefill_tok_s"] / row["infer_pp512_tok_s"],
+                   gguf_over_own_tg=file["decode_tok_s"] / row["infer_tg128_tok_s"],
+                   gguf_over_llamacpp_pp=file["prefill_tok_s"] / row["llamacpp_pp512_tok_s"],
+                   gguf_over_llamacpp_tg=file["decode_tok_s"] / row["llamacpp_tg128_tok_s"])
+        row["runs"].update(infer_gguf_pp512=file["prefill_tok_s_runs"],
+                           infer_gguf_tg128=file["decode_tok_s_runs"])
     rows.append(row)
     print(f"| {m} | {q} | {t} | {row['infer_pp512_tok_s']:.1f} | {row['llamacpp_pp512_tok_s']:.1f} | "
           f"{row['pp_ratio']:.2f}x | {row['infer_tg128_tok_s']:.1f} | {row['llamacpp_tg128_tok_s']:.1f} | "
@@ -197,6 +221,15 @@ if ik:
               f"{row['ik_llama_pp512_tok_s']:.1f} | {row['ik_llama_over_llamacpp_pp']:.2f}x | "
               f"{row['pp_ratio_to_ik_llama']:.2f}x | {row['ik_llama_tg128_tok_s']:.1f} | "
               f"{row['ik_llama_over_llamacpp_tg']:.2f}x | {row['tg_ratio_to_ik_llama']:.2f}x |")
+if gguf_mode:
+    print()
+    print("| model | GGUF type | infer own type | pp512 infer on the file | / infer own | / llama.cpp | tg128 infer on the file | / infer own | / llama.cpp |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for row in rows:
+        print(f"| {row['model']} | {row['llamacpp_type']} | {row['infer_quantization']} | "
+              f"{row['infer_gguf_pp512_tok_s']:.1f} | {row['gguf_over_own_pp']:.2f}x | "
+              f"{row['gguf_over_llamacpp_pp']:.2f}x | {row['infer_gguf_tg128_tok_s']:.1f} | "
+              f"{row['gguf_over_own_tg']:.2f}x | {row['gguf_over_llamacpp_tg']:.2f}x |")
 json.dump({"cpu": model_name, "cpu_flags": [f for f in flags if f.startswith(("avx", "amx", "fma", "f16c"))],
            "force_isa": force_isa, "threads": 2, "repetitions": reps,
            "order": "engines take turns per repetition, the first one rotating each time",
