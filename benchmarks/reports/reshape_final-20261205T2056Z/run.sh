@@ -1,5 +1,5 @@
 #!/bin/bash
-# Alternates f00a50f (old) and dd925c9 (new): infer bench decode, then bench_serving W3.
+# Alternates f00a50f (old) and f37b3bf (new; dd925c9 before a reword): infer bench decode, then bench_serving W3.
 cd /work/main
 M=models/Llama-3.2-1B-Instruct
 out=/tmp/w/perf51; mkdir -p $out
