@@ -127,6 +127,7 @@ using Candidates = SamplingCandidates;
 
 void CollectCandidates(std::span<const float> logits, Candidates& out) {
   const size_t size = logits.size();
+  if (out.ids.size() != size) out.ids_are_positions = false;
   out.ids.resize(size);
   out.values.resize(size);
   out.best = -1;
@@ -134,7 +135,8 @@ void CollectCandidates(std::span<const float> logits, Candidates& out) {
   const kernels::RowExtremes extremes = kernels::Extremes(logits.data(), std::ssize(logits));
   size_t count = 0;
   if (!extremes.has_nan && extremes.num_neg_inf == 0) {
-    std::iota(out.ids.begin(), out.ids.end(), 0);
+    // The ids are 0..size-1; a sampler's candidates keep them from its last unmasked draw.
+    if (!out.ids_are_positions) std::iota(out.ids.begin(), out.ids.end(), 0);
     std::copy(logits.begin(), logits.end(), out.values.begin());
     count = size;
   } else if (2 * extremes.num_neg_inf > std::ssize(logits)) {
@@ -156,6 +158,8 @@ void CollectCandidates(std::span<const float> logits, Candidates& out) {
   }
   out.ids.resize(count);
   out.values.resize(count);
+  out.ids_are_positions = count == size && count > 0 && out.ids.back() == std::ssize(out.ids) - 1 &&
+                          !extremes.has_nan && extremes.num_neg_inf == 0;
   out.min_logit = extremes.min_above_neg_inf;
   if (count == 0) return;
   if (!extremes.has_nan) {
@@ -310,8 +314,8 @@ void TopP(std::span<float> logits, double p, Candidates& candidates, double tota
   if (member_buffer.size() < ids.size()) member_buffer.resize(ids.size());
   size_t num_members = 0;
   for (size_t j = 0; j < ids.size(); ++j) {
-    member_buffer[num_members] = static_cast<uint32_t>(j);
-    num_members += bucket_of[j] == crossing ? 1 : 0;
+    // Few candidates share the crossing bucket: a predictable branch, and no store for the rest.
+    if (bucket_of[j] == crossing) member_buffer[num_members++] = static_cast<uint32_t>(j);
   }
   if (num_members > kMaxSortedBucket) return by_sorting();
   const std::span<uint32_t> members(member_buffer.data(), num_members);
