@@ -487,8 +487,8 @@ def tokenizer_metadata(tok_dir, vocab_size=None):
     posts = post.get("processors", [post])
     template = next((p for p in posts if p.get("type") == "TemplateProcessing"), None)
     adds_bos = bool(template) and "SpecialToken" in template["single"][0]
-    m["tokenizer.ggml.add_bos_token"] = bool(config.get("add_bos_token", adds_bos)) \
-        if config.get("add_bos_token") is not None else adds_bos
+    add_bos = config.get("add_bos_token")
+    m["tokenizer.ggml.add_bos_token"] = adds_bos if add_bos is None else bool(add_bos)
     if config.get("add_eos_token") is not None:
         m["tokenizer.ggml.add_eos_token"] = bool(config["add_eos_token"])
     if isinstance(config.get("chat_template"), str):

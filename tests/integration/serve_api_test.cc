@@ -57,9 +57,8 @@ std::string FixtureModel(const std::string& arch, Source source, const testing::
   const std::string folder = testing::FixturePath("models/" + arch + "/model").string();
   if (source == Source::kFolder) return folder;
   const std::string file = (dir.path() / (arch + ".gguf")).string();
-  const std::string command = "/usr/bin/python3 " + std::string(::infer::testing::SourceDir()) +
-                              "/tests/gguf/write_gguf.py " + folder + " " + file +
-                              " --type BF16 > /dev/null";
+  const std::string command = ::infer::testing::GgufTool("write_gguf.py") + " " + folder + " " +
+                              file + " --type BF16 > /dev/null";
   EXPECT_EQ(std::system(command.c_str()), 0) << command;
   return file;
 }

@@ -6,4 +6,8 @@ const char* InferBinary() { return INFER_BINARY; }
 const char* SourceDir() { return INFER_SOURCE_DIR; }
 const char* FixturesDir() { return INFER_TEST_FIXTURES; }
 
+std::string GgufTool(const std::string& name) {
+  return std::string("/usr/bin/python3 ") + SourceDir() + "/tests/gguf/" + name;
+}
+
 }  // namespace infer::testing

@@ -3,10 +3,16 @@
 // clone, so that ccache shares it between a checkout and CI's.
 #pragma once
 
+#include <string>
+
 namespace infer::testing {
 
 const char* InferBinary();  // the `infer` executable of this build
 const char* SourceDir();    // the checkout (.cache/tokenizers, scripts/)
 const char* FixturesDir();  // tests/fixtures
+
+// The command that runs tests/gguf/NAME (the GGUF writer and references) with Debian's python3
+// and its numpy.
+std::string GgufTool(const std::string& name);
 
 }  // namespace infer::testing

@@ -69,7 +69,7 @@ void EngineCore::FailAll(const std::string& reason) {
     if (request->done()) continue;
     request->state = RequestState::kFailed;
     request->error = reason;
-    Deliver(*request, ErrorOutput(*request, reason), {});
+    Deliver(*request, ErrorOutputOf(*request, reason), {});
   }
 }
 
@@ -171,17 +171,6 @@ void EngineCore::Deliver(const Request& request, StepOutput output,
   if (request.output) request.output->Push(std::move(output));
 }
 
-StepOutput EngineCore::ErrorOutput(const Request& request, const std::string& message) {
-  StepOutput output;
-  output.request_id = request.request_id;
-  output.finished = true;
-  output.error = message;
-  output.prompt_tokens = request.num_prompt_tokens();
-  output.completion_tokens = request.num_generated_tokens();
-  output.cached_tokens = request.num_cached_prompt_tokens;
-  return output;
-}
-
 GenerationOutput EngineCore::MakeOutput(const Request& request) const {
   GenerationOutput output;
   output.request_id = request.request_id;
@@ -211,7 +200,7 @@ GenerationOutput EngineCore::MakeOutput(const Request& request) const {
 void EngineCore::EndWithError(const std::shared_ptr<Request>& request, const std::string& why,
                               const StepCallbacks& callbacks, bool observe) {
   if (observe) ObserveEnd(*request, NowS());
-  Deliver(*request, ErrorOutput(*request, why), callbacks);
+  Deliver(*request, ErrorOutputOf(*request, why), callbacks);
   if (callbacks.on_end) callbacks.on_end(MakeOutput(*request));
 }
 
@@ -273,7 +262,7 @@ std::optional<std::vector<SampledTokens>> EngineCore::Execute(const SchedulerOut
       if (request.done()) continue;
       request.state = RequestState::kFailed;
       request.error = e.what();
-      ready.emplace_back(s.request, ErrorOutput(request, e.what()));
+      ready.emplace_back(s.request, ErrorOutputOf(request, e.what()));
     }
     return std::nullopt;
   }

@@ -93,7 +93,6 @@ class EngineCore {
   // Metrics: a token just appended to `request`, and a request that ended at engine time `now`.
   void ObserveToken(const Request& request);
   void ObserveEnd(const Request& request, double now);
-  static StepOutput ErrorOutput(const Request& request, const std::string& message);
 
   const EngineConfig& config_;
   const Tokenizer* tokenizer_;

@@ -97,4 +97,9 @@ struct Request {
   std::shared_ptr<OutputChannel> output;  // where the engine delivers StepOutputs (may be null)
 };
 
+// A StepOutput of `request` carrying its id and token counts so far (no token, not finished).
+StepOutput OutputOf(const Request& request);
+// The final output of `request`, failed with `message`.
+StepOutput ErrorOutputOf(const Request& request, const std::string& message);
+
 }  // namespace infer

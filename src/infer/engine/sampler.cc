@@ -127,7 +127,6 @@ using Candidates = SamplingCandidates;
 
 void CollectCandidates(std::span<const float> logits, Candidates& out) {
   const size_t size = logits.size();
-  if (out.ids.size() != size) out.ids_are_positions = false;
   out.ids.resize(size);
   out.values.resize(size);
   out.best = -1;
@@ -135,11 +134,12 @@ void CollectCandidates(std::span<const float> logits, Candidates& out) {
   const kernels::RowExtremes extremes = kernels::Extremes(logits.data(), std::ssize(logits));
   size_t count = 0;
   if (!extremes.has_nan && extremes.num_neg_inf == 0) {
-    // The ids are 0..size-1; a sampler's candidates keep them from its last unmasked draw.
-    if (!out.ids_are_positions) std::iota(out.ids.begin(), out.ids.end(), 0);
+    if (out.identity_ids != size) std::iota(out.ids.begin(), out.ids.end(), 0);
+    out.identity_ids = size;
     std::copy(logits.begin(), logits.end(), out.values.begin());
     count = size;
   } else if (2 * extremes.num_neg_inf > std::ssize(logits)) {
+    out.identity_ids = 0;
     // Mostly masked (top-k, a grammar): the branch is predictable and most entries skip it.
     for (size_t i = 0; i < size; ++i) {
       if (logits[i] == kMasked) continue;
@@ -148,6 +148,7 @@ void CollectCandidates(std::span<const float> logits, Candidates& out) {
       ++count;
     }
   } else {
+    out.identity_ids = 0;
     for (size_t i = 0; i < size; ++i) {
       const float logit = logits[i];
       // Written always, kept (count advanced) only when unmasked: no branch on a coin flip.
@@ -158,8 +159,6 @@ void CollectCandidates(std::span<const float> logits, Candidates& out) {
   }
   out.ids.resize(count);
   out.values.resize(count);
-  out.ids_are_positions = count == size && count > 0 && out.ids.back() == std::ssize(out.ids) - 1 &&
-                          !extremes.has_nan && extremes.num_neg_inf == 0;
   out.min_logit = extremes.min_above_neg_inf;
   if (count == 0) return;
   if (!extremes.has_nan) {

@@ -61,9 +61,9 @@ struct SamplingCandidates {
   std::vector<int32_t> ids;
   std::vector<float> values;
   std::vector<double> weights;
-  // ids holds 0, 1, ..., ids.size() - 1 (every token a candidate): the next unmasked row of the
-  // same size need not write them again.
-  bool ids_are_positions = false;
+  // ids[0, identity_ids) hold 0, 1, ... (left by an unmasked row): the next unmasked row of that
+  // size need not write them again.
+  size_t identity_ids = 0;
   int32_t best = -1;
   float max_logit = 0.0F;
   float min_logit = 0.0F;

@@ -221,24 +221,15 @@ SchedulerOutput Scheduler::Schedule(double now_s) {
 
 namespace {
 
-StepOutput NewOutput(const Request& request) {
-  StepOutput output;
-  output.request_id = request.request_id;
-  output.prompt_tokens = request.num_prompt_tokens();
-  output.cached_tokens = request.num_cached_prompt_tokens;
-  return output;
-}
-
 // Appends `token` to the request and ends it where the stop checker says.
 StepOutput AppendToken(Request& request, const SampledToken& token) {
   request.token_ids.push_back(token.id);
   request.generated_token_ids.push_back(token.id);
   request.state = RequestState::kDecode;
   const std::optional<FinishReason> reason = CheckStop(request, token);
-  StepOutput output = NewOutput(request);
+  StepOutput output = OutputOf(request);
   output.token_id = token.id;
   output.text_delta = request.text.TakeStable();
-  output.completion_tokens = request.num_generated_tokens();
   output.logprobs = token.logprobs;
   if (reason) {
     request.state = RequestState::kFinished;
@@ -273,10 +264,7 @@ int64_t Scheduler::AppendSampled(Request& request, const SampledTokens& sampled,
     if (sampled.error) {
       request.state = RequestState::kFailed;
       request.error = sampled.error;
-      StepOutput& output = outputs.emplace_back(NewOutput(request));
-      output.finished = true;
-      output.error = sampled.error;
-      output.completion_tokens = request.num_generated_tokens();
+      outputs.push_back(ErrorOutputOf(request, *sampled.error));
     } else {
       request.draft_token_ids = sampled.next_draft;
     }

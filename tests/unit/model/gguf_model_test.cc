@@ -30,10 +30,6 @@ namespace {
 
 constexpr double kRowTolerance = 1e-4;
 
-std::string Tool(const std::string& name) {
-  return std::string("/usr/bin/python3 ") + ::infer::testing::SourceDir() + "/tests/gguf/" + name;
-}
-
 void RunTool(const std::string& command) {
   ASSERT_EQ(std::system((command + " > /dev/null").c_str()), 0) << command;
 }
@@ -54,7 +50,8 @@ std::vector<float> InferLogits(const LoadedModel& model, const std::vector<int32
 // The float64 reference's logits of the checkpoint folder `dir` at `ids`.
 std::vector<float> ReferenceLogits(const std::string& dir, const std::vector<int32_t>& ids,
                                    const std::string& out) {
-  std::string command = fmt::format("{} {} {}", Tool("reference_f64.py"), dir, out);
+  std::string command =
+      fmt::format("{} {} {}", ::infer::testing::GgufTool("reference_f64.py"), dir, out);
   for (const int32_t id : ids) command += fmt::format(" {}", id);
   RunTool(command);
   return ReadF32(out);
@@ -85,8 +82,8 @@ double TopOneOverManyPositions(const LoadedModel& model, const std::string& dir,
       ids << '\n';
     }
   }
-  RunTool(fmt::format("{} {} {}.bin --ids-file {}.ids", Tool("reference_f64.py"), dir, scratch,
-                      scratch));
+  RunTool(fmt::format("{} {} {}.bin --ids-file {}.ids",
+                      ::infer::testing::GgufTool("reference_f64.py"), dir, scratch, scratch));
   const std::vector<float> reference = ReadF32(scratch + ".bin");
   const int64_t vocab = model.config.vocab_size;
   double agree = 0;
@@ -108,8 +105,8 @@ class GgufModelTest : public ::testing::Test {
   // Writes `source` as GGUF in `type` (and its dequantized weights); returns the file.
   std::string Write(const std::string& source, const std::string& type, const std::string& tag) {
     const std::string file = fmt::format("{}.gguf", (dir_.path() / tag).string());
-    RunTool(Tool("write_gguf.py") + " " + source + " " + file + " --type " + type +
-            " --dequantized " + (dir_.path() / tag).string());
+    RunTool(::infer::testing::GgufTool("write_gguf.py") + " " + source + " " + file + " --type " +
+            type + " --dequantized " + (dir_.path() / tag).string());
     return file;
   }
   testing::TempDir dir_;
@@ -193,7 +190,7 @@ TEST_F(GgufModelTest, QuantizedFilesAreNoFurtherFromTheirWeightsThanInfersOwnQua
     std::vector<float> original_reference;
     if (c.k_sized) {
       const std::string random = (dir_.path() / fmt::format("k{}", c.arch)).string();
-      RunTool(Tool("random_model.py") + " " + source + " " + random +
+      RunTool(::infer::testing::GgufTool("random_model.py") + " " + source + " " + random +
               " --hidden 256 --intermediate 512 --layers 2 --head-dim 64");
       source = random;
       original_reference = ReferenceLogits(random, ids, random + ".bin");

@@ -59,8 +59,7 @@ CommandResult RunInfer(const std::string& arguments,
 std::filesystem::path VocabOnlyGguf(const std::string& model) {
   const auto path = TempDir() / (model + ".gguf");
   if (!std::filesystem::exists(path)) {
-    const std::string command = std::string("/usr/bin/python3 ") + ::infer::testing::SourceDir() +
-                                "/tests/gguf/write_gguf.py --vocab-only " +
+    const std::string command = ::infer::testing::GgufTool("write_gguf.py") + " --vocab-only " +
                                 testing::RealTokenizerDir(model).string() + " " + path.string() +
                                 (model == "qwen3" ? " --vocab-size 151936" : "");
     EXPECT_EQ(std::system(command.c_str()), 0) << command;
