@@ -1,7 +1,7 @@
 // Sampler benchmark: the time of one draw (Sampler::Sample on one row of logits) at the
 // vocabulary sizes and default sampling settings of the three dev models, beside greedy
 // (argmax), on flat rows (random-weight models: the nucleus is most of the vocabulary) and
-// peaked ones (a trained model's: a few likely tokens over a long tail). Mean and p99 in
+// peaked ones (a trained model's: a few likely tokens over a long tail). Mean, median and p99 in
 // microseconds over --draws draws; a decode step's time divided into these gives the sampling
 // stage's share of a step. Prints a markdown table; --report writes the JSON. Single thread.
 #include <algorithm>
@@ -59,6 +59,8 @@ int main(int argc, char** argv) {
   std::string report_path;
   app.add_option("--draws", draws, "Draws timed per row kind and setting")->capture_default_str();
   app.add_option("--report", report_path, "Also write the JSON report to this file");
+  std::string only;
+  app.add_option("--model", only, "Time only the model whose name contains this");
   CLI11_PARSE(app, argc, argv);
 
   const std::vector<Model> models = {
@@ -67,10 +69,12 @@ int main(int argc, char** argv) {
       {"gemma-3-1b-it", 262144, {"defaults (t 1, k 64, p 0.95)", 1.0, 0.95, 64}},
   };
   nlohmann::json results = nlohmann::json::array();
-  std::string table = fmt::format("| {:<22} | {:<6} | {:<31} | {:>9} | {:>9} |\n", "model", "row",
-                                  "sampling", "mean us", "p99 us");
-  table += fmt::format("| {:-<22} | {:-<6} | {:-<31} | {:->9} | {:->9} |\n", "", "", "", "", "");
+  std::string table = fmt::format("| {:<22} | {:<6} | {:<31} | {:>9} | {:>9} | {:>9} |\n", "model",
+                                  "row", "sampling", "mean us", "median us", "p99 us");
+  table += fmt::format("| {:-<22} | {:-<6} | {:-<31} | {:->9} | {:->9} | {:->9} |\n", "", "", "",
+                       "", "", "");
   for (const Model& model : models) {
+    if (model.name.find(only) == std::string::npos) continue;
     const std::vector<Setting> settings = {{"greedy", 0.0, 1.0, std::nullopt},
                                            model.defaults,
                                            {"t 1, p 0.95", 1.0, 0.95, std::nullopt}};
@@ -95,14 +99,16 @@ int main(int argc, char** argv) {
         double mean = 0;
         for (const double t : us) mean += t / static_cast<double>(us.size());
         const double p99 = us[std::min(us.size() - 1, us.size() * 99 / 100)];
+        const double median = us[us.size() / 2];
         const std::string row = peaked ? "peaked" : "flat";
-        table += fmt::format("| {:<22} | {:<6} | {:<31} | {:>9.1f} | {:>9.1f} |\n", model.name, row,
-                             setting.name, mean, p99);
+        table += fmt::format("| {:<22} | {:<6} | {:<31} | {:>9.1f} | {:>9.1f} | {:>9.1f} |\n",
+                             model.name, row, setting.name, mean, median, p99);
         results.push_back({{"model", model.name},
                            {"vocab", model.vocab},
                            {"row", row},
                            {"sampling", setting.name},
                            {"mean_us", mean},
+                           {"median_us", median},
                            {"p99_us", p99}});
       }
     }

@@ -55,11 +55,21 @@ void ApplyTopK(std::span<float> logits, int64_t k) {
     // A min-heap of the k largest so far: one comparison for most of a row.
     std::vector<float> heap(logits.begin(), logits.begin() + k);
     std::make_heap(heap.begin(), heap.end(), std::greater<>());
-    for (size_t i = static_cast<size_t>(k); i < logits.size(); ++i) {
-      if (!(logits[i] > heap.front())) continue;
-      std::pop_heap(heap.begin(), heap.end(), std::greater<>());
-      heap.back() = logits[i];
-      std::push_heap(heap.begin(), heap.end(), std::greater<>());
+    constexpr size_t kChunk = 32;
+    for (size_t chunk = static_cast<size_t>(k); chunk < logits.size(); chunk += kChunk) {
+      const size_t end = std::min(logits.size(), chunk + kChunk);
+      // Past the first few chunks, most hold nothing above the heap's least: a branch-free
+      // (vectorized) count tells first.
+      const float least = heap.front();
+      uint32_t above = 0;
+      for (size_t i = chunk; i < end; ++i) above += logits[i] > least ? 1U : 0U;
+      if (above == 0) continue;
+      for (size_t i = chunk; i < end; ++i) {
+        if (!(logits[i] > heap.front())) continue;
+        std::pop_heap(heap.begin(), heap.end(), std::greater<>());
+        heap.back() = logits[i];
+        std::push_heap(heap.begin(), heap.end(), std::greater<>());
+      }
     }
     threshold = heap.front();
   } else {
@@ -68,9 +78,7 @@ void ApplyTopK(std::span<float> logits, int64_t k) {
     std::nth_element(values.begin(), kth, values.end(), std::greater<>());
     threshold = *kth;
   }
-  for (float& logit : logits) {
-    if (logit < threshold) logit = kMasked;
-  }
+  for (float& logit : logits) logit = logit < threshold ? kMasked : logit;
 }
 
 // The nucleus of ApplyTopP is the shortest prefix of the order (logit descending, lower id first
@@ -128,37 +136,47 @@ using Candidates = SamplingCandidates;
 void CollectCandidates(std::span<const float> logits, Candidates& out) {
   const size_t size = logits.size();
   out.ids.resize(size);
-  out.values.resize(size);
   out.best = -1;
   out.max_logit = kMasked;
+  out.rank.clear();  // no top-p yet: every candidate is kept
   const kernels::RowExtremes extremes = kernels::Extremes(logits.data(), std::ssize(logits));
   size_t count = 0;
   if (!extremes.has_nan && extremes.num_neg_inf == 0) {
     if (out.identity_ids != size) std::iota(out.ids.begin(), out.ids.end(), 0);
     out.identity_ids = size;
-    std::copy(logits.begin(), logits.end(), out.values.begin());
+    out.values = logits;  // nothing to leave out: the row is its own list of values
     count = size;
-  } else if (2 * extremes.num_neg_inf > std::ssize(logits)) {
-    out.identity_ids = 0;
-    // Mostly masked (top-k, a grammar): the branch is predictable and most entries skip it.
-    for (size_t i = 0; i < size; ++i) {
-      if (logits[i] == kMasked) continue;
-      out.ids[count] = static_cast<int32_t>(i);
-      out.values[count] = logits[i];
-      ++count;
-    }
   } else {
     out.identity_ids = 0;
-    for (size_t i = 0; i < size; ++i) {
-      const float logit = logits[i];
-      // Written always, kept (count advanced) only when unmasked: no branch on a coin flip.
-      out.ids[count] = static_cast<int32_t>(i);
-      out.values[count] = logit;
-      count += logit != kMasked ? 1 : 0;
+    out.compacted.resize(size);
+    if (2 * extremes.num_neg_inf > std::ssize(logits)) {
+      // Mostly masked (top-k, a grammar): most chunks hold no candidate, which a branch-free
+      // (vectorized) count tells first, and the branch within the rest is predictable.
+      constexpr size_t kChunk = 32;
+      for (size_t chunk = 0; chunk < size; chunk += kChunk) {
+        const size_t end = std::min(size, chunk + kChunk);
+        uint32_t unmasked = 0;
+        for (size_t i = chunk; i < end; ++i) unmasked += logits[i] != kMasked ? 1U : 0U;
+        if (unmasked == 0) continue;
+        for (size_t i = chunk; i < end; ++i) {
+          if (logits[i] == kMasked) continue;
+          out.ids[count] = static_cast<int32_t>(i);
+          out.compacted[count] = logits[i];
+          ++count;
+        }
+      }
+    } else {
+      for (size_t i = 0; i < size; ++i) {
+        const float logit = logits[i];
+        // Written always, kept (count advanced) only when unmasked: no branch on a coin flip.
+        out.ids[count] = static_cast<int32_t>(i);
+        out.compacted[count] = logit;
+        count += logit != kMasked ? 1 : 0;
+      }
     }
+    out.ids.resize(count);
+    out.values = std::span<const float>(out.compacted.data(), count);
   }
-  out.ids.resize(count);
-  out.values.resize(count);
   out.min_logit = extremes.min_above_neg_inf;
   if (count == 0) return;
   if (!extremes.has_nan) {
@@ -176,44 +194,37 @@ void CollectCandidates(std::span<const float> logits, Candidates& out) {
 }
 
 // The candidates' weights exp(logit - max_logit) by kernels::ExpShifted, within its error bound
-// of std::exp's; returns their sum (in the kernel's order).
-double ApproximateWeights(Candidates& candidates) {
+// of std::exp's, and their sum (in the kernel's order) as the kept total.
+void ApproximateWeights(Candidates& candidates) {
   candidates.weights.resize(candidates.ids.size());
-  return kernels::ExpShifted(candidates.values.data(), std::ssize(candidates.values),
-                             candidates.max_logit, candidates.weights.data());
+  candidates.kept_total =
+      kernels::ExpShifted(candidates.values.data(), std::ssize(candidates.values),
+                          candidates.max_logit, candidates.weights.data());
 }
 
-// Bound on the error of the approximate weights' sum of any `n` of them (or the sum of all,
-// total ~ `total`) against the same sum of std::exp's weights in another order: each weight's
-// error (kernels/ops.h) plus up to n roundings in each of the two sums.
+// Bound on the error of a sum of `n` approximate weights (or of all, total ~ `total`), added in
+// any order with up to n + kBuckets roundings (the histogram's buckets add their own), against
+// the same sum of std::exp's weights in another order: each weight's error (kernels/ops.h) plus
+// the roundings of the two sums.
 double SumErrorBound(size_t n, double total) {
   const auto count = static_cast<double>(n);
   return (kernels::kExpShiftedRelativeError +
-          2.0 * (count + 2.0) * std::numeric_limits<double>::epsilon()) *
+          2.0 * (count + kBuckets + 2.0) * std::numeric_limits<double>::epsilon()) *
              total +
          count * kernels::kExpShiftedAbsoluteError;
 }
 
-// Drops candidate j: its logit (and its value) become -inf and its weight 0, which the draw
-// skips as it skips a token the candidates never held (a weight of 0 adds nothing to any sum).
-void DropCandidate(std::span<float> logits, Candidates& candidates, size_t j) {
-  logits[static_cast<size_t>(candidates.ids[j])] = kMasked;
-  candidates.values[j] = kMasked;
-  candidates.weights[j] = 0.0;
-}
-
 // Each candidate's bucket, 0 for the largest logit, monotone in max - logit (rounding to f32 and
 // scaling are monotone; NaNs go to the last bucket), and the buckets' masses.
-void FillTopPHistogram(const Candidates& candidates, float min_logit,
-                       std::array<double, kBuckets>& mass, std::vector<uint16_t>& bucket_of) {
+void FillTopPHistogram(Candidates& candidates, std::array<double, kBuckets>& mass) {
   const size_t n = candidates.ids.size();
-  bucket_of.resize(n);
+  candidates.rank.resize(n);
   const float max_logit = candidates.max_logit;
   constexpr auto kLast = static_cast<float>(kBuckets - 1);
-  const float range = max_logit - min_logit;
+  const float range = max_logit - candidates.min_logit;
   const float scale = range > 0.0F ? kLast / range : 0.0F;
   const float* values = candidates.values.data();
-  uint16_t* out = bucket_of.data();
+  uint16_t* out = candidates.rank.data();
   for (size_t j = 0; j < n; ++j) {
     const float at = (max_logit - values[j]) * scale;
     out[j] = static_cast<uint16_t>(at < kLast ? at : kLast);  // at >= 0 unless NaN
@@ -223,44 +234,12 @@ void FillTopPHistogram(const Candidates& candidates, float min_logit,
   for (size_t j = 0; j < n; ++j) mass[out[j]] += weights[j];
 }
 
-// Drops the candidates whose bucket lies past `crossing`, without a branch per candidate (which
-// would be a coin flip on a flat distribution): each store writes the old value or the drop's.
-void DropBeyond(std::span<float> logits, Candidates& candidates,
-                const std::vector<uint16_t>& bucket_of, uint32_t crossing) {
-  const size_t n = candidates.ids.size();
-  float* values = candidates.values.data();
-  double* weights = candidates.weights.data();
-  const int32_t* ids = candidates.ids.data();
-  const auto select = [](bool drop, auto kept, auto dropped) {
-    using Bits = std::conditional_t<sizeof(kept) == 4, uint32_t, uint64_t>;
-    const Bits all = drop ? ~Bits{0} : Bits{0};
-    return std::bit_cast<decltype(kept)>(static_cast<Bits>((std::bit_cast<Bits>(kept) & ~all) |
-                                                           (std::bit_cast<Bits>(dropped) & all)));
-  };
-  if (n == logits.size()) {  // ids[j] == j: the same loop with no indirection
-    for (size_t j = 0; j < n; ++j) {
-      const bool drop = bucket_of[j] > crossing;
-      values[j] = select(drop, values[j], kMasked);
-      weights[j] = select(drop, weights[j], 0.0);
-      logits[j] = select(drop, logits[j], kMasked);
-    }
-    return;
-  }
-  for (size_t j = 0; j < n; ++j) {
-    const bool drop = bucket_of[j] > crossing;
-    values[j] = select(drop, values[j], kMasked);
-    weights[j] = select(drop, weights[j], 0.0);
-    float& logit = logits[static_cast<size_t>(ids[j])];
-    logit = select(drop, logit, kMasked);
-  }
-}
-
 // `members` (the crossing bucket's candidates) sorted as the full sort orders them, and the
 // index of the last one the nucleus keeps, given the mass `above` of the higher buckets; nullopt
 // where the sums' rounding `margin` leaves it in doubt (the full sort then decides).
 std::optional<size_t> LastKeptMember(const Candidates& candidates, std::span<uint32_t> members,
                                      double above, double total, double p, double margin) {
-  const std::vector<float>& values = candidates.values;
+  const std::span<const float> values = candidates.values;
   std::sort(members.begin(), members.end(), [&](uint32_t a, uint32_t b) {
     return values[a] > values[b] || (values[a] == values[b] && a < b);
   });
@@ -277,15 +256,30 @@ std::optional<size_t> LastKeptMember(const Candidates& candidates, std::span<uin
   return std::nullopt;
 }
 
-// ApplyTopP over collected candidates and their approximate weights (summing to `total`);
-// drops the masked ones. The nucleus keeps the largest logit, so `best` and `max_logit` stay the
-// draw's.
-void TopP(std::span<float> logits, double p, Candidates& candidates, double total) {
+// Top-p by its definition (TopPBySorting on the row, which it masks), then the verdict read back
+// from the row.
+void TopPFromSorting(std::span<float> logits, double p, Candidates& candidates) {
+  TopPBySorting(logits, p);
+  const size_t n = candidates.ids.size();
+  candidates.rank.resize(n);
+  candidates.last_kept_rank = 0;
+  candidates.kept_total = 0.0;
+  for (size_t j = 0; j < n; ++j) {
+    const bool dropped = logits[static_cast<size_t>(candidates.ids[j])] == kMasked;
+    candidates.rank[j] = dropped ? 1 : 0;
+    candidates.kept_total += dropped ? 0.0 : candidates.weights[j];
+  }
+}
+
+// Top-p over collected candidates and their approximate weights: sets the verdict (rank,
+// last_kept_rank, kept_total) without touching the row, except on the close calls that the full
+// sort decides. The nucleus keeps the largest logit, so `best` and `max_logit` stay the draw's.
+void TopP(std::span<float> logits, double p, Candidates& candidates) {
   const std::vector<int32_t>& ids = candidates.ids;
   if (ids.empty()) return;
+  const double total = candidates.kept_total;
   thread_local std::array<double, kBuckets> mass;
-  thread_local std::vector<uint16_t> bucket_of;  // each candidate's bucket
-  FillTopPHistogram(candidates, candidates.min_logit, mass, bucket_of);
+  FillTopPHistogram(candidates, mass);
   double above = 0.0;  // the mass of the buckets before `crossing`
   uint32_t crossing = 0;
   for (; crossing + 1 < kBuckets; ++crossing) {
@@ -300,31 +294,67 @@ void TopP(std::span<float> logits, double p, Candidates& candidates, double tota
       4.0 * (2.0 * SumErrorBound(ids.size(), total) / total +
              (static_cast<double>(ids.size()) + static_cast<double>(crossing) + 4.0) *
                  std::numeric_limits<double>::epsilon());
-  const auto by_sorting = [&] {
-    TopPBySorting(logits, p);
-    for (size_t j = 0; j < ids.size(); ++j) {
-      if (logits[static_cast<size_t>(ids[j])] == kMasked) DropCandidate(logits, candidates, j);
-    }
-  };
   constexpr size_t kMaxSortedBucket = 8192;
   // The crossing bucket's candidates; the buffer only grows (a resize down and up again would
   // write it all each draw).
   thread_local std::vector<uint32_t> member_buffer;
   if (member_buffer.size() < ids.size()) member_buffer.resize(ids.size());
   size_t num_members = 0;
-  for (size_t j = 0; j < ids.size(); ++j) {
-    // Few candidates share the crossing bucket: a predictable branch, and no store for the rest.
-    if (bucket_of[j] == crossing) member_buffer[num_members++] = static_cast<uint32_t>(j);
+  const uint16_t* rank = candidates.rank.data();
+  const auto crossing_rank = static_cast<uint16_t>(crossing);
+  constexpr size_t kChunk = 32;
+  for (size_t chunk = 0; chunk < ids.size(); chunk += kChunk) {
+    const size_t end = std::min(ids.size(), chunk + kChunk);
+    // Few candidates share the crossing bucket: most chunks hold none, which a branch-free
+    // (vectorized) test tells first.
+    uint32_t hits = 0;
+    for (size_t j = chunk; j < end; ++j) hits += rank[j] == crossing_rank ? 1U : 0U;
+    if (hits == 0) continue;
+    for (size_t j = chunk; j < end; ++j) {
+      if (rank[j] == crossing_rank) member_buffer[num_members++] = static_cast<uint32_t>(j);
+    }
   }
-  if (num_members > kMaxSortedBucket) return by_sorting();
+  if (num_members > kMaxSortedBucket) return TopPFromSorting(logits, p, candidates);
   const std::span<uint32_t> members(member_buffer.data(), num_members);
   const std::optional<size_t> last = LastKeptMember(candidates, members, above, total, p, margin);
-  if (!last) return by_sorting();
-  DropBeyond(logits, candidates, bucket_of, crossing);
-  for (size_t m = *last + 1; m < members.size(); ++m) DropCandidate(logits, candidates, members[m]);
+  if (!last) return TopPFromSorting(logits, p, candidates);
+  // Kept: the buckets before the crossing one and its members up to `last`; the members after
+  // it rank with the buckets beyond.
+  double kept = above;
+  for (size_t m = 0; m <= *last; ++m) kept += candidates.weights[members[m]];
+  for (size_t m = *last + 1; m < members.size(); ++m) {
+    candidates.rank[members[m]] = static_cast<uint16_t>(crossing + 1);
+  }
+  candidates.last_kept_rank = static_cast<uint16_t>(crossing);
+  candidates.kept_total = kept;
 }
 
-// SampleFromLogits's inverse-CDF draw over the candidates, by its definition: weights
+// Candidate j's weight if top-p kept it, else 0 (as a masked token weighs in the definition).
+double KeptWeight(const Candidates& candidates, size_t j) {
+  if (candidates.rank.empty()) return candidates.weights[j];
+  return candidates.rank[j] <= candidates.last_kept_rank ? candidates.weights[j] : 0.0;
+}
+
+// The kept weights of candidates [begin, end) summed without a branch per candidate (which
+// would be a coin flip on a flat distribution): each sum adds the weight's bits or 0's.
+double KeptSum(const Candidates& candidates, size_t begin, size_t end) {
+  const double* weights = candidates.weights.data();
+  const uint16_t* rank = candidates.rank.empty() ? nullptr : candidates.rank.data();
+  const uint16_t last = candidates.last_kept_rank;
+  constexpr size_t kLanes = 4;  // independent running sums
+  std::array<double, kLanes> lanes{};
+  size_t j = begin;
+  for (; j + kLanes <= end; j += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) {
+      const uint64_t keep = rank == nullptr || rank[j + l] <= last ? ~uint64_t{0} : 0;
+      lanes[l] += std::bit_cast<double>(std::bit_cast<uint64_t>(weights[j + l]) & keep);
+    }
+  }
+  for (; j < end; ++j) lanes[0] += KeptWeight(candidates, j);
+  return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+}
+
+// SampleFromLogits's inverse-CDF draw over the kept candidates, by its definition: weights
 // std::exp(logit - max) (recomputed here), total and running sums in id order; every other
 // token weighs 0 there, and adding 0 leaves each sum as it was.
 int32_t DrawExactly(const Candidates& candidates, double u) {
@@ -332,8 +362,11 @@ int32_t DrawExactly(const Candidates& candidates, double u) {
   thread_local std::vector<double> weights;
   weights.resize(n);
   double total = 0.0;
+  const bool all_kept = candidates.rank.empty();
   for (size_t j = 0; j < n; ++j) {
-    weights[j] = std::exp(static_cast<double>(candidates.values[j] - candidates.max_logit));
+    const bool kept = all_kept || candidates.rank[j] <= candidates.last_kept_rank;
+    weights[j] =
+        kept ? std::exp(static_cast<double>(candidates.values[j] - candidates.max_logit)) : 0.0;
     total += weights[j];
   }
   const double target = u * total;
@@ -348,39 +381,31 @@ int32_t DrawExactly(const Candidates& candidates, double u) {
   return last_possible;  // rounding left target at the very top
 }
 
-// DrawExactly's token from the approximate weights: the running sums are found block by block,
-// and the token taken where the target lies farther than the sums' error bound from both ends
-// of its interval, so that the exact sums choose it too; closer calls take DrawExactly.
+// DrawExactly's token from the approximate weights: the running sums are walked block by block
+// up to the target's block (half the candidates on average), and the token taken where the
+// target lies farther than the sums' error bound from both ends of its interval, so that the
+// exact sums choose it too; closer calls take DrawExactly.
 int32_t Draw(const Candidates& candidates, double u) {
   INFER_CHECK(candidates.best >= 0, "sampling: every token is masked");
-  const std::vector<double>& weights = candidates.weights;
-  const size_t n = weights.size();
-  constexpr size_t kBlock = 64;
-  thread_local std::vector<double> block_sums;
-  block_sums.resize((n + kBlock - 1) / kBlock);
-  double total = 0.0;
-  for (size_t b = 0; b < block_sums.size(); ++b) {
-    const size_t end = std::min(n, (b + 1) * kBlock);
-    std::array<double, 4> lanes{};  // four running sums: independent additions
-    size_t j = b * kBlock;
-    for (; j + 4 <= end; j += 4) {
-      for (size_t l = 0; l < 4; ++l) lanes[l] += weights[j + l];
-    }
-    for (; j < end; ++j) lanes[0] += weights[j];
-    block_sums[b] = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
-    total += block_sums[b];
-  }
+  const size_t n = candidates.ids.size();
+  const double total = candidates.kept_total;
   const double target = u * total;
   // Each side of the comparison (the target, a running sum) is off from its exact counterpart
   // by at most the sums' bound; the target also by its rounding.
   const double margin =
       2.0 * SumErrorBound(n, total) + 2.0 * std::numeric_limits<double>::epsilon() * total;
-  double before = 0.0;  // the running sum before block b
-  size_t b = 0;
-  while (b < block_sums.size() && !(target < before + block_sums[b])) before += block_sums[b++];
-  if (b == block_sums.size()) return DrawExactly(candidates, u);
-  for (size_t j = b * kBlock; j < std::min(n, (b + 1) * kBlock); ++j) {
-    const double after = before + weights[j];
+  constexpr size_t kBlock = 64;
+  double before = 0.0;  // the running sum before block `begin`
+  size_t begin = 0;
+  for (; begin < n; begin += kBlock) {
+    const double sum = KeptSum(candidates, begin, std::min(n, begin + kBlock));
+    if (target < before + sum) break;
+    before += sum;
+  }
+  for (size_t j = begin; j < std::min(n, begin + kBlock); ++j) {
+    const double weight = KeptWeight(candidates, j);
+    if (weight == 0.0) continue;
+    const double after = before + weight;
     if (target < after) {
       if (target - before > margin && after - target > margin) return candidates.ids[j];
       break;
@@ -396,7 +421,13 @@ void ApplyTopP(std::span<float> logits, double p) {
   if (p >= 1.0) return;
   Candidates candidates;
   CollectCandidates(logits, candidates);
-  TopP(logits, p, candidates, ApproximateWeights(candidates));
+  ApproximateWeights(candidates);
+  TopP(logits, p, candidates);
+  for (size_t j = 0; j < candidates.ids.size(); ++j) {
+    if (candidates.rank[j] > candidates.last_kept_rank) {
+      logits[static_cast<size_t>(candidates.ids[j])] = kMasked;
+    }
+  }
 }
 
 void ApplyTokenMask(std::span<float> logits, std::span<const uint32_t> mask) {
@@ -494,8 +525,8 @@ int32_t Sampler::Sample(std::span<float> logits) {
     if (top_k_) ApplyTopK(logits, *top_k_);
     // ApplyTopP then SampleFromLogits, over the unmasked tokens only and with one exp each.
     CollectCandidates(logits, candidates_);
-    const double total = ApproximateWeights(candidates_);
-    if (top_p_ < 1.0) TopP(logits, top_p_, candidates_, total);
+    ApproximateWeights(candidates_);
+    if (top_p_ < 1.0) TopP(logits, top_p_, candidates_);
     token = Draw(candidates_, UniformUnit(rng_));
   }
   return token;

@@ -56,11 +56,20 @@ int32_t SampleFromLogits(std::span<const float> logits, std::mt19937_64& rng);
 // The tokens a draw can take: their ids in ascending order (the unmasked ones), their logits,
 // the draw's weight of each (exp(logit - max_logit) in double, within kernels::ExpShifted's
 // bound of std::exp's: the draw and top-p confirm each choice against that bound and decide
-// close calls with std::exp), the lowest id of the largest logit, and the smallest logit.
+// close calls with std::exp), the lowest id of the largest logit, and the smallest logit; then
+// which of them top-p keeps.
 struct SamplingCandidates {
   std::vector<int32_t> ids;
-  std::vector<float> values;
+  // The candidates' logits: the row itself where nothing was masked (valid during one draw),
+  // else `compacted`.
+  std::span<const float> values;
+  std::vector<float> compacted;
   std::vector<double> weights;
+  // Top-p's verdict: candidate j stays in the draw iff rank[j] <= last_kept_rank (every one
+  // while `rank` is empty), and `kept_total` is the kept weights' sum (in an order of its own).
+  std::vector<uint16_t> rank;
+  uint16_t last_kept_rank = 0;
+  double kept_total = 0.0;
   // ids[0, identity_ids) hold 0, 1, ... (left by an unmasked row): the next unmasked row of that
   // size need not write them again.
   size_t identity_ids = 0;
@@ -75,7 +84,7 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
 
-  // Draws from `logits` (modified: temperature, top-k and top-p mask in place).
+  // Draws from `logits`, which it uses as scratch (temperature and top-k rewrite it in place).
   int32_t Sample(std::span<float> logits);
 
  private:
