@@ -105,7 +105,9 @@ Options ParseArgs(int argc, char** argv) {
     } else if (const char* v = value("--quantization=")) {
       options.quantizations.clear();
       for (const std::string& name : Split(v)) {
-        options.quantizations.push_back(kernels::ParseQuantization(name));
+        // int6k (GGUF's Q6_K) is no --quantization choice: named here, made by QuantizedWeights.
+        options.quantizations.push_back(name == "int6k" ? kernels::Quantization::kInt6K
+                                                        : kernels::ParseQuantization(name));
       }
     } else if (const char* v = value("--dtype=")) {
       const std::string d = v;
@@ -114,7 +116,7 @@ Options ParseArgs(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--json] [--isa=avx512bf16,avx512,avx2] [--threads=1,2] "
                    "[--m=1,512] [--reps=N] [--dtype=bf16|f16|f32] [--precision=f32,bf16] "
-                   "[--quantization=none,int8,int6,int4,int4k] "
+                   "[--quantization=none,int8,int6,int4,int4k,int6k] "
                    "[--shape=a,b] [--no-huge-pages] [--no-probe] [--no-attention] [--cached]\n",
                    argv[0]);
       std::exit(2);
@@ -133,6 +135,26 @@ double NowSeconds() {
 }
 
 // Fills with small random-ish values (a cheap LCG; the values do not matter for speed).
+// values quantized as `quantization` says; int6k, which only GGUF Q6_K blocks make, from random
+// q, scales and d in its ranges.
+kernels::PackedMatrix QuantizedWeights(const Tensor& values, kernels::Quantization quantization,
+                                       infer::TensorArena* storage) {
+  if (quantization != kernels::Quantization::kInt6K) {
+    return kernels::PackedMatrix::Quantize(values, quantization, 0, nullptr, storage);
+  }
+  return kernels::PackedMatrix::FromQuantizedRows(
+      quantization, values.dim(0), values.dim(1),
+      [](int64_t row, kernels::PackedMatrix::QuantizedRow& out) {
+        for (size_t i = 0; i < out.q.size(); ++i)
+          out.q[i] = static_cast<int>((row + i * 7) % 64) - 32;
+        for (size_t i = 0; i < out.sc16.size(); ++i) {
+          out.sc16[i] = static_cast<int8_t>((row + i * 13) % 255 - 127);
+        }
+        for (uint16_t& d : out.d) d = infer::F32ToF16(1e-3F);
+      },
+      nullptr, storage);
+}
+
 void Fill(const Tensor& t) {
   uint32_t state = 12345;
   auto next = [&] {
@@ -569,11 +591,11 @@ int main(int argc, char** argv) {
     for (kernels::Quantization quantization : options.quantizations) {
       const bool quantized = quantization != kernels::Quantization::kNone;
       const size_t weight_bytes =
-          quantized ? kernels::PackedMatrix::Quantize(Tensor::Empty(options.dtype, {32, shape.k}),
-                                                      quantization)
-                              .size_bytes() *
-                          static_cast<size_t>((shape.n + 31) / 32)
-                    : static_cast<size_t>(shape.n * shape.k) * infer::DTypeSize(options.dtype);
+          quantized
+              ? QuantizedWeights(Tensor::Empty(options.dtype, {32, shape.k}), quantization, nullptr)
+                        .size_bytes() *
+                    static_cast<size_t>((shape.n + 31) / 32)
+              : static_cast<size_t>(shape.n * shape.k) * infer::DTypeSize(options.dtype);
       // Decode and batched decode (m <= kStreamedRows) must stream from memory, as in a model:
       // cycle through copies worth >= 512 MiB so none is cached. (Prefill shapes are
       // compute-bound and call one matrix.)
@@ -590,8 +612,7 @@ int main(int argc, char** argv) {
       {
         Tensor values = Tensor::Empty(options.dtype, {shape.n, shape.k});
         Fill(values);
-        weights.push_back(
-            kernels::PackedMatrix::Quantize(values, quantization, 0, nullptr, storage));
+        weights.push_back(QuantizedWeights(values, quantization, storage));
       }
       for (int c = 1; c < copies; ++c) weights.push_back(weights[0].Copy(storage));
       for (int64_t m : options.ms) {

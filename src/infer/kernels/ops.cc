@@ -97,7 +97,7 @@ int PackedMatrix::QuantAt(int64_t row, int64_t col) const {
   const int64_t at = QuantIndex(row, col, &high);
   if (quantization_ == Quantization::kInt8) return bytes[at];
   const int low = high ? bytes[at] >> 4 : bytes[at] & 0x0f;
-  if (quantization_ != Quantization::kInt6) return low;
+  if (!IsInt6(quantization_)) return low;
   const int64_t quad = col % kQuantBlock / 4;
   return low | (bytes[at + Int6TopDelta(quad)] >> Int6TopShift(quad) & 3) << 4;
 }
@@ -131,6 +131,8 @@ int PackedMatrix::SubBlockScaleBits(int64_t row, int64_t block, bool minimum) co
 }
 
 float PackedMatrix::SubBlockScale(int64_t row, int64_t block) const {
+  INFER_CHECK(quantization_ != Quantization::kInt6K,
+              "SubBlockScale: an int6k matrix scales each 16 channels (ChannelScale)");
   const int64_t group = block * kQuantBlock / group_size_;
   if (quantization_ != Quantization::kInt4K) return ScaleAt(row, group);
   return ScaleAt(row, group) * static_cast<float>(SubBlockScaleBits(row, block, false));
@@ -142,10 +144,21 @@ float PackedMatrix::SubBlockMinimum(int64_t row, int64_t block) const {
   return MinimumAt(row, group) * static_cast<float>(SubBlockScaleBits(row, block, true));
 }
 
+int PackedMatrix::Int6KHalfScale(int64_t row, int64_t half) const {
+  INFER_CHECK(quantization_ == Quantization::kInt6K, "Int6KHalfScale: not an int6k matrix");
+  const int64_t group = half / kInt6KHalves;
+  return static_cast<const int8_t*>(data())[Int6KScaleIndex(row, group, half % kInt6KHalves)];
+}
+
+float PackedMatrix::ChannelScale(int64_t row, int64_t col) const {
+  if (quantization_ != Quantization::kInt6K) return SubBlockScale(row, col / kQuantBlock);
+  return ScaleAt(row, col / group_size_) * static_cast<float>(Int6KHalfScale(row, col / 16));
+}
+
 float PackedMatrix::At(int64_t row, int64_t col) const {
   if (quantized()) {
     const int64_t block = col / kQuantBlock;
-    const float d = SubBlockScale(row, block);
+    const float d = ChannelScale(row, col);
     const int offset = QuantStoredOffset(quantization_);
     if (offset != 0) return d * static_cast<float>(QuantAt(row, col) - offset);
     return d * static_cast<float>(QuantAt(row, col)) + SubBlockMinimum(row, block);

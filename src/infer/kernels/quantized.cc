@@ -1,5 +1,5 @@
-// PackedMatrix::Quantize: int8 / int4 weights in the layout ops.h describes, and the names of
-// the quantization types. Runs once at load.
+// PackedMatrix::Quantize and FromQuantizedRows: quantized weights in the layout ops.h
+// describes, and the names of the quantization types. Runs once at load.
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -25,6 +25,8 @@ std::string_view QuantizationName(Quantization quantization) {
       return "int4k";
     case Quantization::kInt6:
       return "int6";
+    case Quantization::kInt6K:
+      return "int6k";
   }
   return "unknown";
 }
@@ -267,7 +269,7 @@ template <Quantization kType>
 inline void StoreQuant(uint8_t* bytes, int64_t first, int64_t sub_bytes, int64_t i, int u) {
   const int64_t quad = i % kQuantBlock / 4;
   const int64_t sub = first + i / kQuantBlock * sub_bytes + i % 4;
-  if constexpr (kType == Quantization::kInt6) {
+  if constexpr (IsInt6(kType)) {
     const int64_t at = sub + quad % 4 * PackedMatrix::kPanelRows * 4;
     bytes[at] |= static_cast<uint8_t>((u & 15) << (quad >= 4 ? 4 : 0));
     bytes[at + PackedMatrix::Int6TopDelta(quad)] |=
@@ -401,6 +403,9 @@ void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, i
 PackedMatrix PackedMatrix::Quantize(const Tensor& w, Quantization quantization, int64_t group_size,
                                     ThreadPool* pool, TensorArena* arena) {
   if (quantization == Quantization::kNone) return Pack(w, pool, arena);
+  INFER_CHECK(quantization != Quantization::kInt6K,
+              "quantize: int6k is taken from GGUF Q6_K blocks as given (FromQuantizedRows), not "
+              "made from floats");
   INFER_CHECK(w.rank() == 2, "quantize: weight has shape {}, expected [n, k]",
               ShapeString(w.shape()));
   INFER_CHECK(w.dtype() == DType::kF32 || w.dtype() == DType::kBF16 || w.dtype() == DType::kF16,
@@ -464,8 +469,8 @@ void StoreQuantizedRows(const PackedMatrix& packed, uint8_t* bytes, int64_t row_
   const int64_t cols = packed.cols();
   const int64_t group = packed.group_size();
   const int64_t groups = packed.num_groups();
-  const int lo = kType == Quantization::kInt8 ? -128 : 0;
-  const int hi = kType == Quantization::kInt8 ? 127 : 15;
+  const int lo = kType == Quantization::kInt8 ? -128 : kType == Quantization::kInt6K ? -32 : 0;
+  const int hi = kType == Quantization::kInt8 ? 127 : kType == Quantization::kInt6K ? 31 : 15;
   PackedMatrix::QuantizedRow out;
   for (int64_t row = row_begin; row < row_end; ++row) {
     out.q.assign(static_cast<size_t>(cols), 0);
@@ -473,6 +478,7 @@ void StoreQuantizedRows(const PackedMatrix& packed, uint8_t* bytes, int64_t row_
     out.m.assign(static_cast<size_t>(groups), 0);
     out.sc.assign(static_cast<size_t>(cols / kQuantBlock), 0);
     out.mn.assign(static_cast<size_t>(cols / kQuantBlock), 0);
+    out.sc16.assign(static_cast<size_t>(cols / 16), 0);
     fill(row, out);
     for (int64_t g = 0; g < groups; ++g) {
       bool high = false;
@@ -489,6 +495,12 @@ void StoreQuantizedRows(const PackedMatrix& packed, uint8_t* bytes, int64_t row_
       if constexpr (kType == Quantization::kInt4 || kType == Quantization::kInt4K) {
         std::copy_n(reinterpret_cast<const uint8_t*>(&out.m[static_cast<size_t>(g)]), 2,
                     bytes + scale + 2 * PackedMatrix::kPanelRows);
+      }
+      if constexpr (kType == Quantization::kInt6K) {
+        for (int64_t h = 0; h < kInt6KHalves; ++h) {
+          bytes[packed.Int6KScaleIndex(row, g, h)] =
+              static_cast<uint8_t>(out.sc16[static_cast<size_t>(g * kInt6KHalves + h)]);
+        }
       }
       if constexpr (kType == Quantization::kInt4K) {
         uint32_t words[3] = {};
@@ -515,9 +527,10 @@ PackedMatrix PackedMatrix::FromQuantizedRows(
     Quantization quantization, int64_t rows, int64_t cols,
     const std::function<void(int64_t, QuantizedRow&)>& fill, ThreadPool* pool, TensorArena* arena) {
   INFER_CHECK(quantization == Quantization::kInt8 || quantization == Quantization::kInt4 ||
-                  quantization == Quantization::kInt4K,
+                  quantization == Quantization::kInt4K || quantization == Quantization::kInt6K,
               "quantized rows: {} is not taken as given", QuantizationName(quantization));
-  const int64_t group = quantization == Quantization::kInt4K ? kSuperBlock : kQuantBlock;
+  const bool super = quantization == Quantization::kInt4K || quantization == Quantization::kInt6K;
+  const int64_t group = super ? kSuperBlock : kQuantBlock;
   INFER_CHECK(rows >= 0 && cols > 0 && cols % group == 0,
               "quantized rows: [{}, {}] is not in whole groups of {}", rows, cols, group);
   PackedMatrix packed;
@@ -535,6 +548,8 @@ PackedMatrix PackedMatrix::FromQuantizedRows(
       StoreQuantizedRows<Quantization::kInt8>(packed, data, row_begin, row_end, fill);
     } else if (quantization == Quantization::kInt4) {
       StoreQuantizedRows<Quantization::kInt4>(packed, data, row_begin, row_end, fill);
+    } else if (quantization == Quantization::kInt6K) {
+      StoreQuantizedRows<Quantization::kInt6K>(packed, data, row_begin, row_end, fill);
     } else {
       StoreQuantizedRows<Quantization::kInt4K>(packed, data, row_begin, row_end, fill);
     }

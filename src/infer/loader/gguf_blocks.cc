@@ -49,6 +49,20 @@ int Q5Value(const uint8_t* b, int e) {
   return (Nibble32(b + 6, e) | static_cast<int>(((high_bits >> e) & 1U) << 4)) - 16;
 }
 
+// Element e of a Q6_K block (128 bytes of low nibbles, 64 of top 2 bits, then the scales and d)
+// less its offset 32: in [-32, 31]. Each half of 128 has 64 nibble bytes and 32 top-bit bytes:
+// its 32-value quarters g = 0-3 take the low nibbles of bytes [0, 32) and [32, 64), then their
+// high nibbles, and top bits 2 g.
+int Q6Value(const uint8_t* b, int e) {
+  const int h = e / 128;
+  const int g = e % 128 / 32;
+  const int l = e % 32;
+  const uint8_t low_byte = b[64 * h + 32 * (g % 2) + l];
+  const int low = g < 2 ? low_byte & 15 : low_byte >> 4;
+  const int high = (b[128 + 32 * h + l] >> (2 * g)) & 3;
+  return (low | high << 4) - 32;
+}
+
 template <typename Block>
 void ForBlocks(std::span<const std::byte> row, std::span<float> out, int64_t block_elements,
                int64_t block_bytes, Block block) {
@@ -138,19 +152,11 @@ void DequantizeGgmlRow(uint32_t type, std::span<const std::byte> row, std::span<
     }
     case GgmlType::kQ6_K:
       return ForBlocks(row, out, 256, 210, [](const uint8_t* b, float* y) {
-        const uint8_t* ql = b;
-        const uint8_t* qh = b + 128;
         const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
         const float d = HalfAt(b + 208);
         for (int e = 0; e < 256; ++e) {
-          const int h = e / 128;
-          const int g = e % 128 / 32;
-          const int l = e % 32;
-          const uint8_t low_byte = ql[64 * h + 32 * (g % 2) + l];
-          const int low = g < 2 ? low_byte & 15 : low_byte >> 4;
-          const int high = (qh[32 * h + l] >> (2 * g)) & 3;
           const int sub = e / 16;  // each 16 values have their own scale
-          y[e] = d * static_cast<float>(scales[sub]) * static_cast<float>((low | high << 4) - 32);
+          y[e] = d * static_cast<float>(scales[sub]) * static_cast<float>(Q6Value(b, e));
         }
       });
     default:
@@ -168,6 +174,8 @@ std::optional<kernels::Quantization> ExactQuantization(uint32_t type) {
       return kernels::Quantization::kInt4;
     case GgmlType::kQ4_K:
       return kernels::Quantization::kInt4K;
+    case GgmlType::kQ6_K:
+      return kernels::Quantization::kInt6K;
     default:
       return std::nullopt;
   }
@@ -221,6 +229,14 @@ void FillQuantizedRow(uint32_t type, std::span<const std::byte> row,
         out.m[g] = Half(b + 2) ^ 0x8000;  // the minimum step dm = -dmin
         for (int j = 0; j < 8; ++j) ScaleMin(b + 4, j, out.sc[g * 8 + j], out.mn[g * 8 + j]);
         for (int e = 0; e < 256; ++e) out.q[g * 256 + e] = NibbleK(b + 16, e);
+      }
+      return;
+    case GgmlType::kQ6_K:
+      for (int64_t g = 0; g < cols / 256; ++g) {
+        const uint8_t* b = bytes + g * 210;
+        out.d[g] = Half(b + 208);
+        for (int h = 0; h < 16; ++h) out.sc16[g * 16 + h] = static_cast<int8_t>(b[192 + h]);
+        for (int e = 0; e < 256; ++e) out.q[g * 256 + e] = Q6Value(b, e);
       }
       return;
     default:

@@ -293,7 +293,7 @@ kernels::PackedMatrix GgufMatrix(const GgufFile& file, const GgufTensorInfo& ten
     }
   }
   if (!float_type) {
-    // Q5_K, Q6_K: no infer layout holds their values, f32 does (gguf-py's arithmetic).
+    // Q5_K: no infer layout holds its values, f32 does (gguf-py's arithmetic).
     Tensor widened = Tensor::Empty(DType::kF32, {rows, cols}, /*huge_pages=*/true);
     ParallelForOn(pool, rows, 64, [&](int64_t begin, int64_t end) {
       for (int64_t row = begin; row < end; ++row) {

@@ -1,12 +1,13 @@
-// Quantized weights (int8, int4, int4k): the stored values against the quantization rule
-// written out here, the activation rounding against the rule, and every MatMul path (the scalar
-// reference and each SIMD level the CPU has) against a float64 product of the dequantized
-// weights and the rounded activations, over odd shapes, strides, groups and bias; and batch
-// invariance.
+// Quantized weights (int8, int4, int4k, int6, and int6k from Q6_K rows): the stored values against
+// the quantization rule written out here, the activation rounding against the rule, and every
+// MatMul path (the scalar reference and each SIMD level the CPU has) against a float64 product of
+// the dequantized weights and the rounded activations, over odd shapes, strides, groups and bias;
+// and batch invariance.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -412,10 +413,10 @@ TEST(QuantizedTest, MatMulEqualsFloat64ProductOfTheDequantizedValues) {
 // The scalar twin of the SIMD kernels' arithmetic, written out here from the formula in
 // matmul_quant_simd.cc: per row, output feature and block of 32 channels, the exact integer
 // sum r of the stored weight values (int8: q, the stored byte minus 128; int6: the stored 6 bits
-// minus 32; int4: the nibble) times
-// the activation's q, then the block's f32 term added to one f32 accumulator in ascending block
-// order,
-//   int8: acc = fma(float(r), d * dx, acc)
+// minus 32; int4: the nibble; int6k: the stored 6 bits minus 32 times their 16 channels' int8
+// scale) times the activation's q, then the block's f32 term added to one f32 accumulator in
+// ascending block order,
+//   int8, int6, int6k (d: int6k's super-block d): acc = fma(float(r), d * dx, acc)
 //   int4: acc = fma(float(r), d * dx, acc); acc = fma(m, dx * float(sx), acc)
 // and finally acc + bias. Every SIMD path (each its own integer instructions: vpmaddwd,
 // vpmaddubsw of |x| and sign-adjusted q, vpdpbusd, AMX tiles) must give these bits exactly, for a
@@ -430,9 +431,10 @@ std::vector<float> ScalarTwin(const std::vector<float>& x, int64_t m, int64_t k,
   cpu::reference::QuantizeActivations(x.data(), m, k, x_stride, padded_k, q.data(), dx.data(),
                                       sx.data());
   const bool int4 = IsInt4(w.quantization());
-  const int offset = w.quantization() == Quantization::kInt8   ? 128
-                     : w.quantization() == Quantization::kInt6 ? 32
-                                                               : 0;
+  const bool int6k = w.quantization() == Quantization::kInt6K;
+  const int offset = w.quantization() == Quantization::kInt8 ? 128
+                     : IsInt6(w.quantization())              ? 32
+                                                             : 0;
   std::vector<float> y(static_cast<size_t>(m * w.rows()));
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < w.rows(); ++j) {
@@ -441,9 +443,11 @@ std::vector<float> ScalarTwin(const std::vector<float>& x, int64_t m, int64_t k,
         int32_t r = 0;
         for (int64_t c = b * kQuantBlock; c < (b + 1) * kQuantBlock; ++c) {
           const int stored = c < k ? w.QuantAt(j, c) : offset;
-          r += (stored - offset) * q[i * padded_k + c];
+          const int scale = int6k ? w.Int6KHalfScale(j, c / 16) : 1;
+          r += scale * (stored - offset) * q[i * padded_k + c];
         }
-        const float d = w.SubBlockScale(j, b);
+        const float d =
+            int6k ? w.ScaleAt(j, b * kQuantBlock / w.group_size()) : w.SubBlockScale(j, b);
         const float block_dx = dx[i * blocks + b];
         acc = std::fma(static_cast<float>(r), d * block_dx, acc);
         if (int4) {
@@ -525,6 +529,100 @@ TEST(QuantizedTest, EverySimdPathEqualsTheScalarTwinBitForBit) {
 
 // The same bits for a row alone, in a small batch (the streaming order) and in a large one
 // (the blocked order), on every path, for k over several weight k-blocks.
+// An int6k matrix as a GGUF file's Q6_K rows give it (FromQuantizedRows; nothing quantizes to
+// it): q in [-32, 31], an f16 d per 256 channels and an int8 scale per 16, random with their
+// extremes (q -32 and 31, scales -128 and 127) in row 0. `values`: each weight d sc q in double.
+PackedMatrix RandomInt6K(int64_t n, int64_t k, uint32_t seed, std::vector<double>& values) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> q_of(-32, 31);
+  std::uniform_int_distribution<int> scale_of(-128, 127);
+  std::uniform_real_distribution<float> d_of(1e-4F, 4e-3F);
+  std::vector<int> q(static_cast<size_t>(n * k));
+  std::vector<int8_t> scales(static_cast<size_t>(n * k / 16));
+  std::vector<uint16_t> d(static_cast<size_t>(n * k / 256));
+  for (int& v : q) v = q_of(gen);
+  for (int8_t& v : scales) v = static_cast<int8_t>(scale_of(gen));
+  for (uint16_t& v : d) v = F32ToF16(d_of(gen));
+  q[0] = -32, q[1] = 31, q[16] = -32, q[17] = 31;
+  scales[0] = -128, scales[1] = 127;
+  values.resize(q.size());
+  for (int64_t row = 0; row < n; ++row) {
+    for (int64_t col = 0; col < k; ++col) {
+      const auto at = static_cast<size_t>(row * k + col);
+      values[at] =
+          static_cast<double>(F16ToF32(d[static_cast<size_t>(row * k / 256 + col / 256)])) *
+          scales[static_cast<size_t>(row * k / 16 + col / 16)] * q[at];
+    }
+  }
+  return PackedMatrix::FromQuantizedRows(
+      Quantization::kInt6K, n, k,
+      [&](int64_t row, PackedMatrix::QuantizedRow& out) {
+        std::copy_n(q.begin() + row * k, k, out.q.begin());
+        std::copy_n(scales.begin() + row * k / 16, k / 16, out.sc16.begin());
+        std::copy_n(d.begin() + row * k / 256, k / 256, out.d.begin());
+      },
+      &TestPool());
+}
+
+TEST(QuantizedTest, Int6KHoldsQ6KRowsAndEveryPathMultipliesThem) {
+  ThreadPool& pool = TestPool();
+  struct Dims {
+    int64_t m, k, n;
+  };
+  // Decode, the streaming order's row blocks (int6k takes it at every m), partial tiles and
+  // panels, an output head's width.
+  const Dims dims[] = {{1, 256, 40}, {2, 512, 33},  {3, 256, 75},  {5, 1024, 7700},
+                       {9, 768, 97}, {17, 256, 64}, {33, 512, 70}, {70, 256, 40}};
+  uint32_t seed = 900;
+  for (const Dims& s : dims) {
+    ++seed;
+    std::vector<double> values;
+    const PackedMatrix packed = RandomInt6K(s.n, s.k, seed, values);
+    ASSERT_EQ(packed.quantization(), Quantization::kInt6K);
+    for (int64_t row = 0; row < s.n; ++row) {
+      for (int64_t col = 0; col < s.k; ++col) {
+        // d sc is exact in f32 (11 significant bits times 8), and so is d sc q.
+        ASSERT_EQ(packed.At(row, col), static_cast<float>(values[row * s.k + col]))
+            << "[" << row << ", " << col << "]";
+      }
+    }
+    std::vector<float> x = RandomFloats(static_cast<size_t>(s.m * s.k), -2, 2, seed + 1);
+    for (int64_t c = 0; c < 32; ++c) x[c] = c % 2 ? 3.0F : -3.0F;  // q of +-127
+    const std::vector<double> xq = RoundActivationsByRule(x.data(), s.m, s.k, s.k);
+    const std::vector<float> twin = ScalarTwin(x, s.m, s.k, s.k, packed, nullptr);
+    for (Isa isa : AllIsas()) {
+      ScopedIsa scoped(isa);
+      std::vector<float> y(static_cast<size_t>(s.m * s.n));
+      MatMul(x.data(), s.m, s.k, s.k, packed, nullptr, y.data(), s.n, pool);
+      for (int64_t i = 0; i < s.m; ++i) {
+        for (int64_t j = 0; j < s.n; ++j) {
+          const float got = y[i * s.n + j];
+          if (isa != Isa::kScalar) {
+            ASSERT_EQ(got, twin[i * s.n + j]) << IsaName(isa) << " m=" << s.m << " k=" << s.k
+                                              << " n=" << s.n << " at [" << i << ", " << j << "]";
+          }
+          double want = 0.0;
+          double abs_sum = 0.0;
+          for (int64_t c = 0; c < s.k; ++c) {
+            want += values[j * s.k + c] * xq[i * s.k + c];
+            abs_sum += std::fabs(values[j * s.k + c] * xq[i * s.k + c]);
+          }
+          ASSERT_NEAR(got, want, 4e-6 * abs_sum + 1e-30)
+              << IsaName(isa) << " m=" << s.m << " k=" << s.k << " n=" << s.n << " at [" << i
+              << ", " << j << "]";
+        }
+      }
+    }
+  }
+  // Nothing quantizes floats to int6k, and a q outside [-32, 31] is refused.
+  const StoredTensor w = Store(DType::kF32, {2, 256}, RandomFloats(512, -1, 1, 5));
+  EXPECT_THROW(PackedMatrix::Quantize(w.tensor, Quantization::kInt6K), Error);
+  EXPECT_THROW(PackedMatrix::FromQuantizedRows(
+                   Quantization::kInt6K, 1, 256,
+                   [](int64_t, PackedMatrix::QuantizedRow& out) { out.q[3] = 32; }),
+               Error);
+}
+
 TEST(QuantizedTest, RowsAreBatchInvariant) {
   ThreadPool& pool = TestPool();
   const int64_t m = 70;

@@ -159,8 +159,8 @@ struct QuantCase {
   // Top-1 over 1024 positions against the float64 reference of the file's own weights: 95%,
   // except where infer's rounding of the activations to int8 (every quantized MatMul's, as
   // llama.cpp's) tips more of the fixture's near-ties: the llama fixture (measured 0.865 to
-  // 0.913; the float and the widened K files agree at 1.000), qwen3 Q4_0 (0.940) and Q5_0 on
-  // qwen3 and gemma3 (0.948, 0.949).
+  // 0.918, Q4_K and Q6_K on its K-sized model 0.913 and 0.918; the float and the widened Q5_K
+  // files agree at 1.000), qwen3 Q4_0 (0.940) and Q5_0 on qwen3 and gemma3 (0.948, 0.949).
   double top1_floor = 0.95;
 };
 
@@ -180,7 +180,7 @@ TEST_F(GgufModelTest, QuantizedFilesAreNoFurtherFromTheirWeightsThanInfersOwnQua
     cases.push_back({arch, "Q5_0", Quantization::kInt4, false, llama ? floor : 0.94});
     cases.push_back({arch, "Q4_K", Quantization::kInt4K, true, llama ? 0.9 : 0.95});
     cases.push_back({arch, "Q5_K", Quantization::kInt6, true});
-    cases.push_back({arch, "Q6_K", Quantization::kInt6, true});
+    cases.push_back({arch, "Q6_K", Quantization::kInt6, true, llama ? 0.9 : 0.95});
   }
   for (const QuantCase& c : cases) {
     SCOPED_TRACE(fmt::format("{} {}", c.arch, c.type));

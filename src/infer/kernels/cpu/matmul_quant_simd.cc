@@ -40,6 +40,7 @@ namespace {
 thread_local Scratch tls_q_scratch;
 thread_local Scratch tls_d_scratch;
 thread_local Scratch tls_sum_scratch;
+thread_local Scratch tls_sum_lo_scratch;
 
 // The streaming order's tasks: ranges of whole panels, about kStreamTasksPerThread per thread
 // over all outputs.
@@ -184,6 +185,16 @@ void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
   rows.q = q;
   rows.d = d;
   rows.sum = sum;
+  if (first.quantization() == Quantization::kInt6K) {
+    // Its blocks' halves scale apart: each block's sum of q over its first 16 channels too.
+    auto* sum_lo = tls_sum_lo_scratch.Array<int32_t>(static_cast<size_t>(m * blocks));
+    for (int64_t i = 0; i < m * blocks; ++i) {
+      int32_t total = 0;
+      for (int64_t c = 0; c < 16; ++c) total += q[i * kQuantBlock + c];
+      sum_lo[i] = total;
+    }
+    rows.sum_lo = sum_lo;
+  }
 #if !defined(__AVX512F__)
   if (!streaming) PrepareManyRowRows(rows, padded_m, first.quantization(), pool);
 #endif

@@ -56,6 +56,7 @@ constexpr int64_t kStreamMaxBlocks = kTuning.quant_stream_max_blocks;
 // (int8 in one row block, up to kGemmRows rows, on AVX2: Int8PanelTile streams whole panels
 // with a far prefetch, ahead of the k-blocked order from memory from 2 rows.)
 inline bool StreamingOrder(int64_t m, Quantization q) {
+  if (q == Quantization::kInt6K) return true;  // the vector tiles alone read its 16-channel scales
   if (q == Quantization::kInt8 && kTuning.quant_stream_max_rows_int8 > 0) {
     return m <= kTuning.quant_stream_max_rows_int8;
   }
@@ -167,6 +168,9 @@ struct QuantizedRows {
   const int8_t* q = nullptr;
   const float* d = nullptr;
   const int32_t* sum = nullptr;
+  // kInt6K's MatMuls only (the streaming order, row after row): per block the sum of q over its
+  // first 16 channels.
+  const int32_t* sum_lo = nullptr;
   int64_t padded_k = 0;
   int64_t blocks = 0;
   // AVX2's many-row int8 tile only (Int8PanelTile), laid out as q and sum: |q|, the byte f
@@ -200,6 +204,16 @@ inline V AddInt8Term(V acc, VI signed_dot, V d, float dx) {
 // int4's term, with dx_sx = dx * sx (in f32, as AddBlockTerm rounds it).
 inline V AddInt4Term(V acc, VI dot, V d, V m, float dx, float dx_sx) {
   return Fma(m, Set1(dx_sx), Fma(ToFloat(dot), Mul(d, Set1(dx)), acc));
+}
+// kInt6K's block term: the block's two 16-channel halves, dot_lo and dot_hi the integer sums of
+// their stored q + 32, sx_lo and sx_hi the row's sums of q over them, sc_lo and sc_hi the
+// features' int8 scales: r = sc_lo (dot_lo - 32 sx_lo) + sc_hi (dot_hi - 32 sx_hi), exact in
+// int32 (|r| < 2^26), then int8's term with the group's d.
+inline V AddInt6KTerm(V acc, VI dot_lo, VI dot_hi, VI sc_lo, VI sc_hi, V d, float dx, int32_t sx_lo,
+                      int32_t sx_hi) {
+  const VI r = AddI(MulLoI(sc_lo, SubI(dot_lo, Set1I(32 * sx_lo))),
+                    MulLoI(sc_hi, SubI(dot_hi, Set1I(32 * sx_hi))));
+  return AddInt8Term(acc, r, d, dx);
 }
 // The symmetric types' dot is of the stored q + offset (QuantStoredOffset): r = dot - offset s.
 template <bool kInt4>
@@ -245,8 +259,10 @@ inline void SubBlockScales(const uint8_t* scales, int64_t lane, int64_t b, bool 
 // (kInt4 false), a template argument so that int8's decode loop is compiled without int6's
 // (with int6's work in the same loop, AVX-512 int8 decode measured slower).
 // kFar: one of the passes over the panel (NextPanel; kTiles 1), which asks for the next panel
-// instead of its own lines.
-template <bool kInt4, int kRows, int kTiles, bool kSix = false, bool kFar = false>
+// instead of its own lines. kHalves (with kSix): kInt6K, whose blocks' two 16-channel halves
+// (quads 0-3 and 4-7) sum apart (dot and dot_hi), each to be multiplied by its own scale.
+template <bool kInt4, int kRows, int kTiles, bool kSix = false, bool kFar = false,
+          bool kHalves = false>
 inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& w, int64_t j0,
                       int64_t g0, int64_t g1, float* y, int64_t y_stride, bool accumulate,
                       const float* bias, const NextPanel& far = {}) {
@@ -257,7 +273,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
   const int64_t group_bytes = w.group_bytes();
   const int64_t values_bytes = subs * sub_bytes;
   [[maybe_unused]] const bool super = w.quantization() == Quantization::kInt4K;
-  static_assert(!(kInt4 && kSix));
+  static_assert(!(kInt4 && kSix) && (kSix || !kHalves));
   constexpr int64_t kAhead = PrefetchBytes(kRows, kSix);
   constexpr int32_t kOffset =
       kInt4 ? 0 : QuantStoredOffset(kSix ? Quantization::kInt6 : Quantization::kInt8);
@@ -291,10 +307,14 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
     for (int64_t b = 0; b < subs; ++b) {
       const int64_t block = g * subs + b;
       VI dot[kTiles][kRows][2];
+      [[maybe_unused]] VI dot_hi[kTiles][kRows][2];  // kInt6K: the second halves' sums
 #pragma GCC unroll 8
       for (int t = 0; t < kTiles; ++t) {
 #pragma GCC unroll 8
-        for (int r = 0; r < kRows; ++r) dot[t][r][0] = dot[t][r][1] = ZeroI();
+        for (int r = 0; r < kRows; ++r) {
+          dot[t][r][0] = dot[t][r][1] = ZeroI();
+          if constexpr (kHalves) dot_hi[t][r][0] = dot_hi[t][r][1] = ZeroI();
+        }
       }
       const int8_t* xq = x.q + row0 * x.padded_k + block * kQuantBlock;
       if constexpr (kInt4 && kInt4OnMaddubs) {
@@ -371,10 +391,10 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
           }
         }
       } else if constexpr (kInt4 || kSix) {
-        // The 4-bit types on vpdpbusd, and kInt6: nibble slot j's quads j and j + 4, for kInt6
-        // with their top bits (slot j % 2, loaded and prefetched at j = 0 and 1, read again at
-        // 2 and 3). kInt6 without VNNI takes vpmaddubsw: a quad's products u x, u <= 63,
-        // |x| <= 127, stay within 4 * 63 * 127 = 32004 in int16.
+        // The 4-bit types on vpdpbusd, and the 6-bit types: nibble slot j's quads j and j + 4,
+        // for those with their top bits (slot j % 2, loaded and prefetched at j = 0 and 1, read
+        // again at 2 and 3). The 6-bit types without VNNI take vpmaddubsw: a quad's products
+        // u x, u <= 63, |x| <= 127, stay within 4 * 63 * 127 = 32004 in int16.
 #pragma GCC unroll 4
         for (int64_t j = 0; j < 4; ++j) {
 #pragma GCC unroll 8
@@ -385,7 +405,19 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
             for (int r = 0; r < kRows; ++r) {
               const VI xlo = Set1I(Quad(xq + r * x.padded_k + 4 * j));
               const VI xhi = Set1I(Quad(xq + r * x.padded_k + 4 * (j + 4)));
-              if constexpr (!kInt4 && kInt4OnMaddubs) {
+              if constexpr (kHalves) {
+                if constexpr (kInt4OnMaddubs) {
+                  dot[t][r][0] = AddI(dot[t][r][0], WidenI16Pairs(MulU8S8PairsI16(lo0, xlo)));
+                  dot[t][r][1] = AddI(dot[t][r][1], WidenI16Pairs(MulU8S8PairsI16(lo1, xlo)));
+                  dot_hi[t][r][0] = AddI(dot_hi[t][r][0], WidenI16Pairs(MulU8S8PairsI16(hi0, xhi)));
+                  dot_hi[t][r][1] = AddI(dot_hi[t][r][1], WidenI16Pairs(MulU8S8PairsI16(hi1, xhi)));
+                } else {
+                  dot[t][r][0] = DotU8S8(dot[t][r][0], lo0, xlo);
+                  dot[t][r][1] = DotU8S8(dot[t][r][1], lo1, xlo);
+                  dot_hi[t][r][0] = DotU8S8(dot_hi[t][r][0], hi0, xhi);
+                  dot_hi[t][r][1] = DotU8S8(dot_hi[t][r][1], hi1, xhi);
+                }
+              } else if constexpr (!kInt4 && kInt4OnMaddubs) {
                 dot[t][r][0] = AddI(dot[t][r][0], WidenI16Pairs(AddI16(MulU8S8PairsI16(lo0, xlo),
                                                                        MulU8S8PairsI16(hi0, xhi))));
                 dot[t][r][1] = AddI(dot[t][r][1], WidenI16Pairs(AddI16(MulU8S8PairsI16(lo1, xlo),
@@ -420,6 +452,33 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
           for (int r = 0; r < kRows; ++r) {
             group_dots[t][r][b][0] = dot[t][r][0];
             group_dots[t][r][b][1] = dot[t][r][1];
+          }
+        }
+        continue;
+      }
+      if constexpr (kHalves) {
+#pragma GCC unroll 8
+        for (int t = 0; t < kTiles; ++t) {
+          const uint8_t* scales = base[t] - lanes[t] * 4 + values_bytes;
+          if (!kFar && b == 0) {
+            for (int64_t line = 0; line < (2 + kInt6KHalves) * kPanel; line += 64) {
+              PrefetchLine(scales + kAhead + line);
+            }
+          }
+          const V d0 = LoadF16(reinterpret_cast<const uint16_t*>(scales) + lanes[t]);
+          const V d1 = LoadF16(reinterpret_cast<const uint16_t*>(scales) + lanes[t] + kLanes);
+          const uint8_t* sc = scales + 2 * kPanel + 2 * b * kPanel + lanes[t];
+          const VI lo0 = LoadS8AsI32(sc), hi0 = LoadS8AsI32(sc + kPanel);
+          const VI lo1 = LoadS8AsI32(sc + kLanes), hi1 = LoadS8AsI32(sc + kPanel + kLanes);
+#pragma GCC unroll 8
+          for (int r = 0; r < kRows; ++r) {
+            const float dx = x.d[(row0 + r) * x.blocks + block];
+            const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
+            const int32_t sx_lo = x.sum_lo[(row0 + r) * x.blocks + block];
+            acc[t][r][0] = AddInt6KTerm(acc[t][r][0], dot[t][r][0], dot_hi[t][r][0], lo0, hi0, d0,
+                                        dx, sx_lo, sx - sx_lo);
+            acc[t][r][1] = AddInt6KTerm(acc[t][r][1], dot[t][r][1], dot_hi[t][r][1], lo1, hi1, d1,
+                                        dx, sx_lo, sx - sx_lo);
           }
         }
         continue;
@@ -502,23 +561,27 @@ constexpr int TilesPerCall(int rows) {
   return rows <= 1 ? kTuning.quant_tiles_one_row : rows <= 2 ? kTuning.quant_tiles_two_rows : 1;
 }
 
-// kRows rows against `tiles` column tiles from j0, TilesPerCall(kRows) at a time.
-template <bool kInt4, int kRows, bool kSix, bool kFar>
+// kRows rows against `tiles` column tiles from j0, TilesPerCall(kRows) at a time (kHalves: at
+// most 2, its second set of sums taking the registers of the others).
+template <bool kInt4, int kRows, bool kSix, bool kFar, bool kHalves = false>
 inline void QuantTileRun(int64_t tiles, const QuantizedRows& x, int64_t row0, const PackedMatrix& w,
                          int64_t j0, int64_t g0, int64_t g1, float* y, int64_t y_stride,
                          bool accumulate, const float* bias, const NextPanel& far) {
-  constexpr int kGroup = kFar ? 1 : TilesPerCall(kRows);
+  constexpr int kGroup = kFar      ? 1
+                         : kHalves ? std::min(2, TilesPerCall(kRows))
+                                   : TilesPerCall(kRows);
   int64_t t = 0;
   if constexpr (kGroup > 1) {
     for (; t + kGroup <= tiles; t += kGroup) {
-      QuantTile<kInt4, kRows, kGroup, kSix>(x, row0, w, j0 + t * kNr, g0, g1, y + t * kNr, y_stride,
-                                            accumulate, bias != nullptr ? bias + t * kNr : nullptr);
+      QuantTile<kInt4, kRows, kGroup, kSix, false, kHalves>(
+          x, row0, w, j0 + t * kNr, g0, g1, y + t * kNr, y_stride, accumulate,
+          bias != nullptr ? bias + t * kNr : nullptr);
     }
   }
   for (; t < tiles; ++t) {
-    QuantTile<kInt4, kRows, 1, kSix, kFar>(x, row0, w, j0 + t * kNr, g0, g1, y + t * kNr, y_stride,
-                                           accumulate, bias != nullptr ? bias + t * kNr : nullptr,
-                                           far);
+    QuantTile<kInt4, kRows, 1, kSix, kFar, kHalves>(
+        x, row0, w, j0 + t * kNr, g0, g1, y + t * kNr, y_stride, accumulate,
+        bias != nullptr ? bias + t * kNr : nullptr, far);
   }
 }
 
@@ -539,6 +602,11 @@ inline void QuantTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t 
       if (w.quantization() == Quantization::kInt6) {
         QuantTileRun<false, kRows, true, kFar>(tiles, x, row0, w, j0, g0, g1, y, y_stride,
                                                accumulate, bias, far);
+        return;
+      }
+      if (w.quantization() == Quantization::kInt6K) {
+        QuantTileRun<false, kRows, true, kFar, true>(tiles, x, row0, w, j0, g0, g1, y, y_stride,
+                                                     accumulate, bias, far);
         return;
       }
     }

@@ -35,7 +35,7 @@ float Widen(DType dtype, const void* data, int64_t index) {
 // The exact dequantized weight of a quantized matrix, in double: d * q (+ m).
 double DequantizedWeight(const PackedMatrix& w, int64_t row, int64_t col) {
   const int64_t block = col / kQuantBlock;
-  const double d = w.SubBlockScale(row, block);
+  const double d = w.ChannelScale(row, col);
   const int offset = QuantStoredOffset(w.quantization());
   if (offset != 0) return d * (w.QuantAt(row, col) - offset);
   return d * w.QuantAt(row, col) + w.SubBlockMinimum(row, block);

@@ -257,6 +257,12 @@ inline VI AndI(VI a, VI b) { return _mm512_and_si512(a, b); }
 // Exact on multiples of 16.
 [[maybe_unused]] inline VI Shr4I32(VI v) { return _mm512_srai_epi32(v, 4); }
 inline VI SubI(VI a, VI b) { return _mm512_sub_epi32(a, b); }
+// The low 32 bits of each lane's product.
+[[maybe_unused]] inline VI MulLoI(VI a, VI b) { return _mm512_mullo_epi32(a, b); }
+// kLanes signed bytes from p, one per lane.
+[[maybe_unused]] inline VI LoadS8AsI32(const uint8_t* p) {
+  return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 inline V ToFloat(VI v) { return _mm512_cvtepi32_ps(v); }
 // The 6 bits of each lane from bit `shift` on; the top 2 bits of each lane, moved to `to`.
 inline VI SixBits(VI v, int shift) {
@@ -305,6 +311,10 @@ inline VI AndI(VI a, VI b) { return _mm256_and_si256(a, b); }
 // Exact on multiples of 16.
 [[maybe_unused]] inline VI Shr4I32(VI v) { return _mm256_srai_epi32(v, 4); }
 inline VI SubI(VI a, VI b) { return _mm256_sub_epi32(a, b); }
+[[maybe_unused]] inline VI MulLoI(VI a, VI b) { return _mm256_mullo_epi32(a, b); }
+[[maybe_unused]] inline VI LoadS8AsI32(const uint8_t* p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
 inline V ToFloat(VI v) { return _mm256_cvtepi32_ps(v); }
 inline VI SixBits(VI v, int shift) {
   return _mm256_and_si256(_mm256_srl_epi32(v, _mm_cvtsi32_si128(shift)), _mm256_set1_epi32(63));
