@@ -282,6 +282,35 @@ inline void StoreQuant(uint8_t* bytes, int64_t first, int64_t sub_bytes, int64_t
   }
 }
 
+// Stores the 32 values u (what the type stores for q) of one row's sub-block whose first byte
+// (QuantIndex of its first channel) is `at`: StoreQuant's places, each byte written whole once.
+template <Quantization kType>
+inline void StoreSubBlock(uint8_t* at, const int* u) {
+  constexpr int64_t kSlot = PackedMatrix::kPanelRows * 4;  // bytes from one quad slot to the next
+  if constexpr (kType == Quantization::kInt8) {
+    for (int64_t j = 0; j < 8; ++j) {
+      for (int64_t e = 0; e < 4; ++e) at[j * kSlot + e] = static_cast<uint8_t>(u[4 * j + e]);
+    }
+    return;
+  }
+  for (int64_t j = 0; j < 4; ++j) {  // quads j and j + 4 share slot j's nibbles
+    for (int64_t e = 0; e < 4; ++e) {
+      at[j * kSlot + e] = static_cast<uint8_t>((u[4 * j + e] & 15) | (u[16 + 4 * j + e] & 15) << 4);
+    }
+  }
+  if constexpr (IsInt6(kType)) {
+    // The top 2 bits of quads s, s + 2, s + 4, s + 6 in slot s (0, 1) of the plane after the
+    // nibbles, at bits 0-1, 2-3, 4-5, 6-7 (PackedMatrix::Int6TopDelta, Int6TopShift).
+    for (int64_t slot = 0; slot < 2; ++slot) {
+      for (int64_t e = 0; e < 4; ++e) {
+        int bits = 0;
+        for (int64_t t = 0; t < 4; ++t) bits |= (u[4 * (slot + 2 * t) + e] >> 4 & 3) << (2 * t);
+        at[(4 + slot) * kSlot + e] = static_cast<uint8_t>(bits);
+      }
+    }
+  }
+}
+
 // Quantizes rows [row_begin, row_end) of w into packed's bytes.
 template <Quantization kType>
 void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, int64_t row_begin,
@@ -480,14 +509,26 @@ void StoreQuantizedRows(const PackedMatrix& packed, uint8_t* bytes, int64_t row_
     out.mn.assign(static_cast<size_t>(cols / kQuantBlock), 0);
     out.sc16.assign(static_cast<size_t>(cols / 16), 0);
     fill(row, out);
+    int q_min = 0;
+    int q_max = 0;
+    for (int& q : out.q) {
+      q_min = std::min(q_min, q);
+      q_max = std::max(q_max, q);
+      q += QuantStoredOffset(kType);  // now what the type stores
+    }
+    if (q_min < lo || q_max > hi) {
+      const auto bad = std::ranges::find_if(out.q, [&](int u) {
+        return u - QuantStoredOffset(kType) < lo || u - QuantStoredOffset(kType) > hi;
+      });
+      Fail("quantized row {}: q[{}] = {} is outside [{}, {}]", row, bad - out.q.begin(),
+           *bad - QuantStoredOffset(kType), lo, hi);
+    }
     for (int64_t g = 0; g < groups; ++g) {
       bool high = false;
       const int64_t first = packed.QuantIndex(row, g * group, &high);
-      for (int64_t i = 0; i < group; ++i) {
-        const int q = out.q[static_cast<size_t>(g * group + i)];
-        INFER_CHECK(q >= lo && q <= hi, "quantized row {}: q[{}] = {} is outside [{}, {}]", row,
-                    g * group + i, q, lo, hi);
-        StoreQuant<kType>(bytes, first, packed.sub_block_bytes(), i, q + QuantStoredOffset(kType));
+      for (int64_t b = 0; b < group / kQuantBlock; ++b) {
+        StoreSubBlock<kType>(bytes + first + b * packed.sub_block_bytes(),
+                             out.q.data() + g * group + b * kQuantBlock);
       }
       const int64_t scale = packed.ScaleIndex(row, g);
       std::copy_n(reinterpret_cast<const uint8_t*>(&out.d[static_cast<size_t>(g)]), 2,

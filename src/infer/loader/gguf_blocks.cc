@@ -228,7 +228,15 @@ void FillQuantizedRow(uint32_t type, std::span<const std::byte> row,
         out.d[g] = Half(b);
         out.m[g] = Half(b + 2) ^ 0x8000;  // the minimum step dm = -dmin
         for (int j = 0; j < 8; ++j) ScaleMin(b + 4, j, out.sc[g * 8 + j], out.mn[g * 8 + j]);
-        for (int e = 0; e < 256; ++e) out.q[g * 256 + e] = NibbleK(b + 16, e);
+        // NibbleK's places, a pair of sub-blocks from each 32 bytes.
+        int* q = out.q.data() + g * 256;
+        const uint8_t* qs = b + 16;
+        for (int pair = 0; pair < 4; ++pair) {
+          for (int l = 0; l < 32; ++l) {
+            q[64 * pair + l] = qs[32 * pair + l] & 15;
+            q[64 * pair + 32 + l] = qs[32 * pair + l] >> 4;
+          }
+        }
       }
       return;
     case GgmlType::kQ6_K:
@@ -236,7 +244,18 @@ void FillQuantizedRow(uint32_t type, std::span<const std::byte> row,
         const uint8_t* b = bytes + g * 210;
         out.d[g] = Half(b + 208);
         for (int h = 0; h < 16; ++h) out.sc16[g * 16 + h] = static_cast<int8_t>(b[192 + h]);
-        for (int e = 0; e < 256; ++e) out.q[g * 256 + e] = Q6Value(b, e);
+        // Q6Value's places, the four 32-value quarters of each half at once.
+        int* q = out.q.data() + g * 256;
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* low = b + 64 * h;
+          const uint8_t* top = b + 128 + 32 * h;
+          for (int l = 0; l < 32; ++l) {
+            q[128 * h + l] = ((low[l] & 15) | (top[l] & 3) << 4) - 32;
+            q[128 * h + 32 + l] = ((low[32 + l] & 15) | (top[l] >> 2 & 3) << 4) - 32;
+            q[128 * h + 64 + l] = ((low[l] >> 4) | (top[l] >> 4 & 3) << 4) - 32;
+            q[128 * h + 96 + l] = ((low[32 + l] >> 4) | (top[l] >> 6 & 3) << 4) - 32;
+          }
+        }
       }
       return;
     default:
