@@ -208,7 +208,8 @@ inline V AddInt4Term(V acc, VI dot, V d, V m, float dx, float dx_sx) {
 // kInt6K's block term: the block's two 16-channel halves, dot_lo and dot_hi the integer sums of
 // their stored q + 32, sx_lo and sx_hi the row's sums of q over them, sc_lo and sc_hi the
 // features' int8 scales: r = sc_lo (dot_lo - 32 sx_lo) + sc_hi (dot_hi - 32 sx_hi), exact in
-// int32 (|r| < 2^26), then int8's term with the group's d.
+// int32 (each half's sum of q x is at most 16 * 32 * 127 in size, so |r| < 2^24), then int8's
+// term with the group's d.
 inline V AddInt6KTerm(V acc, VI dot_lo, VI dot_hi, VI sc_lo, VI sc_hi, V d, float dx, int32_t sx_lo,
                       int32_t sx_hi) {
   const VI r = AddI(MulLoI(sc_lo, SubI(dot_lo, Set1I(32 * sx_lo))),
@@ -302,6 +303,10 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
   // (the group's terms below).
   constexpr int kSubs = kSuperBlock / kQuantBlock;
   VI group_dots[kInt4 ? kTiles : 1][kInt4 ? kRows : 1][kInt4 ? kSubs : 1][2];
+  // kInt6K (kHalves): the same, for each half of each block; its scales follow the group's
+  // values too.
+  [[maybe_unused]] VI half_dots[kHalves ? kTiles : 1][kHalves ? kRows : 1][kHalves ? kSubs : 1][2]
+                               [2];
   for (int64_t g = g0; g < g1; ++g) {
     if constexpr (kFar) far.Ask(g - g0, g1 - g0, (g1 - g0) * group_bytes);
     for (int64_t b = 0; b < subs; ++b) {
@@ -459,26 +464,12 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
       if constexpr (kHalves) {
 #pragma GCC unroll 8
         for (int t = 0; t < kTiles; ++t) {
-          const uint8_t* scales = base[t] - lanes[t] * 4 + values_bytes;
-          if (!kFar && b == 0) {
-            for (int64_t line = 0; line < (2 + kInt6KHalves) * kPanel; line += 64) {
-              PrefetchLine(scales + kAhead + line);
-            }
-          }
-          const V d0 = LoadF16(reinterpret_cast<const uint16_t*>(scales) + lanes[t]);
-          const V d1 = LoadF16(reinterpret_cast<const uint16_t*>(scales) + lanes[t] + kLanes);
-          const uint8_t* sc = scales + 2 * kPanel + 2 * b * kPanel + lanes[t];
-          const VI lo0 = LoadS8AsI32(sc), hi0 = LoadS8AsI32(sc + kPanel);
-          const VI lo1 = LoadS8AsI32(sc + kLanes), hi1 = LoadS8AsI32(sc + kPanel + kLanes);
 #pragma GCC unroll 8
           for (int r = 0; r < kRows; ++r) {
-            const float dx = x.d[(row0 + r) * x.blocks + block];
-            const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
-            const int32_t sx_lo = x.sum_lo[(row0 + r) * x.blocks + block];
-            acc[t][r][0] = AddInt6KTerm(acc[t][r][0], dot[t][r][0], dot_hi[t][r][0], lo0, hi0, d0,
-                                        dx, sx_lo, sx - sx_lo);
-            acc[t][r][1] = AddInt6KTerm(acc[t][r][1], dot[t][r][1], dot_hi[t][r][1], lo1, hi1, d1,
-                                        dx, sx_lo, sx - sx_lo);
+            half_dots[t][r][b][0][0] = dot[t][r][0];
+            half_dots[t][r][b][0][1] = dot[t][r][1];
+            half_dots[t][r][b][1][0] = dot_hi[t][r][0];
+            half_dots[t][r][b][1][1] = dot_hi[t][r][1];
           }
         }
         continue;
@@ -502,6 +493,35 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
           const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
           acc[t][r][0] = AddBlockTerm<kInt4>(acc[t][r][0], dot[t][r][0], d0, m0, dx, sx, kOffset);
           acc[t][r][1] = AddBlockTerm<kInt4>(acc[t][r][1], dot[t][r][1], d1, m1, dx, sx, kOffset);
+        }
+      }
+    }
+    if constexpr (kHalves) {
+      // kInt6K: the group's terms in ascending block order (the bits of adding each after its
+      // block), from the d and int8 scales that follow the values just read.
+#pragma GCC unroll 8
+      for (int t = 0; t < kTiles; ++t) {
+        const uint8_t* scales = base[t] - lanes[t] * 4 + values_bytes;
+        const V d0 = LoadF16(reinterpret_cast<const uint16_t*>(scales) + lanes[t]);
+        const V d1 = LoadF16(reinterpret_cast<const uint16_t*>(scales) + lanes[t] + kLanes);
+#pragma GCC unroll 8
+        for (int b = 0; b < kSubs; ++b) {
+          const int64_t block = g * kSubs + b;
+          const uint8_t* sc = scales + 2 * kPanel + 2 * b * kPanel + lanes[t];
+          const VI lo0 = LoadS8AsI32(sc), hi0 = LoadS8AsI32(sc + kPanel);
+          const VI lo1 = LoadS8AsI32(sc + kLanes), hi1 = LoadS8AsI32(sc + kPanel + kLanes);
+#pragma GCC unroll 8
+          for (int r = 0; r < kRows; ++r) {
+            const float dx = x.d[(row0 + r) * x.blocks + block];
+            const int32_t sx = x.sum[(row0 + r) * x.blocks + block];
+            const int32_t sx_lo = x.sum_lo[(row0 + r) * x.blocks + block];
+            acc[t][r][0] =
+                AddInt6KTerm(acc[t][r][0], half_dots[t][r][b][0][0], half_dots[t][r][b][1][0], lo0,
+                             hi0, d0, dx, sx_lo, sx - sx_lo);
+            acc[t][r][1] =
+                AddInt6KTerm(acc[t][r][1], half_dots[t][r][b][0][1], half_dots[t][r][b][1][1], lo1,
+                             hi1, d1, dx, sx_lo, sx - sx_lo);
+          }
         }
       }
     }
