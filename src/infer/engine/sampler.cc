@@ -329,10 +329,14 @@ void TopP(std::span<float> logits, double p, Candidates& candidates) {
   candidates.kept_total = kept;
 }
 
+// Whether top-p kept candidate j (every one before top-p has run).
+bool Kept(const Candidates& candidates, size_t j) {
+  return candidates.rank.empty() || candidates.rank[j] <= candidates.last_kept_rank;
+}
+
 // Candidate j's weight if top-p kept it, else 0 (as a masked token weighs in the definition).
 double KeptWeight(const Candidates& candidates, size_t j) {
-  if (candidates.rank.empty()) return candidates.weights[j];
-  return candidates.rank[j] <= candidates.last_kept_rank ? candidates.weights[j] : 0.0;
+  return Kept(candidates, j) ? candidates.weights[j] : 0.0;
 }
 
 // The kept weights of candidates [begin, end) summed without a branch per candidate (which
@@ -362,11 +366,10 @@ int32_t DrawExactly(const Candidates& candidates, double u) {
   thread_local std::vector<double> weights;
   weights.resize(n);
   double total = 0.0;
-  const bool all_kept = candidates.rank.empty();
   for (size_t j = 0; j < n; ++j) {
-    const bool kept = all_kept || candidates.rank[j] <= candidates.last_kept_rank;
-    weights[j] =
-        kept ? std::exp(static_cast<double>(candidates.values[j] - candidates.max_logit)) : 0.0;
+    weights[j] = Kept(candidates, j)
+                     ? std::exp(static_cast<double>(candidates.values[j] - candidates.max_logit))
+                     : 0.0;
     total += weights[j];
   }
   const double target = u * total;

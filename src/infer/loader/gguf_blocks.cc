@@ -33,12 +33,15 @@ void ScaleMin(const uint8_t* s, int j, uint8_t& scale, uint8_t& minimum) {
 
 // The 4-bit q of element e of a Q4_0 / Q4_1 block's 16 bytes: low nibbles first, then high.
 int Nibble32(const uint8_t* qs, int e) { return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4; }
-// The 4-bit q of element e of a K block's 128 bytes: sub-blocks 2g and 2g + 1 are the low and
-// high nibbles of bytes [32 g, 32 g + 32).
-int NibbleK(const uint8_t* qs, int e) {
-  const int g = e / 64;
-  const int l = e % 32;
-  return (e % 64) < 32 ? qs[32 * g + l] & 15 : qs[32 * g + l] >> 4;
+// The 256 4-bit q of a K block's 128 bytes: sub-blocks 2 g and 2 g + 1 are the low and high
+// nibbles of bytes [32 g, 32 g + 32).
+void NibblesK(const uint8_t* qs, int* q) {
+  for (int pair = 0; pair < 4; ++pair) {
+    for (int l = 0; l < 32; ++l) {
+      q[64 * pair + l] = qs[32 * pair + l] & 15;
+      q[64 * pair + 32 + l] = qs[32 * pair + l] >> 4;
+    }
+  }
 }
 
 // Element e of a Q5_0 block (d, 4 bytes of high bits, 16 of nibbles) less its offset 16: in
@@ -49,18 +52,21 @@ int Q5Value(const uint8_t* b, int e) {
   return (Nibble32(b + 6, e) | static_cast<int>(((high_bits >> e) & 1U) << 4)) - 16;
 }
 
-// Element e of a Q6_K block (128 bytes of low nibbles, 64 of top 2 bits, then the scales and d)
-// less its offset 32: in [-32, 31]. Each half of 128 has 64 nibble bytes and 32 top-bit bytes:
-// its 32-value quarters g = 0-3 take the low nibbles of bytes [0, 32) and [32, 64), then their
-// high nibbles, and top bits 2 g.
-int Q6Value(const uint8_t* b, int e) {
-  const int h = e / 128;
-  const int g = e % 128 / 32;
-  const int l = e % 32;
-  const uint8_t low_byte = b[64 * h + 32 * (g % 2) + l];
-  const int low = g < 2 ? low_byte & 15 : low_byte >> 4;
-  const int high = (b[128 + 32 * h + l] >> (2 * g)) & 3;
-  return (low | high << 4) - 32;
+// The 256 values of a Q6_K block (128 bytes of low nibbles, 64 of top 2 bits, then the scales
+// and d) less their offset 32: in [-32, 31]. Each half of 128 has 64 nibble bytes and 32 top-bit
+// bytes: its 32-value quarters g = 0-3 take the low nibbles of bytes [0, 32) and [32, 64), then
+// their high nibbles, and top bits 2 g.
+void Q6Values(const uint8_t* b, int* q) {
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* low = b + 64 * h;
+    const uint8_t* top = b + 128 + 32 * h;
+    for (int l = 0; l < 32; ++l) {
+      q[128 * h + l] = ((low[l] & 15) | (top[l] & 3) << 4) - 32;
+      q[128 * h + 32 + l] = ((low[32 + l] & 15) | (top[l] >> 2 & 3) << 4) - 32;
+      q[128 * h + 64 + l] = ((low[l] >> 4) | (top[l] >> 4 & 3) << 4) - 32;
+      q[128 * h + 96 + l] = ((low[32 + l] >> 4) | (top[l] >> 6 & 3) << 4) - 32;
+    }
+  }
 }
 
 template <typename Block>
@@ -134,7 +140,8 @@ void DequantizeGgmlRow(uint32_t type, std::span<const std::byte> row, std::span<
         const float dmin = HalfAt(b + 2);
         const uint8_t* scales = b + 4;
         const uint8_t* qh = b + 16;  // Q5_K: the fifth bits, before the nibbles
-        const uint8_t* qs = b + (five ? 48 : 16);
+        int nibbles[256];
+        NibblesK(b + (five ? 48 : 16), nibbles);
         for (int j = 0; j < 8; ++j) {
           uint8_t sc = 0;
           uint8_t mn = 0;
@@ -143,7 +150,7 @@ void DequantizeGgmlRow(uint32_t type, std::span<const std::byte> row, std::span<
           const float minimum = dmin * static_cast<float>(mn);
           for (int l = 0; l < 32; ++l) {
             const int e = 32 * j + l;
-            int q = NibbleK(qs, e);
+            int q = nibbles[e];
             if (five) q |= ((qh[l] >> j) & 1) << 4;
             y[e] = scale * static_cast<float>(q) - minimum;
           }
@@ -154,9 +161,11 @@ void DequantizeGgmlRow(uint32_t type, std::span<const std::byte> row, std::span<
       return ForBlocks(row, out, 256, 210, [](const uint8_t* b, float* y) {
         const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
         const float d = HalfAt(b + 208);
+        int q[256];
+        Q6Values(b, q);
         for (int e = 0; e < 256; ++e) {
           const int sub = e / 16;  // each 16 values have their own scale
-          y[e] = d * static_cast<float>(scales[sub]) * static_cast<float>(Q6Value(b, e));
+          y[e] = d * static_cast<float>(scales[sub]) * static_cast<float>(q[e]);
         }
       });
     default:
@@ -228,15 +237,7 @@ void FillQuantizedRow(uint32_t type, std::span<const std::byte> row,
         out.d[g] = Half(b);
         out.m[g] = Half(b + 2) ^ 0x8000;  // the minimum step dm = -dmin
         for (int j = 0; j < 8; ++j) ScaleMin(b + 4, j, out.sc[g * 8 + j], out.mn[g * 8 + j]);
-        // NibbleK's places, a pair of sub-blocks from each 32 bytes.
-        int* q = out.q.data() + g * 256;
-        const uint8_t* qs = b + 16;
-        for (int pair = 0; pair < 4; ++pair) {
-          for (int l = 0; l < 32; ++l) {
-            q[64 * pair + l] = qs[32 * pair + l] & 15;
-            q[64 * pair + 32 + l] = qs[32 * pair + l] >> 4;
-          }
-        }
+        NibblesK(b + 16, out.q.data() + g * 256);
       }
       return;
     case GgmlType::kQ6_K:
@@ -244,18 +245,7 @@ void FillQuantizedRow(uint32_t type, std::span<const std::byte> row,
         const uint8_t* b = bytes + g * 210;
         out.d[g] = Half(b + 208);
         for (int h = 0; h < 16; ++h) out.sc16[g * 16 + h] = static_cast<int8_t>(b[192 + h]);
-        // Q6Value's places, the four 32-value quarters of each half at once.
-        int* q = out.q.data() + g * 256;
-        for (int h = 0; h < 2; ++h) {
-          const uint8_t* low = b + 64 * h;
-          const uint8_t* top = b + 128 + 32 * h;
-          for (int l = 0; l < 32; ++l) {
-            q[128 * h + l] = ((low[l] & 15) | (top[l] & 3) << 4) - 32;
-            q[128 * h + 32 + l] = ((low[32 + l] & 15) | (top[l] >> 2 & 3) << 4) - 32;
-            q[128 * h + 64 + l] = ((low[l] >> 4) | (top[l] >> 4 & 3) << 4) - 32;
-            q[128 * h + 96 + l] = ((low[32 + l] >> 4) | (top[l] >> 6 & 3) << 4) - 32;
-          }
-        }
+        Q6Values(b, out.q.data() + g * 256);
       }
       return;
     default:
