@@ -368,6 +368,105 @@ void QuantizeActivations(const float* x, int64_t m, int64_t k, int64_t x_stride,
   INFER_DISPATCH(QuantizeActivations, x, m, k, x_stride, padded_k, q, d, sum);
 }
 
+namespace {
+
+void LoraShrinkRows(const float* x, int64_t x_stride, std::span<const int32_t> rows, int64_t k,
+                    const LoraMatrices& delta, int64_t j0, int64_t j1, float* t, int64_t t_stride) {
+  INFER_DISPATCH(LoraShrink, x, x_stride, rows, k, delta.a.dtype(), delta.a.raw(), j0, j1,
+                 delta.scale, t, t_stride);
+}
+
+void LoraExpandRows(const float* t, int64_t t_stride, std::span<const int32_t> rows,
+                    const LoraMatrices& delta, int64_t o0, int64_t o1, float* y, int64_t y_stride) {
+  INFER_DISPATCH(LoraExpand, t, t_stride, rows, delta.rank(), delta.b_t.dtype(), delta.b_t.raw(),
+                 delta.b_t.dim(1), o0, o1, y, y_stride);
+}
+
+// The columns of an output's y (every delta's b_t.dim(1)) after checking its groups.
+int64_t CheckLoraOutput(const LoraOutput& output, int64_t m, int64_t k) {
+  INFER_CHECK(output.y != nullptr, "LoraAdd: an output has no y");
+  int64_t n = -1;
+  for (const LoraRows& group : output.groups) {
+    INFER_CHECK(group.delta != nullptr && group.delta->defined(), "LoraAdd: a group has no delta");
+    const LoraMatrices& d = *group.delta;
+    INFER_CHECK(IsFloat(d.a.dtype()) && IsFloat(d.b_t.dtype()) && d.a.is_contiguous() &&
+                    d.b_t.is_contiguous(),
+                "LoraAdd: lora matrices must be contiguous f32, bf16 or f16");
+    INFER_CHECK(
+        d.a.rank() == 2 && d.a.dim(1) == k && d.b_t.rank() == 2 && d.b_t.dim(0) == d.a.dim(0),
+        "LoraAdd: a {} and b_t {} do not make a rank-r update of {} inputs",
+        ShapeString(d.a.shape()), ShapeString(d.b_t.shape()), k);
+    INFER_CHECK(n < 0 || d.b_t.dim(1) == n, "LoraAdd: one output's deltas have {} and {} columns",
+                n, d.b_t.dim(1));
+    n = d.b_t.dim(1);
+    INFER_CHECK(output.y_stride >= n, "LoraAdd: y_stride {} < n {}", output.y_stride, n);
+    for (const int32_t row : group.rows) {
+      INFER_CHECK(row >= 0 && row < m, "LoraAdd: row {} outside [0, {})", row, m);
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
+void LoraAdd(const float* x, int64_t m, int64_t k, int64_t x_stride,
+             std::span<const LoraOutput> outputs, ThreadPool& pool) {
+  INFER_CHECK(m >= 0 && k >= 1 && x_stride >= k, "LoraAdd: m {} k {} x_stride {}", m, k, x_stride);
+  // Each output's share of t: [m, its widest rank].
+  std::vector<int64_t> columns(outputs.size()), t_offset(outputs.size()), t_stride(outputs.size());
+  int64_t t_size = 0;
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    columns[o] = CheckLoraOutput(outputs[o], m, k);
+    for (const LoraRows& group : outputs[o].groups) {
+      t_stride[o] = std::max(t_stride[o], group.delta->rank());
+    }
+    t_offset[o] = t_size;
+    t_size += m * t_stride[o];
+  }
+  if (t_size == 0) return;
+  // Shrink tasks: a group's rows in chunks, a few ranks each; expand tasks: column ranges of an
+  // output, each over all of its groups.
+  struct Task {
+    size_t output;
+    size_t group;
+    int64_t begin, end;  // ranks (shrink) or columns (expand)
+    size_t first_row, num_rows;
+  };
+  constexpr int64_t kRanksPerTask = 4;
+  constexpr size_t kRowsPerTask = 32;
+  constexpr int64_t kColumnsPerTask = 256;
+  std::vector<Task> shrink, expand;
+  for (size_t o = 0; o < outputs.size(); ++o) {
+    for (size_t g = 0; g < outputs[o].groups.size(); ++g) {
+      const LoraRows& group = outputs[o].groups[g];
+      for (size_t r = 0; r < group.rows.size(); r += kRowsPerTask) {
+        for (int64_t j = 0; j < group.delta->rank(); j += kRanksPerTask) {
+          shrink.push_back({o, g, j, std::min(j + kRanksPerTask, group.delta->rank()), r,
+                            std::min(kRowsPerTask, group.rows.size() - r)});
+        }
+      }
+    }
+    for (int64_t c = 0; c < columns[o]; c += kColumnsPerTask) {
+      expand.push_back({o, 0, c, std::min(c + kColumnsPerTask, columns[o]), 0, 0});
+    }
+  }
+  std::vector<float> t(static_cast<size_t>(t_size));
+  pool.RunTasks(static_cast<int>(shrink.size()), [&](int index) {
+    const Task& task = shrink[static_cast<size_t>(index)];
+    const LoraRows& group = outputs[task.output].groups[task.group];
+    LoraShrinkRows(x, x_stride, group.rows.subspan(task.first_row, task.num_rows), k, *group.delta,
+                   task.begin, task.end, t.data() + t_offset[task.output], t_stride[task.output]);
+  });
+  pool.RunTasks(static_cast<int>(expand.size()), [&](int index) {
+    const Task& task = expand[static_cast<size_t>(index)];
+    const LoraOutput& output = outputs[task.output];
+    for (const LoraRows& group : output.groups) {
+      LoraExpandRows(t.data() + t_offset[task.output], t_stride[task.output], group.rows,
+                     *group.delta, task.begin, task.end, output.y, output.y_stride);
+    }
+  });
+}
+
 void RmsNorm(const float* x, int64_t rows, int64_t dim, const Tensor& w, float eps,
              float weight_offset, float* y) {
   INFER_CHECK(rows >= 0 && dim > 0, "RmsNorm: rows = {}, dim = {}", rows, dim);

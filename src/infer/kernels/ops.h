@@ -339,6 +339,38 @@ void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Tensor
             const Tensor* bias, float* y, int64_t y_stride, ThreadPool& pool,
             MatMulPrecision precision = MatMulPrecision::kF32);
 
+// LoRA: one adapter's low-rank update of one projection, y += scale * B (A x), applied beside the
+// projection's own MatMul (never merged into its weights). a [rank, k] is PEFT's lora_A; b_t
+// [rank, n] is lora_B transposed; both contiguous, f32, bf16 or f16 (the adapter file's own
+// dtype, widened exactly as they are read).
+struct LoraMatrices {
+  Tensor a;
+  Tensor b_t;
+  float scale = 0.0F;
+  bool defined() const { return a.raw() != nullptr; }
+  int64_t rank() const { return a.rank() == 2 ? a.dim(0) : 0; }
+};
+// The rows of a step (ascending, each once) that one adapter updates.
+struct LoraRows {
+  const LoraMatrices* delta = nullptr;
+  std::span<const int32_t> rows;
+};
+// One projection's output y (row stride y_stride, n = each delta's b_t.dim(1) columns) and the
+// adapters that update its rows (each row in at most one group).
+struct LoraOutput {
+  std::span<const LoraRows> groups;
+  float* y = nullptr;
+  int64_t y_stride = 0;
+};
+// For every output and group: y[i] += B (scale (A x[i])) for each of the group's rows i of x [m,
+// k] (row stride x_stride). The shrink t = scale (A x[i]) is rounded to f32, then added to y in
+// ascending rank order, so a row's result depends on its own x, adapter and y only: the same bits
+// whatever the other rows and their adapters are (Punica's gathered shrink and expand: an adapter's
+// rows run together, so each adapter is read once per call). Throws infer::Error for a row out of
+// [0, m), a rank or shape that does not match, or a non-float dtype.
+void LoraAdd(const float* x, int64_t m, int64_t k, int64_t x_stride,
+             std::span<const LoraOutput> outputs, ThreadPool& pool);
+
 // RMSNorm over the last axis of x [rows, dim] (row stride = dim), into y (may alias x):
 // y = x * rsqrt(mean(x^2) + eps) * (weight_offset + w). weight_offset is 0 (Llama, Qwen3)
 // or 1 (Gemma's (1 + w)). w is [dim], any float dtype.

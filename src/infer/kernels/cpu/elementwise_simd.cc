@@ -12,24 +12,6 @@ namespace infer::kernels::cpu::INFER_ISA_NS {
 
 namespace {
 
-// Calls fn(offset, count) over [0, n) in vectors of kLanes, the last one possibly partial.
-template <typename Fn>
-inline void ForEachVector(int64_t n, Fn&& fn) {
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) fn(i, int64_t{kLanes});
-  if (i < n) fn(i, n - i);
-}
-
-// Widens `count` (<= kLanes) weights at src + offset to f32.
-inline V LoadWidened(DType dtype, const void* src, int64_t offset, int64_t count) {
-  if (dtype == DType::kF32) return LoadN(static_cast<const float*>(src) + offset, count);
-  const uint16_t* p = static_cast<const uint16_t*>(src) + offset;
-  if (count == kLanes) return dtype == DType::kBF16 ? LoadBf16(p) : LoadF16(p);
-  alignas(64) uint16_t tail[kLanes] = {};
-  for (int64_t i = 0; i < count; ++i) tail[i] = p[i];
-  return dtype == DType::kBF16 ? LoadBf16(tail) : LoadF16(tail);
-}
-
 template <typename Op>
 inline void Unary(const float* x, float* y, int64_t n, Op&& op) {
   ForEachVector(n,

@@ -239,6 +239,34 @@ void Add(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+void LoraShrink(const float* x, int64_t x_stride, std::span<const int32_t> rows, int64_t k,
+                DType dtype, const void* a, int64_t j0, int64_t j1, float scale, float* t,
+                int64_t t_stride) {
+  for (const int32_t row : rows) {
+    for (int64_t j = j0; j < j1; ++j) {
+      double sum = 0.0;
+      for (int64_t c = 0; c < k; ++c) {
+        sum += static_cast<double>(x[row * x_stride + c]) * Widen(dtype, a, j * k + c);
+      }
+      t[row * t_stride + j] = scale * static_cast<float>(sum);
+    }
+  }
+}
+
+void LoraExpand(const float* t, int64_t t_stride, std::span<const int32_t> rows, int64_t rank,
+                DType dtype, const void* b_t, int64_t n, int64_t o0, int64_t o1, float* y,
+                int64_t y_stride) {
+  for (const int32_t row : rows) {
+    for (int64_t o = o0; o < o1; ++o) {
+      double sum = y[row * y_stride + o];
+      for (int64_t j = 0; j < rank; ++j) {
+        sum += static_cast<double>(t[row * t_stride + j]) * Widen(dtype, b_t, j * n + o);
+      }
+      y[row * y_stride + o] = static_cast<float>(sum);
+    }
+  }
+}
+
 void WidenScale(DType dtype, const void* src, int64_t n, float scale, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = Widen(dtype, src, i) * scale;
 }

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "infer/core/dtype.h"
+
 #ifndef INFER_ISA_NS
 #error "simd.h is for kernel sources compiled per ISA (INFER_ISA_NS must be defined)"
 #endif
@@ -392,6 +394,24 @@ inline V GeluTanh(V x) {
   const V x3 = Mul(Mul(x, x), x);
   const V u = Mul(Set1(0.7978845608028654F), Fma(Set1(0.044715F), x3, x));
   return Div(x, Add(Set1(1.0F), Exp(Mul(Set1(-2.0F), u))));
+}
+
+// Calls fn(offset, count) over [0, n) in vectors of kLanes, the last one possibly partial.
+template <typename Fn>
+inline void ForEachVector(int64_t n, Fn&& fn) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) fn(i, int64_t{kLanes});
+  if (i < n) fn(i, n - i);
+}
+
+// Widens `count` (<= kLanes) weights at src + offset to f32.
+inline V LoadWidened(DType dtype, const void* src, int64_t offset, int64_t count) {
+  if (dtype == DType::kF32) return LoadN(static_cast<const float*>(src) + offset, count);
+  const uint16_t* p = static_cast<const uint16_t*>(src) + offset;
+  if (count == kLanes) return dtype == DType::kBF16 ? LoadBf16(p) : LoadF16(p);
+  alignas(64) uint16_t tail[kLanes] = {};
+  for (int64_t i = 0; i < count; ++i) tail[i] = p[i];
+  return dtype == DType::kBF16 ? LoadBf16(tail) : LoadF16(tail);
 }
 
 }  // namespace infer::kernels::cpu::INFER_ISA_NS
