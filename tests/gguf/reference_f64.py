@@ -8,6 +8,9 @@ Usage (Debian's python3-numpy):
   reference_f64.py MODEL_DIR OUT.f32.bin ID [ID ...]   logits for every position, row-major f32
   reference_f64.py MODEL_DIR OUT.f32.bin --ids-file F  the same for each line of ids in F, in order
   reference_f64.py --self-check FIXTURES_MODELS_DIR    each fixture against its logits.f32.bin
+  ... --lora ADAPTER_DIR   with a PEFT LoRA adapter merged into the weights in float64 (W + s B A,
+                           s = lora_alpha / r, or / sqrt(r) with use_rslora), from PEFT's format alone
+  ... --greedy N           OUT gets the N ids greedy decoding appends to the ids (text, one line)
 MODEL_DIR holds config.json and model.safetensors (F32, F16 or BF16).
 """
 import json
@@ -78,9 +81,26 @@ def rms_norm(x, weight, eps, offset):
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * (offset + weight)
 
 
-def logits(model_dir, ids):
+def merge_lora(w, adapter_dir):
+    """W += s B A for every lora_A / lora_B pair PEFT saved, named as PEFT names them."""
+    config = json.loads((Path(adapter_dir) / "adapter_config.json").read_text())
+    r = config["r"]
+    alpha = config.get("lora_alpha", 8)
+    s = alpha / (math.sqrt(r) if config.get("use_rslora") else r)
+    tensors = read_safetensors(Path(adapter_dir) / "adapter_model.safetensors")
+    for name, a in tensors.items():
+        if ".lora_A." not in name:
+            continue
+        b = tensors[name.replace(".lora_A.", ".lora_B.")]
+        module = name[name.index("layers."):name.index(".lora_A.")]
+        w["model." + module + ".weight"] = w["model." + module + ".weight"] + s * (b @ a)
+
+
+def logits(model_dir, ids, lora=None):
     config = json.loads((Path(model_dir) / "config.json").read_text())
     w = read_safetensors(Path(model_dir) / "model.safetensors")
+    if lora:
+        merge_lora(w, lora)
     kind = config["model_type"]
     gemma = kind == "gemma3_text"
     hidden = config["hidden_size"]
@@ -172,13 +192,31 @@ def self_check(models):
     return worst
 
 
+def take_option(args, name):
+    if name not in args:
+        return None
+    at = args.index(name)
+    value = args[at + 1]
+    del args[at:at + 2]
+    return value
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "--self-check":
-        sys.exit(0 if self_check(sys.argv[2]) < 1e-6 else 1)
-    if sys.argv[3] == "--ids-file":
-        lines = Path(sys.argv[4]).read_text().split("\n")
+    args = sys.argv[1:]
+    if args[0] == "--self-check":
+        sys.exit(0 if self_check(args[1]) < 1e-6 else 1)
+    lora = take_option(args, "--lora")
+    greedy = take_option(args, "--greedy")
+    if args[2] == "--ids-file":
+        lines = Path(args[3]).read_text().split("\n")
         sequences = [[int(i) for i in line.split()] for line in lines if line.strip()]
     else:
-        sequences = [[int(i) for i in sys.argv[3:]]]
-    result = np.concatenate([logits(sys.argv[1], ids) for ids in sequences])
-    result.astype(np.float32).tofile(sys.argv[2])
+        sequences = [[int(i) for i in args[2:]]]
+    if greedy:
+        ids = list(sequences[0])
+        for _ in range(int(greedy)):
+            ids.append(int(np.argmax(logits(args[0], ids, lora)[-1])))
+        Path(args[1]).write_text(" ".join(str(i) for i in ids[len(sequences[0]):]) + "\n")
+        sys.exit(0)
+    result = np.concatenate([logits(args[0], ids, lora) for ids in sequences])
+    result.astype(np.float32).tofile(args[1])

@@ -169,6 +169,7 @@ void Decoder::RunLayers(std::span<const SequenceTokens> seqs, PagedKvCache& cach
   }
   const auto num_tokens = static_cast<int64_t>(batch_tokens_.size());
   EnsureScratch(num_tokens);
+  GroupLoraRows(seqs);
   kernels::Embed(weights_.embed_tokens, batch_tokens_.data(), num_tokens, embed_scale_,
                  hidden_.data());
   // RoPE tables row by row: each sequence at its own positions.
@@ -189,6 +190,42 @@ void Decoder::RunLayers(std::span<const SequenceTokens> seqs, PagedKvCache& cach
   for (int64_t layer_idx = 0; layer_idx < config_.num_layers; ++layer_idx) {
     ForwardLayer(layer_idx, num_tokens, seqs, cache);
   }
+}
+
+void Decoder::GroupLoraRows(std::span<const SequenceTokens> seqs) {
+  lora_groups_.clear();
+  int32_t row = 0;
+  for (const SequenceTokens& seq : seqs) {
+    const auto n = static_cast<int32_t>(seq.tokens.size());
+    if (seq.lora != nullptr) {
+      auto group = std::find_if(lora_groups_.begin(), lora_groups_.end(),
+                                [&](const LoraGroup& g) { return g.adapter == seq.lora; });
+      if (group == lora_groups_.end()) group = lora_groups_.insert(group, {seq.lora, {}});
+      for (int32_t i = 0; i < n; ++i) group->rows.push_back(row + i);
+    }
+    row += n;
+  }
+}
+
+void Decoder::ApplyLora(int64_t layer_idx, const float* x, int64_t n, int64_t k,
+                        std::initializer_list<LoraTargetOutput> outputs) {
+  if (lora_groups_.empty()) return;
+  lora_rows_.clear();
+  lora_outputs_.clear();
+  // Every output's groups, one after another in lora_rows_ (reserved first: spans point in).
+  lora_rows_.reserve(outputs.size() * lora_groups_.size());
+  for (const LoraTargetOutput& output : outputs) {
+    const size_t first = lora_rows_.size();
+    for (const LoraGroup& group : lora_groups_) {
+      const kernels::LoraMatrices& delta = group.adapter->Delta(layer_idx, output.target);
+      if (delta.defined()) lora_rows_.push_back({&delta, group.rows});
+    }
+    if (lora_rows_.size() == first) continue;
+    lora_outputs_.push_back(
+        {std::span<const kernels::LoraRows>(lora_rows_).subspan(first, lora_rows_.size() - first),
+         output.y, output.y_stride});
+  }
+  kernels::LoraAdd(x, n, k, k, lora_outputs_, pool_);
 }
 
 void Decoder::ForwardUncached(std::span<const int32_t> tokens, LogitsMode mode,
@@ -218,6 +255,10 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,
                                        {&w.k_proj, OptionalTensor(w.k_bias), k_.data(), kv_dim},
                                        {&w.v_proj, OptionalTensor(w.v_bias), v_.data(), kv_dim}};
   kernels::MatMuls(normed_.data(), n, hidden, hidden, qkv, pool_, precision_);
+  ApplyLora(layer_idx, normed_.data(), n, hidden,
+            {{LoraTarget::kQ, q_.data(), q_dim},
+             {LoraTarget::kK, k_.data(), kv_dim},
+             {LoraTarget::kV, v_.data(), kv_dim}});
   const size_t rope = layer_rope_[static_cast<size_t>(layer_idx)];
   ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
     float* q = q_.data() + t0 * q_dim;
@@ -252,6 +293,7 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,
                           pool_);
   kernels::MatMul(attn_.data(), n, q_dim, q_dim, w.o_proj, OptionalTensor(w.o_bias), proj_.data(),
                   hidden, pool_, precision_);
+  ApplyLora(layer_idx, attn_.data(), n, q_dim, {{LoraTarget::kO, proj_.data(), hidden}});
   // The residual add, then the MLP's norm.
   ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
     float* x = hidden_.data() + t0 * hidden;
@@ -267,6 +309,8 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,
       {&w.gate_proj, OptionalTensor(w.gate_bias), gate_.data(), inter},
       {&w.up_proj, OptionalTensor(w.up_bias), up_.data(), inter}};
   kernels::MatMuls(normed_.data(), n, hidden, hidden, gate_up, pool_, precision_);
+  ApplyLora(layer_idx, normed_.data(), n, hidden,
+            {{LoraTarget::kGate, gate_.data(), inter}, {LoraTarget::kUp, up_.data(), inter}});
   ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
     float* gate = gate_.data() + t0 * inter;
     const float* up = up_.data() + t0 * inter;
@@ -278,6 +322,7 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,
   });
   kernels::MatMul(gate_.data(), n, inter, inter, w.down_proj, OptionalTensor(w.down_bias),
                   proj_.data(), hidden, pool_, precision_);
+  ApplyLora(layer_idx, gate_.data(), n, inter, {{LoraTarget::kDown, proj_.data(), hidden}});
   ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
     float* proj = proj_.data() + t0 * hidden;
     if (config_.sandwich_norms) {

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <span>
 #include <vector>
 
 #include "infer/cache/paged_kv_cache.h"
 #include "infer/core/thread_pool.h"
 #include "infer/kernels/ops.h"
+#include "infer/loader/lora.h"
 #include "infer/loader/weights.h"
 
 namespace infer {
@@ -27,6 +29,8 @@ struct SequenceTokens {
   LogitsMode logits = LogitsMode::kLastPosition;
   // kLastPosition: rows for this many trailing positions (a speculative draft's check).
   int64_t num_last_logits = 1;
+  // The LoRA adapter its projections add (null: the base model alone); outlives the call.
+  const LoraAdapter* lora = nullptr;
 };
 
 class Decoder {
@@ -66,6 +70,16 @@ class Decoder {
   void ForwardLayer(int64_t layer_idx, int64_t num_tokens, std::span<const SequenceTokens> seqs,
                     PagedKvCache& cache);
   void EnsureScratch(int64_t num_tokens);
+  // Groups the token rows of `seqs` by their LoRA adapter (lora_groups_).
+  void GroupLoraRows(std::span<const SequenceTokens> seqs);
+  // Adds the step's adapters' updates to the projections of x [n, k] that `outputs` name.
+  struct LoraTargetOutput {
+    LoraTarget target;
+    float* y;
+    int64_t y_stride;
+  };
+  void ApplyLora(int64_t layer_idx, const float* x, int64_t n, int64_t k,
+                 std::initializer_list<LoraTargetOutput> outputs);
 
   const ModelConfig& config_;
   const ModelWeights& weights_;
@@ -84,6 +98,14 @@ class Decoder {
   std::vector<kernels::AttentionSequence> attention_seqs_;
   std::vector<int32_t> sequence_table_;  // 0, 1, 2, ...: the one-sequence Forward's blocks
   std::vector<float> rope_cos_part_, rope_sin_part_;
+  // The step's adapters and the rows each updates (none: a base-only step).
+  struct LoraGroup {
+    const LoraAdapter* adapter;
+    std::vector<int32_t> rows;
+  };
+  std::vector<LoraGroup> lora_groups_;
+  std::vector<kernels::LoraRows> lora_rows_;
+  std::vector<kernels::LoraOutput> lora_outputs_;
   std::vector<float> hidden_, normed_, q_, k_, v_, attn_, proj_, gate_, up_;
 };
 
