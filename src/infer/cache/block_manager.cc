@@ -32,25 +32,32 @@ uint64_t BlockManager::HashBlock(uint64_t parent, std::span<const int32_t> token
   return h;
 }
 
-int32_t BlockManager::Lookup(uint64_t hash, std::span<const int32_t> tokens) const {
+uint64_t BlockManager::ChainStart(uint64_t salt) {
+  // The base model's chain starts at 0, as before salts; an adapter's at its id's hash.
+  return salt == 0 ? 0 : HashBlock(salt, {});
+}
+
+int32_t BlockManager::Lookup(uint64_t hash, std::span<const int32_t> tokens, uint64_t salt) const {
   const auto it = by_hash_.find(hash);
   if (it == by_hash_.end()) return -1;
   const Meta& meta = meta_[static_cast<size_t>(it->second)];
+  if (meta.salt != salt) return -1;
   if (!std::equal(meta.tokens.begin(), meta.tokens.end(), tokens.begin(), tokens.end())) return -1;
   return it->second;
 }
 
-BlockManager::CachedPrefix BlockManager::FindCachedPrefix(std::span<const int32_t> tokens) const {
+BlockManager::CachedPrefix BlockManager::FindCachedPrefix(std::span<const int32_t> tokens,
+                                                          uint64_t salt) const {
   CachedPrefix prefix;
   if (!prefix_caching_ || tokens.empty()) return prefix;
   const auto size = static_cast<int64_t>(tokens.size());
   const int64_t max_blocks = (size - 1) / block_size_;
-  uint64_t parent = 0;
+  uint64_t parent = ChainStart(salt);
   for (int64_t i = 0; i < max_blocks; ++i) {
     const auto block_tokens =
         tokens.subspan(static_cast<size_t>(i * block_size_), static_cast<size_t>(block_size_));
     const uint64_t hash = HashBlock(parent, block_tokens);
-    const int32_t block = Lookup(hash, block_tokens);
+    const int32_t block = Lookup(hash, block_tokens, salt);
     if (block < 0) break;
     if (!meta_[static_cast<size_t>(block)].computed) {
       prefix.next_pending = true;
@@ -63,8 +70,8 @@ BlockManager::CachedPrefix BlockManager::FindCachedPrefix(std::span<const int32_
   return prefix;
 }
 
-PrefixMatch BlockManager::Match(std::span<const int32_t> tokens) const {
-  const CachedPrefix prefix = FindCachedPrefix(tokens);
+PrefixMatch BlockManager::Match(std::span<const int32_t> tokens, uint64_t salt) const {
+  const CachedPrefix prefix = FindCachedPrefix(tokens, salt);
   return {static_cast<int64_t>(prefix.blocks.size()), prefix.next_pending};
 }
 
@@ -76,8 +83,8 @@ int64_t BlockManager::BlocksNeeded(const BlockTable& table, std::span<const int3
   }
   // A first allocation shares the cached prefix; reviving an unreferenced cached block takes it
   // out of the evictable pool, so it counts like a fresh one.
-  const CachedPrefix prefix =
-      FindCachedPrefix(tokens.first(std::min(tokens.size(), static_cast<size_t>(num_tokens))));
+  const CachedPrefix prefix = FindCachedPrefix(
+      tokens.first(std::min(tokens.size(), static_cast<size_t>(num_tokens))), table.salt);
   int64_t needed = std::max<int64_t>(0, total - static_cast<int64_t>(prefix.blocks.size()));
   for (const int32_t block : prefix.blocks) {
     if (meta_[static_cast<size_t>(block)].ref_count == 0) ++needed;
@@ -103,11 +110,13 @@ int32_t BlockManager::TakeFresh() {
   return block;
 }
 
-void BlockManager::Register(int32_t block, uint64_t hash, std::span<const int32_t> tokens) {
+void BlockManager::Register(int32_t block, uint64_t hash, std::span<const int32_t> tokens,
+                            uint64_t salt) {
   if (by_hash_.contains(hash)) return;  // another sequence's copy is the cache entry
   Meta& meta = meta_[static_cast<size_t>(block)];
   meta.registered = true;
   meta.hash = hash;
+  meta.salt = salt;
   meta.tokens.assign(tokens.begin(), tokens.end());
   by_hash_.emplace(hash, block);
 }
@@ -128,7 +137,7 @@ bool BlockManager::Allocate(BlockTable& table, std::span<const int32_t> tokens,
   if (needed > num_free_blocks()) return false;
   const auto known = std::min(tokens.size(), static_cast<size_t>(num_tokens));
   if (table.blocks.empty() && prefix_caching_) {
-    const CachedPrefix prefix = FindCachedPrefix(tokens.first(known));
+    const CachedPrefix prefix = FindCachedPrefix(tokens.first(known), table.salt);
     prefix_queries_ +=
         std::max<int64_t>(0, (static_cast<int64_t>(tokens.size()) - 1) / block_size_);
     prefix_hits_ += static_cast<int64_t>(prefix.blocks.size());
@@ -154,9 +163,9 @@ bool BlockManager::Allocate(BlockTable& table, std::span<const int32_t> tokens,
     if (!prefix_caching_ || table.hashes.size() != i || end > known) continue;
     const auto block_tokens =
         tokens.subspan(end - static_cast<size_t>(block_size_), static_cast<size_t>(block_size_));
-    const uint64_t hash = HashBlock(table.hashes.empty() ? 0 : table.hashes.back(), block_tokens);
+    const uint64_t hash = HashBlock(ParentHash(table), block_tokens);
     table.hashes.push_back(hash);
-    Register(block, hash, block_tokens);
+    Register(block, hash, block_tokens, table.salt);
   }
   return true;
 }
@@ -173,9 +182,9 @@ void BlockManager::MarkComputed(BlockTable& table, std::span<const int32_t> toke
   for (auto i = static_cast<int64_t>(table.hashes.size()); i < full; ++i) {
     const auto block_tokens =
         tokens.subspan(static_cast<size_t>(i * block_size_), static_cast<size_t>(block_size_));
-    const uint64_t hash = HashBlock(table.hashes.empty() ? 0 : table.hashes.back(), block_tokens);
+    const uint64_t hash = HashBlock(ParentHash(table), block_tokens);
     table.hashes.push_back(hash);
-    Register(table.blocks[static_cast<size_t>(i)], hash, block_tokens);
+    Register(table.blocks[static_cast<size_t>(i)], hash, block_tokens, table.salt);
   }
 }
 
@@ -199,6 +208,7 @@ std::optional<std::pair<int32_t, int32_t>> BlockManager::Fork(const BlockTable& 
       parent.hashes.begin(),
       parent.hashes.begin() + std::min<int64_t>(full, static_cast<int64_t>(parent.hashes.size())));
   child.num_cached_tokens = 0;
+  child.salt = parent.salt;
   if (!partial) return std::nullopt;
   const int32_t fresh = TakeFresh();
   child.blocks.push_back(fresh);

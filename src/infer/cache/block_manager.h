@@ -22,6 +22,10 @@ struct BlockTable {
   std::vector<uint64_t> hashes;
   // Leading tokens whose KV came from the prefix cache on the first allocation.
   int64_t num_cached_tokens = 0;
+  // The prefix cache's namespace (a LoRA adapter's id; 0: the base model): blocks are shared only
+  // between tables of the same salt, since the same tokens give other K/V under another adapter.
+  // Kept by Free.
+  uint64_t salt = 0;
 };
 
 // What the prefix cache holds for a sequence's tokens.
@@ -46,9 +50,9 @@ class BlockManager {
     return (num_tokens + block_size_ - 1) / block_size_;
   }
 
-  // The cached prefix of `tokens`: at most (tokens.size() - 1) / block_size blocks, so that at
-  // least one token is left to compute (its logits are needed).
-  PrefixMatch Match(std::span<const int32_t> tokens) const;
+  // The cached prefix of `tokens` under `salt` (BlockTable::salt): at most (tokens.size() - 1) /
+  // block_size blocks, so that at least one token is left to compute (its logits are needed).
+  PrefixMatch Match(std::span<const int32_t> tokens, uint64_t salt = 0) const;
 
   // Extends `table` to cover the first `num_tokens` of `tokens` (tokens known so far; may be
   // fewer than num_tokens when reserving room for tokens still to come). On a table's first
@@ -90,6 +94,7 @@ class BlockManager {
     bool registered = false;  // under `hash` in by_hash_
     bool computed = false;    // its KV is written
     uint64_t hash = 0;
+    uint64_t salt = 0;                 // of a registered block (checked on lookup, as the tokens)
     std::vector<int32_t> tokens;       // of a registered block (checked on lookup: no false hits)
     std::list<int32_t>::iterator lru;  // in evictable_ when ref_count == 0 and computed
     bool in_lru = false;
@@ -102,15 +107,22 @@ class BlockManager {
     std::vector<uint64_t> hashes;
     bool next_pending = false;
   };
-  CachedPrefix FindCachedPrefix(std::span<const int32_t> tokens) const;
+  CachedPrefix FindCachedPrefix(std::span<const int32_t> tokens, uint64_t salt) const;
 
+  // A full block's chain hash: its tokens after its parent's hash, or, for a first block, after
+  // the salt's.
   static uint64_t HashBlock(uint64_t parent, std::span<const int32_t> tokens);
-  // A registered block with these tokens under `hash`, or -1.
-  int32_t Lookup(uint64_t hash, std::span<const int32_t> tokens) const;
+  static uint64_t ChainStart(uint64_t salt);
+  // The parent hash of a table's next full block.
+  static uint64_t ParentHash(const BlockTable& table) {
+    return table.hashes.empty() ? ChainStart(table.salt) : table.hashes.back();
+  }
+  // A registered block with these tokens and salt under `hash`, or -1.
+  int32_t Lookup(uint64_t hash, std::span<const int32_t> tokens, uint64_t salt) const;
   // A fresh block: from the free list, else the least recently used evictable block.
   int32_t TakeFresh();
   // Indexes `block` under `hash` unless another block already is.
-  void Register(int32_t block, uint64_t hash, std::span<const int32_t> tokens);
+  void Register(int32_t block, uint64_t hash, std::span<const int32_t> tokens, uint64_t salt);
   void Unregister(int32_t block);
   void Release(int32_t block);
 

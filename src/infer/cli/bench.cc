@@ -133,6 +133,15 @@ void RunBench(const BenchArgs& args) {
                                     : "";
 
   const SpeculativeConfig options_speculative = ResolveSpeculativeConfig(args.speculative_config);
+  const std::vector<std::shared_ptr<const LoraAdapter>> adapters =
+      LoadLorasFromArgs(args.model, config);
+  // What the rows run with: --lora's adapters in turn ("none" the base), for the table.
+  std::string lora_note;
+  for (const auto& adapter : adapters) {
+    lora_note += fmt::format("{}{}", lora_note.empty() ? " (LoRA " : ", ",
+                             adapter ? fmt::format("r{}", adapter->rank) : "none");
+  }
+  if (!lora_note.empty()) lora_note += ")";
   nlohmann::json results = nlohmann::json::array();
   // One line of the table: model, params, dtype, threads, test, t/s.
   auto row = [](const auto&... cells) {
@@ -166,6 +175,10 @@ void RunBench(const BenchArgs& args) {
         }
         // Every prompt in one step; the rows then decode together, step after step.
         options.max_num_batched_tokens = prompt_tokens * parallel;
+        options.loras.clear();
+        for (int64_t row = 0; row < parallel && !adapters.empty(); ++row) {
+          options.loras.push_back(adapters[static_cast<size_t>(row) % adapters.size()]);
+        }
         std::vector<double> prefill_tok_s, decode_tok_s;
         int64_t decode_steps = 0, decoded_total = 0;
         for (int rep = 0; rep < args.repetitions; ++rep) {
@@ -242,6 +255,7 @@ void RunBench(const BenchArgs& args) {
                  {"matmul_precision", kernels::MatMulPrecisionName(args.model.matmul_precision)},
                  {"kv_cache_dtype", args.kv_cache_dtype},
                  {"speculative", DescribeSpeculativeConfig(options_speculative)},
+                 {"lora", args.model.lora},
                  {"huge_page_fraction", huge_page_fraction},
                  {"read_bandwidth_gb_s", bandwidth_gb_s},
                  {"read_bandwidth_before_gb_s", probe_before_gb_s},
@@ -260,13 +274,14 @@ void RunBench(const BenchArgs& args) {
   }
   std::printf("%s", table.c_str());
   std::printf(
-      "\nisa %s, matmul precision %s, weights %s%s %.3f GB (%.0f%% in huge pages), RSS after load "
+      "\nisa %s, matmul precision %s, weights %s%s%s %.3f GB (%.0f%% in huge pages), RSS after "
+      "load "
       "%.3f GB, read bandwidth %.1f GB/s (probes before / after: %.1f / %.1f) -> decode ceiling "
       "%.1f tok/s\n",
       isa.c_str(), std::string(kernels::MatMulPrecisionName(args.model.matmul_precision)).c_str(),
-      weight_type.c_str(), head_note.c_str(), weight_gb_per_token, 100.0 * huge_page_fraction,
-      static_cast<double>(rss_after_load) / 1e9, bandwidth_gb_s, probe_before_gb_s,
-      probe_after_gb_s, bandwidth_gb_s / weight_gb_per_token);
+      weight_type.c_str(), head_note.c_str(), lora_note.c_str(), weight_gb_per_token,
+      100.0 * huge_page_fraction, static_cast<double>(rss_after_load) / 1e9, bandwidth_gb_s,
+      probe_before_gb_s, probe_after_gb_s, bandwidth_gb_s / weight_gb_per_token);
 }
 
 }  // namespace
@@ -275,6 +290,7 @@ void AddBenchCommand(CLI::App& app) {
   auto* command = app.add_subcommand("bench", "Prefill and decode throughput (llama-bench style)");
   auto args = std::make_shared<BenchArgs>();
   AddModelOptions(*command, args->model, /*add_threads=*/false);
+  AddLoraOption(*command, args->model, /*several=*/true);
   command->add_option("--prompt-tokens", args->prompt_tokens, "Prompt lengths (ppN), e.g. 128,512")
       ->delimiter(',')
       ->capture_default_str();

@@ -42,12 +42,13 @@ nlohmann::ordered_json NewConversation(const std::string& system) {
 
 // Answers the last user message of `messages`; returns the reply text.
 std::string Reply(Engine& engine, const nlohmann::ordered_json& messages,
-                  const SamplingParams& params, int64_t turn) {
+                  const SamplingParams& params, int64_t turn,
+                  const std::shared_ptr<const LoraAdapter>& lora) {
   std::vector<int32_t> prompt_ids = engine.PreparePrompt(ChatPrompt{messages}, params);
   const auto num_prompt = static_cast<int64_t>(prompt_ids.size());
-  INFER_CHECK(
-      engine.AddRequest(fmt::format("turn-{}", turn), std::move(prompt_ids), params) != nullptr,
-      "the engine refused the request");
+  INFER_CHECK(engine.AddRequest(fmt::format("turn-{}", turn), std::move(prompt_ids), params, 0,
+                                nullptr, lora) != nullptr,
+              "the engine refused the request");
   std::optional<GenerationOutput> result;
   engine.RunUntilDone({[](const StepOutput& output) {
                          std::fwrite(output.text_delta.data(), 1, output.text_delta.size(), stdout);
@@ -117,7 +118,7 @@ void RunChat(const ChatArgs& args) {
     }
     messages.push_back({{"role", "user"}, {"content", input}});
     try {
-      const std::string reply = Reply(engine, messages, params, ++turn);
+      const std::string reply = Reply(engine, messages, params, ++turn, session.lora());
       messages.push_back({{"role", "assistant"}, {"content", reply}});
     } catch (const Error& error) {
       messages.erase(messages.size() - 1);  // the turn did not happen
@@ -132,6 +133,7 @@ void AddChatCommand(CLI::App& app) {
   auto* command = app.add_subcommand("chat", "Interactive chat with a model (streams replies)");
   auto args = std::make_shared<ChatArgs>();
   AddModelOptions(*command, args->model);
+  AddLoraOption(*command, args->model);
   command->add_option("--system", args->system, "System prompt of every conversation");
   command
       ->add_option("--max-model-len", args->max_model_len,

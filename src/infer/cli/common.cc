@@ -1,6 +1,7 @@
 #include "infer/cli/common.h"
 
 #include <cctype>
+#include <limits>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -125,6 +126,28 @@ std::vector<int32_t> ParseIdList(const std::string& text, const std::string& opt
     start = end + 1;
   }
   return ids;
+}
+
+void AddLoraOption(CLI::App& command, ModelArgs& args, bool several) {
+  CLI::Option* option = command.add_option(
+      "--lora", args.lora,
+      several ? "PEFT LoRA adapter folders (adapter_config.json, adapter_model.safetensors) or HF "
+                "ids; the rows of a batch take them in turn, \"none\" being the base model"
+              : "A PEFT LoRA adapter folder (adapter_config.json, adapter_model.safetensors) or "
+                "HF id, applied beside the base weights");
+  if (!several) option->expected(1);
+}
+
+std::vector<std::shared_ptr<const LoraAdapter>> LoadLorasFromArgs(const ModelArgs& args,
+                                                                  const ModelConfig& config) {
+  std::vector<std::shared_ptr<const LoraAdapter>> adapters;
+  for (const std::string& path : args.lora) {
+    // No rank limit here: only a server bounds what a client may load.
+    adapters.push_back(
+        path == "none" ? nullptr
+                       : LoadLoraAdapter(path, path, config, std::numeric_limits<int64_t>::max()));
+  }
+  return adapters;
 }
 
 LoadedModel LoadModelFromArgs(const ModelArgs& args, ThreadPool* pool) {

@@ -10,6 +10,7 @@
 
 #include "infer/core/thread_pool.h"
 #include "infer/kernels/ops.h"
+#include "infer/loader/lora.h"
 #include "infer/loader/weights.h"
 
 namespace infer::cli {
@@ -23,12 +24,20 @@ struct ModelArgs {
   kernels::MatMulPrecision matmul_precision = kernels::MatMulPrecision::kF32;
   kernels::Quantization quantization = kernels::Quantization::kNone;
   std::string lm_head_quantization = "auto";  // --lm-head-quantization
+  std::vector<std::string> lora;              // --lora: PEFT adapter folders ("none": the base)
 };
 
 // add_threads=false leaves --threads to the command (bench takes a list); add_compute=false
 // drops the options of commands that run the model (--matmul-precision) for ones that do not.
 void AddModelOptions(CLI::App& command, ModelArgs& args, bool add_threads = true,
                      bool add_compute = true);
+// --lora PATH (PEFT LoRA adapter folders) for the commands that run the model; `several` lets it
+// repeat (bench: the rows of a batch take them in turn, "none" being the base model).
+void AddLoraOption(CLI::App& command, ModelArgs& args, bool several = false);
+// The adapters of --lora for a base of `config`, in order (null for "none"); throws infer::Error
+// naming an adapter that cannot be loaded.
+std::vector<std::shared_ptr<const LoraAdapter>> LoadLorasFromArgs(const ModelArgs& args,
+                                                                  const ModelConfig& config);
 // Parses "1,2,3" into ids; throws infer::Error naming the bad item.
 std::vector<int32_t> ParseIdList(const std::string& text, const std::string& option);
 // "4GiB", "512MiB", "2G", "1000000" (bytes; K/M/G/T are powers of 1024 as in vLLM's and

@@ -42,6 +42,7 @@ void RunGenerate(const GenerateArgs& args) {
   options.speculative = ResolveSpeculativeConfig(args.sampling.speculative_config);
   options.kv_cache_dtype = ParseKvCacheDType(args.sampling.kv_cache_dtype);
   options.eos_token_ids = session.eos_token_ids();
+  if (session.lora()) options.loras = {session.lora()};
   if (!args.json) {
     options.on_text = [](size_t, std::string_view text) {
       std::fwrite(text.data(), 1, text.size(), stdout);
@@ -71,6 +72,7 @@ void AddGenerateCommand(CLI::App& app) {
   auto* command = app.add_subcommand("generate", "Generate a completion for one prompt");
   auto args = std::make_shared<GenerateArgs>();
   AddModelOptions(*command, args->model);
+  AddLoraOption(*command, args->model);
   command->add_option("--prompt", args->prompt, "Prompt text");
   command->add_option("--prompt-ids", args->prompt_ids, "Comma-separated prompt token ids");
   command->add_flag("--chat", args->chat, "Wrap --prompt as a user message in the chat template");

@@ -147,6 +147,8 @@ GenerationSession::GenerationSession(const ModelArgs& args)
       eos_token_ids_.push_back(static_cast<int32_t>(id));
     }
   }
+  const auto adapters = LoadLorasFromArgs(args, loaded_.config);
+  if (!adapters.empty()) lora_ = adapters.front();
 }
 
 GenerationSession::~GenerationSession() = default;

@@ -68,6 +68,8 @@ class GenerationSession {
   // Null when the folder has no tokenizer.json.
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }
   const std::vector<int32_t>& eos_token_ids() const { return eos_token_ids_; }
+  // The --lora adapter its requests run with (null: none).
+  const std::shared_ptr<const LoraAdapter>& lora() const { return lora_; }
 
   // The model's chat template (loaded on first use); throws infer::Error when it has none.
   const ChatTemplate& chat_template();
@@ -78,6 +80,7 @@ class GenerationSession {
   ThreadPool pool_;
   LoadedModel loaded_;
   std::unique_ptr<LanguageModel> model_;
+  std::shared_ptr<const LoraAdapter> lora_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ChatTemplate> chat_template_;
   std::vector<int32_t> eos_token_ids_;

@@ -23,12 +23,14 @@ void RunLogits(const LogitsArgs& args) {
   ThreadPool pool(args.model.threads);
   LoadedModel loaded = LoadModelFromArgs(args.model, &pool);
   Decoder decoder(loaded, pool, args.model.matmul_precision);
+  const auto adapters = LoadLorasFromArgs(args.model, loaded.config);
+  const LoraAdapter* lora = adapters.empty() ? nullptr : adapters.front().get();
   std::vector<float> logits;
   if (args.no_kv_cache) {
-    decoder.ForwardUncached(ids, LogitsMode::kAllPositions, logits);
+    decoder.ForwardUncached(ids, LogitsMode::kAllPositions, logits, lora);
   } else {
     PagedKvCache cache = decoder.MakeSequenceCache(static_cast<int64_t>(ids.size()));
-    decoder.Forward(ids, 0, cache, LogitsMode::kAllPositions, logits);
+    decoder.Forward(ids, 0, cache, LogitsMode::kAllPositions, logits, lora);
   }
   std::ofstream out(args.out, std::ios::binary | std::ios::trunc);
   INFER_CHECK(out.good(), "--out {}: cannot open for writing", args.out);
@@ -45,6 +47,7 @@ void AddLogitsCommand(CLI::App& app) {
   auto* command = app.add_subcommand("logits", "Write float32 logits of every prompt position");
   auto args = std::make_shared<LogitsArgs>();
   AddModelOptions(*command, args->model);
+  AddLoraOption(*command, args->model);
   command->add_option("--prompt-ids", args->prompt_ids, "Comma-separated token ids")->required();
   command->add_option("--out", args->out, "Output file: [n_prompt, vocab] f32 little-endian")
       ->required();

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "infer/cache/paged_kv_cache.h"
@@ -43,7 +44,44 @@ struct ServeArgs {
   std::string batching_mode = "continuous";
   std::string scheduling_policy = "fcfs";
   std::string completions_format = "seed";
+  // LoRA: --lora-modules arguments (NAME=PATH or vLLM's JSON form), --max-lora-rank.
+  std::vector<std::string> lora_modules;
+  int64_t max_lora_rank = 16;
 };
+
+// --enable-lora: the adapters of --lora-modules, loaded against the base (start-up stops at the
+// first that cannot be: the message names it and the tensor at fault). Null without LoRA.
+std::shared_ptr<server::LoraAdapters> LoadLoraModules(const ServeArgs& args,
+                                                      const ModelConfig& config) {
+  if (!args.engine.enable_lora) {
+    INFER_CHECK(args.lora_modules.empty(), "--lora-modules needs --enable-lora");
+    return nullptr;
+  }
+  INFER_CHECK(args.max_lora_rank >= 1, "--max-lora-rank must be at least 1, got {}",
+              args.max_lora_rank);
+  auto adapters =
+      std::make_shared<server::LoraAdapters>(config, args.max_lora_rank, args.engine.model);
+  for (const std::string& argument : args.lora_modules) {
+    const server::LoraModule module = server::ParseLoraModule(argument);
+    adapters->Load(module);
+    const auto adapter = adapters->Find(module.name);
+    spdlog::info("LoRA adapter '{}' from {}: rank {}, alpha {}{}, {} ({:.1f} MiB)", module.name,
+                 module.path, adapter->rank, adapter->alpha, adapter->rslora ? " (rsLoRA)" : "",
+                 fmt::join(adapter->target_modules, ", "),
+                 static_cast<double>(adapter->size_bytes) / 0x1p20);
+  }
+  return adapters;
+}
+
+// "off", or the adapters loaded at start and the limits.
+std::string DescribeLora(const ServeArgs& args) {
+  if (!args.server.lora_adapters) return "off";
+  std::vector<std::string> names;
+  for (const auto& entry : args.server.lora_adapters->List()) names.push_back(entry.adapter->name);
+  return fmt::format("[{}] (max loras {}, max rank {}, runtime updates {})", fmt::join(names, ", "),
+                     args.engine.max_loras, args.max_lora_rank,
+                     args.server.allow_runtime_lora_updating ? "on" : "off");
+}
 
 // Signals are taken by one thread with sigwait (no async-signal-safety traps). It must be set up
 // before any other thread starts so that every thread blocks them.
@@ -127,6 +165,7 @@ void RunServe(ServeArgs& args) {
   std::fprintf(stderr, "infer serve: loading; /health answers 503 on http://%s:%d until ready\n",
                args.server.host.c_str(), args.server.port);
   GenerationSession session(args.model);
+  args.server.lora_adapters = LoadLoraModules(args, session.loaded().config);
   args.server.default_sampling = SamplingParamsFromGenerationConfig(session.loaded().generation);
   if (args.reasoning_budget >= 0) {
     args.server.default_sampling.thinking_token_budget = args.reasoning_budget;
@@ -165,21 +204,22 @@ void RunServe(ServeArgs& args) {
                          std::string(kernels::MatMulPrecisionName(args.model.matmul_precision))};
   server::HttpServer http(engine, args.server);
   const int port = http.Bind();
-  std::fprintf(
-      stderr,
-      "infer serve: listening on http://%s:%d (model \"%s\", %s batching, %s policy, "
-      "max num seqs %lld, max waiting %lld, prefix caching %s, preemption %s; "
-      "/v1/completions format %s, reasoning parser %s, reasoning budget %s, "
-      "speculative decoding %s, replica %s; isa %s, matmul precision %s)\n",
-      args.server.host.c_str(), port, args.engine.model.c_str(), args.batching_mode.c_str(),
-      args.scheduling_policy.c_str(), static_cast<long long>(args.engine.max_num_seqs),
-      static_cast<long long>(args.engine.max_waiting_requests),
-      args.engine.enable_prefix_caching ? "on" : "off",
-      args.engine.enable_preemption ? "on" : "off", args.completions_format.c_str(),
-      args.reasoning_parser.c_str(),
-      args.reasoning_budget >= 0 ? std::to_string(args.reasoning_budget).c_str() : "off",
-      DescribeSpeculativeConfig(args.engine.speculative).c_str(), args.server.replica_id.c_str(),
-      args.server.compute.isa.c_str(), args.server.compute.matmul_precision.c_str());
+  std::fprintf(stderr,
+               "infer serve: listening on http://%s:%d (model \"%s\", %s batching, %s policy, "
+               "max num seqs %lld, max waiting %lld, prefix caching %s, preemption %s; "
+               "/v1/completions format %s, reasoning parser %s, reasoning budget %s, "
+               "speculative decoding %s, LoRA %s, replica %s; isa %s, matmul precision %s)\n",
+               args.server.host.c_str(), port, args.engine.model.c_str(),
+               args.batching_mode.c_str(), args.scheduling_policy.c_str(),
+               static_cast<long long>(args.engine.max_num_seqs),
+               static_cast<long long>(args.engine.max_waiting_requests),
+               args.engine.enable_prefix_caching ? "on" : "off",
+               args.engine.enable_preemption ? "on" : "off", args.completions_format.c_str(),
+               args.reasoning_parser.c_str(),
+               args.reasoning_budget >= 0 ? std::to_string(args.reasoning_budget).c_str() : "off",
+               DescribeSpeculativeConfig(args.engine.speculative).c_str(),
+               DescribeLora(args).c_str(), args.server.replica_id.c_str(),
+               args.server.compute.isa.c_str(), args.server.compute.matmul_precision.c_str());
   std::fflush(stderr);
   signals.Serve(&http);
   http.Run();
@@ -318,7 +358,32 @@ void AddServeCommand(CLI::App& app) {
                            "this many tokens inside <think>...</think> the block's end is forced; "
                            "0 ends it at once, -1 is unbounded");
   AddSpeculativeConfigOption(*command, args->speculative_config);
+  command->add_flag("--enable-lora", args->engine.enable_lora,
+                    "Serve LoRA adapters: a request names one by its `model`");
+  command
+      ->add_option("--lora-modules", args->lora_modules,
+                   "LoRA adapters to serve, each NAME=PATH or {\"name\": ..., \"path\": ..., "
+                   "\"base_model_name\": ...}; PATH a PEFT adapter folder "
+                   "(adapter_config.json, adapter_model.safetensors) or a Hugging Face id in the "
+                   "HF cache")
+      ->expected(1, -1);
+  command
+      ->add_option("--max-loras", args->engine.max_loras,
+                   "Most distinct adapters among the running requests (others wait; vLLM's "
+                   "default is 1, every adapter here stays in memory)")
+      ->capture_default_str();
+  command
+      ->add_option("--max-lora-rank", args->max_lora_rank, "Adapters of a higher rank are refused")
+      ->capture_default_str();
+  command->add_flag("--allow-runtime-lora-updating", args->server.allow_runtime_lora_updating,
+                    "Serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (also with "
+                    "VLLM_ALLOW_RUNTIME_LORA_UPDATING=true)");
   command->callback([args] {
+    if (const char* allow = std::getenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING");
+        allow != nullptr && (std::string(allow) == "1" || std::string(allow) == "true" ||
+                             std::string(allow) == "True")) {
+      args->server.allow_runtime_lora_updating = true;
+    }
     if (args->server.api_key.empty()) {
       const char* key = std::getenv("INFER_API_KEY");
       if (key != nullptr) args->server.api_key = key;

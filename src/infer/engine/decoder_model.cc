@@ -46,7 +46,7 @@ class DecoderModel final : public LanguageModel {
         if (!step.wants_logits) continue;
         INFER_CHECK(step.num_logits == 1, "sequence {}: {} logits rows without a KV cache",
                     step.seq_id, step.num_logits);
-        decoder_.ForwardUncached(step.tokens, LogitsMode::kLastPosition, row_);
+        decoder_.ForwardUncached(step.tokens, LogitsMode::kLastPosition, row_, step.lora);
         logits.insert(logits.end(), row_.begin(), row_.end());
       }
       return;
@@ -61,7 +61,7 @@ class DecoderModel final : public LanguageModel {
                   step.num_new);
       seqs_.push_back({step.tokens.subspan(static_cast<size_t>(num_old)), num_old, step.block_table,
                        step.wants_logits ? LogitsMode::kLastPosition : LogitsMode::kNone,
-                       step.num_logits});
+                       step.num_logits, step.lora});
     }
     decoder_.Forward(seqs_, *cache_, logits);
   }

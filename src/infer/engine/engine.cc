@@ -91,9 +91,10 @@ std::vector<int32_t> Engine::Tokenize(const Prompt& prompt) const {
 std::shared_ptr<OutputChannel> Engine::AddRequest(const std::string& request_id,
                                                   std::vector<int32_t> prompt_ids,
                                                   SamplingParams params, int64_t priority,
-                                                  std::shared_ptr<OutputChannel> output) {
+                                                  std::shared_ptr<OutputChannel> output,
+                                                  std::shared_ptr<const LoraAdapter> lora) {
   auto request = front_door_.MakeRequest(request_id, std::move(prompt_ids), std::move(params),
-                                         priority, core_.NowS());
+                                         priority, core_.NowS(), std::move(lora));
   if (!output) output = std::make_shared<OutputChannel>();
   request->output = output;
   if (core_.Add(std::move(request)) != EngineCore::Added::kQueued) return nullptr;
@@ -104,8 +105,9 @@ std::string Engine::AddRequest(const GenerationRequest& request) {
   std::vector<int32_t> ids = PreparePrompt(
       std::visit([](const auto& p) { return Prompt(p); }, request.prompt()), request.params());
   std::string id = std::to_string(next_request_number_++);
-  auto entry = front_door_.MakeRequest(id, std::move(ids), request.params(),
-                                       request.priority_value(), core_.NowS());
+  auto entry =
+      front_door_.MakeRequest(id, std::move(ids), request.params(), request.priority_value(),
+                              core_.NowS(), request.lora_value());
   if (const auto* text = std::get_if<std::string>(&request.prompt())) entry->prompt_text = *text;
   const EngineCore::Added added = core_.Add(std::move(entry));
   INFER_CHECK(added != EngineCore::Added::kStopped, "the engine is stopped");

@@ -53,15 +53,20 @@ class GenerationRequest {
   GenerationRequest& stop(std::string s) { return params_.stop.push_back(std::move(s)), *this; }
   GenerationRequest& seed(uint64_t s) { return params_.seed = s, *this; }
   GenerationRequest& priority(int64_t p) { return priority_ = p, *this; }
+  GenerationRequest& lora(std::shared_ptr<const LoraAdapter> adapter) {
+    return lora_ = std::move(adapter), *this;
+  }
 
   const std::variant<std::string, std::vector<int32_t>>& prompt() const { return prompt_; }
   const SamplingParams& params() const { return params_; }
   int64_t priority_value() const { return priority_; }
+  const std::shared_ptr<const LoraAdapter>& lora_value() const { return lora_; }
 
  private:
   std::variant<std::string, std::vector<int32_t>> prompt_;
   SamplingParams params_;
   int64_t priority_ = 0;
+  std::shared_ptr<const LoraAdapter> lora_;
 };
 
 class Engine {
@@ -104,11 +109,12 @@ class Engine {
 
   // Queues a prepared request; null when the waiting queue is full (HTTP 503). Its outputs go
   // to `output` when given (several requests may share one channel: their StepOutputs carry
-  // their ids), else to a new channel.
+  // their ids), else to a new channel. `lora` (may be null): the adapter it runs with.
   std::shared_ptr<OutputChannel> AddRequest(const std::string& request_id,
                                             std::vector<int32_t> prompt_ids, SamplingParams params,
                                             int64_t priority = 0,
-                                            std::shared_ptr<OutputChannel> output = nullptr);
+                                            std::shared_ptr<OutputChannel> output = nullptr,
+                                            std::shared_ptr<const LoraAdapter> lora = nullptr);
   // Prepares and queues a GenerationRequest; returns its id. Throws infer::Error when it is
   // invalid or the queue is full.
   std::string AddRequest(const GenerationRequest& request);

@@ -36,6 +36,7 @@ std::string_view KvCacheBackendName(KvCacheBackend /*backend*/) { return "paged"
 void EngineConfig::Validate() const {
   INFER_CHECK(max_model_len >= 2, "max_model_len must be at least 2, got {}", max_model_len);
   INFER_CHECK(max_num_seqs >= 1, "max_num_seqs must be at least 1, got {}", max_num_seqs);
+  INFER_CHECK(max_loras >= 1, "max_loras must be at least 1, got {}", max_loras);
   INFER_CHECK(max_num_batched_tokens >= 1, "max_num_batched_tokens must be at least 1, got {}",
               max_num_batched_tokens);
   INFER_CHECK(max_waiting_requests >= 1, "max_waiting_requests must be at least 1, got {}",

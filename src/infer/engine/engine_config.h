@@ -37,6 +37,12 @@ struct EngineConfig {
   // activation memory of a step and keeps its working set cache-sized: a long prefill ran
   // fastest in calls of 512 tokens, slower in both smaller and larger ones and slowest unbounded.
   int64_t max_num_batched_tokens = 512;
+  // LoRA adapters may be served (vLLM's enable_lora): /metrics then shows which run and wait.
+  bool enable_lora = false;
+  // Most distinct LoRA adapters among the running requests (vLLM's max_loras; base-model
+  // requests do not count): a request of another adapter waits while this many run. vLLM's
+  // default is 1; infer keeps every loaded adapter in memory, so a step mixes up to 4.
+  int64_t max_loras = 4;
   // Requests waiting beyond this are rejected (HTTP 503).
   int64_t max_waiting_requests = 64;
   // Default seed for requests that give none; nullopt: OS-seeded.

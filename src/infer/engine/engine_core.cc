@@ -1,6 +1,7 @@
 #include "infer/engine/engine_core.h"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 
 #include <spdlog/spdlog.h>
@@ -114,6 +115,22 @@ EngineMetrics EngineCore::metrics() const {
                                 ? 1.0 - static_cast<double>(blocks.num_free_blocks()) /
                                             static_cast<double>(blocks.num_blocks())
                                 : 0.0;
+  if (config_.enable_lora) {
+    snapshot.max_loras = config_.max_loras;
+    const auto names = [](const auto& requests) {
+      std::vector<std::string> out;
+      for (const auto& request : requests) {
+        if (request->lora && std::find(out.begin(), out.end(), request->lora->name) == out.end()) {
+          out.push_back(request->lora->name);
+        }
+      }
+      return out;
+    };
+    snapshot.running_lora_adapters = names(scheduler_->running());
+    snapshot.waiting_lora_adapters = names(scheduler_->waiting());
+    snapshot.lora_info_time_s =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  }
   snapshot.prompt_tokens = stats.prompt_tokens;
   snapshot.prefix_cache_queries = stats.prompt_tokens;
   snapshot.prefix_cache_hits = stats.cached_prompt_tokens;

@@ -100,10 +100,13 @@ std::vector<int32_t> FrontDoor::PreparePrompt(const Prompt& prompt, SamplingPara
 
 std::shared_ptr<Request> FrontDoor::MakeRequest(std::string id, std::vector<int32_t> prompt_ids,
                                                 SamplingParams params, int64_t priority,
-                                                double arrival_s) const {
+                                                double arrival_s,
+                                                std::shared_ptr<const LoraAdapter> lora) const {
   if (!params.seed && config_.seed) params.seed = config_.seed;
   auto request = std::make_shared<Request>(std::move(id), std::move(prompt_ids), std::move(params),
                                            arrival_s, tokenizer_, priority);
+  if (lora) request->block_table.salt = static_cast<uint64_t>(lora->id);
+  request->lora = std::move(lora);
   if (request->sampling_params.structured_output) {
     INFER_CHECK(constraint_factory_, "structured output needs a tokenizer");
     request->constraint = constraint_factory_(*request->sampling_params.structured_output);

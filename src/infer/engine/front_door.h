@@ -49,9 +49,10 @@ class FrontDoor {
 
   // A prepared request as the engine runs it, arrived at `arrival_s`: the engine's default seed
   // where it gives none, its constraint, its thinking budget, its logits processors.
+  // `lora` (may be null) is the adapter it runs with.
   std::shared_ptr<Request> MakeRequest(std::string id, std::vector<int32_t> prompt_ids,
-                                       SamplingParams params, int64_t priority,
-                                       double arrival_s) const;
+                                       SamplingParams params, int64_t priority, double arrival_s,
+                                       std::shared_ptr<const LoraAdapter> lora = nullptr) const;
 
   using ConstraintFactory =
       std::function<std::unique_ptr<TokenConstraint>(const StructuredOutput& spec)>;

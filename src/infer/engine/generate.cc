@@ -32,6 +32,7 @@ std::vector<GenerationOutput> RunBatch(LanguageModel& model, const Tokenizer* to
   config.enable_jump_forward = options.enable_jump_forward;
   config.speculative = options.speculative;
   config.num_blocks = 0;
+  config.max_loras = std::max<int64_t>(1, static_cast<int64_t>(options.loras.size()));
   for (size_t i = 0; i < prompts.size(); ++i) {
     // What it may need; the front door below refuses requests beyond the context.
     const int64_t total =
@@ -42,7 +43,13 @@ std::vector<GenerationOutput> RunBatch(LanguageModel& model, const Tokenizer* to
   Engine engine(config, model, tokenizer, options.eos_token_ids);
   for (size_t i = 0; i < prompts.size(); ++i) {
     std::vector<int32_t> ids = engine.PreparePrompt(prompts[i], params_of(i));
-    INFER_CHECK(engine.AddRequest(std::to_string(i), std::move(ids), params_of(i)) != nullptr,
+    const auto& loras = options.loras;
+    INFER_CHECK(loras.empty() || loras.size() == 1 || loras.size() == prompts.size(),
+                "generate: {} adapters for {} prompts", loras.size(), prompts.size());
+    std::shared_ptr<const LoraAdapter> lora =
+        loras.empty() ? nullptr : loras[loras.size() == 1 ? 0 : i];
+    INFER_CHECK(engine.AddRequest(std::to_string(i), std::move(ids), params_of(i), 0, nullptr,
+                                  std::move(lora)) != nullptr,
                 "generate: the engine refused request {}", i);
   }
   std::vector<GenerationOutput> results(prompts.size());

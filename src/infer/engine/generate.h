@@ -34,6 +34,9 @@ struct GenerateOptions {
   std::function<void(size_t row, std::string_view text)> on_text;
   // Renders chat prompts (may be null: no chat prompts).
   const ChatTemplate* chat_template = nullptr;
+  // The LoRA adapter each prompt runs with: one per prompt, or one for all; empty or null
+  // entries: the base model.
+  std::vector<std::shared_ptr<const LoraAdapter>> loras;
 };
 
 // `tokenizer` may be null: the text is then empty, and the prompt must be token ids and

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "infer/core/dtype.h"
+#include "infer/loader/lora.h"
 
 namespace infer {
 
@@ -22,6 +23,7 @@ struct SequenceStep {
   // With wants_logits: rows for the last num_logits tokens (more than one when a speculative
   // draft is checked), at most num_new.
   int64_t num_logits = 1;
+  const LoraAdapter* lora = nullptr;  // the adapter its projections add (null: none)
 };
 
 class LanguageModel {

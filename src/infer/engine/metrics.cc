@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "infer/core/error.h"
 
@@ -122,6 +123,16 @@ std::string PrometheusText(const EngineMetrics& metrics, std::string_view model_
             static_cast<double>(metrics.num_requests_waiting));
   out.Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
             metrics.kv_cache_usage);
+  if (metrics.max_loras > 0) {
+    // vLLM's: the value is when the labels were read.
+    out.Header("vllm:lora_requests_info", "gauge", "Running stats on lora requests.");
+    out.Sample(
+        "vllm:lora_requests_info", metrics.lora_info_time_s,
+        fmt::format("max_lora=\"{}\",running_lora_adapters=\"{}\",waiting_lora_adapters=\"{}\"",
+                    metrics.max_loras,
+                    Escape(fmt::format("{}", fmt::join(metrics.running_lora_adapters, ","))),
+                    Escape(fmt::format("{}", fmt::join(metrics.waiting_lora_adapters, ",")))));
+  }
   out.Counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.",
               static_cast<double>(metrics.prompt_tokens));
   out.Counter("vllm:generation_tokens_total", "Number of generation tokens processed.",

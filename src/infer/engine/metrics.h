@@ -38,6 +38,11 @@ struct EngineMetrics {
   int64_t num_requests_running = 0;
   int64_t num_requests_waiting = 0;
   double kv_cache_usage = 0.0;  // fraction of KV blocks in use, 0-1
+  // LoRA (EngineConfig::enable_lora; max_loras 0 when off): the adapters of the running and of
+  // the waiting requests, by name, each once, and when the snapshot was taken (Unix seconds).
+  int64_t max_loras = 0;
+  std::vector<std::string> running_lora_adapters, waiting_lora_adapters;
+  double lora_info_time_s = 0.0;
 
   // Counters.
   int64_t prompt_tokens = 0;

@@ -17,6 +17,7 @@
 #include "infer/engine/sampler.h"
 #include "infer/engine/sampling_params.h"
 #include "infer/engine/thinking_budget.h"
+#include "infer/loader/lora.h"
 
 namespace infer {
 
@@ -95,6 +96,9 @@ struct Request {
   // the forced end once it is spent. Follows the generated tokens, as the constraint does.
   std::optional<ThinkingBudget> thinking;
   std::shared_ptr<OutputChannel> output;  // where the engine delivers StepOutputs (may be null)
+  // The LoRA adapter its forward passes add (null: the base model). Held here, so an adapter
+  // unloaded meanwhile stays alive until its last request ends; block_table.salt is its id.
+  std::shared_ptr<const LoraAdapter> lora;
 };
 
 // A StepOutput of `request` carrying its id and token counts so far (no token, not finished).

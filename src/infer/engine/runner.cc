@@ -27,7 +27,8 @@ std::span<float> ModelRunner::Run(const SchedulerOutput& step) {
       tokens = joined;
     }
     steps_.push_back({request.seq_id, tokens.first(static_cast<size_t>(end)), s.num_new,
-                      request.block_table.blocks, s.wants_logits, 1 + request.num_draft_tokens()});
+                      request.block_table.blocks, s.wants_logits, 1 + request.num_draft_tokens(),
+                      request.lora.get()});
   }
   if (steps_.empty()) return {};
   fault::MaybeThrow("forward");  // tests only (INFER_FAULTS)

@@ -152,7 +152,7 @@ void Scheduler::ScheduleRunning(int64_t& budget, SchedulerOutput& output) {
 
 bool Scheduler::Admit(const std::shared_ptr<Request>& request, int64_t budget,
                       SchedulerOutput& output) {
-  const PrefixMatch match = blocks_.Match(request->token_ids);
+  const PrefixMatch match = blocks_.Match(request->token_ids, request->block_table.salt);
   const int64_t cached = match.num_blocks * blocks_.block_size();
   const int64_t num_new = std::min(request->num_tokens() - cached, budget);
   // With preemption off (and in static mode) a request holds blocks for everything it may
@@ -188,12 +188,28 @@ bool Scheduler::Admit(const std::shared_ptr<Request>& request, int64_t budget,
   return true;
 }
 
+bool Scheduler::AdapterFits(const Request& request) const {
+  if (!request.lora) return true;
+  std::vector<const LoraAdapter*> running;
+  for (const auto& r : running_) {
+    if (r->lora && std::find(running.begin(), running.end(), r->lora.get()) == running.end()) {
+      if (r->lora == request.lora) return true;
+      running.push_back(r->lora.get());
+    }
+  }
+  return static_cast<int64_t>(running.size()) < config_.max_loras;
+}
+
 void Scheduler::AdmitWaiting(int64_t& budget, SchedulerOutput& output) {
   for (auto it = waiting_.begin(); it != waiting_.end() && budget > 0 &&
                                    static_cast<int64_t>(running_.size()) < config_.max_num_seqs;) {
     const std::shared_ptr<Request> request = *it;
-    if (blocks_.Match(request->token_ids).next_pending) {
+    if (blocks_.Match(request->token_ids, request->block_table.salt).next_pending) {
       ++it;  // its next prefix block is being computed: share it next step
+      continue;
+    }
+    if (!AdapterFits(*request)) {
+      ++it;  // max_loras other adapters run: it waits, the requests behind it may go
       continue;
     }
     const int64_t before = output.num_batched_tokens;
@@ -206,7 +222,9 @@ void Scheduler::AdmitWaiting(int64_t& budget, SchedulerOutput& output) {
 
 bool Scheduler::AdmitFirstWaiting() {
   SchedulerOutput unused;  // a budget of 0 schedules nothing
-  if (waiting_.empty() || !Admit(waiting_.front(), 0, unused)) return false;
+  if (waiting_.empty() || !AdapterFits(*waiting_.front()) || !Admit(waiting_.front(), 0, unused)) {
+    return false;
+  }
   waiting_.pop_front();
   return true;
 }

@@ -138,6 +138,9 @@ class Scheduler {
   // tokens the step computed were rejected.
   int64_t AppendSampled(Request& request, const SampledTokens& sampled,
                         std::vector<StepOutput>& outputs);
+  // Whether `request`'s adapter runs already or another one may join the running ones
+  // (EngineConfig::max_loras); always for a base-model request.
+  bool AdapterFits(const Request& request) const;
   // Takes blocks for a waiting request and moves it to running; false if they are not free.
   bool Admit(const std::shared_ptr<Request>& request, int64_t budget, SchedulerOutput& output);
 

@@ -125,7 +125,7 @@ void Decoder::Forward(std::span<const SequenceTokens> seqs, PagedKvCache& cache,
 }
 
 void Decoder::Forward(std::span<const int32_t> tokens, int64_t first_pos, PagedKvCache& cache,
-                      LogitsMode mode, std::vector<float>& logits) {
+                      LogitsMode mode, std::vector<float>& logits, const LoraAdapter* lora) {
   INFER_CHECK(!tokens.empty(), "forward needs at least one token");
   while (static_cast<int64_t>(sequence_table_.size()) < cache.num_blocks()) {
     sequence_table_.push_back(static_cast<int32_t>(sequence_table_.size()));
@@ -135,9 +135,12 @@ void Decoder::Forward(std::span<const int32_t> tokens, int64_t first_pos, PagedK
               "sequence of {} tokens exceeds the KV cache ({} blocks of {})", end,
               cache.num_blocks(), cache.block_size());
   const SequenceTokens seq{
-      tokens, first_pos,
+      tokens,
+      first_pos,
       std::span<const int32_t>(sequence_table_).first(static_cast<size_t>(cache.num_blocks())),
-      mode};
+      mode,
+      1,
+      lora};
   Forward({&seq, 1}, cache, logits);
 }
 
@@ -229,9 +232,9 @@ void Decoder::ApplyLora(int64_t layer_idx, const float* x, int64_t n, int64_t k,
 }
 
 void Decoder::ForwardUncached(std::span<const int32_t> tokens, LogitsMode mode,
-                              std::vector<float>& logits) {
+                              std::vector<float>& logits, const LoraAdapter* lora) {
   PagedKvCache scratch_cache = MakeSequenceCache(static_cast<int64_t>(tokens.size()));
-  Forward(tokens, 0, scratch_cache, mode, logits);
+  Forward(tokens, 0, scratch_cache, mode, logits, lora);
 }
 
 void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,

@@ -53,12 +53,12 @@ class Decoder {
   // One sequence in a cache of its own whose blocks are 0, 1, 2, ... (tests, `infer logits`,
   // `infer bench`): runs `tokens` at positions first_pos onwards.
   void Forward(std::span<const int32_t> tokens, int64_t first_pos, PagedKvCache& cache,
-               LogitsMode mode, std::vector<float>& logits);
+               LogitsMode mode, std::vector<float>& logits, const LoraAdapter* lora = nullptr);
 
   // The uncached path: recomputes every position of `tokens` from scratch (a fresh f32 cache
   // sized to the sequence). The oracle the cached path is checked against (--no-kv-cache).
-  void ForwardUncached(std::span<const int32_t> tokens, LogitsMode mode,
-                       std::vector<float>& logits);
+  void ForwardUncached(std::span<const int32_t> tokens, LogitsMode mode, std::vector<float>& logits,
+                       const LoraAdapter* lora = nullptr);
 
   // A cache for one sequence of up to max_tokens positions (blocks 0, 1, 2, ...).
   PagedKvCache MakeSequenceCache(int64_t max_tokens, DType dtype = DType::kF32) const;

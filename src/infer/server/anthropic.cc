@@ -248,7 +248,7 @@ ordered_json AnthropicErrorJson(int status, std::string_view message) {
 }
 
 ChatRequest ParseAnthropicRequest(std::string_view body, bool count_tokens,
-                                  std::string_view served_model, const SamplingParams& defaults) {
+                                  const ModelNames& models, const SamplingParams& defaults) {
   const json root = ParseJsonObject(body);
   Fields fields(root, /*name_param=*/false);
   ChatRequest request;
@@ -285,7 +285,7 @@ ChatRequest ParseAnthropicRequest(std::string_view body, bool count_tokens,
   if (fields.Get("mcp_servers")) Reject("'mcp_servers' is not supported by this server");
   if (fields.Get("container")) Reject("'container' is not supported by this server");
   // Then the fields' values, as the chat path reads them.
-  request.model = ParseModel(fields, served_model);
+  request.model = ParseModel(fields, models);
   if (!count_tokens) ReadMaxTokens(fields, "max_tokens", request);
   ReadNumber(fields, "temperature", request.params.temperature);
   ReadNumber(fields, "top_p", request.params.top_p);

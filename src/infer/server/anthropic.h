@@ -28,7 +28,7 @@ nlohmann::ordered_json AnthropicErrorJson(int status, std::string_view message);
 // An Anthropic Messages body as the chat it asks for: system (a string or text blocks) as the
 // first message; messages with string or block content (text, tool_use as the assistant's tool
 // calls, tool_result as tool turns); max_tokens (required, except for count_tokens),
-// temperature, top_p, top_k, stop_sequences, stream over `defaults`; model (`served_model`: 404
+// temperature, top_p, top_k, stop_sequences, stream over `defaults`; model (`models`: 404
 // for another); tools ({name, description, input_schema}) as function tools; tool_choice (auto,
 // any as required, tool as a named function, none; disable_parallel_tool_use); thinking (Qwen3's
 // enable_thinking, budget_tokens as the thinking token budget); metadata accepted. Throws
@@ -36,7 +36,7 @@ nlohmann::ordered_json AnthropicErrorJson(int status, std::string_view message);
 // documents, server tools, an assistant prefill). Fields this server does not know are the
 // request's ignored_fields.
 ChatRequest ParseAnthropicRequest(std::string_view body, bool count_tokens,
-                                  std::string_view served_model, const SamplingParams& defaults);
+                                  const ModelNames& models, const SamplingParams& defaults);
 
 // Anthropic's encoding of a one-choice reply (chat_reply.h): content blocks (thinking from the
 // reasoning split, text, tool_use from the parsed tool calls), stop_reason (end_turn, max_tokens,

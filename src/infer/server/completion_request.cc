@@ -41,14 +41,14 @@ std::variant<std::string, std::vector<int32_t>> ParsePrompt(const json& value) {
 }
 
 // model and prompt: required.
-void ParseRequired(const json& root, std::string_view served_model, ChatRequest& request) {
+void ParseRequired(const json& root, const ModelNames& models, ChatRequest& request) {
   const auto model = root.find("model");
   if (model == root.end()) Reject(kBadRequest, "missing required field 'model'");
   if (!model->is_string()) Reject(kBadRequest, "'model' must be a string");
   request.model = model->get<std::string>();
-  if (request.model != served_model) {
+  if (!models.Serves(request.model)) {
     Reject(kUnprocessable, fmt::format("model '{}' is not served here (this server serves '{}')",
-                                       request.model, served_model));
+                                       request.model, models.served()));
   }
   const auto prompt = root.find("prompt");
   if (prompt == root.end()) Reject(kBadRequest, "missing required field 'prompt'");
@@ -95,7 +95,7 @@ void ParseOptional(Fields& fields, ChatRequest& request) {
 
 }  // namespace
 
-ChatRequest ParseCompletionRequest(std::string_view body, std::string_view served_model) {
+ChatRequest ParseCompletionRequest(std::string_view body, const ModelNames& models) {
   const json root = ParseJsonObject(body);
   static const char* const kFields[] = {
       "model",  "prompt", "max_tokens", "temperature", "top_p", "top_k", "repetition_penalty",
@@ -110,7 +110,7 @@ ChatRequest ParseCompletionRequest(std::string_view body, std::string_view serve
   ChatRequest request;
   request.endpoint = ChatEndpoint::kCompletions;
   request.stream = true;
-  ParseRequired(root, served_model, request);
+  ParseRequired(root, models, request);
   Fields fields(root, /*name_param=*/false);
   ParseOptional(fields, request);
   try {

@@ -11,7 +11,7 @@
 namespace infer::server {
 
 // Fields (all others are rejected with 422, as pydantic's extra="forbid"):
-//   model (string, required, must equal `served_model`), prompt (non-empty string or non-empty
+//   model (string, required, must equal `models`), prompt (non-empty string or non-empty
 //   list of token ids, required), max_tokens (int, 128), temperature (number, 1.0), top_p
 //   (number, 1.0), top_k (int or null; 0 and -1 mean off, as in vLLM), repetition_penalty
 //   (number, 1.0), stream (bool; accepted, the response always streams), stop (string, list of
@@ -21,6 +21,6 @@ namespace infer::server {
 // Throws RequestError: 400 for a body that is not a JSON object, a missing required field, a
 // wrong type or an empty prompt; 422 for an unknown field, another model, or an out-of-range
 // value.
-ChatRequest ParseCompletionRequest(std::string_view body, std::string_view served_model);
+ChatRequest ParseCompletionRequest(std::string_view body, const ModelNames& models);
 
 }  // namespace infer::server

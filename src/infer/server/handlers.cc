@@ -44,7 +44,7 @@ void ApiHandlers::SeedCompletions(const httplib::Request& req, httplib::Response
   ChatRequest request;
   PreparedPrompts prepared;
   try {
-    request = ParseCompletionRequest(req.body, engine_.config().model);
+    request = ParseCompletionRequest(req.body, Models());
     prepared = Prepare(request, kUnprocessable);
   } catch (const RequestError& e) {
     return SendError(res, e.status(), e.what());  // the seed's errors name no param
@@ -91,6 +91,14 @@ void LogIgnored(const httplib::Request& req, const ChatRequest& request) {
 
 }  // namespace
 
+ModelNames ApiHandlers::Models() const {
+  if (!options_.lora_adapters) return ModelNames(engine_.config().model);
+  return ModelNames(engine_.config().model,
+                    [adapters = options_.lora_adapters](std::string_view name) {
+                      return adapters->Find(name) != nullptr;
+                    });
+}
+
 ToolCallFormat ApiHandlers::ToolFormat() const {
   const ChatTemplate* chat_template = engine_.chat_template();
   return DetectToolCallFormat(chat_template ? chat_template->source() : "");
@@ -116,6 +124,13 @@ ApiHandlers::PreparedPrompts ApiHandlers::Prepare(ChatRequest& request, int reje
     }
   }
   PreparedPrompts prepared;
+  if (request.model != engine_.config().model && options_.lora_adapters) {
+    prepared.lora = options_.lora_adapters->Find(request.model);
+    if (!prepared.lora) {
+      throw RequestError(kNotFound, fmt::format("The model `{}` does not exist.", request.model),
+                         "model");
+    }
+  }
   for (const Prompt& prompt : Prompts(request)) {
     SamplingParams params = request.params;
     if (request.max_tokens) params.max_new_tokens = *request.max_tokens;
@@ -158,7 +173,8 @@ std::optional<ApiHandlers::Queued> ApiHandlers::Queue(const ChatRequest& request
     // Each choice its own stream of random numbers; with a seed, choice i uses seed + i (vLLM).
     if (p.seed && choice > 0) p.seed = *p.seed + static_cast<uint64_t>(choice);
     if (!engine_.AddRequest(ChatReply::ChoiceRequestId(reply.id(), choice),
-                            prepared.prompts[prompt].ids, p, request.priority, queued.channel)) {
+                            prepared.prompts[prompt].ids, p, request.priority, queued.channel,
+                            prepared.lora)) {
       CancelChoices(reply);
       return std::nullopt;
     }
@@ -197,9 +213,9 @@ void ApiHandlers::OpenAi(const httplib::Request& req, httplib::Response& res,
   ChatRequest request;
   PreparedPrompts prepared;
   try {
-    const std::string& model = engine_.config().model;
-    request = chat ? ParseChatCompletionRequest(req.body, model, options_.default_sampling)
-                   : ParseOpenAiCompletionRequest(req.body, model, options_.default_sampling);
+    const ModelNames models = Models();
+    request = chat ? ParseChatCompletionRequest(req.body, models, options_.default_sampling)
+                   : ParseOpenAiCompletionRequest(req.body, models, options_.default_sampling);
     LogIgnored(req, request);
     prepared = Prepare(request);
   } catch (const RequestError& e) {
@@ -208,7 +224,7 @@ void ApiHandlers::OpenAi(const httplib::Request& req, httplib::Response& res,
   auto queued =
       Queue(request, prepared, fmt::format("{}-{}", chat ? "chatcmpl" : "cmpl", next_id_++));
   if (!queued) return SendRefused(res);
-  auto response = std::make_shared<OpenAiResponse>(request, queued->reply, engine_.config().model,
+  auto response = std::make_shared<OpenAiResponse>(request, queued->reply, request.model,
                                                    static_cast<int64_t>(std::time(nullptr)),
                                                    engine_.tokenizer());
   Answer(res, *queued, std::make_unique<OpenAiChunkEncoder>(response), request.stream,
@@ -220,8 +236,7 @@ void ApiHandlers::Anthropic(const httplib::Request& req, httplib::Response& res,
   ChatRequest request;
   PreparedPrompts prepared;
   try {
-    request = ParseAnthropicRequest(req.body, count_tokens, engine_.config().model,
-                                    options_.default_sampling);
+    request = ParseAnthropicRequest(req.body, count_tokens, Models(), options_.default_sampling);
     LogIgnored(req, request);
     prepared = Prepare(request);
   } catch (const RequestError& e) {
@@ -235,8 +250,8 @@ void ApiHandlers::Anthropic(const httplib::Request& req, httplib::Response& res,
   }
   auto queued = Queue(request, prepared, fmt::format("msg_{:024x}", next_id_++));
   if (!queued) return SendRefused(res, ErrorShape::kAnthropic);
-  auto message = std::make_unique<AnthropicMessage>(queued->reply, queued->id,
-                                                    engine_.config().model, input_tokens);
+  auto message =
+      std::make_unique<AnthropicMessage>(queued->reply, queued->id, request.model, input_tokens);
   const AnthropicMessage* reply = message.get();
   Answer(res, *queued, std::move(message), request.stream, ErrorShape::kAnthropic,
          [reply] { return reply->Final(); });
@@ -247,8 +262,7 @@ void ApiHandlers::Responses(const httplib::Request& req, httplib::Response& res)
   ChatRequest request;
   PreparedPrompts prepared;
   try {
-    responses = ParseResponsesRequest(req.body, responses_, engine_.config().model,
-                                      options_.default_sampling);
+    responses = ParseResponsesRequest(req.body, responses_, Models(), options_.default_sampling);
     LogIgnored(req, responses.chat);
     request = responses.chat;
     prepared = Prepare(request);
@@ -262,7 +276,7 @@ void ApiHandlers::Responses(const httplib::Request& req, httplib::Response& res)
   auto queued = Queue(request, prepared, NewResponseId());
   if (!queued) return SendRefused(res);
   auto reply = std::make_unique<ResponsesReply>(
-      queued->reply, queued->id, engine_.config().model, static_cast<int64_t>(std::time(nullptr)),
+      queued->reply, queued->id, request.model, static_cast<int64_t>(std::time(nullptr)),
       std::ssize(prepared.prompts.front().ids), std::move(responses), &responses_);
   const ResponsesReply* final = reply.get();
   Answer(res, *queued, std::move(reply), stream, ErrorShape::kOpenAi,
@@ -287,7 +301,7 @@ void ApiHandlers::Tokenize(const httplib::Request& req, httplib::Response& res) 
   std::vector<int32_t> ids;
   TokenizeRequest request;
   try {
-    request = ParseTokenizeRequest(req.body, engine_.config().model, options_.default_sampling);
+    request = ParseTokenizeRequest(req.body, Models(), options_.default_sampling);
     try {
       if (request.chat) {
         // The chat as the chat path renders it (tools too), through the engine's encoder.
@@ -322,7 +336,7 @@ void ApiHandlers::Tokenize(const httplib::Request& req, httplib::Response& res) 
 void ApiHandlers::Detokenize(const httplib::Request& req, httplib::Response& res) {
   std::vector<int32_t> ids;
   try {
-    ids = ParseDetokenizeRequest(req.body, engine_.config().model);
+    ids = ParseDetokenizeRequest(req.body, Models());
     const Tokenizer* tokenizer = engine_.tokenizer();
     if (tokenizer == nullptr) throw RequestError(kBadRequest, "this model has no tokenizer");
     for (const int32_t id : ids) {
@@ -340,6 +354,81 @@ void ApiHandlers::Detokenize(const httplib::Request& req, httplib::Response& res
       {"prompt", engine_.tokenizer()->Decode(ids, /*skip_special_tokens=*/false)}};
   res.set_content(reply.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace),
                   "application/json");
+}
+
+}  // namespace infer::server
+
+namespace infer::server {
+
+void ApiHandlers::ListModels(httplib::Response& res) {
+  const auto created = static_cast<int64_t>(std::time(nullptr));
+  nlohmann::ordered_json data = nlohmann::ordered_json::array();
+  data.push_back({{"id", engine_.config().model},
+                  {"object", "model"},
+                  {"created", created},
+                  {"owned_by", "infer"},
+                  {"root", engine_.config().model},
+                  {"parent", nullptr},
+                  {"max_model_len", engine_.max_model_len()}});
+  if (options_.lora_adapters) {
+    for (const LoraAdapters::Entry& entry : options_.lora_adapters->List()) {
+      data.push_back({{"id", entry.adapter->name},
+                      {"object", "model"},
+                      {"created", created},
+                      {"owned_by", "infer"},
+                      {"root", entry.adapter->path},
+                      {"parent", entry.parent},
+                      {"max_model_len", engine_.max_model_len()}});
+    }
+  }
+  res.set_content(nlohmann::ordered_json{{"object", "list"}, {"data", std::move(data)}}.dump(),
+                  "application/json");
+}
+
+namespace {
+
+// A string field of a LoRA route's JSON body; RequestError 400 when absent or not a string.
+std::string LoraField(const nlohmann::ordered_json& body, const char* name) {
+  const auto it = body.find(name);
+  if (it == body.end() || !it->is_string() || it->get<std::string>().empty()) {
+    throw RequestError(kBadRequest, fmt::format("'{}' must be a non-empty string", name), name);
+  }
+  return it->get<std::string>();
+}
+
+}  // namespace
+
+void ApiHandlers::LoadLoraAdapter(const httplib::Request& req, httplib::Response& res) {
+  std::string name;
+  try {
+    const nlohmann::ordered_json body = ParseJsonObject(req.body);
+    name = LoraField(body, "lora_name");
+    options_.lora_adapters->Load({name, LoraField(body, "lora_path"), ""});
+  } catch (const RequestError& e) {
+    return SendError(res, e.status(), e.what(), e.param());
+  } catch (const Error& e) {
+    spdlog::warn("load_lora_adapter: {}", e.what());
+    return SendError(res, kBadRequest, e.what());
+  }
+  spdlog::info("LoRA adapter '{}' loaded", name);
+  res.set_content(fmt::format("Success: LoRA adapter '{}' added successfully.", name),
+                  "text/plain");
+}
+
+void ApiHandlers::UnloadLoraAdapter(const httplib::Request& req, httplib::Response& res) {
+  std::string name;
+  try {
+    name = LoraField(ParseJsonObject(req.body), "lora_name");
+  } catch (const RequestError& e) {
+    return SendError(res, e.status(), e.what(), e.param());
+  }
+  if (!options_.lora_adapters->Unload(name)) {
+    return SendError(res, kNotFound, fmt::format("The lora adapter '{}' cannot be found.", name),
+                     "lora_name");
+  }
+  spdlog::info("LoRA adapter '{}' unloaded", name);
+  res.set_content(fmt::format("Success: LoRA adapter '{}' removed successfully.", name),
+                  "text/plain");
 }
 
 }  // namespace infer::server

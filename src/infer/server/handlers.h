@@ -54,6 +54,13 @@ class ApiHandlers {
   // response.
   void Responses(const httplib::Request& req, httplib::Response& res);
   void ResponseById(const httplib::Request& req, httplib::Response& res, const std::string& id);
+  // GET /v1/models: the served model and each LoRA adapter (its `parent` the model it adapts).
+  void ListModels(httplib::Response& res);
+  // vLLM's POST /v1/load_lora_adapter {lora_name, lora_path} and /v1/unload_lora_adapter
+  // {lora_name}: 400 for a bad body or an adapter that cannot be loaded (the others keep
+  // serving), 404 for an unknown name.
+  void LoadLoraAdapter(const httplib::Request& req, httplib::Response& res);
+  void UnloadLoraAdapter(const httplib::Request& req, httplib::Response& res);
   // vLLM's POST /tokenize and POST /detokenize.
   void Tokenize(const httplib::Request& req, httplib::Response& res);
   void Detokenize(const httplib::Request& req, httplib::Response& res);
@@ -63,6 +70,7 @@ class ApiHandlers {
   struct PreparedPrompts {
     std::vector<ChatReply::PromptInfo> prompts;
     std::vector<SamplingParams> params;
+    std::shared_ptr<const LoraAdapter> lora;  // the adapter `model` names (null: the base)
   };
   // A response whose choices are queued on one channel.
   struct Queued {
@@ -70,9 +78,12 @@ class ApiHandlers {
     std::shared_ptr<OutputChannel> channel;
     std::shared_ptr<ChatReply> reply;
   };
+  // The names a request's `model` may give: the served model's and the loaded adapters'.
+  ModelNames Models() const;
   // The tool-call format the model's chat template teaches.
   ToolCallFormat ToolFormat() const;
-  // Through the engine's front door (Engine::PreparePrompt): the tools' grammar, then each
+  // Through the engine's front door (Engine::PreparePrompt): the adapter `model` names (a
+  // RequestError 404 when it was unloaded since the parse), the tools' grammar, then each
   // prompt rendered, encoded and checked. A prompt the engine refuses is a RequestError with
   // `rejected_status` (the seed protocol's 422, every other protocol's 400).
   PreparedPrompts Prepare(ChatRequest& request, int rejected_status = kBadRequest);

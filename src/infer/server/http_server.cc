@@ -281,14 +281,18 @@ void HttpServer::Impl::InfoRoutes() {
                         route_counter.Text(),
                     "text/plain; version=0.0.4; charset=utf-8");
   });
-  server.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    const json model = {{"id", engine.config().model},
-                        {"object", "model"},
-                        {"owned_by", "infer"},
-                        {"max_model_len", engine.max_model_len()}};
-    res.set_content(json{{"object", "list"}, {"data", json::array({model})}}.dump(),
-                    "application/json");
-  });
+  server.Get("/v1/models",
+             [this](const httplib::Request&, httplib::Response& res) { handlers.ListModels(res); });
+  if (options.lora_adapters && options.allow_runtime_lora_updating) {
+    server.Post("/v1/load_lora_adapter",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  handlers.LoadLoraAdapter(req, res);
+                });
+    server.Post("/v1/unload_lora_adapter",
+                [this](const httplib::Request& req, httplib::Response& res) {
+                  handlers.UnloadLoraAdapter(req, res);
+                });
+  }
 }
 
 void HttpServer::Impl::Hooks() {

@@ -12,6 +12,7 @@
 #include "infer/engine/engine.h"
 #include "infer/engine/metrics.h"
 #include "infer/engine/sampling_params.h"
+#include "infer/server/lora_adapters.h"
 
 namespace infer::server {
 
@@ -22,6 +23,11 @@ enum class CompletionsFormat { kSeed, kOpenAi };
 enum class ReasoningParser { kNone, kQwen3 };
 
 struct ServerOptions {
+  // LoRA (--enable-lora): the adapters requests may name (null: none); with
+  // allow_runtime_lora_updating, POST /v1/load_lora_adapter and /v1/unload_lora_adapter change
+  // them (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING).
+  std::shared_ptr<LoraAdapters> lora_adapters;
+  bool allow_runtime_lora_updating = false;
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (Bind() returns it)
   // HTTP worker threads, one per request being read or answered: the cap on requests served at

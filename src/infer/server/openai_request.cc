@@ -279,7 +279,7 @@ void ParseCompletionFields(Fields& fields, ChatRequest& request) {
 
 // Either endpoint's body: the required field (messages, or prompt), the fields both share, then
 // the endpoint's own.
-ChatRequest ParseOpenAi(const ordered_json& root, std::string_view served_model,
+ChatRequest ParseOpenAi(const ordered_json& root, const ModelNames& models,
                         const SamplingParams& defaults, ChatEndpoint endpoint) {
   const bool chat = endpoint == ChatEndpoint::kChatCompletions;
   Fields fields(root, /*name_param=*/true);
@@ -296,7 +296,7 @@ ChatRequest ParseOpenAi(const ordered_json& root, std::string_view served_model,
   } else {
     request.prompts = ParsePrompts(*value);
   }
-  request.model = ParseModel(fields, served_model);
+  request.model = ParseModel(fields, models);
   ParseSampling(fields, request);
   request.params.structured_output = ParseStructuredOutput(fields);
   ParseOptions(fields, request);
@@ -313,22 +313,22 @@ ChatRequest ParseOpenAi(const ordered_json& root, std::string_view served_model,
 
 }  // namespace
 
-ChatRequest ParseChatCompletionJson(const ordered_json& body, std::string_view served_model,
+ChatRequest ParseChatCompletionJson(const ordered_json& body, const ModelNames& models,
                                     const SamplingParams& defaults) {
-  return ParseOpenAi(body, served_model, defaults, ChatEndpoint::kChatCompletions);
+  return ParseOpenAi(body, models, defaults, ChatEndpoint::kChatCompletions);
 }
 
-ChatRequest ParseChatCompletionRequest(std::string_view body, std::string_view served_model,
+ChatRequest ParseChatCompletionRequest(std::string_view body, const ModelNames& models,
                                        const SamplingParams& defaults) {
-  return ParseChatCompletionJson(ParseJsonObject(body), served_model, defaults);
+  return ParseChatCompletionJson(ParseJsonObject(body), models, defaults);
 }
 
-ChatRequest ParseOpenAiCompletionRequest(std::string_view body, std::string_view served_model,
+ChatRequest ParseOpenAiCompletionRequest(std::string_view body, const ModelNames& models,
                                          const SamplingParams& defaults) {
-  return ParseOpenAi(ParseJsonObject(body), served_model, defaults, ChatEndpoint::kCompletions);
+  return ParseOpenAi(ParseJsonObject(body), models, defaults, ChatEndpoint::kCompletions);
 }
 
-TokenizeRequest ParseTokenizeRequest(std::string_view body, std::string_view served_model,
+TokenizeRequest ParseTokenizeRequest(std::string_view body, const ModelNames& models,
                                      const SamplingParams& defaults) {
   const json root = ParseJsonObject(body);
   Fields fields(root, /*name_param=*/true);
@@ -341,11 +341,11 @@ TokenizeRequest ParseTokenizeRequest(std::string_view body, std::string_view ser
   }
   if (messages != nullptr) {
     // The chat fields as a chat completion reads them (messages, tools, the template's).
-    request.chat = ParseChatCompletionJson(root, served_model, defaults);
+    request.chat = ParseChatCompletionJson(root, models, defaults);
   } else {
     if (!prompt->is_string()) Reject("'prompt' must be a string", "prompt");
     request.prompt = prompt->get<std::string>();
-    ParseModel(fields, served_model);
+    ParseModel(fields, models);
   }
   // vLLM's defaults: a prompt gets the special tokens (BOS), a chat's template writes its own.
   request.add_special_tokens = messages == nullptr;
@@ -358,10 +358,10 @@ TokenizeRequest ParseTokenizeRequest(std::string_view body, std::string_view ser
   return request;
 }
 
-std::vector<int32_t> ParseDetokenizeRequest(std::string_view body, std::string_view served_model) {
+std::vector<int32_t> ParseDetokenizeRequest(std::string_view body, const ModelNames& models) {
   const json root = ParseJsonObject(body);
   Fields fields(root, /*name_param=*/true);
-  ParseModel(fields, served_model);
+  ParseModel(fields, models);
   const json* tokens = fields.Get("tokens");
   if (!tokens) Reject("missing required field 'tokens'", "tokens");
   if (!tokens->is_array()) Reject("'tokens' must be a list of token ids", "tokens");

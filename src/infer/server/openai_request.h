@@ -24,12 +24,12 @@ namespace infer::server {
 // bodies and for features that would change the output but are not supported (tools, ...),
 // 404 for another model. A schema, regex or grammar is compiled (and checked) later, by the
 // engine's front door.
-ChatRequest ParseChatCompletionRequest(std::string_view body, std::string_view served_model,
+ChatRequest ParseChatCompletionRequest(std::string_view body, const ModelNames& models,
                                        const SamplingParams& defaults);
 // The same from a parsed body (a JSON object).
-ChatRequest ParseChatCompletionJson(const nlohmann::ordered_json& body,
-                                    std::string_view served_model, const SamplingParams& defaults);
-ChatRequest ParseOpenAiCompletionRequest(std::string_view body, std::string_view served_model,
+ChatRequest ParseChatCompletionJson(const nlohmann::ordered_json& body, const ModelNames& models,
+                                    const SamplingParams& defaults);
+ChatRequest ParseOpenAiCompletionRequest(std::string_view body, const ModelNames& models,
                                          const SamplingParams& defaults);
 
 // vLLM's POST /tokenize: a prompt (text), or a chat (messages, with the chat fields a chat
@@ -41,9 +41,9 @@ struct TokenizeRequest {
   bool add_special_tokens = true;
   bool return_token_strs = false;
 };
-TokenizeRequest ParseTokenizeRequest(std::string_view body, std::string_view served_model,
+TokenizeRequest ParseTokenizeRequest(std::string_view body, const ModelNames& models,
                                      const SamplingParams& defaults);
 // vLLM's POST /detokenize: {"tokens": [ids]} (and an optional model).
-std::vector<int32_t> ParseDetokenizeRequest(std::string_view body, std::string_view served_model);
+std::vector<int32_t> ParseDetokenizeRequest(std::string_view body, const ModelNames& models);
 
 }  // namespace infer::server

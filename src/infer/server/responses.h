@@ -91,13 +91,12 @@ struct ResponsesRequest {
 // `store`: an unknown id is RequestError(404)); function tools; tool_choice;
 // parallel_tool_calls; text.format (json_schema, json_object, text) as the structured output;
 // reasoning.effort as Qwen3's enable_thinking ("none": off); max_output_tokens, temperature,
-// top_p over `defaults`; model (when given, `served_model`: 404 for another). Throws
+// top_p over `defaults`; model (when given, `models`: 404 for another). Throws
 // RequestError(400) for what this server cannot do (built-in tools, background, conversation,
 // prompt templates, include, truncation "auto", images and files, ...). Fields this server does
 // not know are the chat's ignored_fields.
 ResponsesRequest ParseResponsesRequest(std::string_view body, const ResponseStore& store,
-                                       std::string_view served_model,
-                                       const SamplingParams& defaults);
+                                       const ModelNames& models, const SamplingParams& defaults);
 
 // The Responses encoding of a one-choice reply (chat_reply.h): its output items (reasoning from the
 // reasoning split, message with output_text, function_call from the parsed tool calls), status

@@ -347,7 +347,7 @@ void ParseEchoed(Fields& fields, const json& body, ResponsesRequest& request) {
 // The checks of the chat the request asks for, as a chat completion's: each call's arguments an
 // object, a conversation left, the model, the sampling numbers, the tools; the reply is streamed
 // to the encoder (how it is sent is the request's `stream`).
-void CheckChat(Fields& fields, std::string_view served_model, ToolsRequest tools,
+void CheckChat(Fields& fields, const ModelNames& models, ToolsRequest tools,
                std::optional<bool> thinking, ChatRequest& chat) {
   for (size_t i = 0; i < chat.messages.size(); ++i) {
     if (!chat.messages[i].tool_calls) continue;
@@ -358,7 +358,7 @@ void CheckChat(Fields& fields, std::string_view served_model, ToolsRequest tools
     }
   }
   if (chat.messages.empty()) Reject("'messages' must be a non-empty list", "messages");
-  chat.model = ParseModel(fields, served_model);
+  chat.model = ParseModel(fields, models);
   ReadNumber(fields, "temperature", chat.params.temperature);
   ReadNumber(fields, "top_p", chat.params.top_p);
   chat.stream = true;
@@ -371,8 +371,7 @@ void CheckChat(Fields& fields, std::string_view served_model, ToolsRequest tools
 }  // namespace
 
 ResponsesRequest ParseResponsesRequest(std::string_view body, const ResponseStore& store,
-                                       std::string_view served_model,
-                                       const SamplingParams& defaults) {
+                                       const ModelNames& models, const SamplingParams& defaults) {
   const json root = ParseJsonObject(body);
   Fields fields(root, /*name_param=*/true);
   ResponsesRequest request;
@@ -385,7 +384,7 @@ ResponsesRequest ParseResponsesRequest(std::string_view body, const ResponseStor
   ParseToolsAndFormat(fields, root, request, tools, thinking);
   ParseEchoed(fields, root, request);
   // model, temperature and top_p are read here, once the Responses fields are checked.
-  CheckChat(fields, served_model, std::move(tools), thinking, request.chat);
+  CheckChat(fields, models, std::move(tools), thinking, request.chat);
   request.chat.ignored_fields = fields.Unknown();
   return request;
 }

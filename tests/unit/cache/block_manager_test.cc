@@ -61,6 +61,40 @@ TEST(BlockManagerTest, ComputedFullBlocksAreSharedByTheirTokenPrefix) {
   EXPECT_NO_THROW(blocks.CheckInvariants(tables));
 }
 
+TEST(BlockManagerTest, TablesOfAnotherSaltNeverShareBlocks) {
+  // A LoRA adapter's K/V differ from the base's for the same tokens: salts keep them apart.
+  BlockManager blocks(12, 16, true);
+  const auto tokens = Tokens(40);
+  BlockTable base;
+  ASSERT_TRUE(blocks.Allocate(base, tokens, 40));
+  blocks.MarkComputed(base, tokens, 40);
+  EXPECT_EQ(blocks.Match(tokens).num_blocks, 2);
+  EXPECT_EQ(blocks.Match(tokens, 7).num_blocks, 0);
+  EXPECT_FALSE(blocks.Match(tokens, 7).next_pending);
+  BlockTable adapter;
+  adapter.salt = 7;
+  ASSERT_TRUE(blocks.Allocate(adapter, tokens, 40));
+  EXPECT_EQ(adapter.num_cached_tokens, 0);
+  EXPECT_NE(adapter.blocks[0], base.blocks[0]);
+  blocks.MarkComputed(adapter, tokens, 40);
+  // Each salt now hits its own blocks; a third salt hits none.
+  BlockTable again;
+  again.salt = 7;
+  ASSERT_TRUE(blocks.Allocate(again, tokens, 40));
+  EXPECT_EQ(again.num_cached_tokens, 32);
+  EXPECT_EQ(again.blocks[0], adapter.blocks[0]);
+  EXPECT_EQ(blocks.Match(tokens, 8).num_blocks, 0);
+  EXPECT_EQ(blocks.Match(tokens).num_blocks, 2);
+  // Free keeps the salt (a preempted request comes back under its adapter); Fork passes it on.
+  blocks.Free(again);
+  EXPECT_EQ(again.salt, 7U);
+  BlockTable child;
+  blocks.Fork(adapter, 40, child);
+  EXPECT_EQ(child.salt, 7U);
+  const BlockTable* tables[] = {&base, &adapter, &child};
+  EXPECT_NO_THROW(blocks.CheckInvariants(tables));
+}
+
 TEST(BlockManagerTest, UnreferencedCachedBlocksAreEvictedLruOnlyWhenNeeded) {
   BlockManager blocks(4, 16, true);
   BlockTable a, b;

@@ -169,6 +169,30 @@ TEST(SchedulerTest, MaxNumSeqsCapsTheRunningSet) {
   EXPECT_EQ(Describe(Step(scheduler)), (Strings{"c:2"}));
 }
 
+TEST(SchedulerTest, MaxLorasCapsTheDistinctAdaptersRunningAndBaseRequestsPass) {
+  EngineConfig config = Config("continuous");
+  config.max_loras = 2;
+  Scheduler scheduler(config, 64);
+  auto adapter = [](int64_t id) {
+    auto a = std::make_shared<LoraAdapter>();
+    a->id = id;
+    return std::shared_ptr<const LoraAdapter>(a);
+  };
+  const auto a = adapter(1), b = adapter(2), c = adapter(3);
+  const std::pair<const char*, std::shared_ptr<const LoraAdapter>> requests[] = {
+      {"a1", a}, {"b1", b}, {"c1", c}, {"base", nullptr}, {"a2", a}};
+  for (const auto& [id, lora] : requests) {
+    auto request = MakeRequest(id, Tokens(4));
+    request->lora = lora;
+    ASSERT_TRUE(scheduler.Add(request));
+  }
+  // c1 waits (a and b run); the base request and a2 (a runs already) go past it.
+  EXPECT_EQ(Describe(scheduler.Schedule(0.0)),
+            (std::vector<std::string>{"a1:4", "b1:4", "base:4", "a2:4"}));
+  EXPECT_EQ(scheduler.num_waiting(), 1U);
+  EXPECT_EQ(scheduler.waiting().front()->request_id, "c1");
+}
+
 TEST(SchedulerTest, PriorityPolicyAdmitsLowerValuesFirstAndTiesInArrivalOrder) {
   EngineConfig config = Config("continuous", 2);
   config.scheduler_policy = SchedulerPolicy::kPriority;

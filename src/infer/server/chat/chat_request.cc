@@ -31,14 +31,14 @@ ordered_json TemplateMessages(const std::vector<ChatMessage>& messages) {
   return out;
 }
 
-std::string ParseModel(Fields& fields, std::string_view served_model) {
+std::string ParseModel(Fields& fields, const ModelNames& models) {
   const ordered_json* model = fields.Get("model");
-  if (!model) return std::string(served_model);
+  if (!model) return std::string(models.served());
   if (!model->is_string()) throw RequestError(kBadRequest, "'model' must be a string", "model");
-  if (*model != served_model) {
+  if (!models.Serves(model->get<std::string>())) {
     throw RequestError(kNotFound,
                        fmt::format("The model `{}` does not exist (this server serves `{}`).",
-                                   model->get<std::string>(), served_model),
+                                   model->get<std::string>(), models.served()),
                        "model");
   }
   return model->get<std::string>();

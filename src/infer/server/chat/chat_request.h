@@ -6,7 +6,9 @@
 // sockets.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -21,6 +23,28 @@
 #include "infer/server/tool_calls.h"
 
 namespace infer::server {
+
+// The names a request's `model` may give: the served model's, and each LoRA adapter's (asked of
+// `is_adapter`, which the server's adapter registry answers). Made from the served name alone
+// where there are no adapters.
+class ModelNames {
+ public:
+  template <typename Name>
+  requires std::convertible_to<const Name&, std::string_view> ModelNames(
+      const Name& served)  // NOLINT(google-explicit-constructor): a name is a ModelNames
+      : served_(std::string_view(served)) {}
+  ModelNames(std::string_view served, std::function<bool(std::string_view)> is_adapter)
+      : served_(served), is_adapter_(std::move(is_adapter)) {}
+
+  std::string_view served() const { return served_; }
+  bool Serves(std::string_view name) const {
+    return name == served_ || (is_adapter_ && is_adapter_(name));
+  }
+
+ private:
+  std::string served_;
+  std::function<bool(std::string_view)> is_adapter_;
+};
 
 // A chat (messages through the chat template) or a completion (prompts as given).
 enum class ChatEndpoint { kChatCompletions, kCompletions };
@@ -54,7 +78,7 @@ struct ChatRequest {
 };
 
 // model: optional, and when given the served one (RequestError 404 for another).
-std::string ParseModel(Fields& fields, std::string_view served_model);
+std::string ParseModel(Fields& fields, const ModelNames& models);
 // max_tokens under `name` (max_tokens, max_completion_tokens): an integer of at least 1.
 void ReadMaxTokens(Fields& fields, const char* name, ChatRequest& request);
 // A number or a flag under `name`, when given (ranges are SamplingParams::Validate's).
