@@ -2,6 +2,7 @@
 #include "infer/kernels/ops.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <span>
 #include <vector>
@@ -378,27 +379,27 @@ void LoraShrinkRows(const float* x, int64_t x_stride, std::span<const int32_t> r
 
 void LoraExpandRows(const float* t, int64_t t_stride, std::span<const int32_t> rows,
                     const LoraMatrices& delta, int64_t o0, int64_t o1, float* y, int64_t y_stride) {
-  INFER_DISPATCH(LoraExpand, t, t_stride, rows, delta.rank(), delta.b_t.dtype(), delta.b_t.raw(),
-                 delta.b_t.dim(1), o0, o1, y, y_stride);
+  INFER_DISPATCH(LoraExpand, t, t_stride, rows, delta.rank(), delta.b.dtype(), delta.b.raw(), o0,
+                 o1, y, y_stride);
 }
 
-// The columns of an output's y (every delta's b_t.dim(1)) after checking its groups.
+// The columns of an output's y (every delta's n) after checking its groups.
 int64_t CheckLoraOutput(const LoraOutput& output, int64_t m, int64_t k) {
   INFER_CHECK(output.y != nullptr, "LoraAdd: an output has no y");
   int64_t n = -1;
   for (const LoraRows& group : output.groups) {
     INFER_CHECK(group.delta != nullptr && group.delta->defined(), "LoraAdd: a group has no delta");
     const LoraMatrices& d = *group.delta;
-    INFER_CHECK(IsFloat(d.a.dtype()) && IsFloat(d.b_t.dtype()) && d.a.is_contiguous() &&
-                    d.b_t.is_contiguous(),
-                "LoraAdd: lora matrices must be contiguous f32, bf16 or f16");
     INFER_CHECK(
-        d.a.rank() == 2 && d.a.dim(1) == k && d.b_t.rank() == 2 && d.b_t.dim(0) == d.a.dim(0),
-        "LoraAdd: a {} and b_t {} do not make a rank-r update of {} inputs",
-        ShapeString(d.a.shape()), ShapeString(d.b_t.shape()), k);
-    INFER_CHECK(n < 0 || d.b_t.dim(1) == n, "LoraAdd: one output's deltas have {} and {} columns",
-                n, d.b_t.dim(1));
-    n = d.b_t.dim(1);
+        IsFloat(d.a.dtype()) && IsFloat(d.b.dtype()) && d.a.is_contiguous() && d.b.is_contiguous(),
+        "LoraAdd: lora matrices must be contiguous f32, bf16 or f16");
+    INFER_CHECK(
+        d.a.rank() == 2 && d.a.dim(1) == k &&
+            d.b.shape() == Shape({(d.n + kLoraPanel - 1) / kLoraPanel, d.rank(), kLoraPanel}),
+        "LoraAdd: a {} and b {} do not make a rank-r update of {} inputs to {} outputs",
+        ShapeString(d.a.shape()), ShapeString(d.b.shape()), k, d.n);
+    INFER_CHECK(n < 0 || d.n == n, "LoraAdd: one output's deltas have {} and {} columns", n, d.n);
+    n = d.n;
     INFER_CHECK(output.y_stride >= n, "LoraAdd: y_stride {} < n {}", output.y_stride, n);
     for (const int32_t row : group.rows) {
       INFER_CHECK(row >= 0 && row < m, "LoraAdd: row {} outside [0, {})", row, m);
@@ -408,6 +409,29 @@ int64_t CheckLoraOutput(const LoraOutput& output, int64_t m, int64_t k) {
 }
 
 }  // namespace
+
+LoraMatrices LoraMatrices::Make(Tensor a, const Tensor& b, float scale) {
+  INFER_CHECK(IsFloat(a.dtype()) && IsFloat(b.dtype()) && a.is_contiguous() && b.is_contiguous(),
+              "LoRA matrices must be contiguous f32, bf16 or f16");
+  INFER_CHECK(a.rank() == 2 && b.rank() == 2 && b.dim(1) == a.dim(0),
+              "LoRA: a {} and b {} are not [rank, k] and [n, rank]", ShapeString(a.shape()),
+              ShapeString(b.shape()));
+  const int64_t rank = a.dim(0);
+  const int64_t n = b.dim(0);
+  const int64_t panels = (n + kLoraPanel - 1) / kLoraPanel;
+  Tensor packed = Tensor::Empty(b.dtype(), {panels, rank, kLoraPanel});
+  const size_t element = DTypeSize(b.dtype());
+  std::memset(packed.raw(), 0, packed.size_bytes());
+  const auto* src = static_cast<const std::byte*>(b.raw());
+  auto* dst = static_cast<std::byte*>(packed.raw());
+  for (int64_t o = 0; o < n; ++o) {
+    for (int64_t j = 0; j < rank; ++j) {
+      const int64_t at = ((o / kLoraPanel) * rank + j) * kLoraPanel + o % kLoraPanel;
+      std::memcpy(dst + at * element, src + (o * rank + j) * element, element);
+    }
+  }
+  return {std::move(a), std::move(packed), n, scale};
+}
 
 void LoraAdd(const float* x, int64_t m, int64_t k, int64_t x_stride,
              std::span<const LoraOutput> outputs, ThreadPool& pool) {
@@ -434,7 +458,7 @@ void LoraAdd(const float* x, int64_t m, int64_t k, int64_t x_stride,
   };
   constexpr int64_t kRanksPerTask = 4;
   constexpr size_t kRowsPerTask = 32;
-  constexpr int64_t kColumnsPerTask = 256;
+  constexpr int64_t kColumnsPerTask = 16 * kLoraPanel;
   std::vector<Task> shrink, expand;
   for (size_t o = 0; o < outputs.size(); ++o) {
     for (size_t g = 0; g < outputs[o].groups.size(); ++g) {

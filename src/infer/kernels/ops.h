@@ -340,22 +340,29 @@ void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Tensor
             MatMulPrecision precision = MatMulPrecision::kF32);
 
 // LoRA: one adapter's low-rank update of one projection, y += scale * B (A x), applied beside the
-// projection's own MatMul (never merged into its weights). a [rank, k] is PEFT's lora_A; b_t
-// [rank, n] is lora_B transposed; both contiguous, f32, bf16 or f16 (the adapter file's own
-// dtype, widened exactly as they are read).
+// projection's own MatMul (never merged into its weights). a [rank, k] is PEFT's lora_A; b holds
+// lora_B [n, rank] in panels of kLoraPanel output columns, [ceil(n / kLoraPanel), rank,
+// kLoraPanel]: B[o, j] at ((o / kLoraPanel) rank + j) kLoraPanel + o % kLoraPanel (zeros past n),
+// so that the expand streams each panel in order. Both in the adapter file's own dtype (f32,
+// bf16 or f16), widened exactly as they are read.
+constexpr int64_t kLoraPanel = 64;
 struct LoraMatrices {
   Tensor a;
-  Tensor b_t;
+  Tensor b;
+  int64_t n = 0;
   float scale = 0.0F;
   bool defined() const { return a.raw() != nullptr; }
   int64_t rank() const { return a.rank() == 2 ? a.dim(0) : 0; }
+  // a [rank, k] kept as given; b [n, rank] (contiguous, a float dtype) copied into panels.
+  // Throws infer::Error for shapes that do not match or a non-float dtype.
+  static LoraMatrices Make(Tensor a, const Tensor& b, float scale);
 };
 // The rows of a step (ascending, each once) that one adapter updates.
 struct LoraRows {
   const LoraMatrices* delta = nullptr;
   std::span<const int32_t> rows;
 };
-// One projection's output y (row stride y_stride, n = each delta's b_t.dim(1) columns) and the
+// One projection's output y (row stride y_stride, n = each delta's n columns) and the
 // adapters that update its rows (each row in at most one group).
 struct LoraOutput {
   std::span<const LoraRows> groups;

@@ -173,23 +173,10 @@ void ReadConfigFields(const json& config, LoraAdapter& adapter) {
                                                      : static_cast<double>(adapter.rank)));
 }
 
-// A contiguous copy of `view` [rows, cols] (transposed: [cols, rows]) in its own dtype.
-Tensor CopyMatrix(const Tensor& view, bool transpose) {
-  const int64_t rows = view.dim(0);
-  const int64_t cols = view.dim(1);
-  Tensor out = Tensor::Empty(view.dtype(), transpose ? Shape{cols, rows} : Shape{rows, cols});
-  const size_t element = DTypeSize(view.dtype());
-  const auto* src = static_cast<const std::byte*>(view.raw());
-  auto* dst = static_cast<std::byte*>(out.raw());
-  if (!transpose) {
-    std::memcpy(dst, src, out.size_bytes());
-    return out;
-  }
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < cols; ++j) {
-      std::memcpy(dst + (j * rows + i) * element, src + (i * cols + j) * element, element);
-    }
-  }
+// A contiguous copy of `view` in its own dtype.
+Tensor CopyMatrix(const Tensor& view) {
+  Tensor out = Tensor::Empty(view.dtype(), view.shape());
+  std::memcpy(out.raw(), view.raw(), out.size_bytes());
   return out;
 }
 
@@ -266,10 +253,9 @@ std::shared_ptr<const LoraAdapter> LoadLoraAdapter(const std::string& name, cons
                 "LoRA adapter '{}': {} has a {} without its {}", name, module,
                 pair[0] != nullptr ? "lora_A" : "lora_B", pair[0] != nullptr ? "lora_B" : "lora_A");
     kernels::LoraMatrices& delta = adapter->layers[static_cast<size_t>(layer)][target];
-    delta.a = CopyMatrix(file->View(*pair[0]), /*transpose=*/false);
-    delta.b_t = CopyMatrix(file->View(*pair[1]), /*transpose=*/true);
-    delta.scale = adapter->scale;
-    adapter->size_bytes += static_cast<int64_t>(delta.a.size_bytes() + delta.b_t.size_bytes());
+    delta = kernels::LoraMatrices::Make(CopyMatrix(file->View(*pair[0])), file->View(*pair[1]),
+                                        adapter->scale);
+    adapter->size_bytes += static_cast<int64_t>(delta.a.size_bytes() + delta.b.size_bytes());
     targeted[target] = true;
   }
   for (size_t t = 0; t < kNumLoraTargets; ++t) {

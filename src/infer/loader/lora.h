@@ -1,5 +1,6 @@
 // PEFT LoRA adapters as PEFT saves them (adapter_config.json + adapter_model.safetensors): read,
-// checked against the base model, and kept in the file's dtype for kernels::LoraAdd. Applied at
+// checked against the base model, and kept in the file's dtype for kernels::LoraAdd (B in its
+// panels of output columns). Applied at
 // run time beside the base weights (y = W x + s B (A x)), never merged.
 #pragma once
 
@@ -30,7 +31,8 @@ struct LoraAdapter {
   double alpha = 0.0;
   bool rslora = false;
   float scale = 0.0F;  // alpha / r, or alpha / sqrt(r) with use_rslora
-  // Per layer, per target: A, B transposed and the scale; undefined where not targeted.
+  // Per layer, per target: A, B (in the kernels' panels) and the scale; undefined where not
+  // targeted.
   std::vector<std::array<kernels::LoraMatrices, kNumLoraTargets>> layers;
   std::vector<std::string> target_modules;  // those present, in LoraTarget order
   int64_t size_bytes = 0;                   // of the matrices held

@@ -12,15 +12,15 @@ namespace infer::kernels {
 namespace {
 
 struct Adapter {
-  StoredTensor a, b_t;
+  StoredTensor a, b;  // b: [n, rank], as PEFT stores lora_B
   LoraMatrices delta;
 };
 
 Adapter MakeAdapter(DType dtype, int64_t rank, int64_t k, int64_t n, float scale, uint32_t seed) {
   Adapter adapter{Store(dtype, {rank, k}, RandomFloats(rank * k, -0.5F, 0.5F, seed)),
-                  Store(dtype, {rank, n}, RandomFloats(rank * n, -0.5F, 0.5F, seed + 1)),
+                  Store(dtype, {n, rank}, RandomFloats(n * rank, -0.5F, 0.5F, seed + 1)),
                   {}};
-  adapter.delta = {adapter.a.tensor, adapter.b_t.tensor, scale};
+  adapter.delta = LoraMatrices::Make(adapter.a.tensor, adapter.b.tensor, scale);
   return adapter;
 }
 
@@ -34,7 +34,7 @@ double Expected(const Adapter& adapter, const std::vector<float>& x, const std::
     for (int64_t c = 0; c < k; ++c) {
       t += static_cast<double>(x[row * k + c]) * adapter.a.widened[j * k + c];
     }
-    sum += adapter.delta.scale * t * adapter.b_t.widened[j * n + col];
+    sum += adapter.delta.scale * t * adapter.b.widened[col * rank + j];
   }
   return sum;
 }
@@ -75,7 +75,7 @@ TEST(LoraTest, AddsScaledLowRankProductOfEachRowsOwnAdapter) {
 }
 
 TEST(LoraTest, RowBitsDoNotDependOnTheOtherRowsOrTheirAdapters) {
-  const int64_t k = 300, n = 600, m = 40;
+  const int64_t k = 300, n = 1100, m = 40;  // n: two column tasks, a partial panel
   const std::vector<float> x = RandomFloats(m * k, -1.0F, 1.0F, 3);
   const std::vector<float> y0 = RandomFloats(m * n, -1.0F, 1.0F, 4);
   const Adapter first = MakeAdapter(DType::kBF16, 16, k, n, 1.5F, 30);

@@ -103,16 +103,19 @@ TEST_F(LoraLoaderTest, ReadsRankScaleAndMatricesInTheFilesDtype) {
       EXPECT_FALSE(adapter->Delta(1, LoraTarget::kQ).defined());
       EXPECT_EQ(q.a.dtype(), dtype);
       EXPECT_EQ(q.a.shape(), (Shape{2, 8}));
-      EXPECT_EQ(q.b_t.shape(), (Shape{2, 8}));  // B [8, 2] transposed
-      // B[o, j] = 100 + 2 o + j; b_t[j, o] holds it.
+      EXPECT_EQ(q.n, 8);
+      EXPECT_EQ(q.b.shape(), (Shape{1, 2, kernels::kLoraPanel}));  // B [8, 2] in one panel
+      // B[o, j] = 100 + 2 o + j, at j kLoraPanel + o in the panel.
       const auto at = [&](const Tensor& t, int64_t i) {
         return dtype == DType::kF32    ? t.data<float>()[i]
                : dtype == DType::kBF16 ? Bf16ToF32(t.data<uint16_t>()[i])
                                        : F16ToF32(t.data<uint16_t>()[i]);
       };
-      EXPECT_EQ(at(q.b_t, 1 * 8 + 3), 100.0F + 2 * 3 + 1);
+      EXPECT_EQ(at(q.b, 1 * kernels::kLoraPanel + 3), 100.0F + 2 * 3 + 1);
       EXPECT_EQ(at(q.a, 1 * 8 + 3), 11.0F);
-      EXPECT_EQ(adapter->size_bytes, static_cast<int64_t>((16 + 16 + 24 + 16) * DTypeSize(dtype)));
+      // A as given; B's panels of 64 output columns (8 of them used here).
+      EXPECT_EQ(adapter->size_bytes,
+                static_cast<int64_t>((16 + 2 * 64 + 24 + 2 * 64) * DTypeSize(dtype)));
     }
   }
 }
@@ -127,6 +130,22 @@ TEST_F(LoraLoaderTest, RsLoraScalesByTheSquareRootOfTheRank) {
        Filled(DType::kF32, {4, 4}, 0)}};
   const auto adapter = LoadLoraAdapter("sql", Write(config, tensors), SmallConfig(), 16);
   EXPECT_FLOAT_EQ(adapter->scale, 4.0F);  // 8 / sqrt(4)
+}
+
+TEST_F(LoraLoaderTest, AHuggingFaceIdIsFoundInTheHfCache) {
+  // An adapter downloaded with huggingface_hub: models--ORG--NAME/snapshots/<refs/main>/.
+  const std::filesystem::path repo = dir_.path() / "hub" / "models--org--sql-lora";
+  const std::string snapshot = (repo / "snapshots" / "rev1").string();
+  std::filesystem::create_directories(repo / "refs");
+  testing::WriteFile(repo / "refs" / "main", "rev1");
+  std::filesystem::create_directories(snapshot);
+  testing::WriteFile(snapshot + "/adapter_config.json", Config().dump());
+  WriteSafetensors(snapshot + "/adapter_model.safetensors", Tensors());
+  ::setenv("HF_HUB_CACHE", (dir_.path() / "hub").c_str(), 1);
+  const auto adapter = LoadLoraAdapter("sql", "org/sql-lora", SmallConfig(), 16);
+  ::unsetenv("HF_HUB_CACHE");
+  EXPECT_EQ(adapter->path, "org/sql-lora");
+  EXPECT_TRUE(adapter->Delta(0, LoraTarget::kQ).defined());
 }
 
 TEST_F(LoraLoaderTest, EachAdapterLoadGetsItsOwnId) {

@@ -254,13 +254,13 @@ void LoraShrink(const float* x, int64_t x_stride, std::span<const int32_t> rows,
 }
 
 void LoraExpand(const float* t, int64_t t_stride, std::span<const int32_t> rows, int64_t rank,
-                DType dtype, const void* b_t, int64_t n, int64_t o0, int64_t o1, float* y,
-                int64_t y_stride) {
+                DType dtype, const void* b, int64_t o0, int64_t o1, float* y, int64_t y_stride) {
   for (const int32_t row : rows) {
     for (int64_t o = o0; o < o1; ++o) {
       double sum = y[row * y_stride + o];
       for (int64_t j = 0; j < rank; ++j) {
-        sum += static_cast<double>(t[row * t_stride + j]) * Widen(dtype, b_t, j * n + o);
+        const int64_t at = ((o / kLoraPanel) * rank + j) * kLoraPanel + o % kLoraPanel;
+        sum += static_cast<double>(t[row * t_stride + j]) * Widen(dtype, b, at);
       }
       y[row * y_stride + o] = static_cast<float>(sum);
     }

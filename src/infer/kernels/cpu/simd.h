@@ -408,7 +408,7 @@ inline void ForEachVector(int64_t n, Fn&& fn) {
 inline V LoadWidened(DType dtype, const void* src, int64_t offset, int64_t count) {
   if (dtype == DType::kF32) return LoadN(static_cast<const float*>(src) + offset, count);
   const uint16_t* p = static_cast<const uint16_t*>(src) + offset;
-  if (count == kLanes) return dtype == DType::kBF16 ? LoadBf16(p) : LoadF16(p);
+  if (count >= kLanes) return dtype == DType::kBF16 ? LoadBf16(p) : LoadF16(p);
   alignas(64) uint16_t tail[kLanes] = {};
   for (int64_t i = 0; i < count; ++i) tail[i] = p[i];
   return dtype == DType::kBF16 ? LoadBf16(tail) : LoadF16(tail);
