@@ -1,5 +1,5 @@
 // LoRA adapters served by `infer serve` over loopback: the base and three PEFT adapters of the
-// llama fixture (tests/lora/make_adapter.py: ranks 4, 8 and 16 in f32, bf16 and f16, one rsLoRA)
+// fixtures (tests/lora/make_adapter.py: ranks 4, 8 and 16 in f32, bf16 and f16, one rsLoRA)
 // asked for the same prompt, all at once, twice, with prefix caching on: every reply is the greedy
 // decoding of a float64 reference with that adapter merged (tests/gguf/reference_f64.py --lora
 // --greedy), and the repeat hits only its own adapter's cached blocks. Also the routes around
@@ -7,6 +7,7 @@
 // at run time, a refused load that leaves the others serving, and vLLM's lora_requests_info.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <future>
@@ -33,24 +34,34 @@ using testing::Summarize;
 
 constexpr int kNewTokens = 12;
 
-std::string FixtureModel() { return testing::FixturePath("models/llama/model").string(); }
+std::string FixtureModel(const std::string& arch = "llama") {
+  return testing::FixturePath("models/" + arch + "/model").string();
+}
 
 void RunTool(const std::string& command) {
   ASSERT_EQ(std::system((command + " > /dev/null").c_str()), 0) << command;
 }
 
 // 40 ids: two full blocks of 16 to share, then the rest.
-std::vector<int32_t> Prompt() {
-  std::ifstream in(testing::FixturePath("models/llama/reference.json"));
+std::vector<int32_t> Prompt(const std::string& arch = "llama") {
+  std::ifstream in(testing::FixturePath("models/" + arch + "/reference.json"));
   return json::parse(in)["greedy_long"]["prompt_ids"].get<std::vector<int32_t>>();
 }
 
-// The reference's greedy continuation of Prompt() with the adapter at `adapter` ("": none).
-std::vector<int32_t> ReferenceGreedy(const std::string& adapter, const std::string& out) {
+std::vector<int32_t> EosIds(const std::string& arch) {
+  std::ifstream in(FixtureModel(arch) + "/config.json");
+  const json eos = json::parse(in)["eos_token_id"];
+  return eos.is_array() ? eos.get<std::vector<int32_t>>()
+                        : std::vector<int32_t>{eos.get<int32_t>()};
+}
+
+// The reference's greedy continuation of Prompt(arch) with the adapter at `adapter` ("": none).
+std::vector<int32_t> ReferenceGreedy(const std::string& adapter, const std::string& out,
+                                     const std::string& arch = "llama") {
   std::string command = fmt::format("{} {} {} --greedy {}", testing::GgufTool("reference_f64.py"),
-                                    FixtureModel(), out, kNewTokens);
+                                    FixtureModel(arch), out, kNewTokens);
   if (!adapter.empty()) command += " --lora " + adapter;
-  for (const int32_t id : Prompt()) command += fmt::format(" {}", id);
+  for (const int32_t id : Prompt(arch)) command += fmt::format(" {}", id);
   RunTool(command);
   std::ifstream in(out);
   std::vector<int32_t> ids;
@@ -60,9 +71,11 @@ std::vector<int32_t> ReferenceGreedy(const std::string& adapter, const std::stri
 
 class ServeLoraTest : public ::testing::Test {
  protected:
+  // The fixture whose base the adapters adapt.
+  virtual std::string Arch() const { return "llama"; }
   void SetUp() override {
     const std::string tool = std::string("/usr/bin/python3 ") + testing::SourceDir() +
-                             "/tests/lora/make_adapter.py " + FixtureModel() + " ";
+                             "/tests/lora/make_adapter.py " + FixtureModel(Arch()) + " ";
     for (const auto& [name, options] : std::map<std::string, std::string>{
              {"sql", "--rank 4 --dtype f32 --seed 11"},
              {"poet", "--rank 8 --dtype bf16 --targets q_proj,v_proj,o_proj,down_proj --seed 12"},
@@ -75,7 +88,7 @@ class ServeLoraTest : public ::testing::Test {
   }
   std::unique_ptr<ServerProcess> Start(std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {"--model",
-                                     FixtureModel(),
+                                     FixtureModel(Arch()),
                                      "--served-model-name",
                                      "tiny",
                                      "--max-seq-len",
@@ -104,20 +117,23 @@ class ServeLoraTest : public ::testing::Test {
   std::map<std::string, std::string> dirs_;
 };
 
-server::CompletionResult Complete(int port, const std::string& model) {
+server::CompletionResult Complete(int port, const std::string& model,
+                                  const std::string& arch = "llama") {
   return Post(
       port,
-      {{"model", model}, {"prompt", Prompt()}, {"max_tokens", kNewTokens}, {"temperature", 0}});
+      {{"model", model}, {"prompt", Prompt(arch)}, {"max_tokens", kNewTokens}, {"temperature", 0}});
 }
 
 // The tokens a stream gave, with the EOS id that ended it (EOS has no token event), beside the
 // reference's, which ran on past EOS: cut there.
 std::pair<std::vector<int32_t>, std::vector<int32_t>> Compare(
-    const server::CompletionResult& result, std::vector<int32_t> expected) {
+    const server::CompletionResult& result, std::vector<int32_t> expected,
+    const std::string& arch = "llama") {
+  const std::vector<int32_t> eos = EosIds(arch);
   const testing::StreamSummary summary = Summarize(result);
   std::vector<int32_t> streamed = summary.token_ids;
   for (size_t i = 0; i < expected.size(); ++i) {
-    if (expected[i] == 2 || expected[i] == 3) {  // the fixture's eos_token_id
+    if (std::find(eos.begin(), eos.end(), expected[i]) != eos.end()) {
       expected.resize(i + 1);
       if (summary.last.value("finish_reason", "") == "eos") streamed.push_back(expected.back());
       break;
@@ -126,11 +142,18 @@ std::pair<std::vector<int32_t>, std::vector<int32_t>> Compare(
   return {streamed, expected};
 }
 
-TEST_F(ServeLoraTest, EveryAdapterAndTheBaseGiveTheirMergedReferenceGreedyTokensTogether) {
+// The same for each of the fixtures' architectures.
+class ServeLoraArchTest : public ServeLoraTest, public ::testing::WithParamInterface<std::string> {
+ protected:
+  std::string Arch() const override { return GetParam(); }
+};
+
+TEST_P(ServeLoraArchTest, EveryAdapterAndTheBaseGiveTheirMergedReferenceGreedyTokensTogether) {
+  const std::string arch = Arch();
   std::map<std::string, std::vector<int32_t>> expected;
   for (const char* model : {"tiny", "sql", "poet", "chef"}) {
     expected[model] = ReferenceGreedy(std::string(model) == "tiny" ? "" : dirs_[model],
-                                      (dir_.path() / (std::string(model) + ".ids")).string());
+                                      (dir_.path() / (std::string(model) + ".ids")).string(), arch);
     ASSERT_EQ(expected[model].size(), static_cast<size_t>(kNewTokens)) << model;
   }
   // The adapters change the greedy tokens, so a row that took another's adapter (or none) fails.
@@ -147,14 +170,15 @@ TEST_F(ServeLoraTest, EveryAdapterAndTheBaseGiveTheirMergedReferenceGreedyTokens
     std::vector<std::pair<std::string, std::future<server::CompletionResult>>> replies;
     for (int copy = 0; copy < 2; ++copy) {
       for (const char* model : {"tiny", "sql", "poet", "chef"}) {
-        replies.emplace_back(
-            model, std::async(std::launch::async, [port, model] { return Complete(port, model); }));
+        replies.emplace_back(model, std::async(std::launch::async, [port, model, arch] {
+                               return Complete(port, model, arch);
+                             }));
       }
     }
     for (auto& [model, reply] : replies) {
       const server::CompletionResult result = reply.get();
       ASSERT_EQ(result.status, 200) << model << ": " << result.body;
-      const auto [streamed, want] = Compare(result, expected[model]);
+      const auto [streamed, want] = Compare(result, expected[model], arch);
       EXPECT_EQ(streamed, want) << model;
     }
   }
@@ -167,6 +191,8 @@ TEST_F(ServeLoraTest, EveryAdapterAndTheBaseGiveTheirMergedReferenceGreedyTokens
   EXPECT_GE(hits, 8 * 32);
   EXPECT_EQ(server->Stop(SIGTERM), 0) << server->log();
 }
+
+INSTANTIATE_TEST_SUITE_P(Archs, ServeLoraArchTest, ::testing::Values("llama", "qwen3", "gemma3"));
 
 TEST_F(ServeLoraTest, ModelsListTheAdaptersAndUnknownNamesAre404InEachShape) {
   auto server = Start();

@@ -48,8 +48,7 @@ struct LoraAdapter {
 // modules_to_save, rank_pattern / alpha_pattern, a bias, fan_in_fan_out, a target other than the
 // seven projections such as embed_tokens or lm_head); a rank above max_rank; a dtype other than
 // f32, bf16 and f16; a shape that does not fit the base; a lora_A without its lora_B.
-std::shared_ptr<const LoraAdapter> LoadLoraAdapter(const std::string& name,
-                                                   const std::string& path,
+std::shared_ptr<const LoraAdapter> LoadLoraAdapter(const std::string& name, const std::string& path,
                                                    const ModelConfig& config, int64_t max_rank);
 
 }  // namespace infer

@@ -69,15 +69,14 @@ inline void FillWithBias(int64_t m, std::span<const Product> outputs) {
                         std::span<const Product> outputs, ThreadPool& pool);                       \
   void QuantizeActivations(const float* x, int64_t m, int64_t k, int64_t x_stride,                 \
                            int64_t padded_k, int8_t* q, float* d, int32_t* sum);                   \
-  /* LoRA (ops.h LoraAdd): t[i t_stride + j] = scale (a_j . x_i) for j in [j0, j1) of a [*, k] */ \
+  /* LoRA (ops.h LoraAdd): t[i t_stride + j] = scale (a_j . x_i) for j in [j0, j1) of a [*, k] */  \
   /* and each row i of `rows`; y[i, o] += sum_j t[i, j] B[o, j], o in [o0, o1) (o0 a multiple */   \
-  /* of kLoraPanel), j ascending, B in LoraMatrices' panels. */                                     \
+  /* of kLoraPanel), j ascending, B in LoraMatrices' panels. */                                    \
   void LoraShrink(const float* x, int64_t x_stride, std::span<const int32_t> rows, int64_t k,      \
                   DType dtype, const void* a, int64_t j0, int64_t j1, float scale, float* t,       \
                   int64_t t_stride);                                                               \
-  void LoraExpand(const float* t, int64_t t_stride, std::span<const int32_t> rows, int64_t rank,  \
-                  DType dtype, const void* b, int64_t o0, int64_t o1, float* y,                    \
-                  int64_t y_stride);                                                               \
+  void LoraExpand(const float* t, int64_t t_stride, std::span<const int32_t> rows, int64_t rank,   \
+                  DType dtype, const void* b, int64_t o0, int64_t o1, float* y, int64_t y_stride); \
   void RmsNorm(const float* x, int64_t rows, int64_t dim, DType w_dtype, const void* w, float eps, \
                float weight_offset, float* y);                                                     \
   void Rope(float* x, int64_t num_tokens, int64_t num_heads, int64_t head_dim,                     \
