@@ -135,6 +135,10 @@ TEST_F(LoraModelTest, EachRowOfAMixedBatchGivesItsMergedModelsFloat64Logits) {
       EXPECT_LE(error, kRowTolerance) << kAdapters[i].tag;
       EXPECT_GT(moved, 100 * kRowTolerance) << kAdapters[i].tag;
     }
+    // Batch invariance: a row's bits are the same alone as beside the base and other adapters.
+    for (size_t i : {size_t{0}, size_t{2}}) {
+      EXPECT_EQ(BatchedLogits(model, {batch[i]}, ids).front(), logits[i]) << "sequence " << i;
+    }
   }
 }
 
