@@ -11,7 +11,7 @@
 namespace infer::server {
 
 // Fields (all others are rejected with 422, as pydantic's extra="forbid"):
-//   model (string, required, must equal `models`), prompt (non-empty string or non-empty
+//   model (string, required, one `models` serves), prompt (non-empty string or non-empty
 //   list of token ids, required), max_tokens (int, 128), temperature (number, 1.0), top_p
 //   (number, 1.0), top_k (int or null; 0 and -1 mean off, as in vLLM), repetition_penalty
 //   (number, 1.0), stream (bool; accepted, the response always streams), stop (string, list of

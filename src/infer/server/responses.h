@@ -91,7 +91,7 @@ struct ResponsesRequest {
 // `store`: an unknown id is RequestError(404)); function tools; tool_choice;
 // parallel_tool_calls; text.format (json_schema, json_object, text) as the structured output;
 // reasoning.effort as Qwen3's enable_thinking ("none": off); max_output_tokens, temperature,
-// top_p over `defaults`; model (when given, `models`: 404 for another). Throws
+// top_p over `defaults`; model (when given, one `models` serves: 404 for another). Throws
 // RequestError(400) for what this server cannot do (built-in tools, background, conversation,
 // prompt templates, include, truncation "auto", images and files, ...). Fields this server does
 // not know are the chat's ignored_fields.

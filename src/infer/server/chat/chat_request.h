@@ -77,7 +77,8 @@ struct ChatRequest {
   std::vector<std::string> ignored_fields;
 };
 
-// model: optional, and when given the served one (RequestError 404 for another).
+// model: optional (the served one), and when given one `models` serves (RequestError 404 for
+// another).
 std::string ParseModel(Fields& fields, const ModelNames& models);
 // max_tokens under `name` (max_tokens, max_completion_tokens): an integer of at least 1.
 void ReadMaxTokens(Fields& fields, const char* name, ChatRequest& request);
