@@ -278,6 +278,11 @@ TEST(ServeApi, MetricsPassPromtoolAndCountRequests) {
                                              R"(",matmul_precision="f32"})"),
             1)
       << before;
+  // The build: CMake's version (the commit is checked by CliVersion).
+  EXPECT_NE(before.find(R"(infer_build_info{model_name="tiny",version=")" +
+                        std::string(testing::ProjectVersion()) + R"(",commit=")"),
+            std::string::npos)
+      << before;
   for (const auto& [prompt, max_tokens] :
        std::vector<std::pair<json, int>>{{json{1, 2, 3, 4}, 5}, {json{7, 8}, 3}}) {
     const auto result =

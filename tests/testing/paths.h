@@ -7,9 +7,10 @@
 
 namespace infer::testing {
 
-const char* InferBinary();  // the `infer` executable of this build
-const char* SourceDir();    // the checkout (.cache/tokenizers, scripts/)
-const char* FixturesDir();  // tests/fixtures
+const char* InferBinary();     // the `infer` executable of this build
+const char* SourceDir();       // the checkout (.cache/tokenizers, scripts/)
+const char* FixturesDir();     // tests/fixtures
+const char* ProjectVersion();  // CMake's project(VERSION), as the build was configured
 
 // The command that runs tests/gguf/NAME (the GGUF writer and references) with Debian's python3
 // and its numpy.

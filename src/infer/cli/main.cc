@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "infer/cli/version.h"
 #include "infer/core/error.h"
 #include "infer/core/log.h"
 
@@ -20,7 +21,13 @@ void AddServeCommand(CLI::App& app);
 int main(int argc, char** argv) {
   infer::InitLogging();
   CLI::App app{"infer: LLM inference for Llama 3.x, Qwen3 and Gemma 3 checkpoints"};
+  // --version (and `infer version`): the build, as vLLM's and llama.cpp's binaries answer it.
+  app.set_version_flag(
+      "--version", [] { return infer::cli::VersionText(); },
+      "Print the version, the commit built and the ISA levels, then exit");
   app.require_subcommand(1);
+  app.add_subcommand("version", "Print the version, the commit built and the ISA levels")
+      ->callback([] { std::puts(infer::cli::VersionText().c_str()); });
   infer::cli::AddInspectCommand(app);
   infer::cli::AddTokenizerCommands(app);
   infer::cli::AddLogitsCommand(app);

@@ -18,6 +18,7 @@
 
 #include "infer/cache/paged_kv_cache.h"
 #include "infer/cli/generation_session.h"
+#include "infer/cli/version.h"
 #include "infer/core/error.h"
 #include "infer/engine/engine.h"
 #include "infer/kernels/cpu/isa.h"
@@ -202,24 +203,26 @@ void RunServe(ServeArgs& args) {
   loading.Stop();
   args.server.compute = {std::string(kernels::IsaName(kernels::ActiveIsa())),
                          std::string(kernels::MatMulPrecisionName(args.model.matmul_precision))};
+  args.server.build = {std::string(Version()), std::string(Commit())};
   server::HttpServer http(engine, args.server);
   const int port = http.Bind();
-  std::fprintf(stderr,
-               "infer serve: listening on http://%s:%d (model \"%s\", %s batching, %s policy, "
-               "max num seqs %lld, max waiting %lld, prefix caching %s, preemption %s; "
-               "/v1/completions format %s, reasoning parser %s, reasoning budget %s, "
-               "speculative decoding %s, LoRA %s, replica %s; isa %s, matmul precision %s)\n",
-               args.server.host.c_str(), port, args.engine.model.c_str(),
-               args.batching_mode.c_str(), args.scheduling_policy.c_str(),
-               static_cast<long long>(args.engine.max_num_seqs),
-               static_cast<long long>(args.engine.max_waiting_requests),
-               args.engine.enable_prefix_caching ? "on" : "off",
-               args.engine.enable_preemption ? "on" : "off", args.completions_format.c_str(),
-               args.reasoning_parser.c_str(),
-               args.reasoning_budget >= 0 ? std::to_string(args.reasoning_budget).c_str() : "off",
-               DescribeSpeculativeConfig(args.engine.speculative).c_str(),
-               DescribeLora(args).c_str(), args.server.replica_id.c_str(),
-               args.server.compute.isa.c_str(), args.server.compute.matmul_precision.c_str());
+  std::fprintf(
+      stderr,
+      "infer serve: listening on http://%s:%d (infer %s, commit %s; model \"%s\", %s batching, "
+      "%s policy, max num seqs %lld, max waiting %lld, prefix caching %s, preemption %s; "
+      "/v1/completions format %s, reasoning parser %s, reasoning budget %s, "
+      "speculative decoding %s, LoRA %s, replica %s; isa %s, matmul precision %s)\n",
+      args.server.host.c_str(), port, args.server.build.version.c_str(),
+      args.server.build.commit.c_str(), args.engine.model.c_str(), args.batching_mode.c_str(),
+      args.scheduling_policy.c_str(), static_cast<long long>(args.engine.max_num_seqs),
+      static_cast<long long>(args.engine.max_waiting_requests),
+      args.engine.enable_prefix_caching ? "on" : "off",
+      args.engine.enable_preemption ? "on" : "off", args.completions_format.c_str(),
+      args.reasoning_parser.c_str(),
+      args.reasoning_budget >= 0 ? std::to_string(args.reasoning_budget).c_str() : "off",
+      DescribeSpeculativeConfig(args.engine.speculative).c_str(), DescribeLora(args).c_str(),
+      args.server.replica_id.c_str(), args.server.compute.isa.c_str(),
+      args.server.compute.matmul_precision.c_str());
   std::fflush(stderr);
   signals.Serve(&http);
   http.Run();

@@ -108,8 +108,15 @@ EngineMetrics::EngineMetrics()
       request_generation_tokens(kTokenBuckets) {}
 
 std::string PrometheusText(const EngineMetrics& metrics, std::string_view model_name,
-                           const ComputeInfo& compute) {
+                           const ComputeInfo& compute, const BuildInfo& build) {
   Writer out(model_name);
+  if (!build.version.empty()) {
+    out.Header("infer_build_info", "gauge",
+               "The version and the git commit this server was built from (always 1).");
+    out.Sample(
+        "infer_build_info", 1,
+        fmt::format("version=\"{}\",commit=\"{}\"", Escape(build.version), Escape(build.commit)));
+  }
   if (!compute.isa.empty() && !compute.matmul_precision.empty()) {
     out.Header("infer_compute_info", "gauge",
                "The kernels' instruction set and matrix-product precision in use (always 1).");

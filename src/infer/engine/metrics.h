@@ -72,10 +72,17 @@ struct ComputeInfo {
   std::string matmul_precision;
 };
 
+// What build serves: the project version and the git commit it was built from.
+struct BuildInfo {
+  std::string version;
+  std::string commit;
+};
+
 // The Prometheus text format (version 0.0.4) of `metrics`, every series labelled
 // model_name="<model_name>"; with `compute` (its fields non-empty), also the gauge
-// infer_compute_info{isa=..., matmul_precision=...} 1.
+// infer_compute_info{isa=..., matmul_precision=...} 1; with `build` (a version), the gauge
+// infer_build_info{version=..., commit=...} 1, as Prometheus exporters name theirs.
 std::string PrometheusText(const EngineMetrics& metrics, std::string_view model_name,
-                           const ComputeInfo& compute = {});
+                           const ComputeInfo& compute = {}, const BuildInfo& build = {});
 
 }  // namespace infer

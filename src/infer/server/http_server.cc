@@ -277,9 +277,10 @@ void HttpServer::Impl::InfoRoutes() {
     res.set_content(page.data(), page.size(), "text/html; charset=utf-8");
   });
   server.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(PrometheusText(engine.metrics(), engine.config().model, options.compute) +
-                        route_counter.Text(),
-                    "text/plain; version=0.0.4; charset=utf-8");
+    res.set_content(
+        PrometheusText(engine.metrics(), engine.config().model, options.compute, options.build) +
+            route_counter.Text(),
+        "text/plain; version=0.0.4; charset=utf-8");
   });
   server.Get("/v1/models",
              [this](const httplib::Request&, httplib::Response& res) { handlers.ListModels(res); });

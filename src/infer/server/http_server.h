@@ -28,6 +28,8 @@ struct ServerOptions {
   // them (vLLM's VLLM_ALLOW_RUNTIME_LORA_UPDATING).
   std::shared_ptr<LoraAdapters> lora_adapters;
   bool allow_runtime_lora_updating = false;
+  // The build (/metrics' infer_build_info; none when its version is empty).
+  BuildInfo build;
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (Bind() returns it)
   // HTTP worker threads, one per request being read or answered: the cap on requests served at
