@@ -41,8 +41,8 @@ class CliLoraTest : public ::testing::Test {
  protected:
   std::string Adapter(const std::string& arch, const std::string& options) {
     const std::string dir = (dir_.path() / arch).string();
-    RunTool(fmt::format("/usr/bin/python3 {}/tests/lora/make_adapter.py {} {} {}",
-                        testing::SourceDir(), Model(arch), dir, options));
+    RunTool(fmt::format("{} {} {} {}", testing::LoraTool("make_adapter.py"), Model(arch), dir,
+                        options));
     return dir;
   }
   testing::TempDir dir_;

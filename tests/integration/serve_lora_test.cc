@@ -74,8 +74,8 @@ class ServeLoraTest : public ::testing::Test {
   // The fixture whose base the adapters adapt.
   virtual std::string Arch() const { return "llama"; }
   void SetUp() override {
-    const std::string tool = std::string("/usr/bin/python3 ") + testing::SourceDir() +
-                             "/tests/lora/make_adapter.py " + FixtureModel(Arch()) + " ";
+    const std::string tool =
+        testing::LoraTool("make_adapter.py") + " " + FixtureModel(Arch()) + " ";
     for (const auto& [name, options] : std::map<std::string, std::string>{
              {"sql", "--rank 4 --dtype f32 --seed 11"},
              {"poet", "--rank 8 --dtype bf16 --targets q_proj,v_proj,o_proj,down_proj --seed 12"},
@@ -288,7 +288,7 @@ TEST_F(ServeLoraTest, RuntimeLoadAndUnloadAndARefusedLoadKeepsTheOthersServing) 
 TEST_F(ServeLoraTest, AnAdapterThatDoesNotFitStopsStartUpNamingIt) {
   // An adapter made for the qwen3 fixture (another hidden size) on the llama fixture.
   const std::string qwen = (dir_.path() / "qwen").string();
-  RunTool(std::string("/usr/bin/python3 ") + testing::SourceDir() + "/tests/lora/make_adapter.py " +
+  RunTool(testing::LoraTool("make_adapter.py") + " " +
           testing::FixturePath("models/qwen3/model").string() + " " + qwen + " --rank 4");
   ServerProcess server(
       {"--model", FixtureModel(), "--enable-lora", "--lora-modules", "odd=" + qwen}, 60);

@@ -11,4 +11,8 @@ std::string GgufTool(const std::string& name) {
   return std::string("/usr/bin/python3 ") + SourceDir() + "/tests/gguf/" + name;
 }
 
+std::string LoraTool(const std::string& name) {
+  return std::string("/usr/bin/python3 ") + SourceDir() + "/tests/lora/" + name;
+}
+
 }  // namespace infer::testing

@@ -15,5 +15,7 @@ const char* ProjectVersion();  // CMake's project(VERSION), as the build was con
 // The command that runs tests/gguf/NAME (the GGUF writer and references) with Debian's python3
 // and its numpy.
 std::string GgufTool(const std::string& name);
+// The same for tests/lora/NAME (the PEFT adapter writer).
+std::string LoraTool(const std::string& name);
 
 }  // namespace infer::testing

@@ -64,8 +64,7 @@ std::shared_ptr<server::LoraAdapters> LoadLoraModules(const ServeArgs& args,
       std::make_shared<server::LoraAdapters>(config, args.max_lora_rank, args.engine.model);
   for (const std::string& argument : args.lora_modules) {
     const server::LoraModule module = server::ParseLoraModule(argument);
-    adapters->Load(module);
-    const auto adapter = adapters->Find(module.name);
+    const auto adapter = adapters->Load(module);
     spdlog::info("LoRA adapter '{}' from {}: rank {}, alpha {}{}, {} ({:.1f} MiB)", module.name,
                  module.path, adapter->rank, adapter->alpha, adapter->rslora ? " (rsLoRA)" : "",
                  fmt::join(adapter->target_modules, ", "),

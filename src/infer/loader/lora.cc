@@ -1,6 +1,5 @@
 #include "infer/loader/lora.h"
 
-#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -16,6 +15,7 @@
 #include "infer/core/error.h"
 #include "infer/loader/model_path.h"
 #include "infer/loader/safetensors.h"
+#include "infer/loader/weights.h"
 
 namespace infer {
 
@@ -33,29 +33,22 @@ std::optional<LoraTarget> TargetNamed(std::string_view name) {
   return std::nullopt;
 }
 
-// What target t of a `config` model maps from and to: [out, in].
-std::pair<int64_t, int64_t> TargetShape(const ModelConfig& config, LoraTarget target) {
-  switch (target) {
-    case LoraTarget::kQ:
-      return {config.q_dim(), config.hidden_size};
-    case LoraTarget::kK:
-    case LoraTarget::kV:
-      return {config.kv_dim(), config.hidden_size};
-    case LoraTarget::kO:
-      return {config.hidden_size, config.q_dim()};
-    case LoraTarget::kGate:
-    case LoraTarget::kUp:
-      return {config.intermediate_size, config.hidden_size};
-    case LoraTarget::kDown:
-      return {config.hidden_size, config.intermediate_size};
+// The base's weight matrices by Hugging Face name and their shapes [out, in]: WeightSlots, the one
+// list of what a model of `config` holds.
+std::map<std::string, Shape> BaseMatrixShapes(const ModelConfig& config) {
+  ModelWeights unused;
+  std::map<std::string, Shape> shapes;
+  for (const WeightSlot& slot : WeightSlots(config, unused)) {
+    if (slot.matrix != nullptr) shapes.emplace(slot.hf_name, slot.shape);
   }
-  return {0, 0};
+  return shapes;
 }
 
 // One tensor of the adapter file, by where it sits.
 struct TensorName {
   int64_t layer = -1;
   std::optional<LoraTarget> target;
+  std::string module;  // "self_attn.q_proj", as the base's weights are named
   bool is_b = false;
 };
 
@@ -98,6 +91,7 @@ TensorName ParseTensorName(const std::string& adapter, const std::string& name) 
   if ((fields[3] != "lora_A" && fields[3] != "lora_B") || fields[4] != "weight") {
     fail("not a lora_A or lora_B weight");
   }
+  parsed.module = fields[1] + "." + fields[2];
   parsed.is_b = fields[3] == "lora_B";
   return parsed;
 }
@@ -219,6 +213,7 @@ std::shared_ptr<const LoraAdapter> LoadLoraAdapter(const std::string& name, cons
     throw Error(fmt::format("LoRA adapter '{}': {}", name, e.what()));
   }
   adapter->layers.resize(static_cast<size_t>(config.num_layers));
+  const std::map<std::string, Shape> base = BaseMatrixShapes(config);
   // A and B of each (layer, target), found.
   std::map<std::pair<int64_t, size_t>, std::array<const SafetensorsEntry*, 2>> found;
   for (const SafetensorsEntry& entry : file->header().entries) {
@@ -232,7 +227,11 @@ std::shared_ptr<const LoraAdapter> LoadLoraAdapter(const std::string& name, cons
     }
     const std::optional<DType> dtype = SafetensorsToDType(entry.dtype);
     if (!dtype) fail(fmt::format("dtype {} is not supported (F32, BF16 or F16)", entry.dtype));
-    const auto [out, in] = TargetShape(config, *parsed.target);
+    const auto weight =
+        base.find(fmt::format("model.layers.{}.{}.weight", parsed.layer, parsed.module));
+    if (weight == base.end()) fail(fmt::format("the base model has no {}", parsed.module));
+    const int64_t out = weight->second[0];
+    const int64_t in = weight->second[1];
     const Shape want = parsed.is_b ? Shape{out, adapter->rank} : Shape{adapter->rank, in};
     if (entry.shape != want) {
       fail(fmt::format("shape {} does not fit the base model's {} of rank {} (expected {})",

@@ -41,7 +41,7 @@ LoraModule ParseLoraModule(const std::string& argument) {
   return module;
 }
 
-void LoraAdapters::Load(const LoraModule& module) {
+std::shared_ptr<const LoraAdapter> LoraAdapters::Load(const LoraModule& module) {
   INFER_CHECK(module.name != served_model_, "LoRA adapter '{}': the name is the served model's",
               module.name);
   INFER_CHECK(!Find(module.name), "LoRA adapter '{}' is already loaded", module.name);
@@ -53,7 +53,8 @@ void LoraAdapters::Load(const LoraModule& module) {
   INFER_CHECK(std::none_of(entries_.begin(), entries_.end(),
                            [&](const Entry& e) { return e.adapter->name == module.name; }),
               "LoRA adapter '{}' is already loaded", module.name);
-  entries_.push_back(std::move(entry));
+  entries_.push_back(entry);
+  return entry.adapter;
 }
 
 bool LoraAdapters::Unload(std::string_view name) {

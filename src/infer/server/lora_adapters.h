@@ -35,10 +35,10 @@ class LoraAdapters {
     std::shared_ptr<const LoraAdapter> adapter;
     std::string parent;  // the model it adapts (/v1/models' parent)
   };
-  // Reads the adapter and adds it under module.name. Throws infer::Error (naming the adapter)
-  // when it cannot be loaded or the name is taken (by an adapter or the served model); the
-  // adapters already loaded are untouched.
-  void Load(const LoraModule& module);
+  // Reads the adapter and adds it under module.name; returns it. Throws infer::Error (naming the
+  // adapter) when it cannot be loaded or the name is taken (by an adapter or the served model);
+  // the adapters already loaded are untouched.
+  std::shared_ptr<const LoraAdapter> Load(const LoraModule& module);
   // Removes an adapter; false when no adapter has that name.
   bool Unload(std::string_view name);
   // The adapter named `name`, or null.

@@ -28,9 +28,16 @@ void RunTool(const std::string& command) {
   ASSERT_EQ(std::system((command + " > /dev/null").c_str()), 0) << command;
 }
 
-std::string LoraTool() {
-  return std::string("/usr/bin/python3 ") + ::infer::testing::SourceDir() +
-         "/tests/lora/make_adapter.py";
+// The float64 reference's logits of the checkpoint `model_dir` at `ids`, with the adapter at
+// `adapter_dir` merged in ("": none), written to `out`.
+std::vector<float> ReferenceLogits(const std::string& model_dir, const std::string& adapter_dir,
+                                   const std::vector<int32_t>& ids, const std::string& out) {
+  std::string command =
+      fmt::format("{} {} {}", ::infer::testing::GgufTool("reference_f64.py"), model_dir, out);
+  if (!adapter_dir.empty()) command += " --lora " + adapter_dir;
+  for (const int32_t id : ids) command += fmt::format(" {}", id);
+  RunTool(command);
+  return ReadF32(out);
 }
 
 struct AdapterCase {
@@ -55,21 +62,11 @@ class LoraModelTest : public ::testing::Test {
     std::vector<std::string> dirs;
     for (const AdapterCase& adapter : kAdapters) {
       const std::string dir = (dir_.path() / fmt::format("{}_{}", arch, adapter.tag)).string();
-      RunTool(fmt::format("{} {}/model {} {}", LoraTool(), FixtureDir(arch), dir, adapter.options));
+      RunTool(fmt::format("{} {}/model {} {}", ::infer::testing::LoraTool("make_adapter.py"),
+                          FixtureDir(arch), dir, adapter.options));
       dirs.push_back(dir);
     }
     return dirs;
-  }
-  // The float64 reference's logits of the base merged with the adapter at `adapter_dir`.
-  std::vector<float> MergedReference(const std::string& arch, const std::string& adapter_dir,
-                                     const std::vector<int32_t>& ids) {
-    const std::string out = adapter_dir + ".bin";
-    std::string command =
-        fmt::format("{} {}/model {} --lora {}", ::infer::testing::GgufTool("reference_f64.py"),
-                    FixtureDir(arch), out, adapter_dir);
-    for (const int32_t id : ids) command += fmt::format(" {}", id);
-    RunTool(command);
-    return ReadF32(out);
   }
   testing::TempDir dir_;
 };
@@ -126,7 +123,8 @@ TEST_F(LoraModelTest, EachRowOfAMixedBatchGivesItsMergedModelsFloat64Logits) {
     const std::vector<float> base = ReadF32(FixtureDir(arch) + "/logits.f32.bin");
     EXPECT_LE(WorstRowError(logits[0].data(), base.data(), rows, vocab), kRowTolerance);
     for (size_t i = 0; i < dirs.size(); ++i) {
-      const std::vector<float> reference = MergedReference(arch, dirs[i], ids);
+      const std::vector<float> reference =
+          ReferenceLogits(FixtureDir(arch) + "/model", dirs[i], ids, dirs[i] + ".bin");
       const double error = WorstRowError(logits[i + 1].data(), reference.data(), rows, vocab);
       // The adapter moves the logits far more than the tolerance (so a missing one fails).
       const double moved = WorstRowError(base.data(), reference.data(), rows, vocab);
@@ -155,19 +153,11 @@ TEST_F(LoraModelTest, AdaptersAddTheirUpdateToQuantizedBases) {
   RunTool(::infer::testing::GgufTool("random_model.py") + " " + FixtureDir(arch) + "/model " +
           source + " --hidden 256 --intermediate 512 --layers 2 --head-dim 64");
   const std::string adapter_dir = (dir_.path() / "random_r16").string();
-  RunTool(fmt::format("{} {} {} --rank 16 --dtype bf16 --seed 5", LoraTool(), source, adapter_dir));
-  std::string base_command =
-      fmt::format("{} {} {}.bin", ::infer::testing::GgufTool("reference_f64.py"), source, source);
-  for (const int32_t id : ids) base_command += fmt::format(" {}", id);
-  RunTool(base_command);
-  const std::vector<float> base_reference = ReadF32(source + ".bin");
-  const std::string merged_command =
-      fmt::format("{} {} {}.bin --lora {}", ::infer::testing::GgufTool("reference_f64.py"), source,
-                  adapter_dir, adapter_dir);
-  std::string with_ids = merged_command;
-  for (const int32_t id : ids) with_ids += fmt::format(" {}", id);
-  RunTool(with_ids);
-  const std::vector<float> reference = ReadF32(adapter_dir + ".bin");
+  RunTool(fmt::format("{} {} {} --rank 16 --dtype bf16 --seed 5",
+                      ::infer::testing::LoraTool("make_adapter.py"), source, adapter_dir));
+  const std::vector<float> base_reference = ReferenceLogits(source, "", ids, source + ".bin");
+  const std::vector<float> reference =
+      ReferenceLogits(source, adapter_dir, ids, adapter_dir + ".bin");
   const auto rows = static_cast<int64_t>(ids.size());
   for (const auto quantization : {kernels::Quantization::kInt8, kernels::Quantization::kInt4,
                                   kernels::Quantization::kInt4K}) {
