@@ -16,11 +16,26 @@
 # draining (503) or dead is out after 2 failures and back after 2 passes. A request is retried
 # on another replica only when its client has seen no answer (connection refused, or the
 # replica died before sending a whole response head); a response that began is never retried.
+#
+# Where things are: in a checkout (scripts/cluster.sh) it works from the checkout's root, runs
+# build/infer and keeps its run folder in .cluster/; installed (P/share/infer/cluster.sh, from
+# `cmake --install` or the Debian package) it runs P/bin/infer and keeps its run folder in
+# $XDG_STATE_HOME/infer/cluster (~/.local/state/infer/cluster). INFER_BINARY and
+# INFER_CLUSTER_DIR override either. Replicas run in the folder `up` was called from, so a
+# relative --model means the same on `restart`.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-root="$PWD"
-run_dir="${INFER_CLUSTER_DIR:-$root/.cluster}"
-infer="${INFER_BINARY:-$root/build/infer}"
+script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+if [[ -f "$script_dir/../CMakeLists.txt" && -d "$script_dir/../src/infer" ]]; then
+  cd "$script_dir/.."
+  default_run_dir="$PWD/.cluster"
+  default_infer="$PWD/build/infer"
+else
+  default_run_dir="${XDG_STATE_HOME:-$HOME/.local/state}/infer/cluster"
+  default_infer="$(cd "$script_dir/../.." && pwd)/bin/infer"
+  [[ -x "$default_infer" ]] || default_infer="$(command -v infer || echo infer)"
+fi
+run_dir="${INFER_CLUSTER_DIR:-$default_run_dir}"
+infer="${INFER_BINARY:-$default_infer}"
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
 
@@ -98,9 +113,12 @@ start_replica() {  # ID PORT (options from $run_dir/serve_args)
   local id="$1" port="$2"
   local -a serve_args
   mapfile -t serve_args <"$run_dir/serve_args"
-  setsid "$infer" serve --host 127.0.0.1 --port "$port" --replica-id "$id" "${serve_args[@]}" \
-    >>"$run_dir/$id.log" 2>&1 </dev/null &
-  echo $! >"$run_dir/$id.pid"
+  (
+    cd "$(cat "$run_dir/cwd")"
+    setsid "$infer" serve --host 127.0.0.1 --port "$port" --replica-id "$id" "${serve_args[@]}" \
+      >>"$run_dir/$id.log" 2>&1 </dev/null &
+    echo $! >"$run_dir/$id.pid"
+  )
 }
 
 cmd_up() {
@@ -121,10 +139,11 @@ cmd_up() {
   [[ "$balance" == leastconn || "$balance" == affinity ]] || die "--balance leastconn|affinity"
   [[ " ${serve_args[*]} " == *" --model "* ]] || die "up needs --model M"
   command -v haproxy >/dev/null || die "haproxy is not installed (scripts/setup.sh installs it)"
-  [[ -x "$infer" ]] || die "$infer not found: build first (scripts/setup.sh)"
+  [[ -x "$infer" ]] || die "no infer binary ($infer): build first (scripts/setup.sh) or set INFER_BINARY"
   if [[ -f "$run_dir/replicas" ]]; then die "a cluster is already up in $run_dir (down first)"; fi
   mkdir -p "$run_dir"
   printf '%s\n' "${serve_args[@]}" >"$run_dir/serve_args"
+  pwd >"$run_dir/cwd"
   : >"$run_dir/replicas"
   for i in $(seq 1 "$n"); do
     local port

@@ -17,6 +17,9 @@ packages=(
   haproxy curl python3  # scripts/cluster.sh and its test
   python3-jsonschema  # the independent validator of structured outputs (tests, benchmarks)
   python3-numpy  # tests/gguf: the GGUF writer and the float64 reference decoder
+  python3-yaml  # tests/integration/deploy_test.py reads deploy/kubernetes.yaml
+  help2man  # the man page, from `infer --help`
+  lintian  # scripts/package_check.sh: the Debian package's checks
 )
 
 if [[ "${INFER_SKIP_APT:-0}" != "1" ]]; then

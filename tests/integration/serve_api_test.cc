@@ -206,23 +206,29 @@ TEST(ServeApi, ErrorStatusesAndInfoRoutes) {
   EXPECT_EQ(server.Stop(SIGINT), 0) << server.log();
 }
 
-// --api-key (or $INFER_API_KEY): /v1/* needs "Authorization: Bearer KEY", compared exactly;
-// anything else is 401 in OpenAI's error shape; /health stays open.
+// --api-key, --api-key-file, $INFER_API_KEY or $INFER_API_KEY_FILE (the systemd unit's way):
+// /v1/* needs "Authorization: Bearer KEY", compared exactly; anything else is 401 in OpenAI's
+// error shape; /health stays open.
 TEST(ServeApi, ApiKeyGuardsTheApiRoutes) {
-  for (bool from_environment : {false, true}) {
+  testing::TempDir dir;
+  const std::string key_file = (dir.path() / "api-key").string();
+  testing::WriteFile(key_file, "  s3cret-key \n# the first line is the key\n");
+  for (const std::string source :
+       {"--api-key", "--api-key-file", "INFER_API_KEY", "INFER_API_KEY_FILE"}) {
+    SCOPED_TRACE(source);
     std::vector<std::string> args = {"--model",
                                      testing::FixturePath("models/llama/model").string(),
                                      "--served-model-name",
                                      "tiny",
                                      "--threads",
                                      "1"};
-    if (from_environment) {
-      ::setenv("INFER_API_KEY", "s3cret-key", 1);
-    } else {
-      args.insert(args.end(), {"--api-key", "s3cret-key"});
-    }
+    if (source == "--api-key") args.insert(args.end(), {"--api-key", "s3cret-key"});
+    if (source == "--api-key-file") args.insert(args.end(), {"--api-key-file", key_file});
+    if (source == "INFER_API_KEY") ::setenv("INFER_API_KEY", "s3cret-key", 1);
+    if (source == "INFER_API_KEY_FILE") ::setenv("INFER_API_KEY_FILE", key_file.c_str(), 1);
     ServerProcess server(args);
     ::unsetenv("INFER_API_KEY");
+    ::unsetenv("INFER_API_KEY_FILE");
     ASSERT_TRUE(server.started()) << server.log();
     const int port = server.port();
     EXPECT_EQ(server::HttpGet("127.0.0.1", port, "/health").first, 200);
@@ -398,6 +404,28 @@ TEST(ServeApi, BadCommandLineIsOneError) {
                                            "--kv-cache-memory", "lots", "--port", "0"});
   EXPECT_EQ(memory.exit_code, 1) << memory.err;
   EXPECT_NE(memory.err.find("--kv-cache-memory"), std::string::npos) << memory.err;
+  // An API key file that is missing or holds no key stops start-up; so do both kinds of key.
+  testing::TempDir dir;
+  const std::string blank = (dir.path() / "blank").string();
+  testing::WriteFile(blank, " \n");
+  const std::string missing = (dir.path() / "missing").string();
+  for (const auto& [flags, expected] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--api-key-file", missing}, missing + ": cannot be read (No such file or directory)"},
+           {{"--api-key-file", blank}, blank + ": its first line holds no key"},
+           {{"--api-key", "k", "--api-key-file", blank}, "not both"}}) {
+    std::vector<std::string> command = {::infer::testing::InferBinary(),
+                                        "serve",
+                                        "--model",
+                                        testing::FixturePath("models/llama/model").string(),
+                                        "--port",
+                                        "0"};
+    command.insert(command.end(), flags.begin(), flags.end());
+    const auto result = testing::RunCommand(command);
+    EXPECT_EQ(result.exit_code, 1) << result.err;
+    EXPECT_NE(result.err.find("error: "), std::string::npos) << result.err;
+    EXPECT_NE(result.err.find(expected), std::string::npos) << result.err;
+  }
 }
 
 // A tiny model with the real Llama 3 vocabulary: text in, text out.

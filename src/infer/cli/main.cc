@@ -20,7 +20,10 @@ void AddServeCommand(CLI::App& app);
 
 int main(int argc, char** argv) {
   infer::InitLogging();
-  CLI::App app{"infer: LLM inference for Llama 3.x, Qwen3 and Gemma 3 checkpoints"};
+  // Named "infer" whatever the path it was started by, so that usage lines (and the man page
+  // made from --help) read as the command a user types.
+  CLI::App app{"infer: LLM inference on the CPU for Llama 3.x, Qwen3 and Gemma 3 checkpoints",
+               "infer"};
   // --version (and `infer version`): the build, as vLLM's and llama.cpp's binaries answer it.
   app.set_version_flag(
       "--version", [] { return infer::cli::VersionText(); },

@@ -6,10 +6,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <memory>
+#include <string>
 #include <thread>
 
 #include <fmt/format.h>
@@ -45,6 +50,7 @@ struct ServeArgs {
   std::string batching_mode = "continuous";
   std::string scheduling_policy = "fcfs";
   std::string completions_format = "seed";
+  std::string api_key_file;  // --api-key-file, read by ResolveApiKey
   // LoRA: --lora-modules arguments (NAME=PATH or vLLM's JSON form), --max-lora-rank.
   std::vector<std::string> lora_modules;
   int64_t max_lora_rank = 16;
@@ -124,8 +130,34 @@ class SignalWaiter {
   std::thread shutdown_;
 };
 
+// The API key: --api-key, else the first line of --api-key-file, else $INFER_API_KEY, else the
+// file named by $INFER_API_KEY_FILE (the systemd unit's environment file sets that); none of
+// them: no key. A key file that cannot be read, or holds no key, stops start-up.
+void ResolveApiKey(ServeArgs& args) {
+  INFER_CHECK(args.server.api_key.empty() || args.api_key_file.empty(),
+              "give --api-key or --api-key-file, not both");
+  std::string file = args.api_key_file;
+  if (args.server.api_key.empty() && file.empty()) {
+    if (const char* key = std::getenv("INFER_API_KEY"); key != nullptr && *key != '\0') {
+      args.server.api_key = key;
+      return;
+    }
+    if (const char* path = std::getenv("INFER_API_KEY_FILE"); path != nullptr) file = path;
+  }
+  if (file.empty()) return;
+  std::ifstream in(file);
+  INFER_CHECK(in.is_open(), "API key file {}: cannot be read ({})", file, std::strerror(errno));
+  std::string key;
+  std::getline(in, key);
+  while (!key.empty() && std::isspace(static_cast<unsigned char>(key.back()))) key.pop_back();
+  while (!key.empty() && std::isspace(static_cast<unsigned char>(key.front()))) key.erase(0, 1);
+  INFER_CHECK(!key.empty(), "API key file {}: its first line holds no key", file);
+  args.server.api_key = key;
+}
+
 void RunServe(ServeArgs& args) {
   SignalWaiter signals;
+  ResolveApiKey(args);
   if (args.server.replica_id.empty()) {
     const char* id = std::getenv("INFER_REPLICA_ID");
     char host[256] = {};
@@ -234,7 +266,8 @@ void AddServeCommand(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
   CLI::App* command = app.add_subcommand(
       "serve",
-      "Serve POST /v1/chat/completions, POST /v1/completions, GET /health, GET /v1/models");
+      "HTTP server: OpenAI chat, completions and Responses, Anthropic Messages, /metrics, "
+      "/health and a web chat page");
   AddModelOptions(*command, args->model);
   command->add_option("--host", args->server.host, "Address to listen on")->capture_default_str();
   command->add_option("--port", args->server.port, "Port (0: any free port)")
@@ -338,6 +371,9 @@ void AddServeCommand(CLI::App& app) {
   command->add_option("--api-key", args->server.api_key,
                       "Require \"Authorization: Bearer KEY\" on /v1/* and /metrics (401 "
                       "otherwise; /health stays open). Default: $INFER_API_KEY, else none");
+  command->add_option("--api-key-file", args->api_key_file,
+                      "Read the API key from the first line of this file (default: "
+                      "$INFER_API_KEY_FILE, when neither key is given)");
   command->add_option("--replica-id", args->server.replica_id,
                       "Name of this replica: the X-Replica-Id header of every response and the "
                       "log prefix (default: $INFER_REPLICA_ID, else HOSTNAME-PID)");
@@ -385,10 +421,6 @@ void AddServeCommand(CLI::App& app) {
         allow != nullptr && (std::string(allow) == "1" || std::string(allow) == "true" ||
                              std::string(allow) == "True")) {
       args->server.allow_runtime_lora_updating = true;
-    }
-    if (args->server.api_key.empty()) {
-      const char* key = std::getenv("INFER_API_KEY");
-      if (key != nullptr) args->server.api_key = key;
     }
     RunServe(*args);
   });

@@ -122,21 +122,23 @@ void AddTokenizerCommands(CLI::App& app) {
         ->required();
   };
 
-  CLI::App* tokenize = app.add_subcommand("tokenize", "encode {\"text\"} lines to {\"ids\"} lines");
+  CLI::App* tokenize =
+      app.add_subcommand("tokenize", "Encode {\"text\"} JSON lines (stdin) to {\"ids\"} lines");
   add_common(tokenize);
   tokenize->add_flag("--add-special-tokens", args->add_special_tokens,
                      "add BOS etc. as the tokenizer's post-processor says");
   tokenize->callback([args] { RunTokenize(*args); });
 
   CLI::App* detokenize =
-      app.add_subcommand("detokenize", "decode {\"ids\"} lines to {\"text\"} lines");
+      app.add_subcommand("detokenize", "Decode {\"ids\"} JSON lines (stdin) to {\"text\"} lines");
   add_common(detokenize);
   detokenize->add_flag("--skip-special-tokens", args->skip_special_tokens,
                        "drop special tokens from the text");
   detokenize->callback([args] { RunDetokenize(*args); });
 
   CLI::App* chat = app.add_subcommand(
-      "chat-template", "render {\"messages\", \"options\"} lines with the model's chat template");
+      "chat-template",
+      "Render {\"messages\", \"options\"} JSON lines with the model's chat template");
   add_common(chat);
   chat->callback([args] { RunChatTemplate(*args); });
 }
