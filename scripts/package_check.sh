@@ -12,7 +12,6 @@
 # Usage: scripts/package_check.sh [BUILD_DIR]     (BUILD_DIR: build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root="$PWD"
 build="$(cd "${1:-build}" && pwd)"
 sudo_cmd=()
 [[ "$(id -u)" != "0" ]] && sudo_cmd=(sudo)
@@ -76,14 +75,8 @@ unit=/usr/lib/systemd/system/infer.service
 
 # 4. The unit's command, as an operator would configure it: a tiny model with the real Llama 3
 # vocabulary and random weights, an API key file readable by the group infer.
+python3 tests/testing/tiny_llama3_model.py "$model"
 chmod 755 "$model"
-python3 - "$root/tests/fixtures/models/llama/model/config.json" "$model/config.json" <<'EOF'
-import json, sys
-config = json.load(open(sys.argv[1]))
-config.update(vocab_size=128256, bos_token_id=128000, eos_token_id=[128001, 128008, 128009])
-json.dump(config, open(sys.argv[2], "w"))
-EOF
-cp "$root"/.cache/tokenizers/llama3/tokenizer{,_config}.json "$model/"
 chmod 644 "$model"/*
 key="package-check-$$-$RANDOM"
 printf '%s\n' "$key" >"$model/api-key"

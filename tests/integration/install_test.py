@@ -24,6 +24,8 @@ import sys
 import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "tests", "testing"))
+import tiny_llama3_model  # noqa: E402
 BUILD = os.environ.get("INFER_BUILD_DIR", os.path.join(ROOT, "build"))
 FAILURES = []
 
@@ -32,20 +34,6 @@ def check(condition, message):
     if not condition:
         FAILURES.append(message)
         print("FAIL:", message, flush=True)
-
-
-def tiny_llama3_model(folder):
-    """The llama fixture's shapes with the real Llama 3 tokenizer files (random weights)."""
-    with open(os.path.join(ROOT, "tests", "fixtures", "models", "llama", "model",
-                           "config.json")) as f:
-        config = json.load(f)
-    config.update(vocab_size=128256, bos_token_id=128000, eos_token_id=[128001, 128008, 128009])
-    os.makedirs(folder)
-    with open(os.path.join(folder, "config.json"), "w") as f:
-        json.dump(config, f)
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(os.path.join(ROOT, ".cache", "tokenizers", "llama3", name), folder)
-    return folder
 
 
 def request(port, method, path, body=None):
@@ -187,7 +175,7 @@ def main():
                                  capture_output=True, text=True)
         check(install.returncode == 0, f"cmake --install: {install.stdout}{install.stderr}")
         if install.returncode == 0:
-            model = tiny_llama3_model(os.path.join(scratch, "model"))
+            model = tiny_llama3_model.write(os.path.join(scratch, "model"))
             check_files(prefix)
             check_man_page(prefix, os.path.join(prefix, "bin", "infer"))
             check_serving(prefix, model)
