@@ -30,7 +30,7 @@ if [[ -f "$script_dir/../CMakeLists.txt" && -d "$script_dir/../src/infer" ]]; th
   default_run_dir="$PWD/.cluster"
   default_infer="$PWD/build/infer"
 else
-  default_run_dir="${XDG_STATE_HOME:-$HOME/.local/state}/infer/cluster"
+  default_run_dir="${XDG_STATE_HOME:-${HOME:-/tmp}/.local/state}/infer/cluster"
   default_infer="$(cd "$script_dir/../.." && pwd)/bin/infer"
   [[ -x "$default_infer" ]] || default_infer="$(command -v infer || echo infer)"
 fi

@@ -123,14 +123,14 @@ void AddTokenizerCommands(CLI::App& app) {
   };
 
   CLI::App* tokenize =
-      app.add_subcommand("tokenize", "Encode {\"text\"} JSON lines (stdin) to {\"ids\"} lines");
+      app.add_subcommand("tokenize", "Encode {\"text\"} JSON lines to {\"ids\"} lines");
   add_common(tokenize);
   tokenize->add_flag("--add-special-tokens", args->add_special_tokens,
                      "add BOS etc. as the tokenizer's post-processor says");
   tokenize->callback([args] { RunTokenize(*args); });
 
   CLI::App* detokenize =
-      app.add_subcommand("detokenize", "Decode {\"ids\"} JSON lines (stdin) to {\"text\"} lines");
+      app.add_subcommand("detokenize", "Decode {\"ids\"} JSON lines to {\"text\"} lines");
   add_common(detokenize);
   detokenize->add_flag("--skip-special-tokens", args->skip_special_tokens,
                        "drop special tokens from the text");
