@@ -16,6 +16,7 @@ import http.client
 import json
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
@@ -85,10 +86,16 @@ def main():
     infer = os.environ.get("INFER_BINARY", os.path.join(ROOT, "build", "infer"))
     run_dir = tempfile.mkdtemp(prefix="infer-cluster-")
     env = dict(os.environ, INFER_CLUSTER_DIR=run_dir, INFER_BINARY=infer)
+    status = 1
     try:
-        return run(env, run_dir)
+        status = run(env, run_dir)
+        return status
     finally:
         subprocess.run([CLUSTER, "down"], env=env, capture_output=True, timeout=120)
+        if status == 0:  # a failed run keeps its logs
+            shutil.rmtree(run_dir, ignore_errors=True)
+        else:
+            print("logs kept in", run_dir)
 
 
 def run(env, run_dir):
