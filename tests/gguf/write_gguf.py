@@ -259,7 +259,7 @@ def gguf_string(text):
 
 def gguf_value(value):
     """(type id, bytes) of a metadata value: bool, int (u32, or i32 if negative, u64 if large),
-    float (f32), str, or a list of one of those."""
+    float (f32), str, or a list of one of those (a list of ints: i32, as gguf-py writes it)."""
     if isinstance(value, bool):
         return 7, struct.pack("<B", value)
     if isinstance(value, int):
@@ -270,6 +270,10 @@ def gguf_value(value):
         return 6, struct.pack("<f", value)
     if isinstance(value, str):
         return 8, gguf_string(value)
+    if value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        # gguf-py's add_array types an array by its first item, and a Python int is INT32
+        # (tokenizer.ggml.token_type in the converter's files; llama.cpp refuses it as UINT32).
+        return 9, struct.pack("<IQ", 5, len(value)) + struct.pack(f"<{len(value)}i", *value)
     items = [gguf_value(v) for v in value]
     kind = items[0][0] if items else 4
     return 9, struct.pack("<IQ", kind, len(items)) + b"".join(b for _, b in items)
