@@ -8,7 +8,8 @@
 #      its EnvironmentFile, as its User, with a clean environment) against a dummy model, with
 #      the settings an operator writes into /etc/default/infer (model, port, threads, API key
 #      file); /health, /metrics (key required, infer_build_info), a chat completion; SIGTERM;
-#   5. dpkg -r removes every file but the conffile; dpkg -P removes that, the user and its home.
+#   5. dpkg -i again (the upgrade path) keeps the settings and the user; dpkg -r removes every
+#      file but the conffile; dpkg -P removes that, the user and its home.
 # Usage: scripts/package_check.sh [BUILD_DIR]     (BUILD_DIR: build)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -153,6 +154,13 @@ wait "$server_pid" || die "the server's exit after SIGTERM was not 0"
 server_pid=""
 grep -q "unit command: /usr/bin/infer serve --model $model " "$log" || { cat "$log" >&2; die "unit command"; }
 say "the unit's command served /health, /metrics (key from the file) and a chat completion as infer"
+
+# Reinstalling (dpkg's upgrade path: prerm upgrade, postinst configure OLD-VERSION) keeps the
+# operator's settings and the user.
+"${sudo_cmd[@]}" dpkg -i "$deb" >/dev/null
+grep -q "^INFER_MODEL=$model\$" /etc/default/infer || die "reinstalling lost /etc/default/infer's settings"
+getent passwd infer >/dev/null || die "reinstalling lost the user infer"
+say "reinstalled over itself: settings and user kept"
 
 # 5. Remove, then purge.
 files="$(dpkg-deb -c "$deb" | awk '{print substr($6, 2)}' | grep -v '/$')"
