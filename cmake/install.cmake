@@ -17,20 +17,16 @@ install(FILES deploy/Dockerfile deploy/kubernetes.yaml deploy/haproxy.cfg
 
 # Documentation, gzipped as Debian keeps it (the package's changelog and copyright beside it).
 set(infer_doc_dir ${PROJECT_BINARY_DIR}/doc)
-file(GLOB infer_doc_pages CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/docs/*.md)
+file(GLOB infer_doc_pages RELATIVE ${PROJECT_SOURCE_DIR} CONFIGURE_DEPENDS
+  ${PROJECT_SOURCE_DIR}/docs/*.md)
 set(infer_doc_outputs)
 foreach(page README.md CHANGELOG.md ${infer_doc_pages})
-  get_filename_component(name ${page} NAME)
-  get_filename_component(dir ${page} DIRECTORY)
-  set(subdir "")
-  if(dir STREQUAL "${PROJECT_SOURCE_DIR}/docs")
-    set(subdir "docs/")
-  endif()
-  set(output ${infer_doc_dir}/${subdir}${name}.gz)
+  set(output ${infer_doc_dir}/${page}.gz)
+  get_filename_component(output_dir ${output} DIRECTORY)
   add_custom_command(OUTPUT ${output}
-    COMMAND ${CMAKE_COMMAND} -E make_directory ${infer_doc_dir}/docs
-    COMMAND gzip -9nc ${PROJECT_SOURCE_DIR}/${subdir}${name} > ${output}
-    DEPENDS ${PROJECT_SOURCE_DIR}/${subdir}${name} VERBATIM)
+    COMMAND ${CMAKE_COMMAND} -E make_directory ${output_dir}
+    COMMAND gzip -9nc ${PROJECT_SOURCE_DIR}/${page} > ${output}
+    DEPENDS ${PROJECT_SOURCE_DIR}/${page} VERBATIM)
   list(APPEND infer_doc_outputs ${output})
 endforeach()
 string(TIMESTAMP INFER_PACKAGE_DATE "%a, %d %b %Y %H:%M:%S +0000" UTC)
@@ -83,7 +79,6 @@ time. It tokenizes as Hugging Face does, batches concurrent requests over a
 paged KV cache, and serves OpenAI's chat, completions and Responses APIs and
 Anthropic's Messages API, with structured output, tool calls, LoRA adapters,
 Prometheus metrics and a web chat page.")
-set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 # CPack installs into its staging folder through DESTDIR with the prefix /usr, as the
 # install-time script (the /etc path) expects.
 set(CPACK_SET_DESTDIR ON)

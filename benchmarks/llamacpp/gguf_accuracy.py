@@ -23,7 +23,6 @@ import datetime
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -42,10 +41,6 @@ FIXTURE_TYPES = ["F32", "Q8_0", "Q4_0", "Q4_1", "Q5_0"]
 K_TYPES = ["Q4_K", "Q5_K", "Q6_K"]
 
 
-class Int32List(list):
-    """A metadata array gguf-py writes as INT32 (token types)."""
-
-
 def stand_in_vocabulary(_tokenizer_dir, vocab_size):
     """A SentencePiece-style vocabulary of the model's size: <unk> <s> </s>, the 256 byte pieces
     (llama.cpp looks up the newline byte), then plain pieces. Only ids are used here."""
@@ -54,7 +49,7 @@ def stand_in_vocabulary(_tokenizer_dir, vocab_size):
     types = [2, 3, 3] + [6] * 256 + [1] * (vocab_size - 259)
     return {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
             "tokenizer.ggml.scores": [float(-i) for i in range(vocab_size)],
-            "tokenizer.ggml.token_type": Int32List(types)}
+            "tokenizer.ggml.token_type": types}
 
 
 def many_sequences():
@@ -114,10 +109,6 @@ def main():
         sys.exit("llama.cpp is not installed: benchmarks/llamacpp/setup.sh")
     infer = os.path.join(ROOT, "build", "infer")
     write_gguf.tokenizer_metadata = stand_in_vocabulary
-    plain = write_gguf.gguf_value
-    write_gguf.gguf_value = lambda value: (
-        (9, struct.pack("<IQ", 5, len(value)) + struct.pack(f"<{len(value)}i", *value))
-        if isinstance(value, Int32List) else plain(value))
     work = tempfile.mkdtemp(prefix="gguf-accuracy-")
     llamacpp = build_llamacpp_logits(work)
     many_ids = os.path.join(work, "many.ids")
