@@ -14,6 +14,10 @@ infer: `infer logits --model FILE.gguf --matmul-precision f32` (a quantized MatM
 activations to int8 per 32, whatever the precision); llama.cpp: gguf_logits.cc built against
 node-llama-cpp's prebuilt libllama (benchmarks/llamacpp/setup.sh), f32 KV cache, no flash
 attention. A float file must agree at top-1 1.000 on both sides, which checks the harness.
+Beside them, two engines that exist only in numpy: reference_f64.py with the input of every
+weight product rounded (--round-activations) to int8 per 32 channels (the scheme both engines
+use) or to bf16, float64 otherwise; their top-1 over the same 1024 positions says how much of
+an engine's disagreement the activation rounding alone makes.
 
 Usage: /usr/bin/python3 benchmarks/llamacpp/gguf_accuracy.py [--threads 2]
 Writes benchmarks/reports/gguf_accuracy-<UTC stamp>.json and prints a table.
@@ -95,6 +99,16 @@ def infer_logits(infer, gguf, sequences, out, threads):
     return np.concatenate(rows)
 
 
+def reference_logits(weights_dir, ids_file, out, rounding=None):
+    """reference_f64.py's logits of the checkpoint at weights_dir for each line of ids_file."""
+    command = ["/usr/bin/python3", os.path.join(ROOT, "tests", "gguf", "reference_f64.py"),
+               weights_dir, out, "--ids-file", ids_file]
+    if rounding:
+        command += ["--round-activations", rounding]
+    subprocess.run(command, check=True, capture_output=True)
+    return np.fromfile(out, dtype=np.float32)
+
+
 def measure(logits, reference, vocab):
     got, ref = logits.reshape(-1, vocab), reference.reshape(-1, vocab)
     return (float(np.max(np.abs(got - ref).max(1) / np.abs(ref).max(1))),
@@ -134,10 +148,7 @@ def main():
             row = {"arch": arch, "type": kind, "model": "k-sized" if kind in K_TYPES else "fixture"}
             for name, ids_file, sequences in (("fixture", fixture_ids_file, [fixture_ids]),
                                               ("many", many_ids, many_sequences())):
-                subprocess.run(["/usr/bin/python3", os.path.join(ROOT, "tests", "gguf",
-                                "reference_f64.py"), tag, f"{tag}.{name}.ref", "--ids-file",
-                                ids_file], check=True, capture_output=True)
-                reference = np.fromfile(f"{tag}.{name}.ref", dtype=np.float32)
+                reference = reference_logits(tag, ids_file, f"{tag}.{name}.ref")
                 subprocess.run([llamacpp, BINS, tag + ".gguf", ids_file, f"{tag}.{name}.lcpp",
                                 str(args.threads)], check=True, capture_output=True)
                 theirs = measure(np.fromfile(f"{tag}.{name}.lcpp", dtype=np.float32), reference,
@@ -148,12 +159,18 @@ def main():
                     row.update(infer_worst_row_error=ours[0], llamacpp_worst_row_error=theirs[0])
                 else:
                     row.update(infer_top1_1024=ours[1], llamacpp_top1_1024=theirs[1])
+                    for rounding in ("int8", "bf16"):
+                        rounded = reference_logits(tag, ids_file, f"{tag}.{rounding}.ref",
+                                                   rounding)
+                        row[f"numpy_{rounding}_activations_top1_1024"] = measure(
+                            rounded, reference, vocab)[1]
             results.append(row)
             print(f"{arch:6} {kind:4} ({row['model']:7}) worst row error infer "
                   f"{row['infer_worst_row_error']:.4f} llama.cpp "
                   f"{row['llamacpp_worst_row_error']:.4f} | top-1 over 1024 infer "
-                  f"{row['infer_top1_1024']:.3f} llama.cpp {row['llamacpp_top1_1024']:.3f}",
-                  flush=True)
+                  f"{row['infer_top1_1024']:.3f} llama.cpp {row['llamacpp_top1_1024']:.3f} "
+                  f"numpy int8 {row['numpy_int8_activations_top1_1024']:.3f} bf16 "
+                  f"{row['numpy_bf16_activations_top1_1024']:.3f}", flush=True)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     with open(os.path.join(LLAMACPP, "node-llama-cpp", "llama", "llama.cpp.info.json")) as f:
         release = json.load(f)["tag"]

@@ -11,6 +11,13 @@ Usage (Debian's python3-numpy):
   ... --lora ADAPTER_DIR   with a PEFT LoRA adapter merged into the weights in float64 (W + s B A,
                            s = lora_alpha / r, or / sqrt(r) with use_rslora), from PEFT's format alone
   ... --greedy N           OUT gets the N ids greedy decoding appends to the ids (text, one line)
+  ... --round-activations bf16|int8
+                           the input of every weight product (q/k/v, o, gate/up, down, the head)
+                           rounded first, the rest still float64: bf16 (to nearest even, via
+                           f32), or int8 per row and block of 32 channels (d = max|x| / 127,
+                           q = x / d to nearest even, x = d q), the scheme llama.cpp's Q8_0
+                           activations and infer's quantized MatMul use. What an engine that
+                           rounds its activations so, and is exact otherwise, would give.
 MODEL_DIR holds config.json and model.safetensors (F32, F16 or BF16).
 """
 import json
@@ -96,7 +103,29 @@ def merge_lora(w, adapter_dir):
         w["model." + module + ".weight"] = w["model." + module + ".weight"] + s * (b @ a)
 
 
-def logits(model_dir, ids, lora=None):
+def round_bf16(x):
+    bits = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+    return bits.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def round_int8(x):
+    rows, k = x.shape
+    padded = np.zeros((rows, -(-k // 32) * 32))
+    padded[:, :k] = x
+    blocks = padded.reshape(rows, -1, 32)
+    d = np.abs(blocks).max(axis=2, keepdims=True) / 127
+    q = np.rint(np.divide(blocks, d, out=np.zeros_like(blocks), where=d > 0))
+    return (q * d).reshape(rows, -1)[:, :k]
+
+
+ROUNDINGS = {None: lambda x: x, "bf16": round_bf16, "int8": round_int8}
+
+
+def logits(model_dir, ids, lora=None, rounding=None):
+    def product(h, weight):
+        return ROUNDINGS[rounding](h) @ weight.T
+
     config = json.loads((Path(model_dir) / "config.json").read_text())
     w = read_safetensors(Path(model_dir) / "model.safetensors")
     if lora:
@@ -133,9 +162,9 @@ def logits(model_dir, ids, lora=None):
         p = f"model.layers.{i}."
         sliding = types[i] == "sliding_attention"
         h = rms_norm(x, w[p + "input_layernorm.weight"], eps, offset)
-        q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(t, heads, head_dim)
-        k = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(t, kv_heads, head_dim)
-        v = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(t, kv_heads, head_dim)
+        q = product(h, w[p + "self_attn.q_proj.weight"]).reshape(t, heads, head_dim)
+        k = product(h, w[p + "self_attn.k_proj.weight"]).reshape(t, kv_heads, head_dim)
+        v = product(h, w[p + "self_attn.v_proj.weight"]).reshape(t, kv_heads, head_dim)
         if p + "self_attn.q_norm.weight" in w:
             q = rms_norm(q, w[p + "self_attn.q_norm.weight"], eps, offset)
             k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps, offset)
@@ -151,7 +180,7 @@ def logits(model_dir, ids, lora=None):
             scores = np.where(mask, scores, -np.inf)
             scores = np.exp(scores - scores.max(axis=1, keepdims=True))
             out[:, head] = (scores / scores.sum(axis=1, keepdims=True)) @ v[:, kv]
-        attn = out.reshape(t, heads * head_dim) @ w[p + "self_attn.o_proj.weight"].T
+        attn = product(out.reshape(t, heads * head_dim), w[p + "self_attn.o_proj.weight"])
         if gemma:
             attn = rms_norm(attn, w[p + "post_attention_layernorm.weight"], eps, offset)
             x = x + attn
@@ -159,12 +188,12 @@ def logits(model_dir, ids, lora=None):
         else:
             x = x + attn
             h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps, offset)
-        gate = h @ w[p + "mlp.gate_proj.weight"].T
+        gate = product(h, w[p + "mlp.gate_proj.weight"])
         if gemma:
             gate = 0.5 * gate * (1 + np.tanh(math.sqrt(2 / math.pi) * (gate + 0.044715 * gate ** 3)))
         else:
             gate = gate / (1 + np.exp(-gate))
-        mlp = (gate * (h @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+        mlp = product(gate * product(h, w[p + "mlp.up_proj.weight"]), w[p + "mlp.down_proj.weight"])
         if gemma:
             mlp = rms_norm(mlp, w[p + "post_feedforward_layernorm.weight"], eps, offset)
         x = x + mlp
@@ -172,7 +201,7 @@ def logits(model_dir, ids, lora=None):
     head = w.get("lm_head.weight")
     if head is None or config.get("tie_word_embeddings", gemma):
         head = w["model.embed_tokens.weight"]
-    out = x @ head.T
+    out = product(x, head)
     cap = config.get("final_logit_softcapping")
     if cap:
         out = np.tanh(out / cap) * cap
@@ -207,6 +236,9 @@ if __name__ == "__main__":
         sys.exit(0 if self_check(args[1]) < 1e-6 else 1)
     lora = take_option(args, "--lora")
     greedy = take_option(args, "--greedy")
+    rounding = take_option(args, "--round-activations")
+    if rounding not in ROUNDINGS:
+        sys.exit(f"--round-activations {rounding}: not one of bf16, int8")
     if args[2] == "--ids-file":
         lines = Path(args[3]).read_text().split("\n")
         sequences = [[int(i) for i in line.split()] for line in lines if line.strip()]
@@ -215,8 +247,8 @@ if __name__ == "__main__":
     if greedy:
         ids = list(sequences[0])
         for _ in range(int(greedy)):
-            ids.append(int(np.argmax(logits(args[0], ids, lora)[-1])))
+            ids.append(int(np.argmax(logits(args[0], ids, lora, rounding)[-1])))
         Path(args[1]).write_text(" ".join(str(i) for i in ids[len(sequences[0]):]) + "\n")
         sys.exit(0)
-    result = np.concatenate([logits(args[0], ids, lora) for ids in sequences])
+    result = np.concatenate([logits(args[0], ids, lora, rounding) for ids in sequences])
     result.astype(np.float32).tofile(args[1])

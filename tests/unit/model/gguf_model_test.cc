@@ -6,7 +6,8 @@
 // - each quantized file, against a float64 reference of exactly the weights it dequantizes to
 //   (tests/gguf/reference_f64.py, numpy, written from HF_SEMANTICS.md), is no further than
 //   infer's own quantization of that kind is from the reference of the original weights, with
-//   top-1 agreement on at least 95% of positions;
+//   top-1 agreement on at least 95% of positions where rounding the activations to int8 alone
+//   allows it, and near that rounding's own agreement everywhere;
 // - the config read from the metadata is the config.json one.
 #include <gtest/gtest.h>
 
@@ -71,33 +72,46 @@ std::vector<std::vector<int32_t>> ManySequences() {
   return sequences;
 }
 
-// Top-1 agreement of `model` with the float64 reference of checkpoint `dir` over ManySequences.
-double TopOneOverManyPositions(const LoadedModel& model, const std::string& dir,
-                               const std::string& scratch) {
-  const std::vector<std::vector<int32_t>> sequences = ManySequences();
+// The top-1 id of each of the 1024 positions of ManySequences: infer's with `model`, and the
+// float64 reference's of checkpoint `dir` (with `rounding` of every weight product's input:
+// reference_f64.py --round-activations; empty: none).
+std::vector<int32_t> InferTopOnes(const LoadedModel& model) {
+  const int64_t vocab = model.config.vocab_size;
+  std::vector<int32_t> top;
+  for (const auto& sequence : ManySequences()) {
+    const std::vector<float> logits = InferLogits(model, sequence);
+    for (size_t t = 0; t < sequence.size(); ++t) {
+      top.push_back(Argmax(logits.data() + t * vocab, vocab));
+    }
+  }
+  return top;
+}
+std::vector<int32_t> ReferenceTopOnes(const std::string& dir, const std::string& scratch,
+                                      int64_t vocab, const std::string& rounding = "") {
   {
     std::ofstream ids(scratch + ".ids");
-    for (const auto& sequence : sequences) {
+    for (const auto& sequence : ManySequences()) {
       for (const int32_t id : sequence) ids << id << ' ';
       ids << '\n';
     }
   }
-  RunTool(fmt::format("{} {} {}.bin --ids-file {}.ids",
-                      ::infer::testing::GgufTool("reference_f64.py"), dir, scratch, scratch));
+  std::string command =
+      fmt::format("{} {} {}.bin --ids-file {}.ids", ::infer::testing::GgufTool("reference_f64.py"),
+                  dir, scratch, scratch);
+  if (!rounding.empty()) command += " --round-activations " + rounding;
+  RunTool(command);
   const std::vector<float> reference = ReadF32(scratch + ".bin");
-  const int64_t vocab = model.config.vocab_size;
-  double agree = 0;
-  int64_t row = 0;
-  for (const auto& sequence : sequences) {
-    const std::vector<float> logits = InferLogits(model, sequence);
-    for (size_t t = 0; t < sequence.size(); ++t, ++row) {
-      agree +=
-          Argmax(logits.data() + t * vocab, vocab) == Argmax(reference.data() + row * vocab, vocab)
-              ? 1
-              : 0;
-    }
+  std::vector<int32_t> top;
+  for (size_t row = 0; row * vocab < reference.size(); ++row) {
+    top.push_back(Argmax(reference.data() + row * vocab, vocab));
   }
-  return agree / static_cast<double>(row);
+  return top;
+}
+double Agreement(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double agree = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) agree += a[i] == b[i] ? 1 : 0;
+  return agree / static_cast<double>(a.size());
 }
 
 class GgufModelTest : public ::testing::Test {
@@ -156,31 +170,32 @@ struct QuantCase {
   const char* type;
   kernels::Quantization own;  // infer's own quantization of that kind
   bool k_sized;               // a random checkpoint of rows of 256 (K-quants), not the fixture
-  // Top-1 over 1024 positions against the float64 reference of the file's own weights: 95%,
-  // except where infer's rounding of the activations to int8 (every quantized MatMul's, as
-  // llama.cpp's) tips more of the fixture's near-ties: the llama fixture (measured 0.865 to
-  // 0.918, Q4_K and Q6_K on its K-sized model 0.913 and 0.918; the float and the widened Q5_K
-  // files agree at 1.000), qwen3 Q4_0 (0.940) and Q5_0 on qwen3 and gemma3 (0.948, 0.949).
-  double top1_floor = 0.95;
 };
+
+// Top-1 over 1024 positions against the float64 reference of the file's own weights: at least
+// 95%, except where rounding the activations to int8 per 32 channels (every quantized MatMul's
+// scheme, as llama.cpp's) tips more of the fixtures' near-ties than that in an engine exact in
+// all else: the float64 reference with that rounding (reference_f64.py --round-activations
+// int8). Whatever that model scores, infer stays within 2% of the positions of it: the rounding,
+// not the kernels' arithmetic, is what moves top-1. (That model's top-1 on the llama fixture is
+// 0.856-0.922, on qwen3 Q4_0 and Q5_0 0.939 and 0.942; with bf16 rounding instead, 0.956-1.000
+// everywhere.)
+constexpr double kTopOneFloor = 0.95;
+constexpr double kTopOneSlack = 0.02;
 
 TEST_F(GgufModelTest, QuantizedFilesAreNoFurtherFromTheirWeightsThanInfersOwnQuantization) {
   using kernels::Quantization;
   std::vector<QuantCase> cases;
   for (const char* arch : {"llama", "qwen3", "gemma3"}) {
-    const bool llama = std::string(arch) == "llama";
-    const double floor = llama ? 0.85 : 0.95;
-    cases.push_back({arch, "Q8_0", Quantization::kInt8, false, floor});
-    cases.push_back(
-        {arch, "Q4_0", Quantization::kInt4, false, std::string(arch) == "qwen3" ? 0.93 : floor});
-    cases.push_back({arch, "Q4_1", Quantization::kInt4, false, floor});
+    cases.push_back({arch, "Q8_0", Quantization::kInt8, false});
+    cases.push_back({arch, "Q4_0", Quantization::kInt4, false});
+    cases.push_back({arch, "Q4_1", Quantization::kInt4, false});
     // Q5_0 (gemma-3-1b's Q4_K_M files hold it where rows are not whole K blocks): infer's int8
-    // holds it exactly; it is a 5-bit type, so held to infer's own 4 bits. Its top-1 tips as
-    // Q4_0's does (measured 0.948 and 0.949 on qwen3 and gemma3).
-    cases.push_back({arch, "Q5_0", Quantization::kInt4, false, llama ? floor : 0.94});
-    cases.push_back({arch, "Q4_K", Quantization::kInt4K, true, llama ? 0.9 : 0.95});
+    // holds it exactly; it is a 5-bit type, so held to infer's own 4 bits.
+    cases.push_back({arch, "Q5_0", Quantization::kInt4, false});
+    cases.push_back({arch, "Q4_K", Quantization::kInt4K, true});
     cases.push_back({arch, "Q5_K", Quantization::kInt6, true});
-    cases.push_back({arch, "Q6_K", Quantization::kInt6, true, llama ? 0.9 : 0.95});
+    cases.push_back({arch, "Q6_K", Quantization::kInt6, true});
   }
   for (const QuantCase& c : cases) {
     SCOPED_TRACE(fmt::format("{} {}", c.arch, c.type));
@@ -207,15 +222,22 @@ TEST_F(GgufModelTest, QuantizedFilesAreNoFurtherFromTheirWeightsThanInfersOwnQua
     const int64_t vocab = gguf.config.vocab_size;
     const Accuracy file = Measure(InferLogits(gguf, ids), dequantized_reference, rows, vocab);
     const Accuracy ours = Measure(InferLogits(own, ids), original_reference, rows, vocab);
-    const double many = TopOneOverManyPositions(gguf, (dir_.path() / tag).string(),
-                                                (dir_.path() / (tag + "_many")).string());
+    const std::string weights = (dir_.path() / tag).string();
+    const std::vector<int32_t> exact =
+        ReferenceTopOnes(weights, (dir_.path() / (tag + "_many")).string(), vocab);
+    const double many = Agreement(InferTopOnes(gguf), exact);
+    const double rounded = Agreement(
+        ReferenceTopOnes(weights, (dir_.path() / (tag + "_int8")).string(), vocab, "int8"), exact);
     std::printf(
         "[ %-6s %-4s file vs its weights: worst row error %.4f top-1 %.3f, over 1024 positions "
-        "%.3f | infer %s vs the original: %.4f top-1 %.3f ]\n",
-        c.arch, c.type, file.worst_row_error, file.top1, many,
+        "%.3f (float64 with int8 activations %.3f) | infer %s vs the original: %.4f top-1 %.3f ]\n",
+        c.arch, c.type, file.worst_row_error, file.top1, many, rounded,
         std::string(kernels::QuantizationName(c.own)).c_str(), ours.worst_row_error, ours.top1);
     EXPECT_LE(file.worst_row_error, ours.worst_row_error);
-    EXPECT_GE(many, c.top1_floor);
+    if (rounded >= kTopOneFloor) {
+      EXPECT_GE(many, kTopOneFloor);
+    }
+    EXPECT_GE(many, rounded - kTopOneSlack);
   }
 }
 
