@@ -105,9 +105,11 @@ Options ParseArgs(int argc, char** argv) {
     } else if (const char* v = value("--quantization=")) {
       options.quantizations.clear();
       for (const std::string& name : Split(v)) {
-        // int6k (GGUF's Q6_K) is no --quantization choice: named here, made by QuantizedWeights.
-        options.quantizations.push_back(name == "int6k" ? kernels::Quantization::kInt6K
-                                                        : kernels::ParseQuantization(name));
+        // int6k and int5k (GGUF's Q6_K, Q5_K) are no --quantization choice: named here, made by
+        // QuantizedWeights.
+        options.quantizations.push_back(name == "int6k"   ? kernels::Quantization::kInt6K
+                                        : name == "int5k" ? kernels::Quantization::kInt5K
+                                                          : kernels::ParseQuantization(name));
       }
     } else if (const char* v = value("--dtype=")) {
       const std::string d = v;
@@ -116,7 +118,7 @@ Options ParseArgs(int argc, char** argv) {
       std::fprintf(stderr,
                    "usage: %s [--json] [--isa=avx512bf16,avx512,avx2] [--threads=1,2] "
                    "[--m=1,512] [--reps=N] [--dtype=bf16|f16|f32] [--precision=f32,bf16] "
-                   "[--quantization=none,int8,int6,int4,int4k,int6k] "
+                   "[--quantization=none,int8,int6,int4,int4k,int6k,int5k] "
                    "[--shape=a,b] [--no-huge-pages] [--no-probe] [--no-attention] [--cached]\n",
                    argv[0]);
       std::exit(2);
@@ -135,22 +137,30 @@ double NowSeconds() {
 }
 
 // Fills with small random-ish values (a cheap LCG; the values do not matter for speed).
-// values quantized as `quantization` says; int6k, which only GGUF Q6_K blocks make, from random
-// q, scales and d in its ranges.
+// values quantized as `quantization` says; int6k and int5k, which only GGUF Q6_K and Q5_K blocks
+// make, from random q, scales and d in their ranges.
 kernels::PackedMatrix QuantizedWeights(const Tensor& values, kernels::Quantization quantization,
                                        infer::TensorArena* storage) {
-  if (quantization != kernels::Quantization::kInt6K) {
+  const bool six = quantization == kernels::Quantization::kInt6K;
+  if (!six && quantization != kernels::Quantization::kInt5K) {
     return kernels::PackedMatrix::Quantize(values, quantization, 0, nullptr, storage);
   }
   return kernels::PackedMatrix::FromQuantizedRows(
       quantization, values.dim(0), values.dim(1),
-      [](int64_t row, kernels::PackedMatrix::QuantizedRow& out) {
-        for (size_t i = 0; i < out.q.size(); ++i)
-          out.q[i] = static_cast<int>((row + i * 7) % 64) - 32;
-        for (size_t i = 0; i < out.sc16.size(); ++i) {
+      [six](int64_t row, kernels::PackedMatrix::QuantizedRow& out) {
+        for (size_t i = 0; i < out.q.size(); ++i) {
+          out.q[i] = six ? static_cast<int>((row + i * 7) % 64) - 32
+                         : static_cast<int>((row + i * 7) % 32);
+        }
+        for (size_t i = 0; i < out.sc16.size() && six; ++i) {
           out.sc16[i] = static_cast<int8_t>((row + i * 13) % 255 - 127);
         }
+        for (size_t i = 0; i < out.sc.size() && !six; ++i) {
+          out.sc[i] = static_cast<uint8_t>((row + i * 13) % 64);
+          out.mn[i] = static_cast<uint8_t>((row + i * 5) % 64);
+        }
         for (uint16_t& d : out.d) d = infer::F32ToF16(1e-3F);
+        for (uint16_t& m : out.m) m = infer::F32ToF16(-1e-3F);
       },
       nullptr, storage);
 }

@@ -13,8 +13,8 @@
 #          [REPETITIONS [MODEL_DIR...]]
 #   (idle machine; ~10 GB of GGUFs in .cache/gguf; default: the three models/ folders)
 #   PAIRS: infer's --quantization and llama.cpp's GGUF type per row (make_gguf.py's types:
-#   bf16, q8_0, q4_0, q4_k_m), e.g. "int4:q4_0 int4k:q4_0 int4k:q4_k_m". infer's "none" keeps
-#   bf16 weights and multiplies in f32 (its default --matmul-precision); "bf16" multiplies in
+#   bf16, q8_0, q4_0, q4_k_m, q5_k_m), e.g. "int4:q4_0 int4k:q4_0 int4k:q4_k_m". infer's "none"
+#   keeps bf16 weights and multiplies in f32 (its default --matmul-precision); "bf16" multiplies in
 #   bf16 (--matmul-precision bf16: activations rounded to bf16, as llama.cpp's BF16 does).
 #   A GGUF type in several rows (or an infer type) is run once per repetition. An infer type may name its output head's
 #   type after a slash (--lm-head-quantization): "int4k/int6:q4_0" (llama.cpp's 4-bit files keep
@@ -24,8 +24,8 @@
 #   (haswell: AVX2, FMA, F16C, BMI2; alderlake: those and AVX-VNNI), from a hard-linked copy of
 #   the install that holds no other variant (.cache/llamacpp-VARIANT).
 #   GGUF=1: infer also runs the very GGUF files llama.cpp runs (`infer bench --model FILE.gguf`,
-#   their blocks used as given: Q8_0 as int8, Q4_0 as int4, Q4_K as int4k, Q5_0 as int8, Q5_K
-#   and Q6_K widened to f32), beside its own --quantization of the dummy weights; the table
+#   their blocks used as given: Q8_0 as int8, Q4_0 as int4, Q4_K as int4k, Q5_0 as int8, Q5_1 as
+#   int5, Q5_K as int5k, Q6_K as int6k), beside its own --quantization of the dummy weights; the table
 #   gains those columns and their ratios.
 #   IK_LLAMA_BENCH=PATH: ik_llama.cpp's llama-bench too (benchmarks/llamacpp/build_ik_llama.sh
 #   builds it, for FORCE_ISA's flags), on the same GGUFs with its run-time repacking (-rtr 1:

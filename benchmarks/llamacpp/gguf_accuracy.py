@@ -2,7 +2,7 @@
 """infer beside llama.cpp on the same GGUF files: how far each is from the float64 reference of
 exactly the weights a file holds (GgufModelTest's measure), in one run.
 
-For each fixture (llama, qwen3, gemma3) and each type (F32, Q8_0, Q4_0, Q4_1, Q5_0 on the
+For each fixture (llama, qwen3, gemma3) and each type (F32, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 on the
 fixture; Q4_K, Q5_K, Q6_K on its K-sized random model, as the test makes it), the file is written
 by tests/gguf/write_gguf.py with a stand-in vocabulary of the fixture's size (the fixtures have
 no tokenizer, and llama.cpp will not load a model without one), its dequantized weights go to
@@ -10,10 +10,10 @@ tests/gguf/reference_f64.py, and both engines give logits for:
 - the fixture's reference positions (its logits_input_ids): worst row error, max over positions
   of max |l - ref| / max |ref|;
 - GgufModelTest's 16 sequences of 64 ids (its LCG, seed 53): top-1 agreement over 1024 positions.
-infer: `infer logits --model FILE.gguf --matmul-precision f32` (a quantized MatMul rounds its
-activations to int8 per 32, whatever the precision); llama.cpp: gguf_logits.cc built against
-node-llama-cpp's prebuilt libllama (benchmarks/llamacpp/setup.sh), f32 KV cache, no flash
-attention. A float file must agree at top-1 1.000 on both sides, which checks the harness.
+infer: `infer logits --model FILE.gguf --matmul-precision f32` (every type kept as the file
+gives it; a quantized MatMul rounds its activations to int8 per 32, whatever the precision);
+llama.cpp: gguf_logits.cc built against node-llama-cpp's prebuilt libllama
+(benchmarks/llamacpp/setup.sh), f32 KV cache, no flash attention. A float file must agree at top-1 1.000 on both sides, which checks the harness.
 Beside them, two engines that exist only in numpy: reference_f64.py with the input of every
 weight product rounded (--round-activations) to int8 per 32 channels (the scheme both engines
 use) or to bf16, float64 otherwise; their top-1 over the same 1024 positions says how much of
@@ -41,7 +41,7 @@ from run_sampling_bench import cpu_flags, cpu_name  # noqa: E402
 LLAMACPP = os.path.join(ROOT, ".cache", "llamacpp", "node_modules")
 BINS = os.path.join(LLAMACPP, "@node-llama-cpp", "linux-x64", "bins", "linux-x64")
 BUNDLE = os.path.join(LLAMACPP, "node-llama-cpp", "llama", "gitRelease.bundle")
-FIXTURE_TYPES = ["F32", "Q8_0", "Q4_0", "Q4_1", "Q5_0"]
+FIXTURE_TYPES = ["F32", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]
 K_TYPES = ["Q4_K", "Q5_K", "Q6_K"]
 
 

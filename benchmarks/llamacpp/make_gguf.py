@@ -8,25 +8,28 @@ matrix Q8_0, the tied embedding/output too), q4_0 (layers Q4_0; the tied embeddi
 also the output head, Q6_K as llama-quantize makes it, or Q8_0 where rows are not a multiple of
 256, its fallback: gemma-3-1b's 1152), q4_k_m (llama-quantize's Q4_K_M: layers Q4_K, attn_v and
 ffn_down Q6_K in its use_more_bits layers, the head Q6_K; Q5_0 and Q8_0 its fallbacks for rows
-that are not whole 256-blocks). Norms are F32 ones. Quantized blocks hold
+that are not whole 256-blocks), q5_k_m (the same with Q5_K layers; Q5_1 the fallback for
+Q5_K). Norms are F32 ones. Quantized blocks hold
 random quants with a small fixed scale. Architectures: llama (Llama-3.2-1B-Instruct), qwen3
 (Qwen3-1.7B: q/k norms) and gemma3 (gemma-3-1b-it: q/k norms, post-attention and post-FFN norms,
 sliding window 512 on five of six layers, a SentencePiece vocabulary); every one ties its output
 head to the embedding, as these three checkpoints do.
 
-Usage: make_gguf.py MODEL_DIR {bf16,q8_0,q4_0,q4_k_m} OUT.gguf
+Usage: make_gguf.py MODEL_DIR {bf16,q8_0,q4_0,q4_k_m,q5_k_m} OUT.gguf
 """
 import json
 import os
 import struct
 import sys
 
-GGML = {"f32": 0, "f16": 1, "q4_0": 2, "q5_0": 6, "q8_0": 8, "q4_k": 12, "q6_k": 14, "bf16": 30}
-FILE_TYPE = {"bf16": 32, "q8_0": 7, "q4_0": 2, "q4_k_m": 15}  # llama_ftype
+GGML = {"f32": 0, "f16": 1, "q4_0": 2, "q5_0": 6, "q5_1": 7, "q8_0": 8, "q4_k": 12, "q5_k": 13,
+        "q6_k": 14, "bf16": 30}
+FILE_TYPE = {"bf16": 32, "q8_0": 7, "q4_0": 2, "q4_k_m": 15, "q5_k_m": 17}  # llama_ftype
 # (elements per block, bytes per block, offsets of the f16 scales in the block: the first gets
 # a small fixed scale, the others (Q4_K's dmin) 0)
 BLOCKS = {"q8_0": (32, 34, (0,)), "q4_0": (32, 18, (0,)), "q5_0": (32, 22, (0,)),
-          "q4_k": (256, 144, (0, 2)), "q6_k": (256, 210, (208,))}
+          "q5_1": (32, 24, (0, 2)), "q4_k": (256, 144, (0, 2)), "q5_k": (256, 176, (0, 2)),
+          "q6_k": (256, 210, (208,))}
 ALIGN = 32
 
 
@@ -106,24 +109,27 @@ def main():
     if bos is None:
         bos = eos
 
-    embedding = {"bf16": "bf16", "q8_0": "q8_0", "q4_0": "q6_k", "q4_k_m": "q6_k"}[kind]
+    embedding = {"bf16": "bf16", "q8_0": "q8_0", "q4_0": "q6_k", "q4_k_m": "q6_k",
+                 "q5_k_m": "q6_k"}[kind]
 
     def typed(base, columns):
         """llama-quantize's fallback where rows are not whole 256-blocks (Gemma's 1152)."""
         if columns % 256 == 0:
             return base
-        return {"q6_k": "q8_0", "q4_k": "q5_0"}.get(base, base)
+        return {"q6_k": "q8_0", "q4_k": "q5_0", "q5_k": "q5_1"}.get(base, base)
 
     def more_bits(i):
-        """Q4_K_M's layers whose attn_v and ffn_down take Q6_K (llama-quantize's use_more_bits)."""
+        """Q4_K_M's and Q5_K_M's layers whose attn_v and ffn_down take Q6_K (llama-quantize's
+        use_more_bits)."""
         return i < layers // 8 or i >= 7 * layers // 8 or (i - layers // 8) % 3 == 2
 
     embedding = typed(embedding, hidden)
 
     def matrix(columns, i, name=""):
-        if kind != "q4_k_m":
+        if kind not in ("q4_k_m", "q5_k_m"):
             return kind
-        return typed("q6_k" if name in ("v", "down") and more_bits(i) else "q4_k", columns)
+        base = "q4_k" if kind == "q4_k_m" else "q5_k"
+        return typed("q6_k" if name in ("v", "down") and more_bits(i) else base, columns)
     tensors = [("token_embd.weight", [hidden, vocab], embedding),
                ("output_norm.weight", [hidden], "f32")]
     for i in range(layers):

@@ -9,8 +9,8 @@ dequantization are checked against llama.cpp's gguf-py by check_gguf_writer.py.
 Usage (Debian's python3-numpy):
   write_gguf.py HF_DIR OUT.gguf --type TYPE [--dequantized DIR] [--tokenizer DIR]
   write_gguf.py --vocab-only TOKENIZER_DIR OUT.gguf [--vocab-size N]
-TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q4_K Q5_K Q6_K. --dequantized writes DIR/config.json and
-DIR/model.safetensors (f32, Hugging Face names and layout) holding what the file's weights
+TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K. --dequantized writes DIR/config.json
+and DIR/model.safetensors (f32, Hugging Face names and layout) holding what the file's weights
 dequantize to, for a float64 reference of exactly those weights (reference_f64.py).
 --tokenizer DIR adds the tokenizer.* metadata of DIR/tokenizer.json and tokenizer_config.json as
 the converter writes it; --vocab-only writes only that metadata (as convert_hf_to_gguf.py
@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reference_f64 import read_safetensors  # noqa: E402
 
 TYPES = {"F32": (0, 1, 4), "F16": (1, 1, 2), "Q4_0": (2, 32, 18), "Q4_1": (3, 32, 20),
-         "Q5_0": (6, 32, 22),
+         "Q5_0": (6, 32, 22), "Q5_1": (7, 32, 24),
          "Q8_0": (8, 32, 34), "Q4_K": (12, 256, 144), "Q5_K": (13, 256, 176),
          "Q6_K": (14, 256, 210), "BF16": (30, 1, 2)}
 
@@ -92,6 +92,22 @@ def quantize_q5_0(x):
     for j in range(32):
         qh |= ((q[:, j] >> 4) & 1) << j
     return np.concatenate([f16_bytes(d), qh.astype("<u4").view(np.uint8).reshape(-1, 4),
+                           pack_nibbles_32((q & 15).astype(np.uint8))], axis=1)
+
+
+def quantize_q5_1(x):
+    # ggml's: d = (max - min) / 31, m = min; q = (x - m) / d rounded, in [0, 31].
+    low, high = x.min(axis=1), x.max(axis=1)
+    d = ((high - low) / 31).astype(np.float16)
+    m = low.astype(np.float16)
+    inverse = safe_inverse(d.astype(np.float32))[:, None]
+    q = np.clip(np.floor((x - m.astype(np.float32)[:, None]) * inverse + 0.5), 0, 31)
+    q = q.astype(np.uint32)
+    qh = np.zeros(len(x), np.uint32)
+    for j in range(32):
+        qh |= ((q[:, j] >> 4) & 1) << j
+    return np.concatenate([f16_bytes(d), f16_bytes(m),
+                           qh.astype("<u4").view(np.uint8).reshape(-1, 4),
                            pack_nibbles_32((q & 15).astype(np.uint8))], axis=1)
 
 
@@ -197,13 +213,16 @@ def dequantize(kind, b):
         if kind == "Q4_0":
             return f16_at(b, 0)[:, None] * (q - 8)
         return f16_at(b, 0)[:, None] * q + f16_at(b, 2)[:, None]
-    if kind == "Q5_0":
-        qh = b[:, 2:6].copy().view("<u4")[:, 0]
-        qs = b[:, 6:]
+    if kind in ("Q5_0", "Q5_1"):
+        at = 2 if kind == "Q5_0" else 4  # the fifth bits, then the nibbles
+        qh = b[:, at:at + 4].copy().view("<u4")[:, 0]
+        qs = b[:, at + 4:]
         low = np.concatenate([qs & 15, qs >> 4], axis=1).astype(np.uint32)
         high = (qh[:, None] >> np.arange(32, dtype=np.uint32)) & 1
-        q = (low | (high << 4)).astype(np.int8) - 16
-        return f16_at(b, 0)[:, None] * q.astype(np.float32)
+        q = (low | (high << 4)).astype(np.int8)
+        if kind == "Q5_0":
+            return f16_at(b, 0)[:, None] * (q - 16).astype(np.float32)
+        return f16_at(b, 0)[:, None] * q.astype(np.float32) + f16_at(b, 2)[:, None]
     if kind in ("Q4_K", "Q5_K"):
         sc, mn = unpack_k_scales(b[:, 4:16])
         q = k_nibbles(b[:, 48:] if kind == "Q5_K" else b[:, 16:])
@@ -227,7 +246,7 @@ def dequantize(kind, b):
 
 
 QUANTIZERS = {"Q8_0": quantize_q8_0, "Q4_0": quantize_q4_0, "Q4_1": quantize_q4_1,
-              "Q5_0": quantize_q5_0,
+              "Q5_0": quantize_q5_0, "Q5_1": quantize_q5_1,
               "Q4_K": quantize_q4_k, "Q5_K": quantize_q5_k, "Q6_K": quantize_q6_k}
 
 

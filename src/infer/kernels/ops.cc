@@ -98,7 +98,7 @@ int PackedMatrix::QuantAt(int64_t row, int64_t col) const {
   const int64_t at = QuantIndex(row, col, &high);
   if (quantization_ == Quantization::kInt8) return bytes[at];
   const int low = high ? bytes[at] >> 4 : bytes[at] & 0x0f;
-  if (!IsInt6(quantization_)) return low;
+  if (!HasTopPlane(quantization_)) return low;
   const int64_t quad = col % kQuantBlock / 4;
   return low | (bytes[at + Int6TopDelta(quad)] >> Int6TopShift(quad) & 3) << 4;
 }
@@ -116,12 +116,12 @@ float PackedMatrix::ScaleAt(int64_t row, int64_t group) const {
 }
 
 float PackedMatrix::MinimumAt(int64_t row, int64_t group) const {
-  if (!IsInt4(quantization_)) return 0.0F;
+  if (!HasMinimum(quantization_)) return 0.0F;
   return F16At(data(), ScaleIndex(row, group) + 2 * kPanelRows);
 }
 
 int PackedMatrix::SubBlockScaleBits(int64_t row, int64_t block, bool minimum) const {
-  INFER_CHECK(quantization_ == Quantization::kInt4K, "SubBlockScaleBits: not an int4k matrix");
+  INFER_CHECK(HasInt4KScales(quantization_), "SubBlockScaleBits: not an int4k or int5k matrix");
   const int64_t group = block * kQuantBlock / group_size_;
   const int64_t b = block % (group_size_ / kQuantBlock);
   uint32_t words[3];
@@ -135,13 +135,13 @@ float PackedMatrix::SubBlockScale(int64_t row, int64_t block) const {
   INFER_CHECK(quantization_ != Quantization::kInt6K,
               "SubBlockScale: an int6k matrix scales each 16 channels (ChannelScale)");
   const int64_t group = block * kQuantBlock / group_size_;
-  if (quantization_ != Quantization::kInt4K) return ScaleAt(row, group);
+  if (!HasInt4KScales(quantization_)) return ScaleAt(row, group);
   return ScaleAt(row, group) * static_cast<float>(SubBlockScaleBits(row, block, false));
 }
 
 float PackedMatrix::SubBlockMinimum(int64_t row, int64_t block) const {
   const int64_t group = block * kQuantBlock / group_size_;
-  if (quantization_ != Quantization::kInt4K) return MinimumAt(row, group);
+  if (!HasInt4KScales(quantization_)) return MinimumAt(row, group);
   return MinimumAt(row, group) * static_cast<float>(SubBlockScaleBits(row, block, true));
 }
 

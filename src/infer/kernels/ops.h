@@ -62,15 +62,23 @@ MatMulPrecision ParseMatMulPrecision(std::string_view name);
 //   of 256 input channels, each an f16 scale d and per 16 channels an int8 scale sc: w = (d sc)
 //   q, q in [-32, 31] (stored as q + 32 in kInt6's layout). d sc is exact in f32 (11 significant
 //   bits times 8); 6.5625 bits per weight.
+// - kInt5K: llama.cpp's Q5_K, taken as a GGUF file gives it (no quantizer makes it): kInt4K's
+//   super-blocks and scales (d, dm and the 6-bit sc and mn per 32) with 5-bit values, w = (d sc)
+//   q + (dm mn), q in [0, 31], stored in kInt6's layout (its top bit 0): 6.5 bits per weight in
+//   memory (the file's 5.5), multiplied as kInt4K's sub-blocks are.
+// - kInt5: llama.cpp's Q5_1, taken as a GGUF file gives it (gemma-3-1b's Q5_K_M files hold it
+//   where rows are not whole K blocks): per group of 32 an f16 scale d and an f16 minimum m,
+//   w = d q + m, q in [0, 31], stored in kInt6's layout: 7 bits per weight in memory (the
+//   file's 6), multiplied as kInt4's groups are.
 // A quantized MatMul rounds its activations to int8 per row and block of 32 input channels
 // (scale max|x| / 127, to nearest even, as llama.cpp's vec_dot does) and multiplies on the
 // integer units (AVX-512 VNNI vpdpbusd where the CPU has it); MatMulPrecision is not used.
-enum class Quantization { kNone, kInt8, kInt4, kInt4K, kInt6, kInt6K };
+enum class Quantization { kNone, kInt8, kInt4, kInt4K, kInt6, kInt6K, kInt5K, kInt5 };
 
-// "none", "int8", "int4", "int4k", "int6", "int6k"
+// "none", "int8", "int4", "int4k", "int6", "int6k", "int5k", "int5"
 std::string_view QuantizationName(Quantization quantization);
-// One of those names but int6k (made from GGUF files only); anything else throws infer::Error
-// naming the choices.
+// One of those names but int6k, int5k and int5 (made from GGUF files only); anything else throws
+// infer::Error naming the choices.
 Quantization ParseQuantization(std::string_view name);
 // Whether the type stores 4-bit values (kInt4, kInt4K): two per byte, w = d q + m per sub-block.
 constexpr bool IsInt4(Quantization quantization) {
@@ -80,18 +88,36 @@ constexpr bool IsInt4(Quantization quantization) {
 constexpr bool IsInt6(Quantization quantization) {
   return quantization == Quantization::kInt6 || quantization == Quantization::kInt6K;
 }
+// Whether the type stores 5-bit values (kInt5, kInt5K), in kInt6's layout.
+constexpr bool IsInt5(Quantization quantization) {
+  return quantization == Quantization::kInt5 || quantization == Quantization::kInt5K;
+}
+// Whether the type keeps its values in kInt6's layout (a nibble plane, then a plane of top 2
+// bits): the 6-bit and the 5-bit types.
+constexpr bool HasTopPlane(Quantization quantization) {
+  return IsInt6(quantization) || IsInt5(quantization);
+}
+// Whether the type is asymmetric, w = d q + m per sub-block (m 0 for the others): the 4-bit and
+// the 5-bit types.
+constexpr bool HasMinimum(Quantization quantization) {
+  return IsInt4(quantization) || IsInt5(quantization);
+}
+// Whether the type scales its super-blocks as kInt4K does (d, dm, 6-bit sc and mn per 32).
+constexpr bool HasInt4KScales(Quantization quantization) {
+  return quantization == Quantization::kInt4K || quantization == Quantization::kInt5K;
+}
 // What a symmetric type stores for q: q + 128 (kInt8: a byte), q + 32 (the 6-bit types); 0 for
 // the 4-bit types, which store q itself. w = d (stored - offset) + m.
 constexpr int QuantStoredOffset(Quantization quantization) {
   return quantization == Quantization::kInt8 ? 128 : IsInt6(quantization) ? 32 : 0;
 }
-// Whether a sub-block's values start with a plane of 4-bit nibbles (the 4-bit types; the 6-bit
-// ones keep their low 4 bits there and their top 2 bits in a plane after it).
+// Whether a sub-block's values start with a plane of 4-bit nibbles (the 4-bit types; those in
+// kInt6's layout keep their low 4 bits there and their top bits in a plane after it).
 constexpr bool HasNibblePlane(Quantization quantization) {
-  return IsInt4(quantization) || IsInt6(quantization);
+  return IsInt4(quantization) || HasTopPlane(quantization);
 }
-// kInt4K's and kInt6K's super-block (their only group size), and the bytes of kInt4K's packed
-// 6-bit scales per row.
+// The super-block of kInt4K, kInt5K and kInt6K (their only group size), and the bytes of
+// kInt4K's (and kInt5K's) packed 6-bit scales per row.
 constexpr int64_t kSuperBlock = 256;
 // kInt6K's int8 scales per super-block: one per 16 channels.
 constexpr int64_t kInt6KHalves = kSuperBlock / 16;
@@ -144,23 +170,24 @@ constexpr int64_t kDefaultInt4Group = 32;
 // - f16, f32: [2][kPanelRows].
 // A range of panels is therefore one sequential stream (what decode reads), and a panel's
 // steps are what the GEMM's register tile consumes in order.
-// Quantized (kInt8, kInt4, kInt4K, kInt6, kInt6K): panels of kPanelRows rows, each num_groups()
-// groups of group_size() input channels (k padded with zeros to whole groups), each
+// Quantized (kInt8, kInt4, kInt4K, kInt6, kInt6K, kInt5K, kInt5): panels of kPanelRows rows, each
+// num_groups() groups of group_size() input channels (k padded with zeros to whole groups), each
 // group_bytes() bytes: the quantized values q (unsigned: int8 stores q + 128, the 6-bit types q
-// + 32) of its sub-blocks of kQuantBlock channels, then d[kPanelRows] (f16), then for kInt4
-// m[kPanelRows] (f16); for kInt4K d[kPanelRows], dm[kPanelRows] (f16) and the sub-blocks' 6-bit
-// sc and mn as three 32-bit words per row, word-major ([3][kPanelRows]): word 0 holds sc0-sc4,
-// word 1 mn0-mn4, word 2 sc5-sc7, mn5 and mn6 (6 bits each from bit 0), and bits 30-31 of words
-// 0, 1, 2 hold mn7's bits 0-1, 2-3, 4-5 (SubBlockScaleBits); for kInt6K d[kPanelRows] (f16) and
-// the int8 sc of each 16 channels, [16][kPanelRows] (Int6KScaleIndex).
+// + 32) of its sub-blocks of kQuantBlock channels, then d[kPanelRows] (f16), then for kInt4 and
+// kInt5 m[kPanelRows] (f16); for kInt4K and kInt5K d[kPanelRows], dm[kPanelRows] (f16) and the
+// sub-blocks' 6-bit sc and mn as three 32-bit words per row, word-major ([3][kPanelRows]): word 0
+// holds sc0-sc4, word 1 mn0-mn4, word 2 sc5-sc7, mn5 and mn6 (6 bits each from bit 0), and bits
+// 30-31 of words 0, 1, 2 hold mn7's bits 0-1, 2-3, 4-5 (SubBlockScaleBits); for kInt6K
+// d[kPanelRows] (f16) and the int8 sc of each 16 channels, [16][kPanelRows] (Int6KScaleIndex).
 // A sub-block is laid out for vpdpbusd, four consecutive channels of a row per 32-bit lane:
 // - kInt8: [8 quads][kPanelRows][4] bytes (1024);
 // - kInt4, kInt4K: [4][kPanelRows][4] bytes (512); a byte holds quad j (low nibble) and quad j + 4
 //   (high nibble).
-// - kInt6, kInt6K: the stored q + 32's low 4 bits as kInt4's 512 bytes, then their top 2 bits as
-//   [2][kPanelRows][4] bytes (256): byte slot s (0, 1) holds quads s, s + 2, s + 4, s + 6 in
-//   its bits 0-1, 2-3, 4-5, 6-7 (Int6HighIndex), so that nibble slot j's quads j and j + 4
-//   find theirs in slot j % 2 at bits 2 (j / 2) and 4 + 2 (j / 2).
+// - kInt6, kInt6K, kInt5K, kInt5 (kInt6's layout): the stored values' low 4 bits as kInt4's 512
+// bytes,
+//   then their top 2 bits as [2][kPanelRows][4] bytes (256): byte slot s (0, 1) holds quads s,
+//   s + 2, s + 4, s + 6 in its bits 0-1, 2-3, 4-5, 6-7 (Int6HighIndex), so that nibble slot j's
+//   quads j and j + 4 find theirs in slot j % 2 at bits 2 (j / 2) and 4 + 2 (j / 2).
 // QuantIndex() (and Int6HighIndex()) below are the one definition of that layout.
 class PackedMatrix {
  public:
@@ -180,10 +207,10 @@ class PackedMatrix {
   static PackedMatrix Quantize(const Tensor& w, Quantization quantization, int64_t group_size = 0,
                                ThreadPool* pool = nullptr, TensorArena* arena = nullptr);
   // One row of w already quantized in a type's own terms, to be kept exactly (a GGUF file's
-  // Q8_0, Q4_0, Q4_1, Q4_K and Q6_K blocks): q[cols] (kInt8: q in [-128, 127]; kInt4 and
-  // kInt4K: [0, 15]; kInt6K: [-32, 31]); per group the f16 bits of d and of m (kInt4: the
-  // minimum; kInt4K: dm, the minimum step); kInt4K also the 6-bit sc and mn of each sub-block of
-  // 32; kInt6K the int8 sc16 of each 16 channels.
+  // Q8_0, Q4_0, Q4_1, Q5_1, Q4_K, Q5_K and Q6_K blocks): q[cols] (kInt8: q in [-128, 127]; kInt4
+  // and kInt4K: [0, 15]; kInt5 and kInt5K: [0, 31]; kInt6K: [-32, 31]); per group the f16 bits of d
+  // and of m (kInt4, kInt5: the minimum; kInt4K, kInt5K: dm, the minimum step); kInt4K and kInt5K
+  // also the 6-bit sc and mn of each sub-block of 32; kInt6K the int8 sc16 of each 16 channels.
   struct QuantizedRow {
     std::vector<int> q;
     std::vector<uint16_t> d, m;
@@ -192,9 +219,9 @@ class PackedMatrix {
   };
   // w [rows, cols] from `fill(row, out)`, which sets out's values for each row (its vectors
   // come sized: cols, groups, groups, cols / 32, cols / 32 and cols / 16). Groups of 32 (kInt8,
-  // kInt4) or kSuperBlock (kInt4K, kInt6K); cols a multiple of the group. Throws infer::Error
-  // for another type, a q out of range or a 6-bit value over 63. Runs on `pool` (fill from
-  // several threads) when given.
+  // kInt4, kInt5) or kSuperBlock (kInt4K, kInt5K, kInt6K); cols a multiple of the group. Throws
+  // infer::Error for another type, a q out of range or a 6-bit value over 63. Runs on `pool` (fill
+  // from several threads) when given.
   static PackedMatrix FromQuantizedRows(Quantization quantization, int64_t rows, int64_t cols,
                                         const std::function<void(int64_t, QuantizedRow&)>& fill,
                                         ThreadPool* pool = nullptr, TensorArena* arena = nullptr);
@@ -212,11 +239,11 @@ class PackedMatrix {
   int64_t num_groups() const { return (cols_ + group_size_ - 1) / group_size_; }
   // Bytes of one sub-block's values, of one group (values and scales), of one panel.
   int64_t sub_block_bytes() const {
-    return quantization_ == Quantization::kInt8 ? 1024 : IsInt6(quantization_) ? 768 : 512;
+    return quantization_ == Quantization::kInt8 ? 1024 : HasTopPlane(quantization_) ? 768 : 512;
   }
   int64_t group_bytes() const {
-    const int64_t scale_bytes = quantization_ == Quantization::kInt4    ? 4
-                                : quantization_ == Quantization::kInt4K ? 4 + kInt4KScaleBytes
+    const int64_t scale_bytes = HasInt4KScales(quantization_)           ? 4 + kInt4KScaleBytes
+                                : HasMinimum(quantization_)             ? 4
                                 : quantization_ == Quantization::kInt6K ? 2 + kInt6KHalves
                                                                         : 2;
     return group_size_ / kQuantBlock * sub_block_bytes() + scale_bytes * kPanelRows;
@@ -233,27 +260,28 @@ class PackedMatrix {
            in_group / kQuantBlock * sub_block_bytes() + (quad_slot * kPanelRows + lane) * 4 +
            col % 4;
   }
-  // The 6-bit types: bytes from the byte holding quad `quad`'s low 4 bits (QuantIndex) to the byte
+  // kInt6's layout: bytes from the byte holding quad `quad`'s low 4 bits (QuantIndex) to the byte
   // holding its top 2 bits (slot quad % 2 of the plane after the nibbles), at bit
   // Int6TopShift(quad).
   static constexpr int64_t Int6TopDelta(int64_t quad) {
     return (4 + quad % 2 - quad % 4) * kPanelRows * 4;
   }
   static constexpr int Int6TopShift(int64_t quad) { return static_cast<int>(2 * (quad / 2)); }
-  // The 6-bit types: byte of q(row, col)'s top 2 bits, and their shift in it.
+  // kInt6's layout: byte of q(row, col)'s top 2 bits, and their shift in it.
   int64_t Int6HighIndex(int64_t row, int64_t col, int* shift) const {
     const int64_t quad = col % kQuantBlock / 4;
     *shift = Int6TopShift(quad);
     bool high = false;
     return QuantIndex(row, col, &high) + Int6TopDelta(quad);
   }
-  // Byte of the f16 scale d (and for kInt4, 2 * kPanelRows bytes on, the minimum m; for kInt4K
-  // the minimum step dm, then 2 * kPanelRows bytes on its scale words) of row's group g.
+  // Byte of the f16 scale d (and for kInt4, kInt5, 2 * kPanelRows bytes on, the minimum m; for
+  // kInt4K and kInt5K the minimum step dm, then 2 * kPanelRows bytes on their scale words) of row's
+  // group g.
   int64_t ScaleIndex(int64_t row, int64_t group) const {
     return (row / kPanelRows) * panel_bytes() + group * group_bytes() +
            group_size_ / kQuantBlock * sub_block_bytes() + (row % kPanelRows) * 2;
   }
-  // kInt4K: byte of row's scale word `word` (0-2) in group g, after d and dm.
+  // kInt4K, kInt5K: byte of row's scale word `word` (0-2) in group g, after d and dm.
   int64_t ScaleWordIndex(int64_t row, int64_t group, int word) const {
     return ScaleIndex(row, group) + 4 * kPanelRows + (row % kPanelRows) * 2 + word * 4 * kPanelRows;
   }
@@ -277,22 +305,22 @@ class PackedMatrix {
            (dtype() == DType::kBF16 ? lane * 2 + col % 2 : (col % 2) * kPanelRows + lane);
   }
   // A quantized matrix's stored values: q of w[row, col] as stored (int8: q + 128, int4: the
-  // nibble, the 6-bit types: q + 32), and its group's f16 scale d and minimum m (int4; 0 for
-  // int8; kInt4K: d and dm), widened.
+  // nibble, the 6-bit types: q + 32, int5k: q), and its group's f16 scale d and minimum m (int4;
+  // 0 for int8; kInt4K, kInt5K: d and dm), widened.
   int QuantAt(int64_t row, int64_t col) const;
   float ScaleAt(int64_t row, int64_t group) const;
   float MinimumAt(int64_t row, int64_t group) const;
   // The scale and minimum that multiply sub-block `block` (input channels [32 block, 32 block +
   // 32)) of row: w = scale q + minimum (int8: minimum 0, q less 128). The group's for kInt8 and
-  // kInt4; d sc and dm mn, exact in f32, for kInt4K. (kInt6K scales each 16 channels: not one
-  // per sub-block; ChannelScale.)
+  // kInt4; d sc and dm mn, exact in f32, for kInt4K and kInt5K. (kInt6K scales each 16 channels:
+  // not one per sub-block; ChannelScale.)
   float SubBlockScale(int64_t row, int64_t block) const;
   float SubBlockMinimum(int64_t row, int64_t block) const;
   // The scale that multiplies w[row, col]'s q: SubBlockScale, or kInt6K's d sc (exact in f32).
   float ChannelScale(int64_t row, int64_t col) const;
   // kInt6K: the int8 sc of channels [16 half, 16 half + 16) of row (half counts over all of k).
   int Int6KHalfScale(int64_t row, int64_t half) const;
-  // kInt4K: sub-block `block`'s 6-bit sc and mn of row.
+  // kInt4K, kInt5K: sub-block `block`'s 6-bit sc and mn of row.
   int SubBlockScaleBits(int64_t row, int64_t block, bool minimum) const;
   // w[row, col] widened to f32 (dequantized: d * q (+ m), in f32).
   float At(int64_t row, int64_t col) const;

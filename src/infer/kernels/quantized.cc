@@ -27,6 +27,10 @@ std::string_view QuantizationName(Quantization quantization) {
       return "int6";
     case Quantization::kInt6K:
       return "int6k";
+    case Quantization::kInt5K:
+      return "int5k";
+    case Quantization::kInt5:
+      return "int5";
   }
   return "unknown";
 }
@@ -263,13 +267,13 @@ SuperBlockScales ChooseSuperBlockScales(const float* values, int64_t count, int6
 }
 
 // Stores u (what the type stores for q) as element i of the group whose first byte is `first`:
-// element i sits at first + sub-block offset + quad slot * 128 + i % 4 (ops.h); kInt6's top 2
-// bits Int6TopDelta on. The bytes start zeroed.
+// element i sits at first + sub-block offset + quad slot * 128 + i % 4 (ops.h); kInt6's layout's
+// top 2 bits Int6TopDelta on. The bytes start zeroed.
 template <Quantization kType>
 inline void StoreQuant(uint8_t* bytes, int64_t first, int64_t sub_bytes, int64_t i, int u) {
   const int64_t quad = i % kQuantBlock / 4;
   const int64_t sub = first + i / kQuantBlock * sub_bytes + i % 4;
-  if constexpr (IsInt6(kType)) {
+  if constexpr (HasTopPlane(kType)) {
     const int64_t at = sub + quad % 4 * PackedMatrix::kPanelRows * 4;
     bytes[at] |= static_cast<uint8_t>((u & 15) << (quad >= 4 ? 4 : 0));
     bytes[at + PackedMatrix::Int6TopDelta(quad)] |=
@@ -298,7 +302,7 @@ inline void StoreSubBlock(uint8_t* at, const int* u) {
       at[j * kSlot + e] = static_cast<uint8_t>((u[4 * j + e] & 15) | (u[16 + 4 * j + e] & 15) << 4);
     }
   }
-  if constexpr (IsInt6(kType)) {
+  if constexpr (HasTopPlane(kType)) {
     // The top 2 bits of quads s, s + 2, s + 4, s + 6 in slot s (0, 1) of the plane after the
     // nibbles, at bits 0-1, 2-3, 4-5, 6-7 (PackedMatrix::Int6TopDelta, Int6TopShift).
     for (int64_t slot = 0; slot < 2; ++slot) {
@@ -432,9 +436,13 @@ void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, i
 PackedMatrix PackedMatrix::Quantize(const Tensor& w, Quantization quantization, int64_t group_size,
                                     ThreadPool* pool, TensorArena* arena) {
   if (quantization == Quantization::kNone) return Pack(w, pool, arena);
-  INFER_CHECK(quantization != Quantization::kInt6K,
-              "quantize: int6k is taken from GGUF Q6_K blocks as given (FromQuantizedRows), not "
-              "made from floats");
+  INFER_CHECK(quantization != Quantization::kInt6K && !IsInt5(quantization),
+              "quantize: {} is taken from GGUF {} blocks as given (FromQuantizedRows), not made "
+              "from floats",
+              QuantizationName(quantization),
+              quantization == Quantization::kInt6K   ? "Q6_K"
+              : quantization == Quantization::kInt5K ? "Q5_K"
+                                                     : "Q5_1");
   INFER_CHECK(w.rank() == 2, "quantize: weight has shape {}, expected [n, k]",
               ShapeString(w.shape()));
   INFER_CHECK(w.dtype() == DType::kF32 || w.dtype() == DType::kBF16 || w.dtype() == DType::kF16,
@@ -499,7 +507,9 @@ void StoreQuantizedRows(const PackedMatrix& packed, uint8_t* bytes, int64_t row_
   const int64_t group = packed.group_size();
   const int64_t groups = packed.num_groups();
   const int lo = kType == Quantization::kInt8 ? -128 : kType == Quantization::kInt6K ? -32 : 0;
-  const int hi = kType == Quantization::kInt8 ? 127 : kType == Quantization::kInt6K ? 31 : 15;
+  const int hi = kType == Quantization::kInt8                     ? 127
+                 : kType == Quantization::kInt6K || IsInt5(kType) ? 31
+                                                                  : 15;
   PackedMatrix::QuantizedRow out;
   for (int64_t row = row_begin; row < row_end; ++row) {
     out.q.assign(static_cast<size_t>(cols), 0);
@@ -533,7 +543,7 @@ void StoreQuantizedRows(const PackedMatrix& packed, uint8_t* bytes, int64_t row_
       const int64_t scale = packed.ScaleIndex(row, g);
       std::copy_n(reinterpret_cast<const uint8_t*>(&out.d[static_cast<size_t>(g)]), 2,
                   bytes + scale);
-      if constexpr (kType == Quantization::kInt4 || kType == Quantization::kInt4K) {
+      if constexpr (HasMinimum(kType)) {
         std::copy_n(reinterpret_cast<const uint8_t*>(&out.m[static_cast<size_t>(g)]), 2,
                     bytes + scale + 2 * PackedMatrix::kPanelRows);
       }
@@ -543,7 +553,7 @@ void StoreQuantizedRows(const PackedMatrix& packed, uint8_t* bytes, int64_t row_
               static_cast<uint8_t>(out.sc16[static_cast<size_t>(g * kInt6KHalves + h)]);
         }
       }
-      if constexpr (kType == Quantization::kInt4K) {
+      if constexpr (HasInt4KScales(kType)) {
         uint32_t words[3] = {};
         for (int64_t j = 0; j < group / kQuantBlock; ++j) {
           const auto at = static_cast<size_t>(g * group / kQuantBlock + j);
@@ -568,9 +578,10 @@ PackedMatrix PackedMatrix::FromQuantizedRows(
     Quantization quantization, int64_t rows, int64_t cols,
     const std::function<void(int64_t, QuantizedRow&)>& fill, ThreadPool* pool, TensorArena* arena) {
   INFER_CHECK(quantization == Quantization::kInt8 || quantization == Quantization::kInt4 ||
-                  quantization == Quantization::kInt4K || quantization == Quantization::kInt6K,
+                  quantization == Quantization::kInt4K || quantization == Quantization::kInt6K ||
+                  IsInt5(quantization),
               "quantized rows: {} is not taken as given", QuantizationName(quantization));
-  const bool super = quantization == Quantization::kInt4K || quantization == Quantization::kInt6K;
+  const bool super = HasInt4KScales(quantization) || quantization == Quantization::kInt6K;
   const int64_t group = super ? kSuperBlock : kQuantBlock;
   INFER_CHECK(rows >= 0 && cols > 0 && cols % group == 0,
               "quantized rows: [{}, {}] is not in whole groups of {}", rows, cols, group);
@@ -591,6 +602,10 @@ PackedMatrix PackedMatrix::FromQuantizedRows(
       StoreQuantizedRows<Quantization::kInt4>(packed, data, row_begin, row_end, fill);
     } else if (quantization == Quantization::kInt6K) {
       StoreQuantizedRows<Quantization::kInt6K>(packed, data, row_begin, row_end, fill);
+    } else if (quantization == Quantization::kInt5K) {
+      StoreQuantizedRows<Quantization::kInt5K>(packed, data, row_begin, row_end, fill);
+    } else if (quantization == Quantization::kInt5) {
+      StoreQuantizedRows<Quantization::kInt5>(packed, data, row_begin, row_end, fill);
     } else {
       StoreQuantizedRows<Quantization::kInt4K>(packed, data, row_begin, row_end, fill);
     }

@@ -44,13 +44,15 @@ void NibblesK(const uint8_t* qs, int* q) {
   }
 }
 
-// Element e of a Q5_0 block (d, 4 bytes of high bits, 16 of nibbles) less its offset 16: in
-// [-16, 15].
-int Q5Value(const uint8_t* b, int e) {
+// The 5-bit q (0-31) of element e of a Q5_0 / Q5_1 block from `bits`: its 4 bytes of fifth bits
+// (bit e for element e), then its 16 bytes of nibbles.
+int Q5Bits(const uint8_t* bits, int e) {
   uint32_t high_bits = 0;
-  std::memcpy(&high_bits, b + 2, 4);
-  return (Nibble32(b + 6, e) | static_cast<int>(((high_bits >> e) & 1U) << 4)) - 16;
+  std::memcpy(&high_bits, bits, 4);
+  return Nibble32(bits + 4, e) | static_cast<int>(((high_bits >> e) & 1U) << 4);
 }
+// Element e of a Q5_0 block (d, then the bits) less its offset 16: in [-16, 15].
+int Q5Value(const uint8_t* b, int e) { return Q5Bits(b + 2, e) - 16; }
 
 // The 256 values of a Q6_K block (128 bytes of low nibbles, 64 of top 2 bits, then the scales
 // and d) less their offset 32: in [-32, 31]. Each half of 128 has 64 nibble bytes and 32 top-bit
@@ -93,6 +95,7 @@ bool CanDequantizeGgml(uint32_t type) {
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_1:
     case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K:
     case GgmlType::kQ6_K:
@@ -131,6 +134,12 @@ void DequantizeGgmlRow(uint32_t type, std::span<const std::byte> row, std::span<
         const float d = HalfAt(b);
         const float m = HalfAt(b + 2);
         for (int e = 0; e < 32; ++e) y[e] = d * static_cast<float>(Nibble32(b + 4, e)) + m;
+      });
+    case GgmlType::kQ5_1:
+      return ForBlocks(row, out, 32, 24, [](const uint8_t* b, float* y) {
+        const float d = HalfAt(b);
+        const float m = HalfAt(b + 2);
+        for (int e = 0; e < 32; ++e) y[e] = d * static_cast<float>(Q5Bits(b + 4, e)) + m;
       });
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K: {
@@ -181,8 +190,12 @@ std::optional<kernels::Quantization> ExactQuantization(uint32_t type) {
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_1:
       return kernels::Quantization::kInt4;
+    case GgmlType::kQ5_1:
+      return kernels::Quantization::kInt5;
     case GgmlType::kQ4_K:
       return kernels::Quantization::kInt4K;
+    case GgmlType::kQ5_K:
+      return kernels::Quantization::kInt5K;
     case GgmlType::kQ6_K:
       return kernels::Quantization::kInt6K;
     default:
@@ -231,15 +244,34 @@ void FillQuantizedRow(uint32_t type, std::span<const std::byte> row,
       }
       return;
     }
+    case GgmlType::kQ5_1:
+      for (int64_t g = 0; g < cols / 32; ++g) {
+        const uint8_t* b = bytes + g * 24;
+        out.d[g] = Half(b);
+        out.m[g] = Half(b + 2);
+        for (int e = 0; e < 32; ++e) out.q[g * 32 + e] = Q5Bits(b + 4, e);
+      }
+      return;
     case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K: {
+      // Q5_K is Q4_K's block with the values' fifth bits (qh) between the scales and nibbles.
+      const bool five = static_cast<GgmlType>(type) == GgmlType::kQ5_K;
       for (int64_t g = 0; g < cols / 256; ++g) {
-        const uint8_t* b = bytes + g * 144;
+        const uint8_t* b = bytes + g * (five ? 176 : 144);
         out.d[g] = Half(b);
         out.m[g] = Half(b + 2) ^ 0x8000;  // the minimum step dm = -dmin
         for (int j = 0; j < 8; ++j) ScaleMin(b + 4, j, out.sc[g * 8 + j], out.mn[g * 8 + j]);
-        NibblesK(b + 16, out.q.data() + g * 256);
+        int* q = out.q.data() + g * 256;
+        NibblesK(b + (five ? 48 : 16), q);
+        if (five) {
+          const uint8_t* qh = b + 16;
+          for (int j = 0; j < 8; ++j) {
+            for (int l = 0; l < 32; ++l) q[32 * j + l] |= ((qh[l] >> j) & 1) << 4;
+          }
+        }
       }
       return;
+    }
     case GgmlType::kQ6_K:
       for (int64_t g = 0; g < cols / 256; ++g) {
         const uint8_t* b = bytes + g * 210;

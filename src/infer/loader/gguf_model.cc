@@ -273,8 +273,8 @@ kernels::PackedMatrix GgufMatrix(const GgufFile& file, const GgufTensorInfo& ten
                           tensor.type == static_cast<uint32_t>(GgmlType::kF16) ||
                           tensor.type == static_cast<uint32_t>(GgmlType::kBF16);
   INFER_CHECK(float_type || CanDequantizeGgml(tensor.type),
-              "{}: tensor '{}' is {}; infer reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, "
-              "Q5_K and Q6_K",
+              "{}: tensor '{}' is {}; infer reads F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
+              "Q4_K, Q5_K and Q6_K",
               file.path(), tensor.name, type);
   INFER_CHECK(float_type || quantization == kernels::Quantization::kNone,
               "{}: tensor '{}' is already {}; --quantization {} applies to f32, f16 and bf16 "
@@ -292,17 +292,8 @@ kernels::PackedMatrix GgufMatrix(const GgufFile& file, const GgufTensorInfo& ten
       Fail("{}: tensor '{}': {}", file.path(), tensor.name, error.what());
     }
   }
-  if (!float_type) {
-    // Q5_K: no infer layout holds its values, f32 does (gguf-py's arithmetic).
-    Tensor widened = Tensor::Empty(DType::kF32, {rows, cols}, /*huge_pages=*/true);
-    ParallelForOn(pool, rows, 64, [&](int64_t begin, int64_t end) {
-      for (int64_t row = begin; row < end; ++row) {
-        DequantizeGgmlRow(tensor.type, row_of(row),
-                          std::span(widened.data<float>() + row * cols, static_cast<size_t>(cols)));
-      }
-    });
-    return kernels::PackedMatrix::Pack(widened, pool, arena);
-  }
+  INFER_CHECK(float_type, "{}: tensor '{}': {} has no infer layout", file.path(), tensor.name,
+              type);
   Tensor values = file.View(tensor);
   if (permuted) {
     Tensor reordered = Tensor::Empty(values.dtype(), values.shape(), /*huge_pages=*/true);

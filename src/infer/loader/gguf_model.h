@@ -25,9 +25,8 @@ std::string GgufTensorName(const std::string& hf_name, const ModelConfig& config
 
 // A weight matrix [rows, cols] (the Hugging Face shape) from its GGUF tensor, in HF's row order
 // (llama's q and k rows were permuted by the converter for llama.cpp's rope: the permutation is
-// undone). Q8_0 and Q5_0, Q4_0 and Q4_1, Q4_K and Q6_K are kept exactly in infer's int8, int4,
-// int4k and int6k; Q5_K is widened exactly to f32; F32, F16 and BF16 are packed as loaded, or
-// quantized as
+// undone). Q8_0 and Q5_0, Q4_0 and Q4_1, Q5_1, Q4_K, Q5_K and Q6_K are kept exactly in infer's
+// int8, int4, int5, int4k, int5k and int6k; F32, F16 and BF16 are packed as loaded, or quantized as
 // `quantization` asks (kNone: as loaded). Throws infer::Error naming the tensor for another
 // type, or for `quantization` asked of a tensor the file already quantized.
 kernels::PackedMatrix GgufMatrix(const GgufFile& file, const GgufTensorInfo& tensor,

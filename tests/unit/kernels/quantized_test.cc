@@ -1,8 +1,8 @@
-// Quantized weights (int8, int4, int4k, int6, and int6k from Q6_K rows): the stored values against
-// the quantization rule written out here, the activation rounding against the rule, and every
-// MatMul path (the scalar reference and each SIMD level the CPU has) against a float64 product of
-// the dequantized weights and the rounded activations, over odd shapes, strides, groups and bias;
-// and batch invariance.
+// Quantized weights (int8, int4, int4k, int6, and int6k and int5k from Q6_K and Q5_K rows): the
+// stored values against the quantization rule written out here, the activation rounding against
+// the rule, and every MatMul path (the scalar reference and each SIMD level the CPU has) against a
+// float64 product of the dequantized weights and the rounded activations, over odd shapes,
+// strides, groups and bias; and batch invariance.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -413,11 +413,11 @@ TEST(QuantizedTest, MatMulEqualsFloat64ProductOfTheDequantizedValues) {
 // The scalar twin of the SIMD kernels' arithmetic, written out here from the formula in
 // matmul_quant_simd.cc: per row, output feature and block of 32 channels, the exact integer
 // sum r of the stored weight values (int8: q, the stored byte minus 128; int6: the stored 6 bits
-// minus 32; int4: the nibble; int6k: the stored 6 bits minus 32 times their 16 channels' int8
-// scale) times the activation's q, then the block's f32 term added to one f32 accumulator in
-// ascending block order,
+// minus 32; int4: the nibble; int5k: the stored 5 bits; int6k: the stored 6 bits minus 32 times
+// their 16 channels' int8 scale) times the activation's q, then the block's f32 term added to one
+// f32 accumulator in ascending block order,
 //   int8, int6, int6k (d: int6k's super-block d): acc = fma(float(r), d * dx, acc)
-//   int4: acc = fma(float(r), d * dx, acc); acc = fma(m, dx * float(sx), acc)
+//   int4, int4k, int5k: acc = fma(float(r), d * dx, acc); acc = fma(m, dx * float(sx), acc)
 // and finally acc + bias. Every SIMD path (each its own integer instructions: vpmaddwd,
 // vpmaddubsw of |x| and sign-adjusted q, vpdpbusd, AMX tiles) must give these bits exactly, for a
 // row alone, in small batches (the streaming order) and in large ones (the many-row order).
@@ -430,7 +430,7 @@ std::vector<float> ScalarTwin(const std::vector<float>& x, int64_t m, int64_t k,
   std::vector<int32_t> sx(static_cast<size_t>(m * blocks));
   cpu::reference::QuantizeActivations(x.data(), m, k, x_stride, padded_k, q.data(), dx.data(),
                                       sx.data());
-  const bool int4 = IsInt4(w.quantization());
+  const bool int4 = HasMinimum(w.quantization());
   const bool int6k = w.quantization() == Quantization::kInt6K;
   const int offset = w.quantization() == Quantization::kInt8 ? 128
                      : IsInt6(w.quantization())              ? 32
@@ -621,6 +621,142 @@ TEST(QuantizedTest, Int6KHoldsQ6KRowsAndEveryPathMultipliesThem) {
                    Quantization::kInt6K, 1, 256,
                    [](int64_t, PackedMatrix::QuantizedRow& out) { out.q[3] = 32; }),
                Error);
+}
+
+// A 5-bit matrix as a GGUF file's rows give it (FromQuantizedRows; nothing quantizes to these):
+// q in [0, 31]; int5k (Q5_K): per 256 channels an f16 d and an f16 minimum step dm (<= 0, as the
+// loader stores -dmin), per 32 a 6-bit sc and mn; int5 (Q5_1): per 32 an f16 d and an f16 m.
+// Random, with their extremes (q 0 and 31, sc and mn 63) in row 0. `values`: each weight
+// (d sc) q + (dm mn), or d q + m, in double.
+PackedMatrix RandomInt5(Quantization type, int64_t n, int64_t k, uint32_t seed,
+                        std::vector<double>& values) {
+  const bool super = type == Quantization::kInt5K;
+  const int64_t group = super ? 256 : 32;
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> q_of(0, 31);
+  std::uniform_int_distribution<int> six_of(0, 63);
+  std::uniform_real_distribution<float> d_of(1e-4F, 4e-3F);
+  std::vector<int> q(static_cast<size_t>(n * k));
+  std::vector<uint8_t> sc(static_cast<size_t>(n * k / 32), 1), mn(sc.size(), 1);
+  std::vector<uint16_t> d(static_cast<size_t>(n * k / group)), m(d.size());
+  for (int& v : q) v = q_of(gen);
+  for (size_t i = 0; i < sc.size() && super; ++i) {
+    sc[i] = static_cast<uint8_t>(six_of(gen));
+    mn[i] = static_cast<uint8_t>(six_of(gen));
+  }
+  for (size_t i = 0; i < d.size(); ++i) {
+    d[i] = F32ToF16(d_of(gen));
+    // int5k's minimum step is <= 0; int5's minimum either sign.
+    m[i] = F32ToF16(super || i % 2 ? -d_of(gen) : 16 * d_of(gen));
+  }
+  q[0] = 0, q[1] = 31, q[32] = 31;
+  if (super) sc[0] = 63, mn[0] = 63, sc[7] = 63, mn[7] = 63;  // sub-block 7: mn7's split bits
+  values.resize(q.size());
+  for (int64_t row = 0; row < n; ++row) {
+    for (int64_t col = 0; col < k; ++col) {
+      const auto at = static_cast<size_t>(row * k + col);
+      const auto sub = static_cast<size_t>(row * k / 32 + col / 32);
+      const auto g = static_cast<size_t>(row * k / group + col / group);
+      values[at] = static_cast<double>(F16ToF32(d[g])) * sc[sub] * q[at] +
+                   static_cast<double>(F16ToF32(m[g])) * mn[sub];
+    }
+  }
+  return PackedMatrix::FromQuantizedRows(
+      type, n, k,
+      [&](int64_t row, PackedMatrix::QuantizedRow& out) {
+        std::copy_n(q.begin() + row * k, k, out.q.begin());
+        if (super) {
+          std::copy_n(sc.begin() + row * k / 32, k / 32, out.sc.begin());
+          std::copy_n(mn.begin() + row * k / 32, k / 32, out.mn.begin());
+        }
+        std::copy_n(d.begin() + row * k / group, k / group, out.d.begin());
+        std::copy_n(m.begin() + row * k / group, k / group, out.m.begin());
+      },
+      &TestPool());
+}
+
+TEST(QuantizedTest, FiveBitTypesHoldGgufRowsAndEveryPathMultipliesThem) {
+  ThreadPool& pool = TestPool();
+  struct Dims {
+    int64_t m, k, n;
+  };
+  // Decode, the streaming order's row blocks, the many-row order (AVX-512 from 65 rows, an AMX
+  // build from 17; AVX2 streams at every m), partial tiles and panels, an output head's width.
+  const Dims dims[] = {{1, 256, 40},  {2, 512, 33},  {3, 256, 75},   {5, 1024, 7700}, {9, 768, 97},
+                       {17, 256, 64}, {33, 512, 70}, {70, 1280, 40}, {130, 256, 300}};
+  uint32_t seed = 950;
+  for (const Quantization type : {Quantization::kInt5K, Quantization::kInt5}) {
+    for (const Dims& s : dims) {
+      ++seed;
+      SCOPED_TRACE(std::string(QuantizationName(type)));
+      std::vector<double> values;
+      const PackedMatrix packed = RandomInt5(type, s.n, s.k, seed, values);
+      ASSERT_EQ(packed.quantization(), type);
+      for (int64_t row = 0; row < s.n; ++row) {
+        for (int64_t col = 0; col < s.k; ++col) {
+          // (d sc) q and dm mn (or d q and m) are exact in f32 (11 significant bits times 6, times
+          // 5), so their sum is rounded once, as the double's is.
+          ASSERT_EQ(packed.At(row, col), static_cast<float>(values[row * s.k + col]))
+              << "[" << row << ", " << col << "]";
+        }
+      }
+      std::vector<float> x = RandomFloats(static_cast<size_t>(s.m * s.k), -2, 2, seed + 1);
+      for (int64_t c = 0; c < 32; ++c) x[c] = c % 2 ? 3.0F : -3.0F;  // q of +-127
+      const std::vector<double> xq = RoundActivationsByRule(x.data(), s.m, s.k, s.k);
+      const std::vector<float> twin = ScalarTwin(x, s.m, s.k, s.k, packed, nullptr);
+      for (Isa isa : AllIsas()) {
+        ScopedIsa scoped(isa);
+        std::vector<float> y(static_cast<size_t>(s.m * s.n));
+        MatMul(x.data(), s.m, s.k, s.k, packed, nullptr, y.data(), s.n, pool);
+        for (int64_t i = 0; i < s.m; ++i) {
+          for (int64_t j = 0; j < s.n; ++j) {
+            const float got = y[i * s.n + j];
+            if (isa != Isa::kScalar) {
+              ASSERT_EQ(got, twin[i * s.n + j]) << IsaName(isa) << " m=" << s.m << " k=" << s.k
+                                                << " n=" << s.n << " at [" << i << ", " << j << "]";
+            }
+            double want = 0.0;
+            double abs_sum = 0.0;
+            for (int64_t c = 0; c < s.k; ++c) {
+              want += values[j * s.k + c] * xq[i * s.k + c];
+              abs_sum += std::fabs(values[j * s.k + c] * xq[i * s.k + c]);
+            }
+            ASSERT_NEAR(got, want, 4e-6 * abs_sum + 1e-30)
+                << IsaName(isa) << " m=" << s.m << " k=" << s.k << " n=" << s.n << " at [" << i
+                << ", " << j << "]";
+          }
+        }
+      }
+      // Isa::kAvxVnni's kernels with the instruction emulated from its definition.
+      if (IsaSupported(Isa::kAvx2)) {
+        std::vector<float> y(static_cast<size_t>(s.m * s.n));
+        const cpu::Product product{&packed, nullptr, y.data(), s.n};
+        cpu::avxvnni_emulated::QuantizedMatMuls(x.data(), s.m, s.k, s.k, {&product, 1}, pool);
+        for (int64_t i = 0; i < s.m * s.n; ++i) {
+          ASSERT_EQ(y[i], twin[i]) << "avxvnni (emulated) m=" << s.m << " k=" << s.k << " n=" << s.n
+                                   << " at [" << i / s.n << ", " << i % s.n << "]";
+        }
+      }
+      // An AMX build's (emulated; int5k takes its vector tiles in the many-row order too).
+      if (IsaSupported(Isa::kAvx512Bf16)) {
+        std::vector<float> y(static_cast<size_t>(s.m * s.n));
+        const cpu::Product product{&packed, nullptr, y.data(), s.n};
+        cpu::avx512amx_emulated::QuantizedMatMuls(x.data(), s.m, s.k, s.k, {&product, 1}, pool);
+        for (int64_t i = 0; i < s.m * s.n; ++i) {
+          ASSERT_EQ(y[i], twin[i]) << "avx512amx (emulated) m=" << s.m << " k=" << s.k
+                                   << " n=" << s.n << " at [" << i / s.n << ", " << i % s.n << "]";
+        }
+      }
+    }
+  }
+  // Nothing quantizes floats to the 5-bit types, and a q outside [0, 31] is refused.
+  const StoredTensor w = Store(DType::kF32, {2, 256}, RandomFloats(512, -1, 1, 5));
+  for (const Quantization type : {Quantization::kInt5K, Quantization::kInt5}) {
+    EXPECT_THROW(PackedMatrix::Quantize(w.tensor, type), Error);
+    EXPECT_THROW(PackedMatrix::FromQuantizedRows(
+                     type, 1, 256, [](int64_t, PackedMatrix::QuantizedRow& out) { out.q[3] = 32; }),
+                 Error);
+  }
 }
 
 TEST(QuantizedTest, RowsAreBatchInvariant) {

@@ -190,9 +190,11 @@ TEST_F(GgufModelTest, QuantizedFilesAreNoFurtherFromTheirWeightsThanInfersOwnQua
     cases.push_back({arch, "Q8_0", Quantization::kInt8, false});
     cases.push_back({arch, "Q4_0", Quantization::kInt4, false});
     cases.push_back({arch, "Q4_1", Quantization::kInt4, false});
-    // Q5_0 (gemma-3-1b's Q4_K_M files hold it where rows are not whole K blocks): infer's int8
-    // holds it exactly; it is a 5-bit type, so held to infer's own 4 bits.
+    // Q5_0 and Q5_1 (gemma-3-1b's Q4_K_M and Q5_K_M files hold them where rows are not whole K
+    // blocks): infer's int8 and int5 hold them exactly; 5-bit types, so held to infer's own 4
+    // bits.
     cases.push_back({arch, "Q5_0", Quantization::kInt4, false});
+    cases.push_back({arch, "Q5_1", Quantization::kInt4, false});
     cases.push_back({arch, "Q4_K", Quantization::kInt4K, true});
     cases.push_back({arch, "Q5_K", Quantization::kInt6, true});
     cases.push_back({arch, "Q6_K", Quantization::kInt6, true});

@@ -116,8 +116,9 @@ void QuantGemm(const QuantizedRows& x, int64_t m, std::span<const Product> outpu
     return;
   }
 #if defined(INFER_AMX_TILES)
-  // (kInt6, the output head's type, takes the vector tiles below.)
-  if (outputs.front().w->quantization() != Quantization::kInt6) {
+  // (kInt6, the output head's type, and the 5-bit types take the vector tiles below.)
+  if (outputs.front().w->quantization() != Quantization::kInt6 &&
+      !IsInt5(outputs.front().w->quantization())) {
     AmxGemm<kInt4>(x, m, outputs, pool);
     return;
   }
@@ -198,7 +199,7 @@ void QuantizedMatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
 #if !defined(__AVX512F__)
   if (!streaming) PrepareManyRowRows(rows, padded_m, first.quantization(), pool);
 #endif
-  if (IsInt4(first.quantization())) {
+  if (HasMinimum(first.quantization())) {
     QuantGemm<true>(rows, m, outputs, pool);
   } else {
     QuantGemm<false>(rows, m, outputs, pool);

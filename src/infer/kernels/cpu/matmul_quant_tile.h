@@ -57,11 +57,13 @@ constexpr int64_t kStreamMaxBlocks = kTuning.quant_stream_max_blocks;
 // with a far prefetch, ahead of the k-blocked order from memory from 2 rows.)
 inline bool StreamingOrder(int64_t m, Quantization q) {
   if (q == Quantization::kInt6K) return true;  // the vector tiles alone read its 16-channel scales
+#if !defined(__AVX512F__)
+  if (IsInt5(q)) return true;  // AVX2's many-row tiles do not read their values
+#endif
   if (q == Quantization::kInt8 && kTuning.quant_stream_max_rows_int8 > 0) {
     return m <= kTuning.quant_stream_max_rows_int8;
   }
-  if ((q == Quantization::kInt4K || q == Quantization::kInt6) &&
-      kTuning.quant_stream_max_rows_k > 0) {
+  if ((HasInt4KScales(q) || q == Quantization::kInt6) && kTuning.quant_stream_max_rows_k > 0) {
     return m <= kTuning.quant_stream_max_rows_k;
   }
   if (kTuning.quant_stream_max_rows_all > 0) return m <= kTuning.quant_stream_max_rows_all;
@@ -258,7 +260,8 @@ inline void SubBlockScales(const uint8_t* scales, int64_t lane, int64_t b, bool 
 // [g0, g1); x row after row (group_rows 1). y holds the sum of the earlier groups when
 // `accumulate`; bias (features from j0, or null) is added after the last group. kSix: kInt6
 // (kInt4 false), a template argument so that int8's decode loop is compiled without int6's
-// (with int6's work in the same loop, AVX-512 int8 decode measured slower).
+// (with int6's work in the same loop, AVX-512 int8 decode measured slower); with kInt4, the 5-bit
+// types (kInt6's layout of values; kInt5K's scales and arithmetic are kInt4K's, kInt5's kInt4's).
 // kFar: one of the passes over the panel (NextPanel; kTiles 1), which asks for the next panel
 // instead of its own lines. kHalves (with kSix): kInt6K, whose blocks' two 16-channel halves
 // (quads 0-3 and 4-7) sum apart (dot and dot_hi), each to be multiplied by its own scale.
@@ -273,8 +276,8 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
   const int64_t sub_bytes = w.sub_block_bytes();
   const int64_t group_bytes = w.group_bytes();
   const int64_t values_bytes = subs * sub_bytes;
-  [[maybe_unused]] const bool super = w.quantization() == Quantization::kInt4K;
-  static_assert(!(kInt4 && kSix) && (kSix || !kHalves));
+  [[maybe_unused]] const bool super = HasInt4KScales(w.quantization());
+  static_assert((kSix || !kHalves) && !(kInt4 && kHalves));
   constexpr int64_t kAhead = PrefetchBytes(kRows, kSix);
   constexpr int32_t kOffset =
       kInt4 ? 0 : QuantStoredOffset(kSix ? Quantization::kInt6 : Quantization::kInt8);
@@ -322,7 +325,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
         }
       }
       const int8_t* xq = x.q + row0 * x.padded_k + block * kQuantBlock;
-      if constexpr (kInt4 && kInt4OnMaddubs) {
+      if constexpr (kInt4 && !kSix && kInt4OnMaddubs) {
         VI sum16[kTiles][kRows][2];
 #pragma GCC unroll 8
         for (int t = 0; t < kTiles; ++t) {
@@ -358,7 +361,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
             dot[t][r][1] = WidenI16Pairs(sum16[t][r][1]);
           }
         }
-      } else if constexpr (kInt4 && kRows <= 2) {
+      } else if constexpr (kInt4 && !kSix && kRows <= 2) {
         // Few rows (decode): the high nibbles stay in place (16 q) in their own accumulators,
         // shifted down once per block (the sums are exact multiples of 16): one AND and no
         // shift per load, and two independent chains.
@@ -396,16 +399,16 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
           }
         }
       } else if constexpr (kInt4 || kSix) {
-        // The 4-bit types on vpdpbusd, and the 6-bit types: nibble slot j's quads j and j + 4,
-        // for those with their top bits (slot j % 2, loaded and prefetched at j = 0 and 1, read
-        // again at 2 and 3). The 6-bit types without VNNI take vpmaddubsw: a quad's products
-        // u x, u <= 63, |x| <= 127, stay within 4 * 63 * 127 = 32004 in int16.
+        // The 4-bit types on vpdpbusd, and those in kInt6's layout: nibble slot j's quads j and
+        // j + 4, for the latter with their top bits (slot j % 2, loaded and prefetched at j = 0
+        // and 1, read again at 2 and 3). kInt6's layout without VNNI takes vpmaddubsw: a quad's
+        // products u x, u <= 63, |x| <= 127, stay within 4 * 63 * 127 = 32004 in int16.
 #pragma GCC unroll 4
         for (int64_t j = 0; j < 4; ++j) {
 #pragma GCC unroll 8
           for (int t = 0; t < kTiles; ++t) {
             VI lo0, hi0, lo1, hi1;
-            QuadPair<!kFar>(base[t] + b * sub_bytes, j, /*six=*/!kInt4, kAhead, lo0, hi0, lo1, hi1);
+            QuadPair<!kFar>(base[t] + b * sub_bytes, j, kSix, kAhead, lo0, hi0, lo1, hi1);
 #pragma GCC unroll 8
             for (int r = 0; r < kRows; ++r) {
               const VI xlo = Set1I(Quad(xq + r * x.padded_k + 4 * j));
@@ -422,7 +425,7 @@ inline void QuantTile(const QuantizedRows& x, int64_t row0, const PackedMatrix& 
                   dot_hi[t][r][0] = DotU8S8(dot_hi[t][r][0], hi0, xhi);
                   dot_hi[t][r][1] = DotU8S8(dot_hi[t][r][1], hi1, xhi);
                 }
-              } else if constexpr (!kInt4 && kInt4OnMaddubs) {
+              } else if constexpr (kSix && kInt4OnMaddubs) {
                 dot[t][r][0] = AddI(dot[t][r][0], WidenI16Pairs(AddI16(MulU8S8PairsI16(lo0, xlo),
                                                                        MulU8S8PairsI16(hi0, xhi))));
                 dot[t][r][1] = AddI(dot[t][r][1], WidenI16Pairs(AddI16(MulU8S8PairsI16(lo1, xlo),
@@ -587,9 +590,9 @@ template <bool kInt4, int kRows, bool kSix, bool kFar, bool kHalves = false>
 inline void QuantTileRun(int64_t tiles, const QuantizedRows& x, int64_t row0, const PackedMatrix& w,
                          int64_t j0, int64_t g0, int64_t g1, float* y, int64_t y_stride,
                          bool accumulate, const float* bias, const NextPanel& far) {
-  constexpr int kGroup = kFar      ? 1
-                         : kHalves ? std::min(2, TilesPerCall(kRows))
-                                   : TilesPerCall(kRows);
+  constexpr int kGroup = kFar                         ? 1
+                         : kHalves || (kInt4 && kSix) ? std::min(2, TilesPerCall(kRows))
+                                                      : TilesPerCall(kRows);
   int64_t t = 0;
   if constexpr (kGroup > 1) {
     for (; t + kGroup <= tiles; t += kGroup) {
@@ -618,7 +621,13 @@ inline void QuantTiles(int rows, int64_t tiles, const QuantizedRows& x, int64_t 
                                          accumulate, bias, far);
       return;
     }
-    if constexpr (!kInt4) {
+    if constexpr (kInt4) {
+      if (IsInt5(w.quantization())) {
+        QuantTileRun<true, kRows, true, kFar>(tiles, x, row0, w, j0, g0, g1, y, y_stride,
+                                              accumulate, bias, far);
+        return;
+      }
+    } else {
       if (w.quantization() == Quantization::kInt6) {
         QuantTileRun<false, kRows, true, kFar>(tiles, x, row0, w, j0, g0, g1, y, y_stride,
                                                accumulate, bias, far);
