@@ -9,6 +9,9 @@
 #include <cmath>
 #include <random>
 #include <set>
+#include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "infer/core/error.h"
@@ -564,8 +567,70 @@ PackedMatrix RandomInt6K(int64_t n, int64_t k, uint32_t seed, std::vector<double
       &TestPool());
 }
 
-TEST(QuantizedTest, Int6KHoldsQ6KRowsAndEveryPathMultipliesThem) {
+// A matrix made from GGUF rows (FromQuantizedRows) against `values`, each of its weights in
+// double: every weight exactly (the types' products are exact in f32, their sums rounded once as
+// the double's are), and its MatMul of m random rows (one block of +-127) on every level the CPU
+// has, AVX-VNNI's and an AMX build's kernels emulated too: the scalar twin's bits, within 4e-6
+// of the float64 product.
+void ExpectGgufRowsMultiplied(const PackedMatrix& packed, const std::vector<double>& values,
+                              int64_t m, uint32_t seed) {
   ThreadPool& pool = TestPool();
+  const int64_t n = packed.rows();
+  const int64_t k = packed.cols();
+  const std::string where =
+      fmt::format("{} m={} k={} n={}", QuantizationName(packed.quantization()), m, k, n);
+  for (int64_t row = 0; row < n; ++row) {
+    for (int64_t col = 0; col < k; ++col) {
+      ASSERT_EQ(packed.At(row, col), static_cast<float>(values[row * k + col]))
+          << where << " [" << row << ", " << col << "]";
+    }
+  }
+  std::vector<float> x = RandomFloats(static_cast<size_t>(m * k), -2, 2, seed);
+  for (int64_t c = 0; c < 32; ++c) x[c] = c % 2 ? 3.0F : -3.0F;  // q of +-127
+  const std::vector<double> xq = RoundActivationsByRule(x.data(), m, k, k);
+  const std::vector<float> twin = ScalarTwin(x, m, k, k, packed, nullptr);
+  for (Isa isa : AllIsas()) {
+    ScopedIsa scoped(isa);
+    std::vector<float> y(static_cast<size_t>(m * n));
+    MatMul(x.data(), m, k, k, packed, nullptr, y.data(), n, pool);
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < n; ++j) {
+        const float got = y[i * n + j];
+        if (isa != Isa::kScalar) {
+          ASSERT_EQ(got, twin[i * n + j])
+              << IsaName(isa) << " " << where << " at [" << i << ", " << j << "]";
+        }
+        double want = 0.0;
+        double abs_sum = 0.0;
+        for (int64_t c = 0; c < k; ++c) {
+          want += values[j * k + c] * xq[i * k + c];
+          abs_sum += std::fabs(values[j * k + c] * xq[i * k + c]);
+        }
+        ASSERT_NEAR(got, want, 4e-6 * abs_sum + 1e-30)
+            << IsaName(isa) << " " << where << " at [" << i << ", " << j << "]";
+      }
+    }
+  }
+  using Kernels =
+      void (*)(const float*, int64_t, int64_t, int64_t, std::span<const cpu::Product>, ThreadPool&);
+  std::vector<std::pair<const char*, Kernels>> emulated;
+  if (IsaSupported(Isa::kAvx2)) {
+    emulated.emplace_back("avxvnni (emulated)", cpu::avxvnni_emulated::QuantizedMatMuls);
+  }
+  if (IsaSupported(Isa::kAvx512Bf16)) {
+    emulated.emplace_back("avx512amx (emulated)", cpu::avx512amx_emulated::QuantizedMatMuls);
+  }
+  for (const auto& [name, kernels] : emulated) {
+    std::vector<float> y(static_cast<size_t>(m * n));
+    const cpu::Product product{&packed, nullptr, y.data(), n};
+    kernels(x.data(), m, k, k, {&product, 1}, pool);
+    for (int64_t i = 0; i < m * n; ++i) {
+      ASSERT_EQ(y[i], twin[i]) << name << " " << where << " at [" << i / n << ", " << i % n << "]";
+    }
+  }
+}
+
+TEST(QuantizedTest, Int6KHoldsQ6KRowsAndEveryPathMultipliesThem) {
   struct Dims {
     int64_t m, k, n;
   };
@@ -579,40 +644,8 @@ TEST(QuantizedTest, Int6KHoldsQ6KRowsAndEveryPathMultipliesThem) {
     std::vector<double> values;
     const PackedMatrix packed = RandomInt6K(s.n, s.k, seed, values);
     ASSERT_EQ(packed.quantization(), Quantization::kInt6K);
-    for (int64_t row = 0; row < s.n; ++row) {
-      for (int64_t col = 0; col < s.k; ++col) {
-        // d sc is exact in f32 (11 significant bits times 8), and so is d sc q.
-        ASSERT_EQ(packed.At(row, col), static_cast<float>(values[row * s.k + col]))
-            << "[" << row << ", " << col << "]";
-      }
-    }
-    std::vector<float> x = RandomFloats(static_cast<size_t>(s.m * s.k), -2, 2, seed + 1);
-    for (int64_t c = 0; c < 32; ++c) x[c] = c % 2 ? 3.0F : -3.0F;  // q of +-127
-    const std::vector<double> xq = RoundActivationsByRule(x.data(), s.m, s.k, s.k);
-    const std::vector<float> twin = ScalarTwin(x, s.m, s.k, s.k, packed, nullptr);
-    for (Isa isa : AllIsas()) {
-      ScopedIsa scoped(isa);
-      std::vector<float> y(static_cast<size_t>(s.m * s.n));
-      MatMul(x.data(), s.m, s.k, s.k, packed, nullptr, y.data(), s.n, pool);
-      for (int64_t i = 0; i < s.m; ++i) {
-        for (int64_t j = 0; j < s.n; ++j) {
-          const float got = y[i * s.n + j];
-          if (isa != Isa::kScalar) {
-            ASSERT_EQ(got, twin[i * s.n + j]) << IsaName(isa) << " m=" << s.m << " k=" << s.k
-                                              << " n=" << s.n << " at [" << i << ", " << j << "]";
-          }
-          double want = 0.0;
-          double abs_sum = 0.0;
-          for (int64_t c = 0; c < s.k; ++c) {
-            want += values[j * s.k + c] * xq[i * s.k + c];
-            abs_sum += std::fabs(values[j * s.k + c] * xq[i * s.k + c]);
-          }
-          ASSERT_NEAR(got, want, 4e-6 * abs_sum + 1e-30)
-              << IsaName(isa) << " m=" << s.m << " k=" << s.k << " n=" << s.n << " at [" << i
-              << ", " << j << "]";
-        }
-      }
-    }
+    // d sc is exact in f32 (11 significant bits times 8), and so is d sc q.
+    ExpectGgufRowsMultiplied(packed, values, s.m, seed + 1);
   }
   // Nothing quantizes floats to int6k, and a q outside [-32, 31] is refused.
   const StoredTensor w = Store(DType::kF32, {2, 256}, RandomFloats(512, -1, 1, 5));
@@ -676,7 +709,6 @@ PackedMatrix RandomInt5(Quantization type, int64_t n, int64_t k, uint32_t seed,
 }
 
 TEST(QuantizedTest, FiveBitTypesHoldGgufRowsAndEveryPathMultipliesThem) {
-  ThreadPool& pool = TestPool();
   struct Dims {
     int64_t m, k, n;
   };
@@ -688,65 +720,11 @@ TEST(QuantizedTest, FiveBitTypesHoldGgufRowsAndEveryPathMultipliesThem) {
   for (const Quantization type : {Quantization::kInt5K, Quantization::kInt5}) {
     for (const Dims& s : dims) {
       ++seed;
-      SCOPED_TRACE(std::string(QuantizationName(type)));
       std::vector<double> values;
       const PackedMatrix packed = RandomInt5(type, s.n, s.k, seed, values);
       ASSERT_EQ(packed.quantization(), type);
-      for (int64_t row = 0; row < s.n; ++row) {
-        for (int64_t col = 0; col < s.k; ++col) {
-          // (d sc) q and dm mn (or d q and m) are exact in f32 (11 significant bits times 6, times
-          // 5), so their sum is rounded once, as the double's is.
-          ASSERT_EQ(packed.At(row, col), static_cast<float>(values[row * s.k + col]))
-              << "[" << row << ", " << col << "]";
-        }
-      }
-      std::vector<float> x = RandomFloats(static_cast<size_t>(s.m * s.k), -2, 2, seed + 1);
-      for (int64_t c = 0; c < 32; ++c) x[c] = c % 2 ? 3.0F : -3.0F;  // q of +-127
-      const std::vector<double> xq = RoundActivationsByRule(x.data(), s.m, s.k, s.k);
-      const std::vector<float> twin = ScalarTwin(x, s.m, s.k, s.k, packed, nullptr);
-      for (Isa isa : AllIsas()) {
-        ScopedIsa scoped(isa);
-        std::vector<float> y(static_cast<size_t>(s.m * s.n));
-        MatMul(x.data(), s.m, s.k, s.k, packed, nullptr, y.data(), s.n, pool);
-        for (int64_t i = 0; i < s.m; ++i) {
-          for (int64_t j = 0; j < s.n; ++j) {
-            const float got = y[i * s.n + j];
-            if (isa != Isa::kScalar) {
-              ASSERT_EQ(got, twin[i * s.n + j]) << IsaName(isa) << " m=" << s.m << " k=" << s.k
-                                                << " n=" << s.n << " at [" << i << ", " << j << "]";
-            }
-            double want = 0.0;
-            double abs_sum = 0.0;
-            for (int64_t c = 0; c < s.k; ++c) {
-              want += values[j * s.k + c] * xq[i * s.k + c];
-              abs_sum += std::fabs(values[j * s.k + c] * xq[i * s.k + c]);
-            }
-            ASSERT_NEAR(got, want, 4e-6 * abs_sum + 1e-30)
-                << IsaName(isa) << " m=" << s.m << " k=" << s.k << " n=" << s.n << " at [" << i
-                << ", " << j << "]";
-          }
-        }
-      }
-      // Isa::kAvxVnni's kernels with the instruction emulated from its definition.
-      if (IsaSupported(Isa::kAvx2)) {
-        std::vector<float> y(static_cast<size_t>(s.m * s.n));
-        const cpu::Product product{&packed, nullptr, y.data(), s.n};
-        cpu::avxvnni_emulated::QuantizedMatMuls(x.data(), s.m, s.k, s.k, {&product, 1}, pool);
-        for (int64_t i = 0; i < s.m * s.n; ++i) {
-          ASSERT_EQ(y[i], twin[i]) << "avxvnni (emulated) m=" << s.m << " k=" << s.k << " n=" << s.n
-                                   << " at [" << i / s.n << ", " << i % s.n << "]";
-        }
-      }
-      // An AMX build's (emulated; int5k takes its vector tiles in the many-row order too).
-      if (IsaSupported(Isa::kAvx512Bf16)) {
-        std::vector<float> y(static_cast<size_t>(s.m * s.n));
-        const cpu::Product product{&packed, nullptr, y.data(), s.n};
-        cpu::avx512amx_emulated::QuantizedMatMuls(x.data(), s.m, s.k, s.k, {&product, 1}, pool);
-        for (int64_t i = 0; i < s.m * s.n; ++i) {
-          ASSERT_EQ(y[i], twin[i]) << "avx512amx (emulated) m=" << s.m << " k=" << s.k
-                                   << " n=" << s.n << " at [" << i / s.n << ", " << i % s.n << "]";
-        }
-      }
+      // (d sc) q and dm mn (or d q and m) are exact in f32 (11 significant bits times 6, times 5).
+      ExpectGgufRowsMultiplied(packed, values, s.m, seed + 1);
     }
   }
   // Nothing quantizes floats to the 5-bit types, and a q outside [0, 31] is refused.
