@@ -102,8 +102,9 @@ TEST(Gguf, ReadsWhatGgufPyWrote) {
 }
 
 // Every tensor of the gguf-py file, read by infer, is what gguf-py's dequantizer says, bit for bit:
-// widened (DequantizeGgmlRow) and as the matrix infer computes with (GgufMatrix: Q8_0, Q4_0,
-// Q4_1, Q4_K, Q5_K and Q6_K repacked into int8, int4, int4k, int5k and int6k).
+// widened (DequantizeGgmlRow) and as the matrix infer computes with (GgufMatrix: Q8_0 and Q5_0
+// repacked into int8, Q4_0 and Q4_1 into int4, Q5_1 into int5, Q4_K, Q5_K and Q6_K into int4k,
+// int5k and int6k).
 TEST(Gguf, ValuesAreGgufPysBitForBit) {
   const GgufFile file = GgufFile::Open(FixturePath("values.gguf"));
   const json expected = json::parse(ReadBytes(FixturePath("values.json")));
