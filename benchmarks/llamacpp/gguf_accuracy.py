@@ -13,7 +13,8 @@ tests/gguf/reference_f64.py, and both engines give logits for:
 infer: `infer logits --model FILE.gguf --matmul-precision f32` (every type kept as the file
 gives it; a quantized MatMul rounds its activations to int8 per 32, whatever the precision);
 llama.cpp: gguf_logits.cc built against node-llama-cpp's prebuilt libllama
-(benchmarks/llamacpp/setup.sh), f32 KV cache, no flash attention. A float file must agree at top-1 1.000 on both sides, which checks the harness.
+(benchmarks/llamacpp/setup.sh), f32 KV cache, no flash attention. A float file must agree at
+top-1 1.000 on both sides, which checks the harness.
 Beside them, two engines that exist only in numpy: reference_f64.py with the input of every
 weight product rounded (--round-activations) to int8 per 32 channels (the scheme both engines
 use) or to bf16, float64 otherwise; their top-1 over the same 1024 positions says how much of

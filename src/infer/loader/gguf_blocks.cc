@@ -51,6 +51,17 @@ int Q5Bits(const uint8_t* bits, int e) {
   std::memcpy(&high_bits, bits, 4);
   return Nibble32(bits + 4, e) | static_cast<int>(((high_bits >> e) & 1U) << 4);
 }
+// The 256 q of a Q4_K block (0-15) or, `five`, a Q5_K block (0-31: Q4_K's block with the
+// values' fifth bits, 32 bytes whose bit j is sub-block j's, between the scales and nibbles).
+void ValuesK(const uint8_t* b, bool five, int* q) {
+  NibblesK(b + (five ? 48 : 16), q);
+  if (!five) return;
+  const uint8_t* qh = b + 16;
+  for (int j = 0; j < 8; ++j) {
+    for (int l = 0; l < 32; ++l) q[32 * j + l] |= ((qh[l] >> j) & 1) << 4;
+  }
+}
+
 // Element e of a Q5_0 block (d, then the bits) less its offset 16: in [-16, 15].
 int Q5Value(const uint8_t* b, int e) { return Q5Bits(b + 2, e) - 16; }
 
@@ -148,20 +159,16 @@ void DequantizeGgmlRow(uint32_t type, std::span<const std::byte> row, std::span<
         const float d = HalfAt(b);
         const float dmin = HalfAt(b + 2);
         const uint8_t* scales = b + 4;
-        const uint8_t* qh = b + 16;  // Q5_K: the fifth bits, before the nibbles
-        int nibbles[256];
-        NibblesK(b + (five ? 48 : 16), nibbles);
+        int q[256];
+        ValuesK(b, five, q);
         for (int j = 0; j < 8; ++j) {
           uint8_t sc = 0;
           uint8_t mn = 0;
           ScaleMin(scales, j, sc, mn);
           const float scale = d * static_cast<float>(sc);
           const float minimum = dmin * static_cast<float>(mn);
-          for (int l = 0; l < 32; ++l) {
-            const int e = 32 * j + l;
-            int q = nibbles[e];
-            if (five) q |= ((qh[l] >> j) & 1) << 4;
-            y[e] = scale * static_cast<float>(q) - minimum;
+          for (int e = 32 * j; e < 32 * j + 32; ++e) {
+            y[e] = scale * static_cast<float>(q[e]) - minimum;
           }
         }
       });
@@ -254,21 +261,13 @@ void FillQuantizedRow(uint32_t type, std::span<const std::byte> row,
       return;
     case GgmlType::kQ4_K:
     case GgmlType::kQ5_K: {
-      // Q5_K is Q4_K's block with the values' fifth bits (qh) between the scales and nibbles.
       const bool five = static_cast<GgmlType>(type) == GgmlType::kQ5_K;
       for (int64_t g = 0; g < cols / 256; ++g) {
         const uint8_t* b = bytes + g * (five ? 176 : 144);
         out.d[g] = Half(b);
         out.m[g] = Half(b + 2) ^ 0x8000;  // the minimum step dm = -dmin
         for (int j = 0; j < 8; ++j) ScaleMin(b + 4, j, out.sc[g * 8 + j], out.mn[g * 8 + j]);
-        int* q = out.q.data() + g * 256;
-        NibblesK(b + (five ? 48 : 16), q);
-        if (five) {
-          const uint8_t* qh = b + 16;
-          for (int j = 0; j < 8; ++j) {
-            for (int l = 0; l < 32; ++l) q[32 * j + l] |= ((qh[l] >> j) & 1) << 4;
-          }
-        }
+        ValuesK(b, five, out.q.data() + g * 256);
       }
       return;
     }
