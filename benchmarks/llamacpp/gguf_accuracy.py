@@ -11,7 +11,8 @@ tests/gguf/reference_f64.py, and both engines give logits for:
   of max |l - ref| / max |ref|;
 - GgufModelTest's 16 sequences of 64 ids (its LCG, seed 53): top-1 agreement over 1024 positions.
 infer: `infer logits --model FILE.gguf --matmul-precision f32` (every type kept as the file
-gives it; a quantized MatMul rounds its activations to int8 per 32, whatever the precision);
+gives it; a quantized MatMul rounds its activations to int8 per 32, whatever the precision), and
+again with `--quantized-activations int8x2` (a second int8 plane for what the first leaves);
 llama.cpp: gguf_logits.cc built against node-llama-cpp's prebuilt libllama
 (benchmarks/llamacpp/setup.sh), f32 KV cache, no flash attention. A float file must agree at
 top-1 1.000 on both sides, which checks the harness.
@@ -90,11 +91,12 @@ def write_ids(path, sequences):
             f.write(" ".join(map(str, ids)) + "\n")
 
 
-def infer_logits(infer, gguf, sequences, out, threads):
+def infer_logits(infer, gguf, sequences, out, threads, activations="int8"):
     rows = []
     for ids in sequences:
         subprocess.run([infer, "logits", "--model", gguf, "--prompt-ids", ",".join(map(str, ids)),
-                        "--out", out, "--matmul-precision", "f32", "--threads", str(threads)],
+                        "--out", out, "--matmul-precision", "f32", "--threads", str(threads),
+                        "--quantized-activations", activations],
                        check=True, capture_output=True)
         rows.append(np.fromfile(out, dtype=np.float32))
     return np.concatenate(rows)
@@ -156,10 +158,14 @@ def main():
                                  vocab)
                 ours = measure(infer_logits(infer, tag + ".gguf", sequences, f"{tag}.out",
                                             args.threads), reference, vocab)
+                fine = measure(infer_logits(infer, tag + ".gguf", sequences, f"{tag}.out",
+                                            args.threads, "int8x2"), reference, vocab)
                 if name == "fixture":
-                    row.update(infer_worst_row_error=ours[0], llamacpp_worst_row_error=theirs[0])
+                    row.update(infer_worst_row_error=ours[0], llamacpp_worst_row_error=theirs[0],
+                               infer_int8x2_worst_row_error=fine[0])
                 else:
-                    row.update(infer_top1_1024=ours[1], llamacpp_top1_1024=theirs[1])
+                    row.update(infer_top1_1024=ours[1], llamacpp_top1_1024=theirs[1],
+                               infer_int8x2_top1_1024=fine[1])
                     for rounding in ("int8", "bf16"):
                         rounded = reference_logits(tag, ids_file, f"{tag}.{rounding}.ref",
                                                    rounding)
@@ -167,9 +173,11 @@ def main():
                             rounded, reference, vocab)[1]
             results.append(row)
             print(f"{arch:6} {kind:4} ({row['model']:7}) worst row error infer "
-                  f"{row['infer_worst_row_error']:.4f} llama.cpp "
+                  f"{row['infer_worst_row_error']:.4f} (int8x2 "
+                  f"{row['infer_int8x2_worst_row_error']:.5f}) llama.cpp "
                   f"{row['llamacpp_worst_row_error']:.4f} | top-1 over 1024 infer "
-                  f"{row['infer_top1_1024']:.3f} llama.cpp {row['llamacpp_top1_1024']:.3f} "
+                  f"{row['infer_top1_1024']:.3f} (int8x2 {row['infer_int8x2_top1_1024']:.3f}) "
+                  f"llama.cpp {row['llamacpp_top1_1024']:.3f} "
                   f"numpy int8 {row['numpy_int8_activations_top1_1024']:.3f} bf16 "
                   f"{row['numpy_bf16_activations_top1_1024']:.3f}", flush=True)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")

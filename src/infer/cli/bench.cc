@@ -126,11 +126,17 @@ void RunBench(const BenchArgs& args) {
   const std::string weight_type = loaded.quantization == kernels::Quantization::kNone
                                       ? std::string(DTypeName(loaded.weight_dtype))
                                       : std::string(kernels::QuantizationName(loaded.quantization));
-  // (The head's type, where it is not the int8 that auto gives.)
-  const std::string head_note = loaded.quantization != kernels::Quantization::kNone &&
-                                        loaded.head_quantization != kernels::Quantization::kInt8
-                                    ? fmt::format(" (output head {})", OutputHeadType(loaded))
-                                    : "";
+  // (The head's type, where it is not the int8 that auto gives; the activations' rounding, where
+  // it is not int8.)
+  std::string head_note = loaded.quantization != kernels::Quantization::kNone &&
+                                  loaded.head_quantization != kernels::Quantization::kInt8
+                              ? fmt::format(" (output head {})", OutputHeadType(loaded))
+                              : "";
+  if (loaded.quantization != kernels::Quantization::kNone &&
+      args.model.quantized_activations != kernels::QuantizedActivations::kInt8) {
+    head_note += fmt::format(" (activations {})",
+                             kernels::QuantizedActivationsName(args.model.quantized_activations));
+  }
 
   const SpeculativeConfig options_speculative = ResolveSpeculativeConfig(args.speculative_config);
   const std::vector<std::shared_ptr<const LoraAdapter>> adapters =
@@ -154,8 +160,8 @@ void RunBench(const BenchArgs& args) {
       fmt::format("{:.2f}B", static_cast<double>(ParameterCount(config)) / 1e9);
   for (int requested_threads : args.threads) {
     ThreadPool pool(requested_threads);
-    const std::unique_ptr<LanguageModel> model =
-        MakeDecoderModel(loaded, pool, args.model.matmul_precision);
+    const std::unique_ptr<LanguageModel> model = MakeDecoderModel(
+        loaded, pool, args.model.matmul_precision, args.model.quantized_activations);
     SamplingParams greedy;
     greedy.temperature = 0.0;
     GenerateOptions options;  // no EOS ids: every run generates all its tokens
@@ -253,6 +259,8 @@ void RunBench(const BenchArgs& args) {
                  {"rss_after_load_bytes", rss_after_load},
                  {"isa", isa},
                  {"matmul_precision", kernels::MatMulPrecisionName(args.model.matmul_precision)},
+                 {"quantized_activations",
+                  kernels::QuantizedActivationsName(args.model.quantized_activations)},
                  {"kv_cache_dtype", args.kv_cache_dtype},
                  {"speculative", DescribeSpeculativeConfig(options_speculative)},
                  {"lora", args.model.lora},

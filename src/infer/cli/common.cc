@@ -75,6 +75,19 @@ void AddModelOptions(CLI::App& command, ModelArgs& args, bool add_threads, bool 
                 "llama.cpp do (about 2x faster prefill and batched decode on Zen 4, 4x on AMX)")
             ->check(CLI::IsMember({"auto", "f32", "bf16"}))
             ->default_str("auto");
+    command
+        .add_option_function<std::string>(
+            "--quantized-activations",
+            [&args](const std::string& name) {
+              args.quantized_activations = kernels::ParseQuantizedActivations(name);
+            },
+            "How quantized weights (--quantization, GGUF files) meet the activations: int8: "
+            "activations rounded to int8 per 32 channels, as llama.cpp does; int8x2: a second "
+            "int8 plane for what the first leaves (about 16 bits, as weight-only W4A16 schemes "
+            "keep them), so logits follow the dequantized weights as a float engine's would, for "
+            "twice the integer work in prefill (decode still reads each weight once)")
+        ->check(CLI::IsMember({"int8", "int8x2"}))
+        ->default_str("int8");
     command.parse_complete_callback([&args, precision] {
       if (precision->count() == 0) args.matmul_precision = kernels::AutoMatMulPrecision();
     });

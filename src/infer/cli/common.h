@@ -23,6 +23,7 @@ struct ModelArgs {
   int threads = 0;  // 0: all available CPUs
   kernels::MatMulPrecision matmul_precision = kernels::MatMulPrecision::kF32;
   kernels::Quantization quantization = kernels::Quantization::kNone;
+  kernels::QuantizedActivations quantized_activations = kernels::QuantizedActivations::kInt8;
   std::string lm_head_quantization = "auto";  // --lm-head-quantization
   std::vector<std::string> lora;              // --lora: PEFT adapter folders ("none": the base)
 };

@@ -137,7 +137,7 @@ std::string DescribeSamplingParams(const SamplingParams& params, bool use_kv_cac
 
 GenerationSession::GenerationSession(const ModelArgs& args)
     : pool_(args.threads), loaded_(LoadModelFromArgs(args, &pool_)) {
-  model_ = MakeDecoderModel(loaded_, pool_, args.matmul_precision);
+  model_ = MakeDecoderModel(loaded_, pool_, args.matmul_precision, args.quantized_activations);
   const std::filesystem::path dir = ModelFolder(loaded_.path);
   tokenizer_ = LoadModelTokenizer(loaded_.path);
   eos_token_ids_ = LoadEosTokenIds(dir, tokenizer_.get());

@@ -22,7 +22,7 @@ void RunLogits(const LogitsArgs& args) {
   const std::vector<int32_t> ids = ParseIdList(args.prompt_ids, "--prompt-ids");
   ThreadPool pool(args.model.threads);
   LoadedModel loaded = LoadModelFromArgs(args.model, &pool);
-  Decoder decoder(loaded, pool, args.model.matmul_precision);
+  Decoder decoder(loaded, pool, args.model.matmul_precision, args.model.quantized_activations);
   const auto adapters = LoadLorasFromArgs(args.model, loaded.config);
   const LoraAdapter* lora = adapters.empty() ? nullptr : adapters.front().get();
   std::vector<float> logits;

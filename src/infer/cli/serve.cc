@@ -242,7 +242,8 @@ void RunServe(ServeArgs& args) {
       "infer serve: listening on http://%s:%d (infer %s, commit %s; model \"%s\", %s batching, "
       "%s policy, max num seqs %lld, max waiting %lld, prefix caching %s, preemption %s; "
       "/v1/completions format %s, reasoning parser %s, reasoning budget %s, "
-      "speculative decoding %s, LoRA %s, replica %s; isa %s, matmul precision %s)\n",
+      "speculative decoding %s, LoRA %s, replica %s; isa %s, matmul precision %s, quantized "
+      "activations %s)\n",
       args.server.host.c_str(), port, args.server.build.version.c_str(),
       args.server.build.commit.c_str(), args.engine.model.c_str(), args.batching_mode.c_str(),
       args.scheduling_policy.c_str(), static_cast<long long>(args.engine.max_num_seqs),
@@ -253,7 +254,8 @@ void RunServe(ServeArgs& args) {
       args.reasoning_budget >= 0 ? std::to_string(args.reasoning_budget).c_str() : "off",
       DescribeSpeculativeConfig(args.engine.speculative).c_str(), DescribeLora(args).c_str(),
       args.server.replica_id.c_str(), args.server.compute.isa.c_str(),
-      args.server.compute.matmul_precision.c_str());
+      args.server.compute.matmul_precision.c_str(),
+      std::string(kernels::QuantizedActivationsName(args.model.quantized_activations)).c_str());
   std::fflush(stderr);
   signals.Serve(&http);
   http.Run();

@@ -12,8 +12,9 @@ namespace {
 
 class DecoderModel final : public LanguageModel {
  public:
-  DecoderModel(const LoadedModel& model, ThreadPool& pool, kernels::MatMulPrecision precision)
-      : decoder_(model, pool, precision) {}
+  DecoderModel(const LoadedModel& model, ThreadPool& pool, kernels::MatMulPrecision precision,
+               kernels::QuantizedActivations activations)
+      : decoder_(model, pool, precision, activations) {}
 
   int64_t vocab_size() const override { return decoder_.vocab_size(); }
   int64_t context_length() const override { return decoder_.config().max_position_embeddings; }
@@ -76,8 +77,9 @@ class DecoderModel final : public LanguageModel {
 }  // namespace
 
 std::unique_ptr<LanguageModel> MakeDecoderModel(const LoadedModel& model, ThreadPool& pool,
-                                                kernels::MatMulPrecision precision) {
-  return std::make_unique<DecoderModel>(model, pool, precision);
+                                                kernels::MatMulPrecision precision,
+                                                kernels::QuantizedActivations activations) {
+  return std::make_unique<DecoderModel>(model, pool, precision, activations);
 }
 
 }  // namespace infer

@@ -11,9 +11,10 @@
 
 namespace infer {
 
-// `model` and `pool` must outlive the returned object. `precision`: see Decoder.
+// `model` and `pool` must outlive the returned object. `precision`, `activations`: see Decoder.
 std::unique_ptr<LanguageModel> MakeDecoderModel(
     const LoadedModel& model, ThreadPool& pool,
-    kernels::MatMulPrecision precision = kernels::MatMulPrecision::kF32);
+    kernels::MatMulPrecision precision = kernels::MatMulPrecision::kF32,
+    kernels::QuantizedActivations activations = kernels::QuantizedActivations::kInt8);
 
 }  // namespace infer

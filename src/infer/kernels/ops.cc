@@ -48,6 +48,77 @@ void QuantizedProducts(const float* x, int64_t m, int64_t k, int64_t x_stride,
   INFER_DISPATCH(QuantizedMatMuls, x, m, k, x_stride, outputs, pool);
 }
 
+// QuantizedActivations::kInt8x2: the rows of x, then what rounding them to int8 leaves (x - d q
+// per block, QuantizeActivations' own rounding), through QuantizedProducts as 2m rows; row i of
+// each output is then the sum of its rows i and m + i, plus the bias.
+void QuantizedProductsInt8x2(const float* x, int64_t m, int64_t k, int64_t x_stride,
+                             std::span<const cpu::Product> outputs, ThreadPool& pool) {
+  const int64_t padded_k = (k + kQuantBlock - 1) / kQuantBlock * kQuantBlock;
+  const int64_t blocks = padded_k / kQuantBlock;
+  thread_local std::vector<float> planes, d, partial;
+  thread_local std::vector<int8_t> q;
+  thread_local std::vector<int32_t> sum;
+  thread_local std::vector<cpu::Product> stacked;
+  planes.resize(static_cast<size_t>(2 * m * k));
+  q.resize(static_cast<size_t>(m * padded_k));
+  d.resize(static_cast<size_t>(m * blocks));
+  sum.resize(static_cast<size_t>(m * blocks));
+  // (The workers see their own thread_local buffers: the lambdas take these pointers.)
+  float* const plane = planes.data();
+  int8_t* const rounded = q.data();
+  float* const scale = d.data();
+  int32_t* const sums = sum.data();
+  pool.ParallelFor(m, 1, [&](int64_t begin, int64_t end) {
+    QuantizeActivations(x + begin * x_stride, end - begin, k, x_stride, padded_k,
+                        rounded + begin * padded_k, scale + begin * blocks, sums + begin * blocks);
+    for (int64_t i = begin; i < end; ++i) {
+      const float* row = x + i * x_stride;
+      float* value = plane + i * k;
+      float* rest = plane + (m + i) * k;
+      for (int64_t c = 0; c < k; ++c) {
+        value[c] = row[c];
+        rest[c] = row[c] - scale[i * blocks + c / kQuantBlock] *
+                               static_cast<float>(rounded[i * padded_k + c]);
+      }
+    }
+  });
+  int64_t total = 0;
+  for (const cpu::Product& o : outputs) total += 2 * m * o.w->rows();
+  partial.resize(static_cast<size_t>(total));
+  stacked.clear();
+  float* at = partial.data();
+  for (const cpu::Product& o : outputs) {
+    stacked.push_back({o.w, nullptr, at, o.w->rows()});
+    at += 2 * m * o.w->rows();
+  }
+  QuantizedProducts(plane, 2 * m, k, k, stacked, pool);
+  const cpu::Product* const planes_out = stacked.data();
+  pool.ParallelFor(m * static_cast<int64_t>(outputs.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t task = begin; task < end; ++task) {
+      const cpu::Product& o = outputs[static_cast<size_t>(task / m)];
+      const cpu::Product& s = planes_out[task / m];
+      const int64_t i = task % m;
+      const int64_t n = o.w->rows();
+      const float* value = s.y + i * n;
+      const float* rest = s.y + (m + i) * n;
+      float* y = o.y + i * o.y_stride;
+      for (int64_t j = 0; j < n; ++j) {
+        y[j] = value[j] + rest[j] + (o.bias != nullptr ? o.bias[j] : 0.0F);
+      }
+    }
+  });
+}
+
+void QuantizedProducts(const float* x, int64_t m, int64_t k, int64_t x_stride,
+                       std::span<const cpu::Product> outputs, ThreadPool& pool,
+                       QuantizedActivations activations) {
+  if (activations == QuantizedActivations::kInt8x2) {
+    QuantizedProductsInt8x2(x, m, k, x_stride, outputs, pool);
+  } else {
+    QuantizedProducts(x, m, k, x_stride, outputs, pool);
+  }
+}
+
 bool IsFloat(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16;
 }
@@ -83,6 +154,16 @@ MatMulPrecision AutoMatMulPrecision() {
   const Isa isa = ActiveIsa();
   const bool native = isa == Isa::kAvx512Amx || (isa == Isa::kAvx512Bf16 && Bf16DotOutrunsF32());
   return native ? MatMulPrecision::kBf16 : MatMulPrecision::kF32;
+}
+
+std::string_view QuantizedActivationsName(QuantizedActivations activations) {
+  return activations == QuantizedActivations::kInt8x2 ? "int8x2" : "int8";
+}
+
+QuantizedActivations ParseQuantizedActivations(std::string_view name) {
+  if (name == "int8") return QuantizedActivations::kInt8;
+  if (name == "int8x2") return QuantizedActivations::kInt8x2;
+  Fail("quantized activations '{}' is not one of int8, int8x2", name);
 }
 
 MatMulPrecision ParseMatMulPrecision(std::string_view name) {
@@ -267,7 +348,8 @@ bool CheckMatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const P
 }  // namespace
 
 void MatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
-             std::span<const MatMulOutput> outputs, ThreadPool& pool, MatMulPrecision precision) {
+             std::span<const MatMulOutput> outputs, ThreadPool& pool, MatMulPrecision precision,
+             QuantizedActivations activations) {
   // One region when the weights are alike: all quantized the same way, or all of one float
   // dtype (not under the kInt8 simulation); otherwise one MatMul each.
   auto alike = [&](const MatMulOutput& o) {
@@ -280,7 +362,7 @@ void MatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
   if (outputs.empty() || outputs.front().w == nullptr || !std::ranges::all_of(outputs, alike)) {
     for (const MatMulOutput& o : outputs) {
       INFER_CHECK(o.w != nullptr, "MatMuls: an output has no weight");
-      MatMul(x, m, k, x_stride, *o.w, o.bias, o.y, o.y_stride, pool, precision);
+      MatMul(x, m, k, x_stride, *o.w, o.bias, o.y, o.y_stride, pool, precision, activations);
     }
     return;
   }
@@ -298,7 +380,7 @@ void MatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
   if (products.empty()) return;
   const std::span<const cpu::Product> all(products);
   if (outputs.front().w->quantized()) {
-    QuantizedProducts(x, m, k, x_stride, all, pool);
+    QuantizedProducts(x, m, k, x_stride, all, pool, activations);
     return;
   }
   const bool bf16_activations =
@@ -312,13 +394,14 @@ void MatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
 
 void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,
             const Tensor* bias, float* y, int64_t y_stride, ThreadPool& pool,
-            MatMulPrecision precision) {
+            MatMulPrecision precision, QuantizedActivations activations) {
   thread_local std::vector<float> bias_buffer;
   const float* bias_f32 = nullptr;
   if (!CheckMatMul(x, m, k, x_stride, w, bias, y, y_stride, bias_buffer, bias_f32)) return;
   if (w.quantized()) {
     const cpu::Product product{&w, bias_f32, y, y_stride};
-    QuantizedProducts(x, m, k, x_stride, std::span<const cpu::Product>(&product, 1), pool);
+    QuantizedProducts(x, m, k, x_stride, std::span<const cpu::Product>(&product, 1), pool,
+                      activations);
     return;
   }
   if (precision == MatMulPrecision::kInt8) {
@@ -352,10 +435,10 @@ void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Packed
 
 void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Tensor& w,
             const Tensor* bias, float* y, int64_t y_stride, ThreadPool& pool,
-            MatMulPrecision precision) {
+            MatMulPrecision precision, QuantizedActivations activations) {
   INFER_CHECK(w.rank() == 2 && w.dim(1) == k, "MatMul: weight has shape {} but x has k = {}",
               ShapeString(w.shape()), k);
-  MatMul(x, m, k, x_stride, PackedMatrix::Pack(w), bias, y, y_stride, pool, precision);
+  MatMul(x, m, k, x_stride, PackedMatrix::Pack(w), bias, y, y_stride, pool, precision, activations);
 }
 
 void QuantizeActivations(const float* x, int64_t m, int64_t k, int64_t x_stride, int64_t padded_k,

@@ -75,6 +75,21 @@ MatMulPrecision ParseMatMulPrecision(std::string_view name);
 // integer units (AVX-512 VNNI vpdpbusd where the CPU has it); MatMulPrecision is not used.
 enum class Quantization { kNone, kInt8, kInt4, kInt4K, kInt6, kInt6K, kInt5K, kInt5 };
 
+// How a quantized MatMul rounds its activations (--quantized-activations).
+// - kInt8: per row and block of kQuantBlock channels, d = max|x| / 127, q = x / d to nearest
+//   even (QuantizeActivations): llama.cpp's scheme, and the default.
+// - kInt8x2: a second int8 plane for what the first leaves: r = x - d q, rounded the same way
+//   (d2 = max|r| / 127 <= d / 254), so that x = d q + d2 q2 to within max|x| / 64516 per block,
+//   finer than bf16 for all but a block's smallest values. Both planes go through the same
+//   integer kernels as 2m rows, and row i of y is the sum of rows i and m + i (plus the bias):
+//   twice the integer products (prefill), the weights still read once per step (decode). For
+//   weight-only accuracy: a quantized file's logits as its dequantized weights give them in
+//   float, as W4A16 schemes compute.
+enum class QuantizedActivations { kInt8, kInt8x2 };
+std::string_view QuantizedActivationsName(QuantizedActivations activations);  // "int8", "int8x2"
+// "int8" or "int8x2"; anything else throws infer::Error naming the choices.
+QuantizedActivations ParseQuantizedActivations(std::string_view name);
+
 // "none", "int8", "int4", "int4k", "int6", "int6k", "int5k", "int5"
 std::string_view QuantizationName(Quantization quantization);
 // One of those names but int6k, int5k and int5 (made from GGUF files only); anything else throws
@@ -342,12 +357,14 @@ void QuantizeActivations(const float* x, int64_t m, int64_t k, int64_t x_stride,
 
 // y[m, n] = x[m, k] . w[n, k]^T (+ bias[n]).
 // x and y are f32, row-major, with row strides x_stride / y_stride (elements). bias (may be
-// null) is [n], any float dtype. Products accumulate in f32, in an order that depends on k
-// and `precision` only: row i of y is bit-for-bit the same whatever the other rows of x are
-// (batched and single-request outputs agree exactly).
+// null) is [n], any float dtype. Products accumulate in f32, in an order that depends on k,
+// `precision` (float weights) and `activations` (quantized weights) only: row i of y is
+// bit-for-bit the same whatever the other rows of x are (batched and single-request outputs
+// agree exactly).
 void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const PackedMatrix& w,
             const Tensor* bias, float* y, int64_t y_stride, ThreadPool& pool,
-            MatMulPrecision precision = MatMulPrecision::kF32);
+            MatMulPrecision precision = MatMulPrecision::kF32,
+            QuantizedActivations activations = QuantizedActivations::kInt8);
 // One product of MatMuls: y [m, w->rows()] (row stride y_stride) = x . w^T (+ bias).
 struct MatMulOutput {
   const PackedMatrix* w = nullptr;
@@ -360,12 +377,14 @@ struct MatMulOutput {
 // region, so a decode step pays one region's start and end for them instead of one per matrix.
 void MatMuls(const float* x, int64_t m, int64_t k, int64_t x_stride,
              std::span<const MatMulOutput> outputs, ThreadPool& pool,
-             MatMulPrecision precision = MatMulPrecision::kF32);
+             MatMulPrecision precision = MatMulPrecision::kF32,
+             QuantizedActivations activations = QuantizedActivations::kInt8);
 // The same for a plain contiguous [n, k] tensor, packed for this one call (tests, one-off
 // products; a model packs its weights once).
 void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Tensor& w,
             const Tensor* bias, float* y, int64_t y_stride, ThreadPool& pool,
-            MatMulPrecision precision = MatMulPrecision::kF32);
+            MatMulPrecision precision = MatMulPrecision::kF32,
+            QuantizedActivations activations = QuantizedActivations::kInt8);
 
 // LoRA: one adapter's low-rank update of one projection, y += scale * B (A x), applied beside the
 // projection's own MatMul (never merged into its weights). a [rank, k] is PEFT's lora_A; b holds

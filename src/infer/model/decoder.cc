@@ -53,8 +53,13 @@ void ForTokenRows(ThreadPool& pool, int64_t n, Fn&& fn) {
 
 }  // namespace
 
-Decoder::Decoder(const LoadedModel& model, ThreadPool& pool, kernels::MatMulPrecision precision)
-    : config_(model.config), weights_(model.weights), pool_(pool), precision_(precision) {
+Decoder::Decoder(const LoadedModel& model, ThreadPool& pool, kernels::MatMulPrecision precision,
+                 kernels::QuantizedActivations activations)
+    : config_(model.config),
+      weights_(model.weights),
+      pool_(pool),
+      precision_(precision),
+      activations_(activations) {
   embed_scale_ = RoundToDType(config_.embed_scale, weights_.embed_tokens.dtype());
   norm_weight_offset_ = config_.norm_style == NormStyle::kOffsetInF32 ? 1.0F : 0.0F;
   std::vector<RopeConfig> distinct;
@@ -117,7 +122,8 @@ void Decoder::Forward(std::span<const SequenceTokens> seqs, PagedKvCache& cache,
   kernels::MatMul(
       normed_.data(), num_rows, hidden, hidden, weights_.lm_head, nullptr, logits.data(),
       config_.vocab_size, pool_,
-      precision_ == kernels::MatMulPrecision::kInt8 ? kernels::MatMulPrecision::kF32 : precision_);
+      precision_ == kernels::MatMulPrecision::kInt8 ? kernels::MatMulPrecision::kF32 : precision_,
+      activations_);
   if (config_.final_logit_softcap > 0) {
     kernels::SoftCap(logits.data(), static_cast<int64_t>(logits.size()),
                      static_cast<float>(config_.final_logit_softcap));
@@ -257,7 +263,7 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,
   const kernels::MatMulOutput qkv[] = {{&w.q_proj, OptionalTensor(w.q_bias), q_.data(), q_dim},
                                        {&w.k_proj, OptionalTensor(w.k_bias), k_.data(), kv_dim},
                                        {&w.v_proj, OptionalTensor(w.v_bias), v_.data(), kv_dim}};
-  kernels::MatMuls(normed_.data(), n, hidden, hidden, qkv, pool_, precision_);
+  kernels::MatMuls(normed_.data(), n, hidden, hidden, qkv, pool_, precision_, activations_);
   ApplyLora(layer_idx, normed_.data(), n, hidden,
             {{LoraTarget::kQ, q_.data(), q_dim},
              {LoraTarget::kK, k_.data(), kv_dim},
@@ -295,7 +301,7 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,
   kernels::PagedAttention(q_.data(), attention_seqs_, cache.Layer(layer_idx), params, attn_.data(),
                           pool_);
   kernels::MatMul(attn_.data(), n, q_dim, q_dim, w.o_proj, OptionalTensor(w.o_bias), proj_.data(),
-                  hidden, pool_, precision_);
+                  hidden, pool_, precision_, activations_);
   ApplyLora(layer_idx, attn_.data(), n, q_dim, {{LoraTarget::kO, proj_.data(), hidden}});
   // The residual add, then the MLP's norm.
   ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
@@ -311,7 +317,7 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,
   const kernels::MatMulOutput gate_up[] = {
       {&w.gate_proj, OptionalTensor(w.gate_bias), gate_.data(), inter},
       {&w.up_proj, OptionalTensor(w.up_bias), up_.data(), inter}};
-  kernels::MatMuls(normed_.data(), n, hidden, hidden, gate_up, pool_, precision_);
+  kernels::MatMuls(normed_.data(), n, hidden, hidden, gate_up, pool_, precision_, activations_);
   ApplyLora(layer_idx, normed_.data(), n, hidden,
             {{LoraTarget::kGate, gate_.data(), inter}, {LoraTarget::kUp, up_.data(), inter}});
   ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
@@ -324,7 +330,7 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,
     }
   });
   kernels::MatMul(gate_.data(), n, inter, inter, w.down_proj, OptionalTensor(w.down_bias),
-                  proj_.data(), hidden, pool_, precision_);
+                  proj_.data(), hidden, pool_, precision_, activations_);
   ApplyLora(layer_idx, gate_.data(), n, inter, {{LoraTarget::kDown, proj_.data(), hidden}});
   ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
     float* proj = proj_.data() + t0 * hidden;

@@ -35,10 +35,12 @@ struct SequenceTokens {
 
 class Decoder {
  public:
-  // `model` and `pool` must outlive the decoder. `precision` applies to every projection
-  // (kBf16: activations rounded to bf16 before multiplying bf16 weights; see kernels/ops.h).
+  // `model` and `pool` must outlive the decoder. `precision` applies to every projection of
+  // float weights (kBf16: activations rounded to bf16 before multiplying bf16 weights),
+  // `activations` to every quantized one (kInt8x2: two int8 planes); see kernels/ops.h.
   Decoder(const LoadedModel& model, ThreadPool& pool,
-          kernels::MatMulPrecision precision = kernels::MatMulPrecision::kF32);
+          kernels::MatMulPrecision precision = kernels::MatMulPrecision::kF32,
+          kernels::QuantizedActivations activations = kernels::QuantizedActivations::kInt8);
 
   const ModelConfig& config() const { return config_; }
   int64_t vocab_size() const { return config_.vocab_size; }
@@ -85,6 +87,7 @@ class Decoder {
   const ModelWeights& weights_;
   ThreadPool& pool_;
   kernels::MatMulPrecision precision_;
+  kernels::QuantizedActivations activations_;
   float embed_scale_ = 1.0F;         // rounded to the embedding dtype, as HF does
   float norm_weight_offset_ = 0.0F;  // 1 for (1 + w) norms
   // Distinct RoPE settings (Gemma has two) and which one each layer uses.

@@ -89,10 +89,10 @@ inline std::string Describe(Isa isa, DType dtype) {
 
 // MatMuls over `weights` (a bias on output 1; output rows one wider than the weight) against
 // one MatMul per weight, on the active ISA: asserts the same bits in every output.
-inline void ExpectMatMulsEqualEachMatMul(const std::vector<float>& x, int64_t m, int64_t k,
-                                         const std::vector<const PackedMatrix*>& weights,
-                                         const Tensor& bias, MatMulPrecision precision,
-                                         const std::string& what) {
+inline void ExpectMatMulsEqualEachMatMul(
+    const std::vector<float>& x, int64_t m, int64_t k,
+    const std::vector<const PackedMatrix*>& weights, const Tensor& bias, MatMulPrecision precision,
+    const std::string& what, QuantizedActivations activations = QuantizedActivations::kInt8) {
   std::vector<std::vector<float>> together, alone;
   std::vector<MatMulOutput> outputs;
   for (size_t o = 0; o < weights.size(); ++o) {
@@ -101,9 +101,10 @@ inline void ExpectMatMulsEqualEachMatMul(const std::vector<float>& x, int64_t m,
     alone.emplace_back(static_cast<size_t>(m * stride), -7.0F);
     const Tensor* b = o == 1 ? &bias : nullptr;
     outputs.push_back({weights[o], b, together.back().data(), stride});
-    MatMul(x.data(), m, k, k, *weights[o], b, alone.back().data(), stride, TestPool(), precision);
+    MatMul(x.data(), m, k, k, *weights[o], b, alone.back().data(), stride, TestPool(), precision,
+           activations);
   }
-  MatMuls(x.data(), m, k, k, outputs, TestPool(), precision);
+  MatMuls(x.data(), m, k, k, outputs, TestPool(), precision, activations);
   for (size_t o = 0; o < weights.size(); ++o) {
     ASSERT_EQ(together[o], alone[o]) << what << " m=" << m << " output " << o;
   }

@@ -1,8 +1,9 @@
 // Quantized weights (int8, int4, int4k, int6, and int6k and int5k from Q6_K and Q5_K rows): the
 // stored values against the quantization rule written out here, the activation rounding against
 // the rule, and every MatMul path (the scalar reference and each SIMD level the CPU has) against a
-// float64 product of the dequantized weights and the rounded activations, over odd shapes,
-// strides, groups and bias; and batch invariance.
+// float64 product of the dequantized weights and the rounded activations (with two int8 planes
+// of activations, the activations as given), over odd shapes, strides, groups and bias; and batch
+// invariance.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -413,6 +414,75 @@ TEST(QuantizedTest, MatMulEqualsFloat64ProductOfTheDequantizedValues) {
   }
 }
 
+// QuantizedActivations::kInt8x2 (the activations as two int8 planes, value and remainder): the
+// float64 product of the dequantized weights and the activations as given, not rounded, to
+// within what the second plane leaves (per element at most its block's max|x| / 64516, the bound
+// ops.h states) plus f32 sums; the bias added once; rows batch invariant; every path. The first
+// plane alone (kInt8) leaves up to 254 times as much, and fails it.
+TEST(QuantizedTest, Int8x2ActivationsFollowTheDequantizedWeightsInFloat) {
+  ThreadPool& pool = TestPool();
+  struct Dims {
+    int64_t m, k, n;
+  };
+  const Dims dims[] = {{1, 31, 33}, {3, 100, 75}, {17, 257, 64}, {70, 130, 97}, {2, 2048, 96}};
+  uint32_t seed = 140;
+  for (const QuantCase& qc : QuantCases()) {
+    for (const Dims& s : dims) {
+      ++seed;
+      const int64_t x_stride = s.k + 3;
+      const int64_t y_stride = s.n + 2;
+      std::vector<float> x = RandomFloats(static_cast<size_t>(s.m * x_stride), -1, 1, seed);
+      StoredTensor w =
+          Store(DType::kBF16, {s.n, s.k}, RandomFloats(s.n * s.k, -0.5F, 0.25F, seed + 1));
+      StoredTensor bias = Store(DType::kF32, {s.n}, RandomFloats(s.n, -1, 1, seed + 2));
+      const PackedMatrix packed = PackedMatrix::Quantize(w.tensor, qc.type, qc.group, &pool);
+      const Dequantized wq = QuantizeByRule(w.widened, s.n, s.k, qc.type, qc.group);
+      for (Isa isa : AllIsas()) {
+        ScopedIsa scoped(isa);
+        std::vector<float> y(static_cast<size_t>(s.m * y_stride), -7.0F);
+        MatMul(x.data(), s.m, s.k, x_stride, packed, &bias.tensor, y.data(), y_stride, pool,
+               MatMulPrecision::kF32, QuantizedActivations::kInt8x2);
+        for (int64_t i = 0; i < s.m; ++i) {
+          const float* row = x.data() + i * x_stride;
+          for (int64_t j = 0; j < y_stride; ++j) {
+            const float got = y[i * y_stride + j];
+            if (j >= s.n) {
+              ASSERT_EQ(got, -7.0F) << "padding column written";
+              continue;
+            }
+            double want = bias.widened[j];
+            double abs_sum = std::fabs(want);
+            double plane_bound = 0;
+            for (int64_t c = 0; c < s.k; ++c) {
+              const int64_t begin = c / kQuantBlock * kQuantBlock;
+              double block_max = 0;
+              for (int64_t e = begin; e < std::min(s.k, begin + kQuantBlock); ++e) {
+                block_max = std::max(block_max, std::fabs(static_cast<double>(row[e])));
+              }
+              const double product = wq.values[j * s.k + c] * row[c];
+              want += product;
+              abs_sum += std::fabs(product);
+              plane_bound += std::fabs(wq.values[j * s.k + c]) * block_max / 64516.0;
+            }
+            ASSERT_NEAR(got, want, plane_bound + 8e-6 * abs_sum + 1e-30)
+                << Name(qc) << " " << IsaName(isa) << " m=" << s.m << " k=" << s.k << " n=" << s.n
+                << " at [" << i << ", " << j << "]";
+          }
+        }
+        for (int64_t i : {int64_t{0}, s.m - 1}) {
+          std::vector<float> alone(static_cast<size_t>(y_stride), -7.0F);
+          MatMul(x.data() + i * x_stride, 1, s.k, x_stride, packed, &bias.tensor, alone.data(),
+                 y_stride, pool, MatMulPrecision::kF32, QuantizedActivations::kInt8x2);
+          for (int64_t j = 0; j < s.n; ++j) {
+            ASSERT_EQ(alone[j], y[i * y_stride + j])
+                << Name(qc) << " " << IsaName(isa) << " m=" << s.m << " row " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 // The scalar twin of the SIMD kernels' arithmetic, written out here from the formula in
 // matmul_quant_simd.cc: per row, output feature and block of 32 channels, the exact integer
 // sum r of the stored weight values (int8: q, the stored byte minus 128; int6: the stored 6 bits
@@ -792,6 +862,11 @@ TEST(QuantizedTest, MatMulsEqualOneMatMulPerOutput) {
               x, m, k, {&packed[0], &packed[1], mixed ? &plain : &packed[2]}, bias.tensor,
               MatMulPrecision::kF32,
               Name(qc) + " " + std::string(IsaName(isa)) + " mixed=" + std::to_string(mixed)));
+          ASSERT_NO_FATAL_FAILURE(ExpectMatMulsEqualEachMatMul(
+              x, m, k, {&packed[0], &packed[1], mixed ? &plain : &packed[2]}, bias.tensor,
+              MatMulPrecision::kF32,
+              Name(qc) + " int8x2 " + std::string(IsaName(isa)) + " mixed=" + std::to_string(mixed),
+              QuantizedActivations::kInt8x2));
         }
       }
     }
