@@ -82,7 +82,8 @@ enum class Quantization { kNone, kInt8, kInt4, kInt4K, kInt6, kInt6K, kInt5K, kI
 //   (d2 = max|r| / 127 <= d / 254), so that x = d q + d2 q2 to within max|x| / 64516 per block,
 //   finer than bf16 for all but a block's smallest values. Both planes go through the same
 //   integer kernels as 2m rows, and row i of y is the sum of rows i and m + i (plus the bias):
-//   twice the integer products (prefill), the weights still read once per step (decode). For
+//   twice the integer products; the weights are still read once where 2m rows fit one streaming
+//   row block (cpu/tuning.h's quant_stream_rows: one sequence's decode), twice beyond. For
 //   weight-only accuracy: a quantized file's logits as its dequantized weights give them in
 //   float, as W4A16 schemes compute.
 enum class QuantizedActivations { kInt8, kInt8x2 };

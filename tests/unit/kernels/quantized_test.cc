@@ -249,6 +249,29 @@ std::string Name(const QuantCase& c) {
   return std::string(QuantizationName(c.type)) + "/g" + std::to_string(c.group);
 }
 
+// One product's operands for the tests against float64: x [m, k] in rows of k + 3, bf16 weights
+// [n, k] in [-0.5, 0.25] quantized as `qc` says (and by the rule, in double), an f32 bias [n].
+struct ProductOperands {
+  int64_t x_stride = 0;
+  int64_t y_stride = 0;  // n + 2: the tests check that the padding is not written
+  std::vector<float> x;
+  StoredTensor w;
+  StoredTensor bias;
+  PackedMatrix packed;
+  Dequantized wq;
+};
+ProductOperands MakeOperands(const QuantCase& qc, int64_t m, int64_t k, int64_t n, uint32_t seed) {
+  ProductOperands o;
+  o.x_stride = k + 3;
+  o.y_stride = n + 2;
+  o.x = RandomFloats(static_cast<size_t>(m * o.x_stride), -1, 1, seed);
+  o.w = Store(DType::kBF16, {n, k}, RandomFloats(n * k, -0.5F, 0.25F, seed + 1));
+  o.bias = Store(DType::kF32, {n}, RandomFloats(n, -1, 1, seed + 2));
+  o.packed = PackedMatrix::Quantize(o.w.tensor, qc.type, qc.group, &TestPool());
+  o.wq = QuantizeByRule(o.w.widened, n, k, qc.type, qc.group);
+  return o;
+}
+
 TEST(QuantizedTest, StoredWeightsFollowTheRule) {
   for (const QuantCase& qc : QuantCases()) {
     for (DType dtype : {DType::kBF16, DType::kF16, DType::kF32}) {
@@ -376,14 +399,8 @@ TEST(QuantizedTest, MatMulEqualsFloat64ProductOfTheDequantizedValues) {
     for (const Dims& s : dims) {
       for (bool with_bias : {false, true}) {
         ++seed;
-        const int64_t x_stride = s.k + 3;
-        const int64_t y_stride = s.n + 2;
-        std::vector<float> x = RandomFloats(static_cast<size_t>(s.m * x_stride), -1, 1, seed);
-        StoredTensor w =
-            Store(DType::kBF16, {s.n, s.k}, RandomFloats(s.n * s.k, -0.5F, 0.25F, seed + 1));
-        StoredTensor bias = Store(DType::kF32, {s.n}, RandomFloats(s.n, -1, 1, seed + 2));
-        const PackedMatrix packed = PackedMatrix::Quantize(w.tensor, qc.type, qc.group, &pool);
-        const Dequantized wq = QuantizeByRule(w.widened, s.n, s.k, qc.type, qc.group);
+        const auto [x_stride, y_stride, x, w, bias, packed, wq] =
+            MakeOperands(qc, s.m, s.k, s.n, seed);
         const std::vector<double> xq = RoundActivationsByRule(x.data(), s.m, s.k, x_stride);
         for (Isa isa : AllIsas()) {
           ScopedIsa scoped(isa);
@@ -429,14 +446,8 @@ TEST(QuantizedTest, Int8x2ActivationsFollowTheDequantizedWeightsInFloat) {
   for (const QuantCase& qc : QuantCases()) {
     for (const Dims& s : dims) {
       ++seed;
-      const int64_t x_stride = s.k + 3;
-      const int64_t y_stride = s.n + 2;
-      std::vector<float> x = RandomFloats(static_cast<size_t>(s.m * x_stride), -1, 1, seed);
-      StoredTensor w =
-          Store(DType::kBF16, {s.n, s.k}, RandomFloats(s.n * s.k, -0.5F, 0.25F, seed + 1));
-      StoredTensor bias = Store(DType::kF32, {s.n}, RandomFloats(s.n, -1, 1, seed + 2));
-      const PackedMatrix packed = PackedMatrix::Quantize(w.tensor, qc.type, qc.group, &pool);
-      const Dequantized wq = QuantizeByRule(w.widened, s.n, s.k, qc.type, qc.group);
+      const auto [x_stride, y_stride, x, w, bias, packed, wq] =
+          MakeOperands(qc, s.m, s.k, s.n, seed);
       for (Isa isa : AllIsas()) {
         ScopedIsa scoped(isa);
         std::vector<float> y(static_cast<size_t>(s.m * y_stride), -7.0F);
