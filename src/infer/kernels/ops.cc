@@ -48,37 +48,49 @@ void QuantizedProducts(const float* x, int64_t m, int64_t k, int64_t x_stride,
   INFER_DISPATCH(QuantizedMatMuls, x, m, k, x_stride, outputs, pool);
 }
 
-// QuantizedActivations::kInt8x2: the rows of x, then what rounding them to int8 leaves (x - d q
-// per block, QuantizeActivations' own rounding), through QuantizedProducts as 2m rows; row i of
-// each output is then the sum of its rows i and m + i, plus the bias.
-void QuantizedProductsInt8x2(const float* x, int64_t m, int64_t k, int64_t x_stride,
-                             std::span<const cpu::Product> outputs, ThreadPool& pool) {
+// Rows [begin, end) of x as a quantized MatMul rounds them (QuantizeActivations: d q per block
+// of kQuantBlock), into `rounded` (row i at rounded + (i - begin) rounded_stride). Its scratch is
+// the calling thread's own, so pool workers may call it for their rows.
+void RoundAsQuantizedMatMul(const float* x, int64_t begin, int64_t end, int64_t k, int64_t x_stride,
+                            float* rounded, int64_t rounded_stride) {
   const int64_t padded_k = (k + kQuantBlock - 1) / kQuantBlock * kQuantBlock;
   const int64_t blocks = padded_k / kQuantBlock;
-  thread_local std::vector<float> planes, d, partial;
+  const int64_t rows = end - begin;
   thread_local std::vector<int8_t> q;
+  thread_local std::vector<float> d;
   thread_local std::vector<int32_t> sum;
+  q.resize(static_cast<size_t>(rows * padded_k));
+  d.resize(static_cast<size_t>(rows * blocks));
+  sum.resize(static_cast<size_t>(rows * blocks));
+  QuantizeActivations(x + begin * x_stride, rows, k, x_stride, padded_k, q.data(), d.data(),
+                      sum.data());
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t c = 0; c < k; ++c) {
+      rounded[i * rounded_stride + c] =
+          d[i * blocks + c / kQuantBlock] * static_cast<float>(q[i * padded_k + c]);
+    }
+  }
+}
+
+// QuantizedActivations::kInt8x2: the rows of x, then what rounding them to int8 leaves (x - d q
+// per block, RoundAsQuantizedMatMul), through QuantizedProducts as 2m rows; row i of each output
+// is then the sum of its rows i and m + i, plus the bias.
+void QuantizedProductsInt8x2(const float* x, int64_t m, int64_t k, int64_t x_stride,
+                             std::span<const cpu::Product> outputs, ThreadPool& pool) {
+  thread_local std::vector<float> planes, partial;
   thread_local std::vector<cpu::Product> stacked;
   planes.resize(static_cast<size_t>(2 * m * k));
-  q.resize(static_cast<size_t>(m * padded_k));
-  d.resize(static_cast<size_t>(m * blocks));
-  sum.resize(static_cast<size_t>(m * blocks));
-  // (The workers see their own thread_local buffers: the lambdas take these pointers.)
+  // (The workers see their own thread_local buffers: the lambdas take this pointer.)
   float* const plane = planes.data();
-  int8_t* const rounded = q.data();
-  float* const scale = d.data();
-  int32_t* const sums = sum.data();
   pool.ParallelFor(m, 1, [&](int64_t begin, int64_t end) {
-    QuantizeActivations(x + begin * x_stride, end - begin, k, x_stride, padded_k,
-                        rounded + begin * padded_k, scale + begin * blocks, sums + begin * blocks);
+    RoundAsQuantizedMatMul(x, begin, end, k, x_stride, plane + (m + begin) * k, k);
     for (int64_t i = begin; i < end; ++i) {
       const float* row = x + i * x_stride;
       float* value = plane + i * k;
       float* rest = plane + (m + i) * k;
       for (int64_t c = 0; c < k; ++c) {
         value[c] = row[c];
-        rest[c] = row[c] - scale[i * blocks + c / kQuantBlock] *
-                               static_cast<float>(rounded[i * padded_k + c]);
+        rest[c] = row[c] - rest[c];
       }
     }
   });
@@ -406,21 +418,9 @@ void MatMul(const float* x, int64_t m, int64_t k, int64_t x_stride, const Packed
   }
   if (precision == MatMulPrecision::kInt8) {
     // x rounded as a quantized MatMul rounds it (d * q per block of 32), then f32 products.
-    const int64_t padded_k = (k + kQuantBlock - 1) / kQuantBlock * kQuantBlock;
-    const int64_t blocks = padded_k / kQuantBlock;
-    thread_local std::vector<int8_t> q;
-    thread_local std::vector<float> d, rounded;
-    thread_local std::vector<int32_t> sum;
-    q.resize(static_cast<size_t>(m * padded_k));
-    d.resize(static_cast<size_t>(m * blocks));
-    sum.resize(static_cast<size_t>(m * blocks));
+    thread_local std::vector<float> rounded;
     rounded.resize(static_cast<size_t>(m * k));
-    QuantizeActivations(x, m, k, x_stride, padded_k, q.data(), d.data(), sum.data());
-    for (int64_t i = 0; i < m; ++i) {
-      for (int64_t c = 0; c < k; ++c) {
-        rounded[i * k + c] = d[i * blocks + c / kQuantBlock] * q[i * padded_k + c];
-      }
-    }
+    RoundAsQuantizedMatMul(x, 0, m, k, x_stride, rounded.data(), k);
     INFER_DISPATCH(MatMul, rounded.data(), m, k, k, w, bias_f32, y, y_stride, pool, false);
   }
   const bool bf16_activations = precision == MatMulPrecision::kBf16 && w.dtype() == DType::kBF16;
