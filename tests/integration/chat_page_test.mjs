@@ -31,8 +31,9 @@ let server;
 let browser;
 
 before(async () => {
-  model = makeLlama3VocabModel();
-  server = await startServer(model, ['--max-model-len', '4096']);
+  // A context long enough that the first test's reply cannot end before it presses stop.
+  model = makeLlama3VocabModel({ maxPositionEmbeddings: 32768 });
+  server = await startServer(model, ['--max-model-len', '32768']);
   browser = await chromium.launch({ executablePath: browserPath, args: ['--no-sandbox'] });
 });
 
@@ -46,11 +47,12 @@ test('the chat page streams a reply, stops it, and the server frees the request'
   const page = await browser.newPage();
   await page.goto(server.url + '/');
   await page.waitForFunction(() => document.getElementById('model').textContent === 'tiny');
-  await page.fill('#max_tokens', '3000');
+  // The reply must still be running when the test presses stop, however slow the host: 30000
+  // tokens take this dummy model over two minutes, and seed 2 samples no end-of-turn id in them
+  // (unseeded, one comes within a few hundred tokens now and then: seeds 1 and 4 stop after 737
+  // and 374), where 3000 tokens ran out in 5-6 s, before a loaded host got to the stop button.
+  await page.fill('#max_tokens', '30000');
   await page.fill('#temperature', '0.8');
-  // A seed whose reply runs to max_tokens on the dummy weights. Unseeded, an end-of-turn id is
-  // sometimes sampled within a few hundred tokens (the same request with seeds 1 and 4 stops
-  // after 737 and 374), and a reply that ends before the stop button is pressed fails the test.
   await page.fill('#seed', '2');
   await page.fill('#input', 'Tell me a long story.');
   await page.click('#send');
