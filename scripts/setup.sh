@@ -51,7 +51,7 @@ scripts/fetch_tokenizers.sh
 #   build/infer chat --model models/Llama-3.2-1B-Instruct --load-format dummy
 # runs at real size at once (random weights: the text is noise).
 declare -A dev_model_tokenizers=(
-  [Llama-3.2-1B-Instruct]=llama3 [Qwen3-1.7B]=qwen3 [gemma-3-1b-it]=gemma3
+  [Llama-3.2-1B-Instruct]=llama3 [Qwen3-1.7B]=qwen3 [Qwen3-30B-A3B]=qwen3 [gemma-3-1b-it]=gemma3
 )
 for model in "${!dev_model_tokenizers[@]}"; do
   cp .cache/tokenizers/"${dev_model_tokenizers[$model]}"/tokenizer{,_config}.json models/"$model"/

@@ -10,26 +10,32 @@ also the output head, Q6_K as llama-quantize makes it, or Q8_0 where rows are no
 ffn_down Q6_K in its use_more_bits layers, the head Q6_K; Q5_0 and Q8_0 its fallbacks for rows
 that are not whole 256-blocks), q5_k_m (the same with Q5_K layers; Q5_1 the fallback for
 Q5_K). Norms are F32 ones. Quantized blocks hold
-random quants with a small fixed scale. Architectures: llama (Llama-3.2-1B-Instruct), qwen3
+random quants with scales that give the weights mean ~0 and standard deviation 1/sqrt(fan-in)
+(block_fields), so no f16 field is NaN or inf and activations stay finite. Architectures: llama (Llama-3.2-1B-Instruct), qwen3
 (Qwen3-1.7B: q/k norms) and gemma3 (gemma-3-1b-it: q/k norms, post-attention and post-FFN norms,
-sliding window 512 on five of six layers, a SentencePiece vocabulary); every one ties its output
-head to the embedding, as these three checkpoints do.
+sliding window 512 on five of six layers, a SentencePiece vocabulary), each tying its output head
+to the embedding as these checkpoints do; and qwen3moe (Qwen3-30B-A3B: Qwen3's attention, every
+layer a mixture of experts stacked as llama.cpp's converter stacks them, ffn_{gate,up,down}_exps
+[experts, rows, cols] in the layers' type (ffn_down_exps taking Q6_K where ffn_down would), the
+router ffn_gate_inp F32, an untied output head Q6_K in the K-quant and 4-bit files, and the
+expert_count, expert_used_count and expert_feed_forward_length keys).
 
 Usage: make_gguf.py MODEL_DIR {bf16,q8_0,q4_0,q4_k_m,q5_k_m} OUT.gguf
 """
+import array
 import json
+import math
 import os
+import random
 import struct
 import sys
 
 GGML = {"f32": 0, "f16": 1, "q4_0": 2, "q5_0": 6, "q5_1": 7, "q8_0": 8, "q4_k": 12, "q5_k": 13,
         "q6_k": 14, "bf16": 30}
 FILE_TYPE = {"bf16": 32, "q8_0": 7, "q4_0": 2, "q4_k_m": 15, "q5_k_m": 17}  # llama_ftype
-# (elements per block, bytes per block, offsets of the f16 scales in the block: the first gets
-# a small fixed scale, the others (Q4_K's dmin) 0)
-BLOCKS = {"q8_0": (32, 34, (0,)), "q4_0": (32, 18, (0,)), "q5_0": (32, 22, (0,)),
-          "q5_1": (32, 24, (0, 2)), "q4_k": (256, 144, (0, 2)), "q5_k": (256, 176, (0, 2)),
-          "q6_k": (256, 210, (208,))}
+# (elements per block, bytes per block)
+BLOCKS = {"q8_0": (32, 34), "q4_0": (32, 18), "q5_0": (32, 22), "q5_1": (32, 24),
+          "q4_k": (256, 144), "q5_k": (256, 176), "q6_k": (256, 210)}
 ALIGN = 32
 
 
@@ -55,22 +61,49 @@ def kv(key, kind, value):
     raise ValueError(kind)
 
 
-def tensor_bytes(kind, count):
+def block_fields(kind, columns):
+    """The fields every block of `kind` gets in place of random bytes: (offset, bytes). Scales are
+    chosen so that the weights have mean ~0 and standard deviation ~1/sqrt(columns), as a trained
+    layer's do, so that activations stay finite and a router's choices stay spread over its
+    experts on both engines (quants are random bytes, uniform over their levels; Q4_K and Q5_K
+    take sc = m = 32 in every sub-block, Q6_K sc = 16)."""
+    std = columns ** -0.5
+    levels = {"q8_0": 256, "q4_0": 16, "q5_0": 32, "q5_1": 32, "q4_k": 16, "q5_k": 32,
+              "q6_k": 64}[kind]
+    d = std / math.sqrt((levels * levels - 1) / 12)  # the step of uniform q
+    half = struct.pack("<e", d)
+    if kind in ("q8_0", "q4_0", "q5_0"):
+        return [(0, half)]
+    if kind == "q5_1":  # w = d q + m
+        return [(0, half), (2, struct.pack("<e", -(levels - 1) / 2 * d))]
+    if kind in ("q4_k", "q5_k"):  # w = d sc q - dmin m, with sc = m = 32 (6-bit, packed)
+        step = d / 32
+        return [(0, struct.pack("<e", step)), (2, struct.pack("<e", (levels - 1) / 2 * step)),
+                (4, bytes([160] * 8 + [0] * 4))]
+    if kind == "q6_k":  # w = d sc (q - 32), sc = 16
+        return [(192, bytes([16] * 16)), (208, struct.pack("<e", d / 16))]
+    raise ValueError(kind)
+
+
+def tensor_bytes(kind, count, columns, name):
     if kind == "f32":
+        if name.endswith("ffn_gate_inp.weight"):  # a router: random, so that choices spread
+            std = columns ** -0.5
+            return array.array("f", (random.uniform(-std, std) * 1.732 for _ in range(count))) \
+                .tobytes()
         return struct.pack("<f", 1.0) * count
     if kind == "bf16":
         # Random bf16 of magnitude <= ~0.03: a random low byte and a high byte 0x3c/0xbc.
         data = bytearray(os.urandom(count * 2))
         data[1::2] = bytes(0x3C | (b & 0x80) for b in data[1::2])
         return bytes(data)
-    per_block, size, scales_at = BLOCKS[kind]
+    per_block, size = BLOCKS[kind]
     assert count % per_block == 0, (kind, count)
     blocks = count // per_block
     data = bytearray(os.urandom(blocks * size))
-    for i, scale_at in enumerate(scales_at):
-        scale = struct.pack("<e", 0.002 if i == 0 else 0.0)
-        data[scale_at::size] = scale[0:1] * blocks
-        data[scale_at + 1::size] = scale[1:2] * blocks
+    for at, field in block_fields(kind, columns):
+        for i, byte in enumerate(field):
+            data[at + i::size] = bytes([byte]) * blocks
     return bytes(data)
 
 
@@ -78,8 +111,11 @@ def main():
     model_dir, kind, out_path = sys.argv[1], sys.argv[2], sys.argv[3]
     config = json.load(open(os.path.join(model_dir, "config.json")))
     tokenizer = json.load(open(os.path.join(model_dir, "tokenizer.json")))
-    arch = {"llama": "llama", "qwen3": "qwen3", "gemma3_text": "gemma3"}.get(config["model_type"])
-    assert arch, f"make_gguf.py writes llama, qwen3 and gemma3, not {config['model_type']}"
+    arch = {"llama": "llama", "qwen3": "qwen3", "qwen3_moe": "qwen3moe",
+            "gemma3_text": "gemma3"}.get(config["model_type"])
+    assert arch, f"make_gguf.py writes llama, qwen3, qwen3moe and gemma3, not {config['model_type']}"
+    experts = config.get("num_experts", 0) if arch == "qwen3moe" else 0
+    tied = config.get("tie_word_embeddings", arch != "qwen3moe")
     hidden = config["hidden_size"]
     heads = config["num_attention_heads"]
     kv_heads = config["num_key_value_heads"]
@@ -124,6 +160,11 @@ def main():
         return i < layers // 8 or i >= 7 * layers // 8 or (i - layers // 8) % 3 == 2
 
     embedding = typed(embedding, hidden)
+    # An untied head: llama-quantize's output type (Q6_K for the 4-bit and K-quant files); the
+    # embedding then takes the layers' type.
+    output = embedding
+    if not tied:
+        embedding = typed({"q4_k_m": "q4_k", "q5_k_m": "q5_k"}.get(kind, kind), hidden)
 
     def matrix(columns, i, name=""):
         if kind not in ("q4_k_m", "q5_k_m"):
@@ -132,6 +173,9 @@ def main():
         return typed("q6_k" if name in ("v", "down") and more_bits(i) else base, columns)
     tensors = [("token_embd.weight", [hidden, vocab], embedding),
                ("output_norm.weight", [hidden], "f32")]
+    if not tied:
+        tensors.append(("output.weight", [hidden, vocab], output))
+    moe_ff = config.get("moe_intermediate_size", 0)
     for i in range(layers):
         p = f"blk.{i}."
         tensors += [(p + "attn_norm.weight", [hidden], "f32"),
@@ -140,11 +184,18 @@ def main():
                     (p + "attn_v.weight", [hidden, kv_heads * head_dim], matrix(hidden, i, "v")),
                     (p + "attn_output.weight", [heads * head_dim, hidden],
                      matrix(heads * head_dim, i)),
-                    (p + "ffn_norm.weight", [hidden], "f32"),
-                    (p + "ffn_gate.weight", [hidden, ff], matrix(hidden, i)),
-                    (p + "ffn_up.weight", [hidden, ff], matrix(hidden, i)),
-                    (p + "ffn_down.weight", [ff, hidden], matrix(ff, i, "down"))]
-        if arch in ("qwen3", "gemma3"):
+                    (p + "ffn_norm.weight", [hidden], "f32")]
+        if experts:
+            tensors += [(p + "ffn_gate_inp.weight", [hidden, experts], "f32"),
+                        (p + "ffn_gate_exps.weight", [hidden, moe_ff, experts], matrix(hidden, i)),
+                        (p + "ffn_up_exps.weight", [hidden, moe_ff, experts], matrix(hidden, i)),
+                        (p + "ffn_down_exps.weight", [moe_ff, hidden, experts],
+                         matrix(moe_ff, i, "down"))]
+        else:
+            tensors += [(p + "ffn_gate.weight", [hidden, ff], matrix(hidden, i)),
+                        (p + "ffn_up.weight", [hidden, ff], matrix(hidden, i)),
+                        (p + "ffn_down.weight", [ff, hidden], matrix(ff, i, "down"))]
+        if arch in ("qwen3", "qwen3moe", "gemma3"):
             tensors += [(p + "attn_q_norm.weight", [head_dim], "f32"),
                         (p + "attn_k_norm.weight", [head_dim], "f32")]
         if arch == "gemma3":
@@ -174,6 +225,10 @@ def main():
         kv("tokenizer.ggml.bos_token_id", "u32", bos),
         kv("tokenizer.ggml.eos_token_id", "u32", eos),
     ]
+    if experts:
+        metadata += [kv(a + "expert_count", "u32", experts),
+                     kv(a + "expert_used_count", "u32", config["num_experts_per_tok"]),
+                     kv(a + "expert_feed_forward_length", "u32", moe_ff)]
     if arch == "gemma3":
         # SentencePiece with byte fallback (<0x0A> is the newline), as llama.cpp converts Gemma.
         metadata += [kv("tokenizer.ggml.model", "str", "llama"),
@@ -208,8 +263,9 @@ def main():
         for info in infos:
             out.write(info)
         out.write(b"\0" * (-out.tell() % ALIGN))
-        for count, size, t in sizes:
-            data = tensor_bytes(t, count)
+        for (name, dims, _), (count, size, t) in zip(tensors, sizes):
+            columns = dims[0]
+            data = tensor_bytes(t, count, columns, name)
             assert len(data) == size
             out.write(data)
             out.write(b"\0" * (-size % ALIGN))

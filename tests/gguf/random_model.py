@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes a random Hugging Face checkpoint (config.json + bf16 model.safetensors) shaped like a
 fixture but with the sizes given, for GGUF K-quant tests (their blocks need rows of 256 values,
-the fixtures have 64). Weights ~ N(0, (2.5 / sqrt(fan_in))^2) as the fixtures', norms ~ 1 (Gemma:
+the fixtures have 64). A mixture of experts keeps its expert count and top-k, its experts of
+--intermediate, and its last layer dense. Weights ~ N(0, (2.5 / sqrt(fan_in))^2) as the fixtures', norms ~ 1 (Gemma:
 offsets ~ 0), rounded to bf16.
 Usage: random_model.py FIXTURE_MODEL_DIR OUT_DIR --hidden H --intermediate I --layers N
        [--head-dim D] [--seed S]
@@ -30,6 +31,10 @@ config.update(hidden_size=args.hidden, intermediate_size=args.intermediate,
               num_hidden_layers=args.layers, head_dim=head_dim)
 if gemma:
     config["query_pre_attn_scalar"] = head_dim
+experts = config.get("num_experts", 0)
+if experts:
+    config.update(moe_intermediate_size=args.intermediate, mlp_only_layers=[args.layers - 1],
+                  decoder_sparse_step=1)
 rng = np.random.default_rng(args.seed)
 hidden, inter, vocab = args.hidden, args.intermediate, config["vocab_size"]
 shapes = {"model.embed_tokens.weight": (vocab, hidden), "model.norm.weight": (hidden,)}
@@ -40,16 +45,23 @@ for i in range(args.layers):
                    p + "self_attn.k_proj.weight": (kv * head_dim, hidden),
                    p + "self_attn.v_proj.weight": (kv * head_dim, hidden),
                    p + "self_attn.o_proj.weight": (hidden, heads * head_dim),
-                   p + "post_attention_layernorm.weight": (hidden,),
-                   p + "mlp.gate_proj.weight": (inter, hidden),
-                   p + "mlp.up_proj.weight": (inter, hidden),
-                   p + "mlp.down_proj.weight": (hidden, inter)})
+                   p + "post_attention_layernorm.weight": (hidden,)})
+    mlps = [p + "mlp."]
+    if experts and i != args.layers - 1:
+        shapes[p + "mlp.gate.weight"] = (experts, hidden)
+        mlps = [f"{p}mlp.experts.{e}." for e in range(experts)]
+    for mlp in mlps:
+        shapes.update({mlp + "gate_proj.weight": (inter, hidden),
+                       mlp + "up_proj.weight": (inter, hidden),
+                       mlp + "down_proj.weight": (hidden, inter)})
     if config["model_type"] != "llama":
         shapes[p + "self_attn.q_norm.weight"] = (head_dim,)
         shapes[p + "self_attn.k_norm.weight"] = (head_dim,)
     if gemma:
         shapes[p + "pre_feedforward_layernorm.weight"] = (hidden,)
         shapes[p + "post_feedforward_layernorm.weight"] = (hidden,)
+if not config.get("tie_word_embeddings", gemma):
+    shapes["lm_head.weight"] = (vocab, hidden)
 header, body = {}, bytearray()
 for name, shape in shapes.items():
     if len(shape) == 1:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A float64 reference of the three decoders (Llama 3, Qwen3, Gemma 3 text), written in numpy
+"""A float64 reference of the decoders (Llama 3, Qwen3, Qwen3-MoE, Gemma 3 text), written in numpy
 from tests/fixtures/models/HF_SEMANTICS.md alone: none of infer's code takes part. It checks
 itself against the fixtures' float64 logits (--self-check) and is then the reference for
 weights the fixtures do not cover, such as a GGUF file's dequantized ones.
@@ -122,6 +122,36 @@ def round_int8(x):
 ROUNDINGS = {None: lambda x: x, "bf16": round_bf16, "int8": round_int8}
 
 
+def gated_mlp(h, w, prefix, gemma, product):
+    gate = product(h, w[prefix + "gate_proj.weight"])
+    if gemma:
+        gate = 0.5 * gate * (1 + np.tanh(math.sqrt(2 / math.pi) * (gate + 0.044715 * gate ** 3)))
+    else:
+        gate = gate / (1 + np.exp(-gate))
+    return product(gate * product(h, w[prefix + "up_proj.weight"]), w[prefix + "down_proj.weight"])
+
+
+def experts(h, w, p, config, product):
+    """Qwen3-MoE's sparse block (HF_SEMANTICS.md, Qwen3-MoE): softmax over all experts of the
+    router's logits (the router is not rounded: engines keep it in float), the top
+    num_experts_per_tok (ties to the lower index), renormalised when norm_topk_prob, and the sum
+    of the chosen experts' SwiGLU outputs times their weights."""
+    router = h @ w[p + "mlp.gate.weight"].T
+    probs = np.exp(router - router.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    top_k = config.get("num_experts_per_tok", 8)
+    out = np.zeros_like(h)
+    for row in range(h.shape[0]):
+        chosen = np.argsort(-router[row], kind="stable")[:top_k]
+        weights = probs[row, chosen]
+        if config.get("norm_topk_prob", False):
+            weights = weights / weights.sum()
+        for e, weight in zip(chosen, weights):
+            out[row] += weight * gated_mlp(h[row:row + 1], w, f"{p}mlp.experts.{e}.", False,
+                                           product)[0]
+    return out
+
+
 def logits(model_dir, ids, lora=None, rounding=None):
     def product(h, weight):
         return ROUNDINGS[rounding](h) @ weight.T
@@ -188,12 +218,10 @@ def logits(model_dir, ids, lora=None, rounding=None):
         else:
             x = x + attn
             h = rms_norm(x, w[p + "post_attention_layernorm.weight"], eps, offset)
-        gate = product(h, w[p + "mlp.gate_proj.weight"])
-        if gemma:
-            gate = 0.5 * gate * (1 + np.tanh(math.sqrt(2 / math.pi) * (gate + 0.044715 * gate ** 3)))
+        if p + "mlp.gate.weight" in w:
+            mlp = experts(h, w, p, config, product)
         else:
-            gate = gate / (1 + np.exp(-gate))
-        mlp = product(gate * product(h, w[p + "mlp.up_proj.weight"]), w[p + "mlp.down_proj.weight"])
+            mlp = gated_mlp(h, w, p + "mlp.", gemma, product)
         if gemma:
             mlp = rms_norm(mlp, w[p + "post_feedforward_layernorm.weight"], eps, offset)
         x = x + mlp
@@ -210,7 +238,7 @@ def logits(model_dir, ids, lora=None, rounding=None):
 
 def self_check(models):
     worst = 0.0
-    for arch in ("llama", "qwen3", "gemma3"):
+    for arch in ("llama", "qwen3", "qwen3_moe", "gemma3"):
         folder = Path(models) / arch
         ids = json.loads((folder / "reference.json").read_text())["logits_input_ids"]
         ref = np.fromfile(folder / "logits.f32.bin", np.float32).reshape(len(ids), -1)

@@ -9,7 +9,12 @@ dequantization are checked against llama.cpp's gguf-py by check_gguf_writer.py.
 Usage (Debian's python3-numpy):
   write_gguf.py HF_DIR OUT.gguf --type TYPE [--dequantized DIR] [--tokenizer DIR]
   write_gguf.py --vocab-only TOKENIZER_DIR OUT.gguf [--vocab-size N]
-TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K. --dequantized writes DIR/config.json
+TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K. A mixture of experts (qwen3_moe) is
+written as the converter writes qwen3moe: each layer's experts stacked into one
+[experts, rows, cols] tensor per matrix (ffn_{gate,up,down}_exps), the router (ffn_gate_inp) in
+F32, and the expert_count, expert_used_count and expert_feed_forward_length keys.
+(For tests of bad files: --set KEY=JSON overrides a metadata value, --drop NAME leaves out a
+checkpoint tensor before conversion or a file tensor after it.) --dequantized writes DIR/config.json
 and DIR/model.safetensors (f32, Hugging Face names and layout) holding what the file's weights
 dequantize to, for a float64 reference of exactly those weights (reference_f64.py).
 --tokenizer DIR adds the tokenizer.* metadata of DIR/tokenizer.json and tokenizer_config.json as
@@ -334,8 +339,20 @@ def gguf_name(hf, gemma):
              "self_attn.k_norm": "attn_k_norm",
              "post_attention_layernorm": "post_attention_norm" if gemma else "ffn_norm",
              "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm",
-             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+             "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
+             "mlp.gate": "ffn_gate_inp", "mlp.experts.gate_proj": "ffn_gate_exps",
+             "mlp.experts.up_proj": "ffn_up_exps", "mlp.experts.down_proj": "ffn_down_exps"}
     return f"blk.{layer}.{names[part]}.{suffix}"
+
+
+def expert_of(hf):
+    """(stack name, expert index) of a per-expert weight ('model.layers.0.mlp.experts.3.up_proj
+    .weight' -> ('model.layers.0.mlp.experts.up_proj.weight', 3)), else None: the converter
+    stacks a layer's experts into one [experts, rows, cols] tensor per matrix."""
+    parts = hf.split(".")
+    if len(parts) > 5 and parts[3:5] == ["mlp", "experts"] and parts[5].isdigit():
+        return ".".join(parts[:5] + parts[6:]), int(parts[5])
+    return None
 
 
 def permute(w, heads):
@@ -365,14 +382,14 @@ def rope_factors(config, head_dim):
 
 def metadata_for(config):
     kind = config["model_type"]
-    arch = {"llama": "llama", "qwen3": "qwen3", "gemma3_text": "gemma3"}[kind]
+    arch = {"llama": "llama", "qwen3": "qwen3", "qwen3_moe": "qwen3moe", "gemma3_text": "gemma3"}[kind]
     heads = config["num_attention_heads"]
     head_dim = config.get("head_dim") or config["hidden_size"] // heads
     m = {"general.architecture": arch, "general.name": "fixture",
          f"{arch}.block_count": config["num_hidden_layers"],
          f"{arch}.context_length": config["max_position_embeddings"],
          f"{arch}.embedding_length": config["hidden_size"],
-         f"{arch}.feed_forward_length": config["intermediate_size"],
+         f"{arch}.feed_forward_length": config.get("intermediate_size", 6144),
          f"{arch}.attention.head_count": heads,
          f"{arch}.attention.head_count_kv": config.get("num_key_value_heads", heads),
          f"{arch}.rope.freq_base": float(config.get("rope_theta", 10000.0)),
@@ -380,6 +397,10 @@ def metadata_for(config):
     if "head_dim" in config:
         m[f"{arch}.attention.key_length"] = head_dim
         m[f"{arch}.attention.value_length"] = head_dim
+    if arch == "qwen3moe":  # Qwen2MoeModel.set_gguf_parameters
+        m["qwen3moe.expert_count"] = config["num_experts"]
+        m["qwen3moe.expert_used_count"] = config["num_experts_per_tok"]
+        m["qwen3moe.expert_feed_forward_length"] = config["moe_intermediate_size"]
     if arch == "llama":
         m["llama.vocab_size"] = config["vocab_size"]
         m["llama.rope.dimension_count"] = head_dim
@@ -519,15 +540,36 @@ def tokenizer_metadata(tok_dir, vocab_size=None):
     return m
 
 
-def convert(hf_dir, out, kind, dequantized_dir=None, tokenizer_dir=None):
+def convert(hf_dir, out, kind, dequantized_dir=None, tokenizer_dir=None, overrides=(), drops=()):
     config = json.loads((Path(hf_dir) / "config.json").read_text())
     weights = read_safetensors(Path(hf_dir) / "model.safetensors")
+    for name in drops:
+        weights.pop(name, None)
     arch, head_dim, metadata = metadata_for(config)
     gemma = arch == "gemma3"
     tied = config.get("tie_word_embeddings", gemma)
     tensors, widened = [], {}
+    stacks = {}
+    for hf in list(weights):
+        if expert_of(hf):
+            name, e = expert_of(hf)
+            stacks.setdefault(name, {})[e] = hf
+    for name, members in stacks.items():
+        count = max(members) + 1
+        assert sorted(members) == list(range(count)), name
+        w = np.stack([weights[members[e]].astype(np.float32) for e in range(count)])
+        raw, back = encode(kind, w.reshape(-1, w.shape[2]))
+        tensors.append((gguf_name(name, gemma), TYPES[kind][0], w.shape, raw))
+        back = back.reshape(w.shape)
+        for e in range(count):
+            widened[members[e]] = back[e]
     for hf, values in weights.items():
-        if hf == "lm_head.weight" and tied:
+        if hf == "lm_head.weight" and tied or expert_of(hf):
+            continue
+        if hf.endswith("mlp.gate.weight"):  # the router stays F32, as the converter keeps it
+            w = values.astype(np.float32)
+            tensors.append((gguf_name(hf, gemma), 0, w.shape, w.tobytes()))
+            widened[hf] = w
             continue
         w = values.astype(np.float32)
         if gemma and hf.endswith("norm.weight"):
@@ -554,6 +596,10 @@ def convert(hf_dir, out, kind, dequantized_dir=None, tokenizer_dir=None):
         tensors.append(("rope_freqs.weight", 0, factors.shape, factors.tobytes()))
     if tokenizer_dir:
         metadata.update(tokenizer_metadata(tokenizer_dir, config.get("vocab_size")))
+    for override in overrides:
+        key, value = override.split("=", 1)
+        metadata[key] = json.loads(value)
+    tensors = [t for t in tensors if t[0] not in drops]
     write_container(out, metadata, tensors)
     if dequantized_dir:
         folder = Path(dequantized_dir)
@@ -580,6 +626,10 @@ if __name__ == "__main__":
     parser.add_argument("--tokenizer")
     parser.add_argument("--vocab-only", action="store_true")
     parser.add_argument("--vocab-size", type=int)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=JSON",
+                        help="(tests) write metadata KEY with this value instead")
+    parser.add_argument("--drop", action="append", default=[], metavar="NAME",
+                        help="(tests) leave out the checkpoint's or the file's tensor NAME")
     args = parser.parse_args()
     if args.vocab_only:
         metadata = {"general.architecture": "llama", "general.name": "vocab"}
@@ -588,4 +638,5 @@ if __name__ == "__main__":
     else:
         if not args.type:
             parser.error("--type is required (or --vocab-only)")
-        convert(args.hf_dir, args.out, args.type, args.dequantized, args.tokenizer)
+        convert(args.hf_dir, args.out, args.type, args.dequantized, args.tokenizer, args.set,
+                args.drop)

@@ -20,6 +20,12 @@ std::string HumanCount(int64_t count) {
   return fmt::format("{:.1f}K", value / 1e3);
 }
 
+std::string HumanBytes(int64_t bytes) {
+  const auto value = static_cast<double>(bytes);
+  if (value >= 1e9) return fmt::format("{:.3f} GB", value / 1e9);
+  return fmt::format("{:.3f} MB", value / 1e6);
+}
+
 // The scaling's name; a GGUF file's per-frequency factors (its rope_freqs tensor) follow it.
 std::string RopeScalingName(const RopeConfig& rope) {
   const std::string factors = rope.frequency_factors.empty() ? "" : " + rope_freqs factors";
@@ -39,6 +45,10 @@ void RunInspect(const ModelArgs& args, bool as_json) {
   LoadedModel loaded = LoadModelFromArgs(args, &pool);
   const ModelConfig& config = loaded.config;
   const int64_t params = ParameterCount(config);
+  const int64_t active_params = ActiveParameterCount(config);
+  const int64_t bytes_per_token = WeightBytesPerToken(loaded);
+  int64_t sparse_layers = 0;
+  for (const auto& layer : config.layers) sparse_layers += layer.sparse_mlp ? 1 : 0;
   const int64_t kv_bytes_f32 = config.KvCacheBytesPerToken(DType::kF32);
   const int64_t kv_bytes_bf16 = config.KvCacheBytesPerToken(DType::kBF16);
   const std::vector<int64_t>& eos = loaded.generation.eos_token_ids.empty()
@@ -56,6 +66,7 @@ void RunInspect(const ModelArgs& args, bool as_json) {
       layers.push_back({{"attention", layer.sliding_window > 0 ? "sliding" : "full"},
                         {"sliding_window", layer.sliding_window},
                         {"rope_theta", layer.rope.theta},
+                        {"mlp", layer.sparse_mlp ? "experts" : "dense"},
                         {"rope_scaling", RopeScalingName(layer.rope)}});
     }
     nlohmann::json out = {{"path", loaded.path},
@@ -75,7 +86,17 @@ void RunInspect(const ModelArgs& args, bool as_json) {
                           {"eos_token_ids", eos},
                           {"kv_cache_bytes_per_token_f32", kv_bytes_f32},
                           {"kv_cache_bytes_per_token_bf16", kv_bytes_bf16},
+                          {"parameters", params},
+                          {"active_parameters", active_params},
+                          {"weight_bytes_per_token", bytes_per_token},
                           {"layers", layers}};
+    if (config.has_sparse_layers()) {
+      out["experts"] = {{"num_experts", config.moe.num_experts},
+                        {"experts_per_token", config.moe.experts_per_token},
+                        {"intermediate_size", config.moe.intermediate_size},
+                        {"normalize_top_k", config.moe.normalize_top_k},
+                        {"sparse_layers", sparse_layers}};
+    }
     out.update(LoadedWeightsJson(args, loaded));
     nlohmann::json groups = nlohmann::json::array();
     for (const auto& group : loaded.file_tensor_groups) {
@@ -96,6 +117,17 @@ void RunInspect(const ModelArgs& args, bool as_json) {
   line("parameters",
        fmt::format("{} ({}{})", HumanCount(params), params,
                    config.tie_word_embeddings ? ", tied embeddings counted once" : ""));
+  if (config.has_sparse_layers()) {
+    line("experts", fmt::format("{} per sparse layer ({} of {} layers), {} per token, "
+                                "intermediate {}, top-k weights {}",
+                                config.moe.num_experts, sparse_layers, config.num_layers,
+                                config.moe.experts_per_token, config.moe.intermediate_size,
+                                config.moe.normalize_top_k ? "renormalised" : "as softmax gives"));
+  }
+  line("active parameters",
+       fmt::format("{} per token ({})", HumanCount(active_params), active_params));
+  line("bytes per token",
+       fmt::format("{} of weights read per decoded token", HumanBytes(bytes_per_token)));
   line("weights",
        fmt::format("{}{}, {:.3f} GB in memory, matrices {:.2f} bits per weight{}",
                    loaded.file_tensor_groups.empty() ? std::string(DTypeName(loaded.weight_dtype))
@@ -127,13 +159,14 @@ void RunInspect(const ModelArgs& args, bool as_json) {
   line("eos ids", fmt::format("{}", fmt::join(eos, ", ")));
   line("kv cache per token",
        fmt::format("{} bytes (f32), {} bytes (bf16)", kv_bytes_f32, kv_bytes_bf16));
-  text += "layer  attention  window  rope_theta  rope_scaling\n";
+  text += "layer  attention  window  rope_theta  mlp      rope_scaling\n";
   for (size_t i = 0; i < config.layers.size(); ++i) {
     const auto& layer = config.layers[i];
-    text += fmt::format("{:>5}  {:<9}  {:>6}  {:>10}  {}\n", i,
+    text += fmt::format("{:>5}  {:<9}  {:>6}  {:>10}  {:<7}  {}\n", i,
                         layer.sliding_window > 0 ? "sliding" : "full",
                         layer.sliding_window > 0 ? std::to_string(layer.sliding_window) : "-",
-                        layer.rope.theta, RopeScalingName(layer.rope));
+                        layer.rope.theta, layer.sparse_mlp ? "experts" : "dense",
+                        RopeScalingName(layer.rope));
   }
   std::fputs(text.c_str(), stdout);
 }

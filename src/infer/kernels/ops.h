@@ -242,6 +242,17 @@ class PackedMatrix {
                                         const std::function<void(int64_t, QuantizedRow&)>& fill,
                                         ThreadPool* pool = nullptr, TensorArena* arena = nullptr);
 
+  // Random weights of w [rows, cols] made in place, for --load-format dummy: every stored value
+  // uniform over its type's levels (element i of the storage a function of `seed` and i alone,
+  // whatever the pool), every group's scales chosen so that the weights have mean ~0 and
+  // standard deviation `stddev` (kInt8, kInt4 and kInt6 one d per group of 32, kInt4 and kInt4K
+  // a minimum -7.5 d, kInt4K sc = mn = 32); padding rows are zero. No float copy is made: a
+  // real-size model's matrices cost one pass over their packed bytes. kInt8, kInt4, kInt4K and
+  // kInt6 (the --quantization choices); throws infer::Error for another type.
+  static PackedMatrix Random(Quantization quantization, int64_t rows, int64_t cols, uint64_t seed,
+                             float stddev, ThreadPool* pool = nullptr,
+                             TensorArena* arena = nullptr);
+
   // A copy with storage of its own (from `arena` when given): benchmarks that stream several
   // copies of one matrix make them without quantizing each.
   PackedMatrix Copy(TensorArena* arena = nullptr) const;

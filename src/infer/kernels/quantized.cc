@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "infer/core/error.h"
@@ -573,6 +574,94 @@ void StoreQuantizedRows(const PackedMatrix& packed, uint8_t* bytes, int64_t row_
 }
 
 }  // namespace
+
+namespace {
+
+uint64_t RandomBits(uint64_t x) {  // SplitMix64
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+void StoreF16(uint8_t* data, int64_t at, float value) {
+  const uint16_t bits = F32ToF16(value);
+  std::memcpy(data + at, &bits, 2);
+}
+
+}  // namespace
+
+PackedMatrix PackedMatrix::Random(Quantization quantization, int64_t rows, int64_t cols,
+                                  uint64_t seed, float stddev, ThreadPool* pool,
+                                  TensorArena* arena) {
+  INFER_CHECK(quantization == Quantization::kInt8 || quantization == Quantization::kInt4 ||
+                  quantization == Quantization::kInt4K || quantization == Quantization::kInt6,
+              "random weights: {} is not one of int8, int4, int4k, int6",
+              QuantizationName(quantization));
+  INFER_CHECK(rows >= 0 && cols >= 0, "random weights: shape [{}, {}]", rows, cols);
+  PackedMatrix packed;
+  packed.rows_ = rows;
+  packed.cols_ = cols;
+  packed.quantization_ = quantization;
+  packed.group_size_ = quantization == Quantization::kInt4    ? kDefaultInt4Group
+                       : quantization == Quantization::kInt4K ? kSuperBlock
+                                                              : 32;
+  const int64_t bytes = std::max<int64_t>(4, packed.num_panels() * packed.panel_bytes());
+  packed.storage_ = EmptyIn(arena, DType::kI32, {(bytes + 3) / 4});
+  if (rows == 0 || cols == 0) return packed;
+  // The standard deviation of q uniform over the stored levels: 256 (int8), 16 (the 4-bit
+  // types) or 64 (int6) of them.
+  const double levels = quantization == Quantization::kInt8   ? 256.0
+                        : quantization == Quantization::kInt6 ? 64.0
+                                                              : 16.0;
+  const double q_stddev = std::sqrt((levels * levels - 1.0) / 12.0);
+  constexpr int kSubBlockScale = 32;  // kInt4K's sc and mn
+  const double step = quantization == Quantization::kInt4K ? stddev / q_stddev / kSubBlockScale
+                                                           : stddev / q_stddev;  // d
+  auto* data = static_cast<uint8_t*>(packed.storage_.raw());
+  const int64_t panel_bytes = packed.panel_bytes();
+  const int64_t values_bytes = packed.group_size_ / kQuantBlock * packed.sub_block_bytes();
+  ParallelForOn(pool, packed.num_panels(), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t panel = begin; panel < end; ++panel) {
+      uint8_t* at = data + panel * panel_bytes;
+      const int64_t first = panel * panel_bytes;
+      int64_t i = 0;
+      for (; i + 8 <= panel_bytes; i += 8) {
+        const uint64_t bits = RandomBits(seed + static_cast<uint64_t>((first + i) / 8));
+        std::memcpy(at + i, &bits, 8);
+      }
+      for (; i < panel_bytes; ++i) {
+        at[i] = static_cast<uint8_t>(RandomBits(seed + static_cast<uint64_t>((first + i) / 8)));
+      }
+      for (int64_t group = 0; group < packed.num_groups(); ++group) {
+        const int64_t group_start = panel * panel_bytes + group * packed.group_bytes();
+        std::memset(data + group_start + values_bytes, 0,
+                    static_cast<size_t>(packed.group_bytes() - values_bytes));
+        for (int64_t lane = 0; lane < kPanelRows; ++lane) {
+          const int64_t row = panel * kPanelRows + lane;
+          if (row >= rows) break;  // padding rows keep d = 0
+          const int64_t scale = packed.ScaleIndex(row, group);
+          StoreF16(data, scale, static_cast<float>(step));
+          if (HasMinimum(quantization)) {
+            // Mean 0: the minimum (kInt4K: the minimum step, times mn = 32) is -7.5 d (sc).
+            StoreF16(data, scale + 2 * kPanelRows, static_cast<float>(-7.5 * step));
+          }
+          if (quantization == Quantization::kInt4K) {
+            uint32_t words[3] = {0, 0, 0};
+            for (int64_t b = 0; b < kSuperBlock / kQuantBlock; ++b) {
+              SetInt4KScaleBits(words, b, false, kSubBlockScale);
+              SetInt4KScaleBits(words, b, true, kSubBlockScale);
+            }
+            for (int w = 0; w < 3; ++w) {
+              std::memcpy(data + packed.ScaleWordIndex(row, group, w), &words[w], 4);
+            }
+          }
+        }
+      }
+    }
+  });
+  return packed;
+}
 
 PackedMatrix PackedMatrix::FromQuantizedRows(
     Quantization quantization, int64_t rows, int64_t cols,

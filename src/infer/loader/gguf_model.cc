@@ -3,7 +3,9 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <set>
+#include <string>
 
 #include "infer/core/error.h"
 #include "infer/loader/gguf_blocks.h"
@@ -12,14 +14,15 @@ namespace infer {
 
 namespace {
 
-enum class Arch { kLlama, kQwen3, kGemma3 };
+enum class Arch { kLlama, kQwen3, kQwen3Moe, kGemma3 };
 
 Arch ArchOf(const GgufFile& file) {
   const std::string arch = file.String("general.architecture").value_or("");
   if (arch == "llama") return Arch::kLlama;
   if (arch == "qwen3") return Arch::kQwen3;
+  if (arch == "qwen3moe") return Arch::kQwen3Moe;
   if (arch == "gemma3") return Arch::kGemma3;
-  Fail("{}: general.architecture is '{}'; infer runs llama, qwen3 and gemma3 GGUF files",
+  Fail("{}: general.architecture is '{}'; infer runs llama, qwen3, qwen3moe and gemma3 GGUF files",
        file.path(), arch);
 }
 
@@ -99,6 +102,35 @@ std::vector<bool> SlidingLayers(const GgufFile& file, const Keys& keys, int64_t 
   return sliding;
 }
 
+// llama.cpp's expert keys; a layer is sparse where the file holds its router (ffn_gate_inp) or
+// its experts (ffn_gate_exps): a missing one of the two is then named as missing.
+// llama.cpp's qwen3moe graph renormalises the top-k weights unless expert_weights_norm says
+// otherwise.
+void ReadExperts(const GgufFile& file, const Keys& keys, ModelConfig& config) {
+  MoeConfig& moe = config.moe;
+  const std::optional<int64_t> count = file.Int(keys.Name("expert_count"));
+  INFER_CHECK(count.has_value(), "{}: missing metadata '{}'", file.path(),
+              keys.Name("expert_count"));
+  INFER_CHECK(*count > 0 && *count <= 65536,
+              "{}: metadata '{}' is {}; a mixture of experts needs 1 "
+              "to 65536 experts",
+              file.path(), keys.Name("expert_count"), *count);
+  moe.num_experts = *count;
+  moe.experts_per_token = keys.Positive("expert_used_count");
+  INFER_CHECK(moe.experts_per_token <= moe.num_experts,
+              "{}: metadata '{}' is {}, more than the {} experts ('{}')", file.path(),
+              keys.Name("expert_used_count"), moe.experts_per_token, moe.num_experts,
+              keys.Name("expert_count"));
+  moe.intermediate_size = keys.Positive("expert_feed_forward_length");
+  moe.normalize_top_k = file.Int(keys.Name("expert_weights_norm")).value_or(1) != 0;
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    const std::string layer = "blk." + std::to_string(i) + ".";
+    config.layers[static_cast<size_t>(i)].sparse_mlp =
+        file.FindTensor(layer + "ffn_gate_inp.weight") != nullptr ||
+        file.FindTensor(layer + "ffn_gate_exps.weight") != nullptr;
+  }
+}
+
 }  // namespace
 
 ModelConfig GgufModelConfig(const GgufFile& file) {
@@ -107,12 +139,15 @@ ModelConfig GgufModelConfig(const GgufFile& file) {
   const Keys keys(file, arch_name);
   ModelConfig config;
   config.model_type = arch_name;
-  config.architecture = arch == Arch::kLlama   ? "LlamaForCausalLM"
-                        : arch == Arch::kQwen3 ? "Qwen3ForCausalLM"
-                                               : "Gemma3ForCausalLM";
+  config.architecture = arch == Arch::kLlama      ? "LlamaForCausalLM"
+                        : arch == Arch::kQwen3    ? "Qwen3ForCausalLM"
+                        : arch == Arch::kQwen3Moe ? "Qwen3MoeForCausalLM"
+                                                  : "Gemma3ForCausalLM";
   config.num_layers = keys.Positive("block_count");
   config.hidden_size = keys.Positive("embedding_length");
-  config.intermediate_size = keys.Positive("feed_forward_length");
+  // A mixture of experts' dense width is unused when every layer is sparse.
+  config.intermediate_size = keys.Positive(
+      "feed_forward_length", arch == Arch::kQwen3Moe ? std::optional<int64_t>(1) : std::nullopt);
   config.num_heads = keys.Positive("attention.head_count");
   config.num_kv_heads = keys.Positive("attention.head_count_kv", config.num_heads);
   INFER_CHECK(config.num_heads % config.num_kv_heads == 0, "{}: {} heads cannot share {} KV heads",
@@ -172,9 +207,10 @@ ModelConfig GgufModelConfig(const GgufFile& file) {
     }
     config.final_logit_softcap = keys.Number("final_logit_softcapping", 0.0);
   } else {
-    config.qk_norm = arch == Arch::kQwen3;
+    config.qk_norm = arch == Arch::kQwen3 || arch == Arch::kQwen3Moe;
     config.activation = Activation::kSilu;
   }
+  if (arch == Arch::kQwen3Moe) ReadExperts(file, keys, config);
   const GenerationConfig generation = GgufGenerationConfig(file);
   config.bos_token_id = generation.bos_token_id.value_or(-1);
   config.pad_token_id = generation.pad_token_id.value_or(-1);
@@ -211,7 +247,13 @@ std::string GgufTensorName(const std::string& hf_name, const ModelConfig& config
   const std::string layer = hf_name.substr(prefix.size(), dot - prefix.size());
   const std::string rest = hf_name.substr(dot + 1);
   const size_t last = rest.rfind('.');
-  const std::string part = rest.substr(0, last);
+  std::string part = rest.substr(0, last);
+  // The experts of a layer are stacked in one tensor per matrix: "mlp.experts.E.up_proj" is
+  // expert E of "mlp.experts.up_proj" (GgufMatrix's `expert`).
+  if (part.starts_with("mlp.experts.")) {
+    const size_t index_end = part.find('.', std::string("mlp.experts.").size());
+    part = "mlp.experts" + part.substr(index_end);
+  }
   const std::string suffix = rest.substr(last);  // ".weight" or ".bias"
   static const std::vector<std::pair<std::string, std::string>> kLayer = {
       {"input_layernorm", "attn_norm"},
@@ -225,7 +267,11 @@ std::string GgufTensorName(const std::string& hf_name, const ModelConfig& config
       {"post_feedforward_layernorm", "post_ffw_norm"},
       {"mlp.gate_proj", "ffn_gate"},
       {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"}};
+      {"mlp.down_proj", "ffn_down"},
+      {"mlp.gate", "ffn_gate_inp"},
+      {"mlp.experts.gate_proj", "ffn_gate_exps"},
+      {"mlp.experts.up_proj", "ffn_up_exps"},
+      {"mlp.experts.down_proj", "ffn_down_exps"}};
   std::string gguf;
   if (part == "post_attention_layernorm") {
     // Llama's is the pre-MLP norm; Gemma's sandwich layout has a real post-attention norm.
@@ -254,19 +300,25 @@ int64_t PermutedRow(int64_t row, int64_t head_dim) {
 kernels::PackedMatrix GgufMatrix(const GgufFile& file, const GgufTensorInfo& tensor,
                                  const std::string& hf_name, const ModelConfig& config,
                                  kernels::Quantization quantization, ThreadPool* pool,
-                                 TensorArena* arena) {
-  INFER_CHECK(tensor.dims.size() == 2, "{}: tensor '{}' is not a matrix", file.path(), tensor.name);
+                                 TensorArena* arena, int64_t expert) {
+  INFER_CHECK(
+      expert < 0 ? tensor.dims.size() == 2 : tensor.dims.size() == 3 && expert < tensor.dims[2],
+      "{}: tensor '{}' is not {}", file.path(), tensor.name,
+      expert < 0 ? std::string("a matrix")
+                 : fmt::format("a stack of matrices holding expert {}", expert));
   const int64_t rows = tensor.dims[1];
   const int64_t cols = tensor.dims[0];
+  const int64_t first_row = expert < 0 ? 0 : expert * rows;
   const bool permuted = ArchOf(file) == Arch::kLlama &&
                         (hf_name.ends_with("q_proj.weight") || hf_name.ends_with("k_proj.weight"));
   const auto source_row = [&](int64_t row) {
     return permuted ? PermutedRow(row, config.head_dim) : row;
   };
   const std::span<const std::byte> data = file.Data(tensor);
-  const auto row_bytes = static_cast<size_t>(tensor.bytes / static_cast<uint64_t>(rows));
+  const auto row_bytes =
+      static_cast<size_t>(tensor.bytes / static_cast<uint64_t>(tensor.elements() / cols));
   const auto row_of = [&](int64_t row) {
-    return data.subspan(static_cast<size_t>(source_row(row)) * row_bytes, row_bytes);
+    return data.subspan(static_cast<size_t>(first_row + source_row(row)) * row_bytes, row_bytes);
   };
   const std::string type = GgmlTypeName(tensor.type);
   const bool float_type = tensor.type == static_cast<uint32_t>(GgmlType::kF32) ||
@@ -294,7 +346,7 @@ kernels::PackedMatrix GgufMatrix(const GgufFile& file, const GgufTensorInfo& ten
   }
   INFER_CHECK(float_type, "{}: tensor '{}': {} has no infer layout", file.path(), tensor.name,
               type);
-  Tensor values = file.View(tensor);
+  Tensor values = expert < 0 ? file.View(tensor) : file.View(tensor).Row(expert);
   if (permuted) {
     Tensor reordered = Tensor::Empty(values.dtype(), values.shape(), /*huge_pages=*/true);
     ParallelForOn(pool, rows, 64, [&](int64_t begin, int64_t end) {

@@ -1,6 +1,7 @@
 // Hugging Face config.json -> ModelConfig. Defaults are those of the transformers config
-// classes (LlamaConfig, Qwen3Config, Gemma3TextConfig) for keys the file leaves out; the
-// keys that fix tensor shapes are required.
+// classes (LlamaConfig, Qwen3Config, Qwen3MoeConfig, Gemma3TextConfig) for keys the file leaves
+// out; the keys that fix tensor shapes are required.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <sstream>
@@ -16,7 +17,7 @@ using nlohmann::json;
 
 namespace {
 
-enum class Family { kLlama, kQwen3, kGemma3 };
+enum class Family { kLlama, kQwen3, kQwen3Moe, kGemma3 };
 
 class ConfigReader {
  public:
@@ -147,11 +148,41 @@ std::vector<bool> ParseLayerTypes(const ConfigReader& reader, int64_t num_layers
   return sliding;
 }
 
+// Qwen3MoeConfig's experts: which layers are sparse (Qwen3MoeDecoderLayer: not in
+// mlp_only_layers, and (i + 1) % decoder_sparse_step == 0) and the router's numbers.
+void ParseQwen3Moe(const ConfigReader& reader, ModelConfig& config) {
+  const std::string& source = reader.source();
+  MoeConfig& moe = config.moe;
+  moe.num_experts = reader.Int("num_experts", 128);
+  INFER_CHECK(moe.num_experts > 0,
+              "{}: 'num_experts' is {}; a mixture of experts needs at least one", source,
+              moe.num_experts);
+  moe.experts_per_token = reader.Int("num_experts_per_tok", 8);
+  INFER_CHECK(moe.experts_per_token > 0 && moe.experts_per_token <= moe.num_experts,
+              "{}: 'num_experts_per_tok' is {}; it must be between 1 and num_experts ({})", source,
+              moe.experts_per_token, moe.num_experts);
+  moe.intermediate_size = reader.PositiveInt("moe_intermediate_size", 768);
+  moe.normalize_top_k = reader.Bool("norm_topk_prob", false);
+  const int64_t step = reader.PositiveInt("decoder_sparse_step", 1);
+  const std::vector<int64_t> dense = reader.IntList("mlp_only_layers");
+  for (const int64_t layer : dense) {
+    INFER_CHECK(layer >= 0 && layer < config.num_layers,
+                "{}: 'mlp_only_layers' names layer {}, outside [0, {})", source, layer,
+                config.num_layers);
+  }
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    config.layers[static_cast<size_t>(i)].sparse_mlp =
+        std::find(dense.begin(), dense.end(), i) == dense.end() && (i + 1) % step == 0;
+  }
+}
+
 ModelConfig ParseFamily(const ConfigReader& reader, Family family, ModelConfig config) {
   const std::string& source = reader.source();
   config.vocab_size = reader.RequiredInt("vocab_size");
   config.hidden_size = reader.RequiredInt("hidden_size");
-  config.intermediate_size = reader.RequiredInt("intermediate_size");
+  // Qwen3MoeConfig has a default (its dense layers' width; unused when every layer is sparse).
+  config.intermediate_size = family == Family::kQwen3Moe ? reader.Int("intermediate_size", 6144)
+                                                         : reader.RequiredInt("intermediate_size");
   config.num_layers = reader.RequiredInt("num_hidden_layers");
   config.num_heads = reader.RequiredInt("num_attention_heads");
   for (auto [name, value] : {std::pair{"vocab_size", config.vocab_size},
@@ -165,11 +196,12 @@ ModelConfig ParseFamily(const ConfigReader& reader, Family family, ModelConfig c
   INFER_CHECK(config.num_heads % config.num_kv_heads == 0,
               "{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", source,
               config.num_heads, config.num_kv_heads);
+  // Qwen3MoeConfig has no head_dim argument: an absent key means hidden / heads there.
   const int64_t default_head_dim = family == Family::kQwen3 ? 128
                                    : family == Family::kGemma3
                                        ? 256
                                        : config.hidden_size / config.num_heads;
-  INFER_CHECK(family != Family::kLlama || reader.Has("head_dim") ||
+  INFER_CHECK((family != Family::kLlama && family != Family::kQwen3Moe) || reader.Has("head_dim") ||
                   config.hidden_size % config.num_heads == 0,
               "{}: hidden_size ({}) must be a multiple of num_attention_heads ({}) when head_dim "
               "is not given",
@@ -178,9 +210,9 @@ ModelConfig ParseFamily(const ConfigReader& reader, Family family, ModelConfig c
   INFER_CHECK(config.head_dim % 2 == 0, "{}: head_dim must be even for RoPE, got {}", source,
               config.head_dim);
   config.max_position_embeddings =
-      reader.PositiveInt("max_position_embeddings", family == Family::kLlama   ? 2048
-                                                    : family == Family::kQwen3 ? 32768
-                                                                               : 131072);
+      reader.PositiveInt("max_position_embeddings", family == Family::kLlama    ? 2048
+                                                    : family == Family::kGemma3 ? 131072
+                                                                                : 32768);
   config.rms_norm_eps = reader.Number("rms_norm_eps", 1e-6);
   INFER_CHECK(config.rms_norm_eps >= 0, "{}: 'rms_norm_eps' must be at least 0, got {}", source,
               config.rms_norm_eps);
@@ -236,7 +268,7 @@ ModelConfig ParseFamily(const ConfigReader& reader, Family family, ModelConfig c
       const int64_t pattern = reader.PositiveInt("sliding_window_pattern", 6);
       for (int64_t i = 0; i < config.num_layers; ++i) sliding[i] = (i + 1) % pattern != 0;
     }
-  } else if (family == Family::kQwen3) {
+  } else if (family == Family::kQwen3 || family == Family::kQwen3Moe) {
     if (reader.Bool("use_sliding_window", false) && reader.Has("sliding_window")) {
       window = reader.PositiveInt("sliding_window", 4096);
       if (reader.Has("layer_types")) {
@@ -255,6 +287,7 @@ ModelConfig ParseFamily(const ConfigReader& reader, Family family, ModelConfig c
     layer.rope = (local && family == Family::kGemma3) ? local_rope : full_rope;
     config.layers.push_back(layer);
   }
+  if (family == Family::kQwen3Moe) ParseQwen3Moe(reader, config);
 
   if (family == Family::kGemma3) {
     config.norm_style = NormStyle::kOffsetInF32;
@@ -273,7 +306,7 @@ ModelConfig ParseFamily(const ConfigReader& reader, Family family, ModelConfig c
                                 : reader.String("hidden_act", "gelu_pytorch_tanh");
     config.activation = ParseActivation(act, source);
   } else {
-    config.qk_norm = family == Family::kQwen3;
+    config.qk_norm = family == Family::kQwen3 || family == Family::kQwen3Moe;
     config.query_scale = 1.0 / std::sqrt(static_cast<double>(config.head_dim));
     config.activation = ParseActivation(reader.String("hidden_act", "silu"), source);
   }
@@ -296,6 +329,7 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& so
   }
   if (config.model_type == "llama") return ParseFamily(top, Family::kLlama, config);
   if (config.model_type == "qwen3") return ParseFamily(top, Family::kQwen3, config);
+  if (config.model_type == "qwen3_moe") return ParseFamily(top, Family::kQwen3Moe, config);
   if (config.model_type == "gemma3_text") return ParseFamily(top, Family::kGemma3, config);
   if (config.model_type == "gemma3") {
     // Multimodal wrapper: the language model's keys are in text_config; ids stay at the top.
@@ -308,8 +342,10 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& so
     ConfigReader text_reader(text, source + " text_config");
     return ParseFamily(text_reader, Family::kGemma3, config);
   }
-  Fail("{}: model_type '{}' is not supported (supported: llama, qwen3, gemma3_text, gemma3)",
-       source, config.model_type);
+  Fail(
+      "{}: model_type '{}' is not supported (supported: llama, qwen3, qwen3_moe, gemma3_text, "
+      "gemma3)",
+      source, config.model_type);
 }
 
 ModelConfig LoadModelConfig(const std::string& config_path) {

@@ -66,6 +66,12 @@ TensorName ParseTensorName(const std::string& adapter, const std::string& name) 
     fail("targets lm_head, which is not supported (only q/k/v/o/gate/up/down_proj)");
   }
   if (name.find("lora_magnitude_vector") != std::string::npos) fail("DoRA is not supported");
+  if (name.find(".mlp.experts.") != std::string::npos ||
+      name.find(".mlp.gate.") != std::string::npos) {
+    fail(
+        "targets a mixture of experts' experts or router, which is not supported (LoRA applies "
+        "to q/k/v/o_proj, and to gate/up/down_proj of dense MLP layers)");
+  }
   const size_t layers = name.find("layers.");
   if (layers == std::string::npos) fail("not a LoRA weight of a decoder layer");
   std::stringstream parts(name.substr(layers + 7));
@@ -229,7 +235,13 @@ std::shared_ptr<const LoraAdapter> LoadLoraAdapter(const std::string& name, cons
     if (!dtype) fail(fmt::format("dtype {} is not supported (F32, BF16 or F16)", entry.dtype));
     const auto weight =
         base.find(fmt::format("model.layers.{}.{}.weight", parsed.layer, parsed.module));
-    if (weight == base.end()) fail(fmt::format("the base model has no {}", parsed.module));
+    if (weight == base.end()) {
+      fail(config.sparse_layer(parsed.layer)
+               ? fmt::format("the base model has no {}: layer {} is a mixture of experts, and "
+                             "LoRA on experts is not supported",
+                             parsed.module, parsed.layer)
+               : fmt::format("the base model has no {}", parsed.module));
+    }
     const int64_t out = weight->second[0];
     const int64_t in = weight->second[1];
     const Shape want = parsed.is_b ? Shape{out, adapter->rank} : Shape{adapter->rank, in};

@@ -30,6 +30,19 @@ struct LayerConfig {
   // Keys a query may attend to, itself included; 0 means the whole causal prefix.
   int64_t sliding_window = 0;
   RopeConfig rope;
+  // The MLP is a mixture of experts (ModelConfig::moe) instead of one dense MLP.
+  bool sparse_mlp = false;
+};
+
+// A mixture-of-experts MLP: a router (hidden -> num_experts, no bias) whose f32 softmax over all
+// experts picks the top experts_per_token (ties to the lower index), their weights divided by
+// their sum when normalize_top_k; each chosen expert is a gated MLP of `intermediate_size` (the
+// model's activation); the layer's output is the weighted sum of the chosen experts' outputs.
+struct MoeConfig {
+  int64_t num_experts = 0;  // 0: no layer is sparse
+  int64_t experts_per_token = 0;
+  int64_t intermediate_size = 0;
+  bool normalize_top_k = false;
 };
 
 // How RMSNorm applies its weight. kScaleAfterCast: w * cast(x_hat) (Llama, Qwen3);
@@ -60,11 +73,18 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
   DType dtype = DType::kBF16;  // torch_dtype: the dtype dummy weights are made in
   std::vector<LayerConfig> layers;
+  MoeConfig moe;
   int64_t bos_token_id = -1;
   int64_t pad_token_id = -1;
   std::vector<int64_t> eos_token_ids;
 
   int64_t q_dim() const { return num_heads * head_dim; }
+  bool has_sparse_layers() const { return moe.num_experts > 0; }
+  // Whether layer i's MLP is a mixture of experts (LayerConfig::sparse_mlp; false past `layers`).
+  bool sparse_layer(int64_t i) const {
+    return i >= 0 && i < static_cast<int64_t>(layers.size()) &&
+           layers[static_cast<size_t>(i)].sparse_mlp;
+  }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
   // K and V bytes for one token across all layers, at `kv_dtype`.
   int64_t KvCacheBytesPerToken(DType kv_dtype) const {

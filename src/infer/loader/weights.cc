@@ -66,6 +66,19 @@ std::vector<WeightSlot> WeightSlots(const ModelConfig& config, ModelWeights& wei
     } else {
       add(prefix + "post_attention_layernorm.weight", {hidden}, &layer.mlp_norm);
     }
+    if (config.sparse_layer(i)) {
+      const int64_t expert_inter = config.moe.intermediate_size;
+      add_matrix(prefix + "mlp.gate.weight", {config.moe.num_experts, hidden}, &layer.router);
+      layer.experts.resize(static_cast<size_t>(config.moe.num_experts));
+      for (int64_t e = 0; e < config.moe.num_experts; ++e) {
+        kernels::Expert& expert = layer.experts[static_cast<size_t>(e)];
+        const std::string expert_prefix = prefix + "mlp.experts." + std::to_string(e) + ".";
+        add_matrix(expert_prefix + "gate_proj.weight", {expert_inter, hidden}, &expert.gate);
+        add_matrix(expert_prefix + "up_proj.weight", {expert_inter, hidden}, &expert.up);
+        add_matrix(expert_prefix + "down_proj.weight", {hidden, expert_inter}, &expert.down);
+      }
+      continue;
+    }
     add_matrix(prefix + "mlp.gate_proj.weight", {inter, hidden}, &layer.gate_proj);
     add_matrix(prefix + "mlp.up_proj.weight", {inter, hidden}, &layer.up_proj);
     add_matrix(prefix + "mlp.down_proj.weight", {hidden, inter}, &layer.down_proj);
@@ -86,6 +99,53 @@ int64_t ParameterCount(const ModelConfig& config) {
   int64_t count = 0;
   for (const auto& slot : WeightSlots(config, scratch)) count += NumElements(slot.shape);
   return count;
+}
+
+int64_t ExpertIndexOf(const std::string& hf_name) {
+  const size_t at = hf_name.find(".mlp.experts.");
+  if (at == std::string::npos) return -1;
+  return std::stoll(hf_name.substr(at + std::string(".mlp.experts.").size()));
+}
+
+int64_t ActiveParameterCount(const ModelConfig& config) {
+  ModelWeights scratch;
+  int64_t count = 0;
+  for (const auto& slot : WeightSlots(config, scratch)) {
+    const int64_t expert = ExpertIndexOf(slot.hf_name);
+    if (expert >= config.moe.experts_per_token) continue;  // counted as the chosen ones
+    count += NumElements(slot.shape);
+  }
+  return count;
+}
+
+int64_t WeightBytesPerToken(const LoadedModel& model) {
+  const ModelConfig& config = model.config;
+  const ModelWeights& w = model.weights;
+  auto bytes = [](const kernels::PackedMatrix& m) { return static_cast<int64_t>(m.size_bytes()); };
+  auto vector_bytes = [](const Tensor& t) {
+    return t.defined() ? static_cast<int64_t>(t.size_bytes()) : int64_t{0};
+  };
+  int64_t total = bytes(w.lm_head) + vector_bytes(w.final_norm);
+  for (const LayerWeights& layer : w.layers) {
+    total += bytes(layer.q_proj) + bytes(layer.k_proj) + bytes(layer.v_proj) + bytes(layer.o_proj);
+    for (const Tensor* t :
+         {&layer.attn_norm, &layer.q_bias, &layer.k_bias, &layer.v_bias, &layer.o_bias,
+          &layer.q_norm, &layer.k_norm, &layer.attn_post_norm, &layer.mlp_norm,
+          &layer.mlp_post_norm, &layer.gate_bias, &layer.up_bias, &layer.down_bias}) {
+      total += vector_bytes(*t);
+    }
+    if (layer.experts.empty()) {
+      total += bytes(layer.gate_proj) + bytes(layer.up_proj) + bytes(layer.down_proj);
+      continue;
+    }
+    int64_t experts = 0;
+    for (const kernels::Expert& e : layer.experts) {
+      experts += bytes(e.gate) + bytes(e.up) + bytes(e.down);
+    }
+    total += bytes(layer.router) +
+             experts * config.moe.experts_per_token / static_cast<int64_t>(layer.experts.size());
+  }
+  return total;
 }
 
 namespace {
@@ -152,6 +212,7 @@ kernels::Quantization QuantizationFor(const WeightSlot& slot, const ModelConfig&
   const bool embedding = slot.hf_name == "model.embed_tokens.weight";
   const bool head = slot.hf_name == "lm_head.weight" || (embedding && config.tie_word_embeddings);
   if (embedding && !head) return kernels::Quantization::kNone;
+  if (slot.hf_name.ends_with(".mlp.gate.weight")) return kernels::Quantization::kNone;  // router
   if (head && options.quantization != kernels::Quantization::kNone) {
     return options.head == LoadOptions::Head::kUnquantized ? kernels::Quantization::kNone
            : options.head == LoadOptions::Head::kInt6      ? kernels::Quantization::kInt6
@@ -228,7 +289,8 @@ void InitDummy(const std::string& path, const ModelConfig& config, std::vector<W
   // then packed.
   size_t max_matrix_bytes = 0;
   for (const auto& slot : slots) {
-    if (slot.matrix != nullptr) {
+    if (slot.matrix != nullptr &&
+        QuantizationFor(slot, config, options) == kernels::Quantization::kNone) {
       max_matrix_bytes = std::max(
           max_matrix_bytes, static_cast<size_t>(NumElements(slot.shape)) * DTypeSize(config.dtype));
     }
@@ -237,6 +299,18 @@ void InitDummy(const std::string& path, const ModelConfig& config, std::vector<W
   TensorArena arena;
   const float norm_value = config.norm_style == NormStyle::kOffsetInF32 ? 0.0F : 1.0F;
   for (auto& slot : slots) {
+    if (slot.matrix != nullptr &&
+        QuantizationFor(slot, config, options) != kernels::Quantization::kNone) {
+      // Quantized: random values and scales made in the packed layout directly (no float
+      // copy: a real-size mixture of experts is tens of billions of weights).
+      *slot.matrix = kernels::PackedMatrix::Random(
+          QuantizationFor(slot, config, options), slot.shape[0], slot.shape[1],
+          SplitMix64(options.dummy_seed ^ Fnv1a(slot.hf_name)),
+          static_cast<float>(1.0 / std::sqrt(static_cast<double>(slot.shape.back()))), options.pool,
+          &arena);
+      progress.Step(slot.matrix->size_bytes());
+      continue;
+    }
     if (slot.matrix != nullptr) {
       // std 1/sqrt(fan_in) keeps activations O(1) through the random network.
       Tensor values = Tensor::Borrow(config.dtype, slot.shape, staging.data());
@@ -364,15 +438,19 @@ void LoadFromGguf(const GgufFile& file, std::vector<WeightSlot>& slots, const Mo
     WeightSlot& slot = slots[i];
     const std::string name = GgufTensorName(slot.hf_name, config);
     const GgufTensorInfo* tensor = file.FindTensor(name);
+    // Experts live in one stack per matrix kind: [experts, rows, cols].
+    const int64_t expert = ExpertIndexOf(slot.hf_name);
+    Shape shape = slot.shape;
+    if (expert >= 0) shape.insert(shape.begin(), config.moe.num_experts);
     INFER_CHECK(tensor != nullptr, "{}: missing tensor '{}' (shape {})", file.path(), name,
-                ShapeString(slot.shape));
-    INFER_CHECK(tensor->shape() == slot.shape,
-                "{}: tensor '{}' has shape {} but the metadata needs {}", file.path(), name,
-                ShapeString(tensor->shape()), ShapeString(slot.shape));
+                ShapeString(shape));
+    INFER_CHECK(tensor->shape() == shape, "{}: tensor '{}' has shape {} but the metadata needs {}",
+                file.path(), name, ShapeString(tensor->shape()), ShapeString(shape));
     used.insert(name);
     if (slot.matrix != nullptr) {
-      *slot.matrix = GgufMatrix(file, *tensor, slot.hf_name, config,
-                                QuantizationFor(slot, config, options), options.pool, &arena);
+      *slot.matrix =
+          GgufMatrix(file, *tensor, slot.hf_name, config, QuantizationFor(slot, config, options),
+                     options.pool, &arena, expert);
       progress.Step(slot.matrix->size_bytes());
     } else {
       views[i] = file.View(*tensor);

@@ -11,6 +11,7 @@
 
 #include "infer/core/tensor.h"
 #include "infer/core/thread_pool.h"
+#include "infer/kernels/experts.h"
 #include "infer/kernels/ops.h"
 #include "infer/loader/generation_config.h"
 #include "infer/loader/model_config.h"
@@ -22,13 +23,17 @@ namespace infer {
 struct LayerWeights {
   Tensor attn_norm;  // before attention (input_layernorm)
   kernels::PackedMatrix q_proj, k_proj, v_proj, o_proj;
-  Tensor q_bias, k_bias, v_bias, o_bias;  // attention_bias
-  Tensor q_norm, k_norm;                  // qk_norm
-  Tensor attn_post_norm;                  // sandwich_norms: after attention
-  Tensor mlp_norm;                        // before the MLP
-  Tensor mlp_post_norm;                   // sandwich_norms: after the MLP
-  kernels::PackedMatrix gate_proj, up_proj, down_proj;
-  Tensor gate_bias, up_bias, down_bias;  // mlp_bias
+  Tensor q_bias, k_bias, v_bias, o_bias;                // attention_bias
+  Tensor q_norm, k_norm;                                // qk_norm
+  Tensor attn_post_norm;                                // sandwich_norms: after attention
+  Tensor mlp_norm;                                      // before the MLP
+  Tensor mlp_post_norm;                                 // sandwich_norms: after the MLP
+  kernels::PackedMatrix gate_proj, up_proj, down_proj;  // a dense MLP
+  Tensor gate_bias, up_bias, down_bias;                 // mlp_bias
+  // A sparse MLP (LayerConfig::sparse_mlp): the router [num_experts, hidden], kept in float
+  // (never quantized), and the experts.
+  kernels::PackedMatrix router;
+  std::vector<kernels::Expert> experts;
 };
 
 struct ModelWeights {
@@ -46,10 +51,19 @@ struct WeightSlot {
   Tensor* tensor = nullptr;
   kernels::PackedMatrix* matrix = nullptr;
 };
-// Every tensor of the model, in checkpoint order. lm_head is listed only when untied.
+// Every tensor of the model, in checkpoint order. lm_head is listed only when untied. A sparse
+// layer lists its router (`mlp.gate.weight`) and each expert's matrices
+// (`mlp.experts.E.{gate,up,down}_proj.weight`) instead of the dense MLP's.
 std::vector<WeightSlot> WeightSlots(const ModelConfig& config, ModelWeights& weights);
 // Parameters, counting tied embeddings once.
 int64_t ParameterCount(const ModelConfig& config);
+// Parameters a token uses, as model cards count them ("30.5B, 3.3B active"): ParameterCount
+// less the experts it does not choose (each sparse layer counts experts_per_token of its
+// experts); the embedding table included. ParameterCount for a dense model.
+int64_t ActiveParameterCount(const ModelConfig& config);
+// The expert a weight name belongs to ("model.layers.3.mlp.experts.7.up_proj.weight": 7), or -1
+// for any other weight.
+int64_t ExpertIndexOf(const std::string& hf_name);
 
 // Where the norm and bias vectors (and an untied embedding table) live. kHugePageCopy (the
 // default): one copy into 2 MiB-page-backed memory at load, after which the checkpoint's files
@@ -98,6 +112,11 @@ struct LoadedModel {
   };
   std::vector<TensorGroup> file_tensor_groups;
 };
+
+// The weight bytes one token's decode reads as loaded: every matrix but the embedding table
+// (gathered one row at a time) unless it is the output head, with each sparse layer's experts
+// counted as experts_per_token experts of the layer's mean expert size, plus the vectors.
+int64_t WeightBytesPerToken(const LoadedModel& model);
 
 // `model` is a folder or a Hugging Face id (see model_path.h). Throws infer::Error that
 // names the file and tensor at fault.

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "infer/core/error.h"
+#include "infer/kernels/experts.h"
 #include "infer/kernels/ops.h"
 #include "infer/model/rope.h"
 
@@ -91,6 +92,11 @@ void Decoder::EnsureScratch(int64_t num_tokens) {
   v_.resize(n * config_.kv_dim());
   gate_.resize(n * config_.intermediate_size);
   up_.resize(n * config_.intermediate_size);
+  if (config_.has_sparse_layers()) {
+    router_logits_.resize(n * config_.moe.num_experts);
+    expert_ids_.resize(n * config_.moe.experts_per_token);
+    expert_weights_.resize(n * config_.moe.experts_per_token);
+  }
   scratch_tokens_ = num_tokens;
 }
 
@@ -251,7 +257,6 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,
   const int64_t q_dim = config_.q_dim();
   const int64_t kv_dim = config_.kv_dim();
   const int64_t head_dim = config_.head_dim;
-  const int64_t inter = config_.intermediate_size;
   const auto eps = static_cast<float>(config_.rms_norm_eps);
   const int64_t n = num_tokens;
 
@@ -314,6 +319,23 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,
     kernels::RmsNorm(x, rows, hidden, w.mlp_norm, eps, norm_weight_offset_,
                      normed_.data() + t0 * hidden);
   });
+  if (layer.sparse_mlp) {
+    SparseMlp(w, n);
+  } else {
+    DenseMlp(layer_idx, w, n);
+  }
+  ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
+    float* proj = proj_.data() + t0 * hidden;
+    if (config_.sandwich_norms) {
+      kernels::RmsNorm(proj, rows, hidden, w.mlp_post_norm, eps, norm_weight_offset_, proj);
+    }
+    kernels::Add(hidden_.data() + t0 * hidden, proj, rows * hidden);
+  });
+}
+
+void Decoder::DenseMlp(int64_t layer_idx, const LayerWeights& w, int64_t n) {
+  const int64_t hidden = config_.hidden_size;
+  const int64_t inter = config_.intermediate_size;
   const kernels::MatMulOutput gate_up[] = {
       {&w.gate_proj, OptionalTensor(w.gate_bias), gate_.data(), inter},
       {&w.up_proj, OptionalTensor(w.up_bias), up_.data(), inter}};
@@ -332,13 +354,22 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,
   kernels::MatMul(gate_.data(), n, inter, inter, w.down_proj, OptionalTensor(w.down_bias),
                   proj_.data(), hidden, pool_, precision_, activations_);
   ApplyLora(layer_idx, gate_.data(), n, inter, {{LoraTarget::kDown, proj_.data(), hidden}});
-  ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
-    float* proj = proj_.data() + t0 * hidden;
-    if (config_.sandwich_norms) {
-      kernels::RmsNorm(proj, rows, hidden, w.mlp_post_norm, eps, norm_weight_offset_, proj);
-    }
-    kernels::Add(hidden_.data() + t0 * hidden, proj, rows * hidden);
-  });
+}
+
+void Decoder::SparseMlp(const LayerWeights& w, int64_t n) {
+  const int64_t hidden = config_.hidden_size;
+  const MoeConfig& moe = config_.moe;
+  kernels::MatMul(normed_.data(), n, hidden, hidden, w.router, nullptr, router_logits_.data(),
+                  moe.num_experts, pool_, precision_, activations_);
+  kernels::SoftmaxTopK(router_logits_.data(), n, moe.num_experts, moe.experts_per_token,
+                       moe.normalize_top_k, expert_ids_.data(), expert_weights_.data());
+  const kernels::ExpertRouting routing{expert_ids_.data(), expert_weights_.data(),
+                                       moe.experts_per_token};
+  kernels::MixtureOfExperts(normed_.data(), n, hidden, hidden, w.experts, routing,
+                            config_.activation == Activation::kSilu
+                                ? kernels::GatedActivation::kSilu
+                                : kernels::GatedActivation::kGeluTanh,
+                            proj_.data(), hidden, pool_, precision_, activations_);
 }
 
 }  // namespace infer

@@ -1,6 +1,7 @@
-// The one decoder for Llama 3, Qwen3 and Gemma 3: every architectural difference is a
-// field of ModelConfig (norm style, QK-norm, sandwich norms, embedding scale, per-layer
-// RoPE and sliding window, activation, soft-cap, tied head), never a branch on a name.
+// The one decoder for Llama 3, Qwen3, Qwen3-MoE and Gemma 3: every architectural difference is
+// a field of ModelConfig (norm style, QK-norm, sandwich norms, embedding scale, per-layer RoPE
+// and sliding window, dense or mixture-of-experts MLP per layer, activation, soft-cap, tied
+// head), never a branch on a name.
 #pragma once
 
 #include <cstdint>
@@ -71,6 +72,10 @@ class Decoder {
   void RunLayers(std::span<const SequenceTokens> seqs, PagedKvCache& cache);
   void ForwardLayer(int64_t layer_idx, int64_t num_tokens, std::span<const SequenceTokens> seqs,
                     PagedKvCache& cache);
+  // The MLP of a layer on normed_ [n, hidden], into proj_: one gated MLP, or the experts the
+  // router picks for each row (LayerConfig::sparse_mlp).
+  void DenseMlp(int64_t layer_idx, const LayerWeights& w, int64_t n);
+  void SparseMlp(const LayerWeights& w, int64_t n);
   void EnsureScratch(int64_t num_tokens);
   // Groups the token rows of `seqs` by their LoRA adapter (lora_groups_).
   void GroupLoraRows(std::span<const SequenceTokens> seqs);
@@ -110,6 +115,8 @@ class Decoder {
   std::vector<kernels::LoraRows> lora_rows_;
   std::vector<kernels::LoraOutput> lora_outputs_;
   std::vector<float> hidden_, normed_, q_, k_, v_, attn_, proj_, gate_, up_;
+  std::vector<float> router_logits_, expert_weights_;  // sparse layers: [n, experts], [n, top k]
+  std::vector<int32_t> expert_ids_;                    // [n, top k]
 };
 
 }  // namespace infer

@@ -646,17 +646,17 @@ TEST_P(EngineFixtureTest, KvPoolHoldsTheConfiguredBlocks) {
   EXPECT_EQ(engine.kv_cache().bytes, 64 * 16 * per_token);
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, EngineFixtureTest,
-                         ::testing::Combine(::testing::Values("llama", "qwen3", "gemma3"),
-                                            ::testing::Values(kernels::MatMulPrecision::kF32,
-                                                              kernels::MatMulPrecision::kBf16),
-                                            ::testing::Values(DType::kF32, DType::kBF16)),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + "_" +
-                                  std::string(
-                                      kernels::MatMulPrecisionName(std::get<1>(info.param))) +
-                                  "_kv" + std::string(DTypeName(std::get<2>(info.param)));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Models, EngineFixtureTest,
+    ::testing::Combine(::testing::Values("llama", "qwen3", "qwen3_moe", "gemma3"),
+                       ::testing::Values(kernels::MatMulPrecision::kF32,
+                                         kernels::MatMulPrecision::kBf16),
+                       ::testing::Values(DType::kF32, DType::kBF16)),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_" +
+             std::string(kernels::MatMulPrecisionName(std::get<1>(info.param))) + "_kv" +
+             std::string(DTypeName(std::get<2>(info.param)));
+    });
 
 }  // namespace
 }  // namespace infer

@@ -51,6 +51,26 @@ TEST(HfConfig, Qwen3) {
   }
 }
 
+TEST(HfConfig, Qwen3Moe) {
+  const ModelConfig config = LoadReal("Qwen3-30B-A3B");
+  EXPECT_EQ(config.num_layers, 48);
+  EXPECT_EQ(config.head_dim, 128);  // set although 2048 / 32 = 64
+  EXPECT_EQ(config.q_dim(), 4096);
+  EXPECT_TRUE(config.qk_norm);
+  EXPECT_FALSE(config.tie_word_embeddings);
+  EXPECT_EQ(config.moe.num_experts, 128);
+  EXPECT_EQ(config.moe.experts_per_token, 8);
+  EXPECT_EQ(config.moe.intermediate_size, 768);
+  EXPECT_TRUE(config.moe.normalize_top_k);
+  for (const LayerConfig& layer : config.layers) EXPECT_TRUE(layer.sparse_mlp);
+  // The fixture: mlp_only_layers [2] keeps layer 2 dense.
+  const ModelConfig fixture =
+      LoadModelConfig(FixturePath("models/qwen3_moe/model/config.json").string());
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(fixture.layers[i].sparse_mlp, i != 2) << i;
+  EXPECT_EQ(fixture.intermediate_size, 96);
+  EXPECT_EQ(fixture.moe.intermediate_size, 32);
+}
+
 TEST(HfConfig, Gemma3) {
   const ModelConfig config = LoadReal("gemma-3-1b-it");
   EXPECT_EQ(config.num_layers, 26);
@@ -104,6 +124,20 @@ TEST(HfConfig, DefaultsFollowTheTransformersClasses) {
   EXPECT_DOUBLE_EQ(llama.layers[0].rope.theta, 10000.0);
   const ModelConfig qwen = ParseModelConfig(Minimal("qwen3"), "c");
   EXPECT_EQ(qwen.head_dim, 128);  // Qwen3Config default, not hidden / heads
+  // Qwen3MoeConfig: no head_dim argument (hidden / heads), 128 experts, top 8 of 768 wide,
+  // norm_topk_prob false, every layer sparse (decoder_sparse_step 1, no mlp_only_layers).
+  const ModelConfig moe = ParseModelConfig(Minimal("qwen3_moe"), "c");
+  EXPECT_EQ(moe.head_dim, 4);
+  EXPECT_EQ(moe.moe.num_experts, 128);
+  EXPECT_EQ(moe.moe.experts_per_token, 8);
+  EXPECT_EQ(moe.moe.intermediate_size, 768);
+  EXPECT_FALSE(moe.moe.normalize_top_k);
+  for (const LayerConfig& layer : moe.layers) EXPECT_TRUE(layer.sparse_mlp);
+  EXPECT_FALSE(llama.has_sparse_layers());
+  // decoder_sparse_step 2: layers 1 and 3 ((i + 1) % 2 == 0).
+  const ModelConfig stepped =
+      ParseModelConfig(Minimal("qwen3_moe", R"(,"decoder_sparse_step":2)"), "c");
+  for (int64_t i = 0; i < 4; ++i) EXPECT_EQ(stepped.layers[i].sparse_mlp, i % 2 == 1) << i;
   const ModelConfig gemma = ParseModelConfig(Minimal("gemma3_text"), "c");
   EXPECT_EQ(gemma.head_dim, 256);
   EXPECT_TRUE(gemma.tie_word_embeddings);
@@ -198,6 +232,25 @@ TEST(HfConfig, ClearErrors) {
   EXPECT_NE(ErrorOf(Minimal("llama", R"(,"num_hidden_layers":0)")).find("num_hidden_layers"),
             std::string::npos);
   EXPECT_NE(ErrorOf(Minimal("llama", R"(,"vocab_size":-5)")).find("vocab_size"), std::string::npos);
+  // Experts: more chosen than there are, none at all, a dense layer that does not exist.
+  EXPECT_NE(ErrorOf(Minimal("qwen3_moe", R"(,"num_experts":4,"num_experts_per_tok":5)"))
+                .find("'num_experts_per_tok' is 5; it must be between 1 and num_experts (4)"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf(Minimal("qwen3_moe", R"(,"num_experts":0)"))
+                .find("'num_experts' is 0; a mixture of experts needs at least one"),
+            std::string::npos);
+  EXPECT_NE(
+      ErrorOf(Minimal("qwen3_moe", R"(,"num_experts_per_tok":0)")).find("num_experts_per_tok"),
+      std::string::npos);
+  EXPECT_NE(ErrorOf(Minimal("qwen3_moe", R"(,"mlp_only_layers":[4])"))
+                .find("'mlp_only_layers' names layer 4, outside [0, 4)"),
+            std::string::npos);
+  EXPECT_NE(
+      ErrorOf(Minimal("qwen3_moe", R"(,"moe_intermediate_size":0)")).find("moe_intermediate_size"),
+      std::string::npos);
+  EXPECT_NE(
+      ErrorOf(Minimal("qwen3_moe", R"(,"decoder_sparse_step":0)")).find("decoder_sparse_step"),
+      std::string::npos);
 }
 
 }  // namespace

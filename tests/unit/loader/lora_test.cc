@@ -210,6 +210,37 @@ TEST_F(LoraLoaderTest, RefusesWhatDoesNotFitTheBaseNamingTheTensor) {
   ExpectRefused(Config(), ints, "dtype");
 }
 
+TEST_F(LoraLoaderTest, RefusesExpertsAndTheMlpOfASparseLayer) {
+  // Layer 1 a mixture of experts: its experts, router and (absent) dense MLP are refused by name;
+  // the attention projections of every layer load.
+  ModelConfig config = SmallConfig();
+  config.layers.resize(2);
+  config.layers[1].sparse_mlp = true;
+  config.moe = {4, 2, 6, true};
+  const auto refused = [&](const std::map<std::string, Tensor>& tensors, const std::string& words) {
+    try {
+      LoadLoraAdapter("moe", Write(Config(), tensors), config, 16);
+      ADD_FAILURE() << "accepted; expected an error with: " << words;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  const std::string p = "base_model.model.model.layers.1.";
+  refused({{p + "mlp.experts.3.up_proj.lora_A.weight", Filled(DType::kF32, {2, 8}, 0)},
+           {p + "mlp.experts.3.up_proj.lora_B.weight", Filled(DType::kF32, {6, 2}, 0)}},
+          "targets a mixture of experts' experts or router, which is not supported");
+  refused({{p + "mlp.gate.lora_A.weight", Filled(DType::kF32, {2, 8}, 0)},
+           {p + "mlp.gate.lora_B.weight", Filled(DType::kF32, {4, 2}, 0)}},
+          "experts or router");
+  refused(Tensors(), "the base model has no mlp.down_proj: layer 1 is a mixture of experts");
+  auto attention = Tensors();
+  attention.erase("base_model.model.model.layers.1.mlp.down_proj.lora_A.weight");
+  attention.erase("base_model.model.model.layers.1.mlp.down_proj.lora_B.weight");
+  attention[p + "self_attn.o_proj.lora_A.weight"] = Filled(DType::kF32, {2, 8}, 0);
+  attention[p + "self_attn.o_proj.lora_B.weight"] = Filled(DType::kF32, {8, 2}, 0);
+  EXPECT_NO_THROW(LoadLoraAdapter("moe", Write(Config(), attention), config, 16));
+}
+
 TEST_F(LoraLoaderTest, RefusesMissingAndCorruptFiles) {
   ExpectRefused(json::object(), Tensors(), "'r'");
   const std::string dir = Write(Config(), Tensors());

@@ -71,8 +71,18 @@ TEST_P(FixtureWeights, Bf16AndF32CheckpointsHoldTheSameValues) {
   for (size_t i = 0; i < slots_a.size(); ++i) {
     EXPECT_TRUE(SameSlotValues(slots_a[i], slots_b[i])) << slots_a[i].hf_name;
   }
-  // All fixtures tie the LM head to the embedding.
-  EXPECT_EQ(a.lm_head.data(), a.embed_tokens.data());
+  // A tied head is the embedding's storage.
+  EXPECT_EQ(a.lm_head.data() == a.embed_tokens.data(), bf16.config.tie_word_embeddings);
+}
+
+// The weight matrices of a config: the embedding, an untied head, four attention projections
+// per layer, and three for a dense MLP or a router and three per expert for a sparse one.
+int64_t MatrixCount(const ModelConfig& config) {
+  int64_t count = config.tie_word_embeddings ? 1 : 2;
+  for (const LayerConfig& layer : config.layers) {
+    count += 4 + (layer.sparse_mlp ? 1 + 3 * config.moe.num_experts : 3);
+  }
+  return count;
 }
 
 // The packed matrices hold exactly the checkpoint's values (read here straight from the file).
@@ -87,7 +97,7 @@ TEST_P(FixtureWeights, MatricesArePackedFromTheCheckpoint) {
     EXPECT_TRUE(SameValues(*slot.matrix, location.file->View(*location.entry))) << slot.hf_name;
     ++matrices;
   }
-  EXPECT_EQ(matrices, 1 + 7 * loaded.config.num_layers);
+  EXPECT_EQ(matrices, MatrixCount(loaded.config));
 }
 
 // The packed matrices share 2 MiB pages: each starts where the one before it ended (64-byte
@@ -112,7 +122,7 @@ TEST_P(FixtureWeights, MatricesSitOneAfterAnotherInTheirPages) {
       end = start + slot.matrix->size_bytes();
       ++matrices;
     }
-    EXPECT_EQ(matrices, 1 + 7 * loaded.config.num_layers);
+    EXPECT_EQ(matrices, MatrixCount(loaded.config));
   }
 }
 
@@ -136,7 +146,8 @@ TEST_P(FixtureWeights, HugePageCopyEqualsMmap) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureWeights, ::testing::Values("llama", "qwen3", "gemma3"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureWeights,
+                         ::testing::Values("llama", "qwen3", "qwen3_moe", "gemma3"));
 
 TEST(Weights, ParameterCountsOfTheDevModels) {
   // Published sizes: Llama-3.2-1B 1,235,814,400; Qwen3-1.7B 1.72B; gemma-3-1b 999,885,952.
@@ -147,6 +158,41 @@ TEST(Weights, ParameterCountsOfTheDevModels) {
   EXPECT_EQ(count("Llama-3.2-1B-Instruct"), 1235814400);
   EXPECT_EQ(count("Qwen3-1.7B"), 1720574976);
   EXPECT_EQ(count("gemma-3-1b-it"), 999885952);
+  // Qwen3-30B-A3B's model card: 30.5B parameters, 3.3B activated (8 of 128 experts per layer).
+  const ModelConfig moe =
+      LoadModelConfig(FixturePath("configs/Qwen3-30B-A3B/config.json").string());
+  EXPECT_EQ(ParameterCount(moe), 30532122624);
+  EXPECT_EQ(ActiveParameterCount(moe), 3353032704);
+  EXPECT_EQ(
+      ActiveParameterCount(LoadModelConfig(FixturePath("configs/Qwen3-1.7B/config.json").string())),
+      1720574976);
+}
+
+TEST(Weights, ExpertsAreLoadedPerExpertAndTheRouterStaysFloat) {
+  const std::string path = FixturePath("models/qwen3_moe/model").string();
+  LoadOptions options;
+  options.quantization = kernels::Quantization::kInt8;
+  const LoadedModel loaded = LoadModel(path, options);
+  const LayerWeights& sparse = loaded.weights.layers[0];
+  ASSERT_EQ(sparse.experts.size(), 8U);
+  EXPECT_FALSE(sparse.router.quantized());
+  EXPECT_EQ(sparse.router.rows(), 8);
+  EXPECT_EQ(sparse.experts[5].down.quantization(), kernels::Quantization::kInt8);
+  EXPECT_EQ(sparse.experts[5].gate.rows(), 32);
+  EXPECT_FALSE(sparse.gate_proj.defined());
+  const LayerWeights& dense = loaded.weights.layers[2];  // mlp_only_layers
+  EXPECT_TRUE(dense.experts.empty());
+  EXPECT_EQ(dense.gate_proj.rows(), 96);
+  // Expert 5's up projection holds the checkpoint's tensor of that name.
+  SafetensorsFile file = SafetensorsFile::Open(path + "/model.safetensors");
+  const LoadedModel exact = LoadModel(path, {});
+  for (const auto& entry : file.header().entries) {
+    if (entry.name == "model.layers.3.mlp.experts.5.up_proj.weight") {
+      EXPECT_TRUE(SameValues(exact.weights.layers[3].experts[5].up, file.View(entry)));
+    }
+  }
+  // Bytes per token: attention, router, dense MLP and head whole, 2 of 8 experts per layer.
+  EXPECT_LT(WeightBytesPerToken(exact), exact.weight_bytes);
 }
 
 TEST(Weights, DummyIsDeterministicAndThreadCountFree) {
@@ -240,6 +286,38 @@ TEST(Weights, MisShapedTensorIsNamed) {
   const std::string error = LoadError(folder);
   EXPECT_NE(error.find("model.layers.0.self_attn.k_norm.weight"), std::string::npos) << error;
   EXPECT_NE(error.find("[16]"), std::string::npos) << error;
+}
+
+TEST(Weights, MissingOrMisShapedExpertsAreNamed) {
+  {
+    TempDir dir;
+    auto folder = EditedCopy(dir, "qwen3_moe", [](auto& t) {
+      t.erase("model.layers.1.mlp.experts.6.down_proj.weight");
+    });
+    EXPECT_NE(
+        LoadError(folder).find("missing tensor 'model.layers.1.mlp.experts.6.down_proj.weight'"),
+        std::string::npos);
+  }
+  {
+    TempDir dir;  // a router of the wrong width: 7 experts where the config has 8
+    auto folder = EditedCopy(dir, "qwen3_moe", [](auto& t) {
+      t["model.layers.0.mlp.gate.weight"] = Tensor::Empty(DType::kBF16, {7, 64});
+    });
+    const std::string error = LoadError(folder);
+    EXPECT_NE(error.find("'model.layers.0.mlp.gate.weight' has shape [7, 64] but the config needs "
+                         "[8, 64]"),
+              std::string::npos)
+        << error;
+  }
+  {
+    TempDir dir;  // one expert narrower than the others
+    auto folder = EditedCopy(dir, "qwen3_moe", [](auto& t) {
+      t["model.layers.3.mlp.experts.2.gate_proj.weight"] = Tensor::Empty(DType::kBF16, {16, 64});
+    });
+    const std::string error = LoadError(folder);
+    EXPECT_NE(error.find("model.layers.3.mlp.experts.2.gate_proj.weight"), std::string::npos)
+        << error;
+  }
 }
 
 TEST(Weights, UnexpectedTensorIsAWarning) {

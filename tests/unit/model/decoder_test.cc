@@ -1,6 +1,7 @@
 // The decoder against the fixtures' float64 reference (tests/fixtures/models/README.md):
 // every logit row within 1e-4 of the row's max |ref|, greedy continuations token for token,
-// with and without the KV cache, for bf16 and f32 checkpoints of all three architectures.
+// with and without the KV cache, for bf16 and f32 checkpoints of every architecture (Qwen3-MoE's
+// fixture: sparse layers beside a dense one, top-2 of 8 experts).
 #include "infer/model/decoder.h"
 
 #include "infer/core/dtype.h"
@@ -23,7 +24,8 @@ namespace infer {
 namespace {
 
 constexpr double kBf16RowTolerance = 0.2;  // bf16 roundings amplified by random weights
-constexpr double kRowTolerance = 1e-4;     // README: max_v |logit - ref| <= 1e-4 * max_v |ref|
+constexpr double kMoeBf16KvRowTolerance = 0.3;
+constexpr double kRowTolerance = 1e-4;  // README: max_v |logit - ref| <= 1e-4 * max_v |ref|
 
 struct Case {
   const char* arch;
@@ -84,7 +86,12 @@ TEST_P(DecoderFixture, Bf16KvCacheLogitsNearTheReference) {
   }
   RecordProperty("worst_row_error", std::to_string(worst));
   std::printf("[ %s bf16 KV: worst row error %.4g of the row max ]\n", GetParam().arch, worst);
-  EXPECT_LE(worst, kBf16RowTolerance);
+  // A mixture of experts amplifies the rounding where it tips a router's choice: on the
+  // Qwen3-MoE fixture one position changes an expert, and the float64 reference with only K and
+  // V rounded to bf16 (tests/gguf/reference_f64.py so changed) is 0.2719 from it too.
+  const double tolerance =
+      std::string(GetParam().arch) == "qwen3_moe" ? kMoeBf16KvRowTolerance : kBf16RowTolerance;
+  EXPECT_LE(worst, tolerance);
 }
 
 void CheckGreedy(Decoder& decoder, const ModelConfig& config, const nlohmann::json& run,
@@ -133,7 +140,9 @@ TEST_P(DecoderFixture, GreedyWithoutKvCache) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, DecoderFixture,
                          ::testing::Values(Case{"llama", "model"}, Case{"llama", "model_f32"},
                                            Case{"qwen3", "model"}, Case{"qwen3", "model_f32"},
-                                           Case{"gemma3", "model"}, Case{"gemma3", "model_f32"}),
+                                           Case{"qwen3_moe", "model"},
+                                           Case{"qwen3_moe", "model_f32"}, Case{"gemma3", "model"},
+                                           Case{"gemma3", "model_f32"}),
                          [](const auto& info) {
                            return std::string(info.param.arch) + "_" + info.param.variant;
                          });
