@@ -8,7 +8,8 @@
 //   kernels_bench [--json] [--isa=avx512bf16,avx512,avx2] [--threads=1,2] [--m=1,512] [--reps=N]
 //                 [--dtype=bf16|f16|f32] [--precision=f32,bf16]
 //                 [--shape=qo_proj,kv_proj,gate_up,down,lm_head,
-//                          gemma_q,gemma_gate_up,gemma_down,qwen_qkv,qwen_gate_up,qwen_down]
+//                          gemma_q,gemma_gate_up,gemma_down,qwen_qkv,qwen_gate_up,qwen_down,
+//                          expert_gate_up,expert_down]
 //                 [--no-huge-pages] [--no-probe] [--no-attention] [--cached]
 #include <immintrin.h>
 
@@ -541,7 +542,11 @@ int main(int argc, char** argv) {
                           // 8 x 128 in one)
                           {"qwen_qkv", 4096, 2048, false},
                           {"qwen_gate_up", 6144, 2048, false},
-                          {"qwen_down", 2048, 6144, false}};
+                          {"qwen_down", 2048, 6144, false},
+                          // one expert of Qwen3-30B-A3B (hidden 2048, expert width 768): its gate
+                          // and up as one matrix, its down
+                          {"expert_gate_up", 1536, 2048, false},
+                          {"expert_down", 2048, 768, false}};
   // The bf16 tile peak per thread count, for the tile MatMul's fraction of it.
   std::map<int, double> tile_peaks;
   for (int threads : options.threads) tile_peaks[threads] = TilePeakGflops(threads);

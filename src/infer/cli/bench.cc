@@ -117,7 +117,10 @@ void RunBench(const BenchArgs& args) {
   // The read-bandwidth probe runs before and after the measurements; the ceiling is the
   // better of the two (the host is shared: one probe alone can under-read).
   const double probe_before_gb_s = ProbeReadBandwidthGbS(load_pool, size_t{1} << 30);
-  const double weight_gb_per_token = static_cast<double>(loaded.weight_bytes) / 1e9;
+  // What one row's decode step reads (a mixture of experts: its chosen experts only; a step of
+  // several rows reads the union of theirs, so decode_gb_s undercounts there).
+  const double weight_gb = static_cast<double>(loaded.weight_bytes) / 1e9;
+  const double weight_gb_per_token = static_cast<double>(WeightBytesPerToken(loaded)) / 1e9;
   const std::string isa(kernels::IsaName(kernels::ActiveIsa()));
   const double huge_page_fraction = static_cast<double>(HugePageResidentBytes()) /
                                     static_cast<double>(std::max<int64_t>(1, loaded.weight_bytes));
@@ -268,6 +271,7 @@ void RunBench(const BenchArgs& args) {
                  {"read_bandwidth_gb_s", bandwidth_gb_s},
                  {"read_bandwidth_before_gb_s", probe_before_gb_s},
                  {"read_bandwidth_after_gb_s", probe_after_gb_s},
+                 {"weight_bytes_per_token", WeightBytesPerToken(loaded)},
                  {"decode_ceiling_tok_s", bandwidth_gb_s / weight_gb_per_token},
                  {"timestamp", timestamp},
                  {"results", results}});
@@ -282,13 +286,12 @@ void RunBench(const BenchArgs& args) {
   }
   std::printf("%s", table.c_str());
   std::printf(
-      "\nisa %s, matmul precision %s, weights %s%s%s %.3f GB (%.0f%% in huge pages), RSS after "
-      "load "
-      "%.3f GB, read bandwidth %.1f GB/s (probes before / after: %.1f / %.1f) -> decode ceiling "
-      "%.1f tok/s\n",
+      "\nisa %s, matmul precision %s, weights %s%s%s %.3f GB (%.0f%% in huge pages, %.3f GB read "
+      "per token), RSS after load %.3f GB, read bandwidth %.1f GB/s (probes before / after: %.1f "
+      "/ %.1f) -> decode ceiling %.1f tok/s\n",
       isa.c_str(), std::string(kernels::MatMulPrecisionName(args.model.matmul_precision)).c_str(),
-      weight_type.c_str(), head_note.c_str(), lora_note.c_str(), weight_gb_per_token,
-      100.0 * huge_page_fraction, static_cast<double>(rss_after_load) / 1e9, bandwidth_gb_s,
+      weight_type.c_str(), head_note.c_str(), lora_note.c_str(), weight_gb,
+      100.0 * huge_page_fraction, weight_gb_per_token, static_cast<double>(rss_after_load) / 1e9, bandwidth_gb_s,
       probe_before_gb_s, probe_after_gb_s, bandwidth_gb_s / weight_gb_per_token);
 }
 
