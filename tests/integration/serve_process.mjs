@@ -17,10 +17,13 @@ export const requireCached = createRequire(path.join(root, '.cache/npm/package.j
 
 // The Llama fixture's tiny shapes with the real Llama 3 vocabulary, tokenizer and chat
 // template, in a new temporary folder (--load-format dummy: seeded random weights).
+// $INFER_TEST_FIXTURE names another fixture's architecture and shapes (qwen3_moe: the same
+// tests on a mixture of experts), still with Llama 3's vocabulary and template.
 export function makeLlama3VocabModel({ generationConfig = false, maxPositionEmbeddings } = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'infer-node-'));
-  const config = JSON.parse(
-    fs.readFileSync(path.join(root, 'tests/fixtures/models/llama/model/config.json'), 'utf8'));
+  const fixture = process.env.INFER_TEST_FIXTURE ?? 'llama';
+  const config = JSON.parse(fs.readFileSync(
+    path.join(root, `tests/fixtures/models/${fixture}/model/config.json`), 'utf8'));
   Object.assign(config,
     { vocab_size: 128256, bos_token_id: 128000, eos_token_id: [128001, 128008, 128009] });
   if (maxPositionEmbeddings !== undefined) config.max_position_embeddings = maxPositionEmbeddings;
