@@ -291,8 +291,8 @@ void RunBench(const BenchArgs& args) {
       "/ %.1f) -> decode ceiling %.1f tok/s\n",
       isa.c_str(), std::string(kernels::MatMulPrecisionName(args.model.matmul_precision)).c_str(),
       weight_type.c_str(), head_note.c_str(), lora_note.c_str(), weight_gb,
-      100.0 * huge_page_fraction, weight_gb_per_token, static_cast<double>(rss_after_load) / 1e9, bandwidth_gb_s,
-      probe_before_gb_s, probe_after_gb_s, bandwidth_gb_s / weight_gb_per_token);
+      100.0 * huge_page_fraction, weight_gb_per_token, static_cast<double>(rss_after_load) / 1e9,
+      bandwidth_gb_s, probe_before_gb_s, probe_after_gb_s, bandwidth_gb_s / weight_gb_per_token);
 }
 
 }  // namespace
