@@ -1,6 +1,7 @@
 #include "infer/loader/weights.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -102,9 +103,16 @@ int64_t ParameterCount(const ModelConfig& config) {
 }
 
 int64_t ExpertIndexOf(const std::string& hf_name) {
-  const size_t at = hf_name.find(".mlp.experts.");
+  const std::string marker = ".mlp.experts.";
+  const size_t at = hf_name.find(marker);
   if (at == std::string::npos) return -1;
-  return std::stoll(hf_name.substr(at + std::string(".mlp.experts.").size()));
+  int64_t index = 0;
+  size_t i = at + marker.size();
+  if (i >= hf_name.size() || std::isdigit(static_cast<unsigned char>(hf_name[i])) == 0) return -1;
+  for (; i < hf_name.size() && std::isdigit(static_cast<unsigned char>(hf_name[i])) != 0; ++i) {
+    index = index * 10 + (hf_name[i] - '0');
+  }
+  return index;
 }
 
 int64_t ActiveParameterCount(const ModelConfig& config) {
