@@ -22,6 +22,7 @@
 #include "infer/engine/runner.h"
 #include "infer/engine/structured.h"
 #include "infer/grammar/structured_output.h"
+#include "infer/kernels/cpu/isa.h"
 #include "mock_model.h"
 #include "testing/paths.h"
 
@@ -625,6 +626,96 @@ TEST_P(EngineFixtureTest, SpeculativeDecodingGivesTheSameOutput) {
     EXPECT_EQ(RunAll(engine, next, short_params), cold);
     EXPECT_EQ(engine.stats().cached_prompt_tokens - before, expected);
   }
+}
+
+// Each token of a request with its logprob and top-5 logprobs, as they were computed: equal
+// traces mean equal logits bits (to the softmax), not only the same draws.
+std::vector<std::vector<float>> Trace(const std::vector<StepOutput>& outputs) {
+  std::vector<std::vector<float>> trace;
+  for (const StepOutput& output : outputs) {
+    if (!output.logprobs) continue;
+    std::vector<float> step = {static_cast<float>(output.logprobs->token_id),
+                               output.logprobs->logprob};
+    for (const auto& [id, logprob] : output.logprobs->top) {
+      step.push_back(static_cast<float>(id));
+      step.push_back(logprob);
+    }
+    trace.push_back(std::move(step));
+  }
+  return trace;
+}
+
+// A mixture of experts at every SIMD level the CPU runs (and the scalar reference), float and
+// int8 experts: 8 requests with different prompts (two sharing a prefix) give each request's
+// tokens and logprobs, bit for bit, alone, batched with chunks of 16 tokens, from the prefix
+// cache and preempted.
+TEST(EngineMoeTest, EightRequestsAreTheirOwnAtEveryLevel) {
+  const std::string dir = std::string(::infer::testing::FixturesDir()) + "/models/qwen3_moe/model";
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t i = 0; i < 8; ++i) prompts.push_back(Range(3 + 29 * i, 5 + 9 * i));
+  prompts[7].insert(prompts[7].begin(), prompts[6].begin(), prompts[6].begin() + 32);
+  std::vector<SamplingParams> params;
+  for (int64_t i = 0; i < 8; ++i) {
+    params.push_back(Params(5 + i % 4, i % 2 == 0 ? 0.0 : 0.9));
+    params.back().seed = 40 + i;
+    params.back().logprobs = 5;
+  }
+  const auto run = [&](LanguageModel& model, const EngineConfig& config, bool twice) {
+    Engine engine(config, model, nullptr, {});
+    std::vector<std::vector<std::vector<float>>> tokens;
+    for (int round = 0; round < (twice ? 2 : 1); ++round) {
+      std::vector<std::shared_ptr<OutputChannel>> outputs;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        outputs.push_back(engine.AddRequest(std::to_string(i), prompts[i], params[i]));
+      }
+      while (engine.HasWork()) engine.Step();
+      tokens.clear();
+      for (const auto& output : outputs) tokens.push_back(Trace(Drain(*output)));
+    }
+    if (twice) {
+      EXPECT_GT(engine.stats().cached_prompt_tokens, 0);
+    }
+    return std::pair(tokens, engine.stats().preemptions);
+  };
+  std::vector<kernels::Isa> isas = {kernels::Isa::kScalar};
+  for (const kernels::Isa isa : {kernels::Isa::kAvx2, kernels::Isa::kAvxVnni, kernels::Isa::kAvx512,
+                                 kernels::Isa::kAvx512Bf16, kernels::Isa::kAvx512Amx}) {
+    if (kernels::IsaSupported(isa)) isas.push_back(isa);
+  }
+  const kernels::Isa active = kernels::ActiveIsa();
+  for (const auto quantization : {kernels::Quantization::kNone, kernels::Quantization::kInt8}) {
+    LoadOptions options;
+    options.quantization = quantization;
+    const LoadedModel loaded = LoadModel(dir, options);
+    ThreadPool pool(2);
+    const auto model = MakeDecoderModel(loaded, pool, kernels::MatMulPrecision::kF32);
+    for (const kernels::Isa isa : isas) {
+      kernels::SetActiveIsa(isa);
+      SCOPED_TRACE(
+          fmt::format("{} {}", kernels::IsaName(isa), kernels::QuantizationName(quantization)));
+      std::vector<std::vector<std::vector<float>>> alone;
+      EngineConfig one = TestConfig(1);
+      one.num_blocks = 64;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        Engine engine(one, *model, nullptr, {});
+        auto output = engine.AddRequest("0", prompts[i], params[i]);
+        while (engine.HasWork()) engine.Step();
+        alone.push_back(Trace(Drain(*output)));
+        EXPECT_EQ(alone.back().size(), static_cast<size_t>(params[i].max_new_tokens));
+      }
+      EngineConfig batched = TestConfig(8);
+      batched.num_blocks = 64;
+      batched.max_num_batched_tokens = 16;
+      EXPECT_EQ(run(*model, batched, true).first, alone) << "batched, chunked, prefix-cached";
+      EngineConfig tight = batched;
+      tight.num_blocks = 8;
+      tight.enable_preemption = true;
+      const auto [preempted, preemptions] = run(*model, tight, false);
+      EXPECT_EQ(preempted, alone) << "preempted";
+      EXPECT_GT(preemptions, 0);
+    }
+  }
+  kernels::SetActiveIsa(active);
 }
 
 TEST_P(EngineFixtureTest, KvPoolHoldsTheConfiguredBlocks) {
