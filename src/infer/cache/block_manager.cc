@@ -4,6 +4,7 @@
 
 #include "infer/core/error.h"
 #include "infer/core/fault_injection.h"
+#include "infer/core/splitmix.h"
 
 namespace infer {
 
@@ -21,14 +22,8 @@ BlockManager::BlockManager(int64_t num_blocks, int64_t block_size, bool enable_p
 uint64_t BlockManager::HashBlock(uint64_t parent, std::span<const int32_t> tokens) {
   // splitmix64 finalizer over the parent hash and each token: a well-mixed 64-bit chain. Hits
   // are still checked against the stored tokens, so a collision costs a miss, never wrong KV.
-  const auto mix = [](uint64_t x) {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-  };
-  uint64_t h = mix(parent ^ 0x5bd1e9955bd1e995ULL);
-  for (const int32_t token : tokens) h = mix(h ^ static_cast<uint32_t>(token));
+  uint64_t h = SplitMix64(parent ^ 0x5bd1e9955bd1e995ULL);
+  for (const int32_t token : tokens) h = SplitMix64(h ^ static_cast<uint32_t>(token));
   return h;
 }
 

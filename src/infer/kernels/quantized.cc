@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "infer/core/error.h"
+#include "infer/core/splitmix.h"
 #include "infer/kernels/ops.h"
 
 namespace infer::kernels {
@@ -45,6 +46,13 @@ Quantization ParseQuantization(std::string_view name) {
 }
 
 namespace {
+
+// Quantize's group_size 0: the type's own group of input channels.
+int64_t DefaultGroupSize(Quantization quantization) {
+  return quantization == Quantization::kInt4    ? kDefaultInt4Group
+         : quantization == Quantization::kInt4K ? kSuperBlock
+                                                : kQuantBlock;
+}
 
 // The largest scale an f16 holds exactly enough: finite and not rounded to infinity.
 constexpr float kMaxF16 = 65504.0F;
@@ -450,11 +458,7 @@ PackedMatrix PackedMatrix::Quantize(const Tensor& w, Quantization quantization, 
               "quantize: weight has dtype {}, expected f32, bf16 or f16", DTypeName(w.dtype()));
   INFER_CHECK(w.is_contiguous(), "quantize: weight {} is not contiguous", ShapeString(w.shape()));
   INFER_CHECK(w.raw() != nullptr || w.numel() == 0, "quantize: weight has no data");
-  if (group_size == 0) {
-    group_size = quantization == Quantization::kInt4    ? kDefaultInt4Group
-                 : quantization == Quantization::kInt4K ? kSuperBlock
-                                                        : 32;
-  }
+  if (group_size == 0) group_size = DefaultGroupSize(quantization);
   INFER_CHECK(quantization == Quantization::kInt4
                   ? group_size == 32 || group_size == 64 || group_size == 128
               : quantization == Quantization::kInt4K ? group_size == kSuperBlock
@@ -577,13 +581,6 @@ void StoreQuantizedRows(const PackedMatrix& packed, uint8_t* bytes, int64_t row_
 
 namespace {
 
-uint64_t RandomBits(uint64_t x) {  // SplitMix64
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 void StoreF16(uint8_t* data, int64_t at, float value) {
   const uint16_t bits = F32ToF16(value);
   std::memcpy(data + at, &bits, 2);
@@ -603,9 +600,7 @@ PackedMatrix PackedMatrix::Random(Quantization quantization, int64_t rows, int64
   packed.rows_ = rows;
   packed.cols_ = cols;
   packed.quantization_ = quantization;
-  packed.group_size_ = quantization == Quantization::kInt4    ? kDefaultInt4Group
-                       : quantization == Quantization::kInt4K ? kSuperBlock
-                                                              : 32;
+  packed.group_size_ = DefaultGroupSize(quantization);
   const int64_t bytes = std::max<int64_t>(4, packed.num_panels() * packed.panel_bytes());
   packed.storage_ = EmptyIn(arena, DType::kI32, {(bytes + 3) / 4});
   if (rows == 0 || cols == 0) return packed;
@@ -618,6 +613,12 @@ PackedMatrix PackedMatrix::Random(Quantization quantization, int64_t rows, int64
   constexpr int kSubBlockScale = 32;  // kInt4K's sc and mn
   const double step = quantization == Quantization::kInt4K ? stddev / q_stddev / kSubBlockScale
                                                            : stddev / q_stddev;  // d
+  // kInt4K's scale words, the same in every group: sc = mn = kSubBlockScale in each sub-block.
+  uint32_t words[3] = {0, 0, 0};
+  for (int64_t b = 0; b < kSuperBlock / kQuantBlock; ++b) {
+    SetInt4KScaleBits(words, b, false, kSubBlockScale);
+    SetInt4KScaleBits(words, b, true, kSubBlockScale);
+  }
   auto* data = static_cast<uint8_t*>(packed.storage_.raw());
   const int64_t panel_bytes = packed.panel_bytes();
   const int64_t values_bytes = packed.group_size_ / kQuantBlock * packed.sub_block_bytes();
@@ -627,11 +628,11 @@ PackedMatrix PackedMatrix::Random(Quantization quantization, int64_t rows, int64
       const int64_t first = panel * panel_bytes;
       int64_t i = 0;
       for (; i + 8 <= panel_bytes; i += 8) {
-        const uint64_t bits = RandomBits(seed + static_cast<uint64_t>((first + i) / 8));
+        const uint64_t bits = SplitMix64(seed + static_cast<uint64_t>((first + i) / 8));
         std::memcpy(at + i, &bits, 8);
       }
       for (; i < panel_bytes; ++i) {
-        at[i] = static_cast<uint8_t>(RandomBits(seed + static_cast<uint64_t>((first + i) / 8)));
+        at[i] = static_cast<uint8_t>(SplitMix64(seed + static_cast<uint64_t>((first + i) / 8)));
       }
       for (int64_t group = 0; group < packed.num_groups(); ++group) {
         const int64_t group_start = panel * panel_bytes + group * packed.group_bytes();
@@ -647,11 +648,6 @@ PackedMatrix PackedMatrix::Random(Quantization quantization, int64_t rows, int64
             StoreF16(data, scale + 2 * kPanelRows, static_cast<float>(-7.5 * step));
           }
           if (quantization == Quantization::kInt4K) {
-            uint32_t words[3] = {0, 0, 0};
-            for (int64_t b = 0; b < kSuperBlock / kQuantBlock; ++b) {
-              SetInt4KScaleBits(words, b, false, kSubBlockScale);
-              SetInt4KScaleBits(words, b, true, kSubBlockScale);
-            }
             for (int w = 0; w < 3; ++w) {
               std::memcpy(data + packed.ScaleWordIndex(row, group, w), &words[w], 4);
             }

@@ -20,6 +20,7 @@
 #include "infer/core/error.h"
 #include "infer/core/mapped_file.h"
 #include "infer/core/memory.h"
+#include "infer/core/splitmix.h"
 #include "infer/loader/gguf.h"
 #include "infer/loader/gguf_model.h"
 #include "infer/loader/model_path.h"
@@ -157,13 +158,6 @@ int64_t WeightBytesPerToken(const LoadedModel& model) {
 }
 
 namespace {
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 uint64_t Fnv1a(const std::string& text) {
   uint64_t hash = 0xcbf29ce484222325ull;
