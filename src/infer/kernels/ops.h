@@ -223,12 +223,13 @@ class PackedMatrix {
   static PackedMatrix Quantize(const Tensor& w, Quantization quantization, int64_t group_size = 0,
                                ThreadPool* pool = nullptr, TensorArena* arena = nullptr);
   // One row of w already quantized in a type's own terms, to be kept exactly (a GGUF file's
-  // Q8_0, Q4_0, Q4_1, Q5_1, Q4_K, Q5_K and Q6_K blocks): q[cols] (kInt8: q in [-128, 127]; kInt4
-  // and kInt4K: [0, 15]; kInt5 and kInt5K: [0, 31]; kInt6K: [-32, 31]); per group the f16 bits of d
+  // Q8_0, Q4_0, Q4_1, Q5_1, Q4_K, Q5_K and Q6_K blocks): q[cols] as the type stores them, q plus
+  // QuantStoredOffset (kInt8: q in [-128, 127] stored as q + 128; kInt4 and kInt4K: [0, 15];
+  // kInt5 and kInt5K: [0, 31]; kInt6K: [-32, 31] stored as q + 32); per group the f16 bits of d
   // and of m (kInt4, kInt5: the minimum; kInt4K, kInt5K: dm, the minimum step); kInt4K and kInt5K
   // also the 6-bit sc and mn of each sub-block of 32; kInt6K the int8 sc16 of each 16 channels.
   struct QuantizedRow {
-    std::vector<int> q;
+    std::vector<uint8_t> q;
     std::vector<uint16_t> d, m;
     std::vector<uint8_t> sc, mn;
     std::vector<int8_t> sc16;
@@ -236,8 +237,8 @@ class PackedMatrix {
   // w [rows, cols] from `fill(row, out)`, which sets out's values for each row (its vectors
   // come sized: cols, groups, groups, cols / 32, cols / 32 and cols / 16). Groups of 32 (kInt8,
   // kInt4, kInt5) or kSuperBlock (kInt4K, kInt5K, kInt6K); cols a multiple of the group. Throws
-  // infer::Error for another type, a q out of range or a 6-bit value over 63. Runs on `pool` (fill
-  // from several threads) when given.
+  // infer::Error for another type, a stored q out of range or a 6-bit value over 63. Runs on `pool`
+  // (fill from several threads) when given.
   static PackedMatrix FromQuantizedRows(Quantization quantization, int64_t rows, int64_t cols,
                                         const std::function<void(int64_t, QuantizedRow&)>& fill,
                                         ThreadPool* pool = nullptr, TensorArena* arena = nullptr);

@@ -298,29 +298,30 @@ inline void StoreQuant(uint8_t* bytes, int64_t first, int64_t sub_bytes, int64_t
 // Stores the 32 values u (what the type stores for q) of one row's sub-block whose first byte
 // (QuantIndex of its first channel) is `at`: StoreQuant's places, each byte written whole once.
 template <Quantization kType>
-inline void StoreSubBlock(uint8_t* at, const int* u) {
+inline void StoreSubBlock(uint8_t* at, const uint8_t* u) {
   constexpr int64_t kSlot = PackedMatrix::kPanelRows * 4;  // bytes from one quad slot to the next
   if constexpr (kType == Quantization::kInt8) {
-    for (int64_t j = 0; j < 8; ++j) {
-      for (int64_t e = 0; e < 4; ++e) at[j * kSlot + e] = static_cast<uint8_t>(u[4 * j + e]);
-    }
+    for (int64_t j = 0; j < 8; ++j) std::memcpy(at + j * kSlot, u + 4 * j, 4);
     return;
   }
-  for (int64_t j = 0; j < 4; ++j) {  // quads j and j + 4 share slot j's nibbles
-    for (int64_t e = 0; e < 4; ++e) {
-      at[j * kSlot + e] = static_cast<uint8_t>((u[4 * j + e] & 15) | (u[16 + 4 * j + e] & 15) << 4);
-    }
+  uint8_t nibbles[16];
+  for (int64_t i = 0; i < 16; ++i) {  // quads j and j + 4 share slot j's nibbles
+    nibbles[i] = static_cast<uint8_t>((u[i] & 15) | (u[16 + i] & 15) << 4);
   }
+  for (int64_t j = 0; j < 4; ++j) std::memcpy(at + j * kSlot, nibbles + 4 * j, 4);
   if constexpr (HasTopPlane(kType)) {
     // The top 2 bits of quads s, s + 2, s + 4, s + 6 in slot s (0, 1) of the plane after the
     // nibbles, at bits 0-1, 2-3, 4-5, 6-7 (PackedMatrix::Int6TopDelta, Int6TopShift).
+    uint8_t top[8];
     for (int64_t slot = 0; slot < 2; ++slot) {
       for (int64_t e = 0; e < 4; ++e) {
         int bits = 0;
         for (int64_t t = 0; t < 4; ++t) bits |= (u[4 * (slot + 2 * t) + e] >> 4 & 3) << (2 * t);
-        at[(4 + slot) * kSlot + e] = static_cast<uint8_t>(bits);
+        top[slot * 4 + e] = static_cast<uint8_t>(bits);
       }
     }
+    std::memcpy(at + 4 * kSlot, top, 4);
+    std::memcpy(at + 5 * kSlot, top + 4, 4);
   }
 }
 
@@ -511,10 +512,12 @@ void StoreQuantizedRows(const PackedMatrix& packed, uint8_t* bytes, int64_t row_
   const int64_t cols = packed.cols();
   const int64_t group = packed.group_size();
   const int64_t groups = packed.num_groups();
-  const int lo = kType == Quantization::kInt8 ? -128 : kType == Quantization::kInt6K ? -32 : 0;
-  const int hi = kType == Quantization::kInt8                     ? 127
-                 : kType == Quantization::kInt6K || IsInt5(kType) ? 31
-                                                                  : 15;
+  // The stored values' largest: any bit above it marks a q out of range.
+  constexpr int kMaxStored = kType == Quantization::kInt8    ? 255
+                             : kType == Quantization::kInt6K ? 63
+                             : IsInt5(kType)                 ? 31
+                                                             : 15;
+  constexpr auto kOutside = static_cast<uint8_t>(~kMaxStored);
   PackedMatrix::QuantizedRow out;
   for (int64_t row = row_begin; row < row_end; ++row) {
     out.q.assign(static_cast<size_t>(cols), 0);
@@ -524,19 +527,15 @@ void StoreQuantizedRows(const PackedMatrix& packed, uint8_t* bytes, int64_t row_
     out.mn.assign(static_cast<size_t>(cols / kQuantBlock), 0);
     out.sc16.assign(static_cast<size_t>(cols / 16), 0);
     fill(row, out);
-    int q_min = 0;
-    int q_max = 0;
-    for (int& q : out.q) {
-      q_min = std::min(q_min, q);
-      q_max = std::max(q_max, q);
-      q += QuantStoredOffset(kType);  // now what the type stores
-    }
-    if (q_min < lo || q_max > hi) {
-      const auto bad = std::ranges::find_if(out.q, [&](int u) {
-        return u - QuantStoredOffset(kType) < lo || u - QuantStoredOffset(kType) > hi;
-      });
-      Fail("quantized row {}: q[{}] = {} is outside [{}, {}]", row, bad - out.q.begin(),
-           *bad - QuantStoredOffset(kType), lo, hi);
+    if constexpr (kOutside != 0) {
+      uint8_t bits = 0;
+      for (const uint8_t u : out.q) bits |= u;
+      if ((bits & kOutside) != 0) {
+        const auto bad = std::ranges::find_if(out.q, [](uint8_t u) { return (u & kOutside) != 0; });
+        constexpr int kOffset = QuantStoredOffset(kType);
+        Fail("quantized row {}: q[{}] = {} is outside [{}, {}]", row, bad - out.q.begin(),
+             static_cast<int>(*bad) - kOffset, -kOffset, kMaxStored - kOffset);
+      }
     }
     for (int64_t g = 0; g < groups; ++g) {
       bool high = false;

@@ -34,12 +34,13 @@ void ScaleMin(const uint8_t* s, int j, uint8_t& scale, uint8_t& minimum) {
 // The 4-bit q of element e of a Q4_0 / Q4_1 block's 16 bytes: low nibbles first, then high.
 int Nibble32(const uint8_t* qs, int e) { return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4; }
 // The 256 4-bit q of a K block's 128 bytes: sub-blocks 2 g and 2 g + 1 are the low and high
-// nibbles of bytes [32 g, 32 g + 32).
-void NibblesK(const uint8_t* qs, int* q) {
+// nibbles of bytes [32 g, 32 g + 32). (T: int, or int8_t for a QuantizedRow.)
+template <typename T>
+void NibblesK(const uint8_t* qs, T* q) {
   for (int pair = 0; pair < 4; ++pair) {
     for (int l = 0; l < 32; ++l) {
-      q[64 * pair + l] = qs[32 * pair + l] & 15;
-      q[64 * pair + 32 + l] = qs[32 * pair + l] >> 4;
+      q[64 * pair + l] = static_cast<T>(qs[32 * pair + l] & 15);
+      q[64 * pair + 32 + l] = static_cast<T>(qs[32 * pair + l] >> 4);
     }
   }
 }
@@ -53,31 +54,33 @@ int Q5Bits(const uint8_t* bits, int e) {
 }
 // The 256 q of a Q4_K block (0-15) or, `five`, a Q5_K block (0-31: Q4_K's block with the
 // values' fifth bits, 32 bytes whose bit j is sub-block j's, between the scales and nibbles).
-void ValuesK(const uint8_t* b, bool five, int* q) {
+template <typename T>
+void ValuesK(const uint8_t* b, bool five, T* q) {
   NibblesK(b + (five ? 48 : 16), q);
   if (!five) return;
   const uint8_t* qh = b + 16;
   for (int j = 0; j < 8; ++j) {
-    for (int l = 0; l < 32; ++l) q[32 * j + l] |= ((qh[l] >> j) & 1) << 4;
+    for (int l = 0; l < 32; ++l)
+      q[32 * j + l] = static_cast<T>(q[32 * j + l] | ((qh[l] >> j) & 1) << 4);
   }
 }
 
 // Element e of a Q5_0 block (d, then the bits) less its offset 16: in [-16, 15].
 int Q5Value(const uint8_t* b, int e) { return Q5Bits(b + 2, e) - 16; }
 
-// The 256 values of a Q6_K block (128 bytes of low nibbles, 64 of top 2 bits, then the scales
-// and d) less their offset 32: in [-32, 31]. Each half of 128 has 64 nibble bytes and 32 top-bit
-// bytes: its 32-value quarters g = 0-3 take the low nibbles of bytes [0, 32) and [32, 64), then
-// their high nibbles, and top bits 2 g.
-void Q6Values(const uint8_t* b, int* q) {
+// The 256 stored values of a Q6_K block (128 bytes of low nibbles, 64 of top 2 bits, then the
+// scales and d), q plus its offset 32: in [0, 63]. Each half of 128 has 64 nibble bytes and 32
+// top-bit bytes: its 32-value quarters g = 0-3 take the low nibbles of bytes [0, 32) and [32, 64),
+// then their high nibbles, and top bits 2 g.
+void Q6Values(const uint8_t* b, uint8_t* q) {
   for (int h = 0; h < 2; ++h) {
     const uint8_t* low = b + 64 * h;
     const uint8_t* top = b + 128 + 32 * h;
     for (int l = 0; l < 32; ++l) {
-      q[128 * h + l] = ((low[l] & 15) | (top[l] & 3) << 4) - 32;
-      q[128 * h + 32 + l] = ((low[32 + l] & 15) | (top[l] >> 2 & 3) << 4) - 32;
-      q[128 * h + 64 + l] = ((low[l] >> 4) | (top[l] >> 4 & 3) << 4) - 32;
-      q[128 * h + 96 + l] = ((low[32 + l] >> 4) | (top[l] >> 6 & 3) << 4) - 32;
+      q[128 * h + l] = static_cast<uint8_t>((low[l] & 15) | (top[l] & 3) << 4);
+      q[128 * h + 32 + l] = static_cast<uint8_t>((low[32 + l] & 15) | (top[l] >> 2 & 3) << 4);
+      q[128 * h + 64 + l] = static_cast<uint8_t>((low[l] >> 4) | (top[l] >> 4 & 3) << 4);
+      q[128 * h + 96 + l] = static_cast<uint8_t>((low[32 + l] >> 4) | (top[l] >> 6 & 3) << 4);
     }
   }
 }
@@ -177,11 +180,11 @@ void DequantizeGgmlRow(uint32_t type, std::span<const std::byte> row, std::span<
       return ForBlocks(row, out, 256, 210, [](const uint8_t* b, float* y) {
         const auto* scales = reinterpret_cast<const int8_t*>(b + 192);
         const float d = HalfAt(b + 208);
-        int q[256];
+        uint8_t q[256];
         Q6Values(b, q);
         for (int e = 0; e < 256; ++e) {
           const int sub = e / 16;  // each 16 values have their own scale
-          y[e] = d * static_cast<float>(scales[sub]) * static_cast<float>(q[e]);
+          y[e] = d * static_cast<float>(scales[sub]) * static_cast<float>(q[e] - 32);
         }
       });
     default:
@@ -220,14 +223,14 @@ void FillQuantizedRow(uint32_t type, std::span<const std::byte> row,
         const uint8_t* b = bytes + g * 34;
         out.d[g] = Half(b);
         for (int e = 0; e < 32; ++e)
-          out.q[g * 32 + e] = b[2 + e] >= 128 ? b[2 + e] - 256 : b[2 + e];
+          out.q[g * 32 + e] = static_cast<uint8_t>(b[2 + e] ^ 0x80);  // q + 128
       }
       return;
     case GgmlType::kQ5_0:
       for (int64_t g = 0; g < cols / 32; ++g) {
         const uint8_t* b = bytes + g * 22;
         out.d[g] = Half(b);
-        for (int e = 0; e < 32; ++e) out.q[g * 32 + e] = Q5Value(b, e);
+        for (int e = 0; e < 32; ++e) out.q[g * 32 + e] = static_cast<uint8_t>(Q5Value(b, e) + 128);
       }
       return;
     case GgmlType::kQ4_0:
@@ -247,7 +250,7 @@ void FillQuantizedRow(uint32_t type, std::span<const std::byte> row,
           out.m[g] = F32ToF16(m);
         }
         const uint8_t* qs = b + (with_min ? 4 : 2);
-        for (int e = 0; e < 32; ++e) out.q[g * 32 + e] = Nibble32(qs, e);
+        for (int e = 0; e < 32; ++e) out.q[g * 32 + e] = static_cast<uint8_t>(Nibble32(qs, e));
       }
       return;
     }
@@ -256,7 +259,7 @@ void FillQuantizedRow(uint32_t type, std::span<const std::byte> row,
         const uint8_t* b = bytes + g * 24;
         out.d[g] = Half(b);
         out.m[g] = Half(b + 2);
-        for (int e = 0; e < 32; ++e) out.q[g * 32 + e] = Q5Bits(b + 4, e);
+        for (int e = 0; e < 32; ++e) out.q[g * 32 + e] = static_cast<uint8_t>(Q5Bits(b + 4, e));
       }
       return;
     case GgmlType::kQ4_K:

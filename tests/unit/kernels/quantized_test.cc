@@ -641,7 +641,9 @@ PackedMatrix RandomInt6K(int64_t n, int64_t k, uint32_t seed, std::vector<double
   return PackedMatrix::FromQuantizedRows(
       Quantization::kInt6K, n, k,
       [&](int64_t row, PackedMatrix::QuantizedRow& out) {
-        std::copy_n(q.begin() + row * k, k, out.q.begin());
+        // Stored as q + 32.
+        std::transform(q.begin() + row * k, q.begin() + (row + 1) * k, out.q.begin(),
+                       [](int v) { return static_cast<uint8_t>(v + 32); });
         std::copy_n(scales.begin() + row * k / 16, k / 16, out.sc16.begin());
         std::copy_n(d.begin() + row * k / 256, k / 256, out.d.begin());
       },
@@ -728,12 +730,12 @@ TEST(QuantizedTest, Int6KHoldsQ6KRowsAndEveryPathMultipliesThem) {
     // d sc is exact in f32 (11 significant bits times 8), and so is d sc q.
     ExpectGgufRowsMultiplied(packed, values, s.m, seed + 1);
   }
-  // Nothing quantizes floats to int6k, and a q outside [-32, 31] is refused.
+  // Nothing quantizes floats to int6k, and a q outside [-32, 31] (stored past 63) is refused.
   const StoredTensor w = Store(DType::kF32, {2, 256}, RandomFloats(512, -1, 1, 5));
   EXPECT_THROW(PackedMatrix::Quantize(w.tensor, Quantization::kInt6K), Error);
   EXPECT_THROW(PackedMatrix::FromQuantizedRows(
                    Quantization::kInt6K, 1, 256,
-                   [](int64_t, PackedMatrix::QuantizedRow& out) { out.q[3] = 32; }),
+                   [](int64_t, PackedMatrix::QuantizedRow& out) { out.q[3] = 32 + 32; }),
                Error);
 }
 
