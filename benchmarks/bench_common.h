@@ -25,9 +25,10 @@ class ForwardingModel : public LanguageModel {
   int64_t kv_bytes_per_token(DType kv_dtype) const override {
     return inner_.kv_bytes_per_token(kv_dtype);
   }
-  void AllocateKvCache(int64_t num_blocks, int64_t block_size, DType kv_dtype,
-                       bool use_kv_cache) override {
-    inner_.AllocateKvCache(num_blocks, block_size, kv_dtype, use_kv_cache);
+  int64_t recurrent_state_bytes() const override { return inner_.recurrent_state_bytes(); }
+  void AllocateKvCache(int64_t num_blocks, int64_t block_size, DType kv_dtype, bool use_kv_cache,
+                       int64_t state_slots) override {
+    inner_.AllocateKvCache(num_blocks, block_size, kv_dtype, use_kv_cache, state_slots);
   }
   void CopyKvBlock(int32_t source, int32_t destination) override {
     inner_.CopyKvBlock(source, destination);

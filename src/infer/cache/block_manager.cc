@@ -8,8 +8,13 @@
 
 namespace infer {
 
-BlockManager::BlockManager(int64_t num_blocks, int64_t block_size, bool enable_prefix_caching)
+BlockManager::BlockManager(int64_t num_blocks, int64_t block_size, bool enable_prefix_caching,
+                           int64_t num_state_slots)
     : block_size_(block_size), prefix_caching_(enable_prefix_caching) {
+  INFER_CHECK(num_state_slots >= 0, "block manager: num_state_slots = {}", num_state_slots);
+  num_state_slots_ = num_state_slots;
+  // Handed out from the back: slot 0 first.
+  for (int64_t s = num_state_slots - 1; s >= 0; --s) free_state_slots_.push_back(s);
   INFER_CHECK(num_blocks >= 1 && num_blocks <= (int64_t{1} << 30),
               "block manager: num_blocks must be in [1, 2^30], got {}", num_blocks);
   INFER_CHECK(block_size >= 1, "block manager: block_size must be at least 1, got {}", block_size);
@@ -130,6 +135,12 @@ bool BlockManager::Allocate(BlockTable& table, std::span<const int32_t> tokens,
   const int64_t needed = BlocksNeeded(table, tokens, num_tokens);
   if (needed > 0) fault::MaybeThrow("kv_alloc");  // tests only (INFER_FAULTS); nothing changed yet
   if (needed > num_free_blocks()) return false;
+  const bool wants_slot = table.state_slot < 0 && (num_state_slots_total() > 0);
+  if (wants_slot && free_state_slots_.empty()) return false;
+  if (wants_slot) {
+    table.state_slot = free_state_slots_.back();
+    free_state_slots_.pop_back();
+  }
   const auto known = std::min(tokens.size(), static_cast<size_t>(num_tokens));
   if (table.blocks.empty() && prefix_caching_) {
     const CachedPrefix prefix = FindCachedPrefix(tokens.first(known), table.salt);
@@ -230,6 +241,10 @@ void BlockManager::Free(BlockTable& table) {
   table.blocks.clear();
   table.hashes.clear();
   table.num_cached_tokens = 0;
+  if (table.state_slot >= 0) {
+    free_state_slots_.push_back(table.state_slot);
+    table.state_slot = -1;
+  }
 }
 
 void BlockManager::CheckInvariants(std::span<const BlockTable* const> tables) const {

@@ -26,6 +26,9 @@ struct BlockTable {
   // between tables of the same salt, since the same tokens give other K/V under another adapter.
   // Kept by Free.
   uint64_t salt = 0;
+  // The recurrent-state slot of a model with linear-attention layers (-1: none), taken by the
+  // first Allocate and given back by Free.
+  int64_t state_slot = -1;
 };
 
 // What the prefix cache holds for a sequence's tokens.
@@ -38,11 +41,15 @@ struct PrefixMatch {
 
 class BlockManager {
  public:
-  BlockManager(int64_t num_blocks, int64_t block_size, bool enable_prefix_caching);
+  // num_state_slots > 0: every table also holds one of that many recurrent-state slots while it
+  // holds blocks (Allocate fails, changing nothing, when none is free).
+  BlockManager(int64_t num_blocks, int64_t block_size, bool enable_prefix_caching,
+               int64_t num_state_slots = 0);
 
   int64_t num_blocks() const { return static_cast<int64_t>(meta_.size()); }
   int64_t block_size() const { return block_size_; }
   bool prefix_caching() const { return prefix_caching_; }
+  int64_t num_state_slots_total() const { return num_state_slots_; }
   // Blocks a new allocation can take now: free ones plus cached ones nobody references.
   int64_t num_free_blocks() const { return static_cast<int64_t>(free_.size() + evictable_.size()); }
   int64_t num_cached_blocks() const { return static_cast<int64_t>(by_hash_.size()); }
@@ -128,6 +135,8 @@ class BlockManager {
 
   int64_t block_size_;
   bool prefix_caching_;
+  int64_t num_state_slots_ = 0;
+  std::vector<int64_t> free_state_slots_;  // the last is taken first
   std::vector<Meta> meta_;
   std::vector<int32_t> free_;
   std::list<int32_t> evictable_;  // front: evicted first

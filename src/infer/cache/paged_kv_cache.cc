@@ -37,8 +37,37 @@ PagedKvCache::PagedKvCache(int64_t num_layers, int64_t num_kv_heads, int64_t hea
 }
 
 PagedKvCache PagedKvCache::FromModelConfig(const ModelConfig& config, int64_t num_blocks,
-                                           int64_t block_size, DType dtype) {
-  return {config.num_layers, config.num_kv_heads, config.head_dim, num_blocks, block_size, dtype};
+                                           int64_t block_size, DType dtype, int64_t state_slots) {
+  PagedKvCache cache(config.num_kv_layers(), config.num_kv_heads, config.head_dim, num_blocks,
+                     block_size, dtype);
+  if (config.num_linear_layers() > 0) {
+    cache.AllocateStates(config.num_linear_layers(), state_slots, config.linear.state_floats());
+  }
+  return cache;
+}
+
+void PagedKvCache::AllocateStates(int64_t layers, int64_t slots, int64_t floats_per_layer) {
+  INFER_CHECK(layers > 0 && slots > 0 && floats_per_layer > 0,
+              "recurrent state dimensions must be positive (layers {}, slots {}, floats {})",
+              layers, slots, floats_per_layer);
+  state_ = Tensor();
+  state_ = Tensor::Empty(DType::kF32, {layers, slots, floats_per_layer}, /*huge_pages=*/true);
+  state_layers_ = layers;
+  state_slots_ = slots;
+  state_floats_ = floats_per_layer;
+}
+
+float* PagedKvCache::State(int64_t layer, int64_t slot) {
+  INFER_CHECK(layer >= 0 && layer < state_layers_ && slot >= 0 && slot < state_slots_,
+              "recurrent state: layer {} slot {} is outside {} layers of {} slots", layer, slot,
+              state_layers_, state_slots_);
+  return state_.data<float>() + (layer * state_slots_ + slot) * state_floats_;
+}
+
+void PagedKvCache::ClearState(int64_t slot) {
+  for (int64_t layer = 0; layer < state_layers_; ++layer) {
+    std::memset(State(layer, slot), 0, static_cast<size_t>(state_floats_) * sizeof(float));
+  }
 }
 
 int64_t PagedKvCache::BlockBytes(const ModelConfig& config, int64_t block_size, DType dtype) {

@@ -1,6 +1,8 @@
-// The paged KV cache: one pool of fixed-size blocks shared by every layer (block b holds
-// block_size positions of every layer's keys and values), post-RoPE, in f32 or bf16. Which
-// blocks a sequence uses is the block manager's business; this class stores and writes them.
+// The paged KV cache: one pool of fixed-size blocks shared by every layer that keeps K and V
+// (block b holds block_size positions of every such layer's keys and values), post-RoPE, in f32
+// or bf16. Which blocks a sequence uses is the block manager's business; this class stores and
+// writes them. Beside the blocks, a model with linear-attention layers keeps each sequence's
+// recurrent state in f32 slots of a fixed size, one per sequence that runs at once.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +25,10 @@ class PagedKvCache {
   // block_size must be a multiple of kernels::kPagedBlockMultiple; dtype f32 or bf16.
   PagedKvCache(int64_t num_layers, int64_t num_kv_heads, int64_t head_dim, int64_t num_blocks,
                int64_t block_size, DType dtype);
+  // The KV layers of `config` (ModelConfig::num_kv_layers) and, for a model with linear layers,
+  // `state_slots` recurrent-state slots (ModelConfig::RecurrentStateBytes each).
   static PagedKvCache FromModelConfig(const ModelConfig& config, int64_t num_blocks,
-                                      int64_t block_size, DType dtype);
+                                      int64_t block_size, DType dtype, int64_t state_slots = 1);
   // Bytes one block takes across all layers.
   static int64_t BlockBytes(const ModelConfig& config, int64_t block_size, DType dtype);
 
@@ -34,7 +38,19 @@ class PagedKvCache {
   int64_t num_blocks() const { return num_blocks_; }
   int64_t block_size() const { return block_size_; }
   DType dtype() const { return dtype_; }
-  int64_t memory_bytes() const { return static_cast<int64_t>(storage_.size_bytes()); }
+  int64_t memory_bytes() const {
+    return static_cast<int64_t>(storage_.size_bytes() +
+                                (state_.defined() ? state_.size_bytes() : 0));
+  }
+
+  // Recurrent state: `slots` slots of `floats_per_layer` f32 values in each of `layers` layers,
+  // zeroed (replacing any before).
+  void AllocateStates(int64_t layers, int64_t slots, int64_t floats_per_layer);
+  int64_t num_state_slots() const { return state_slots_; }
+  // Slot `slot`'s state in state layer `layer` (floats_per_layer values).
+  float* State(int64_t layer, int64_t slot);
+  // Zeroes slot `slot` in every state layer (a sequence that starts at position 0).
+  void ClearState(int64_t slot);
 
   // What attention reads for one layer.
   kernels::PagedKvLayer Layer(int64_t layer_idx) const;
@@ -56,6 +72,8 @@ class PagedKvCache {
   DType dtype_;
   int64_t block_elements_;  // kv_heads * block_size * head_dim
   Tensor storage_;          // [layers][2][num_blocks][block_elements]
+  int64_t state_layers_ = 0, state_slots_ = 0, state_floats_ = 0;
+  Tensor state_;  // [state_layers][state_slots][state_floats], f32
 };
 
 }  // namespace infer

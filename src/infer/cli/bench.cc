@@ -120,7 +120,7 @@ void RunBench(const BenchArgs& args) {
   // What one row's decode step reads (a mixture of experts: its chosen experts only; a step of
   // several rows reads the union of theirs, so decode_gb_s undercounts there).
   const double weight_gb = static_cast<double>(loaded.weight_bytes) / 1e9;
-  const double weight_gb_per_token = static_cast<double>(WeightBytesPerToken(loaded)) / 1e9;
+  const double weight_gb_per_token = static_cast<double>(loaded.weight_bytes_per_token) / 1e9;
   const std::string isa(kernels::IsaName(kernels::ActiveIsa()));
   const double huge_page_fraction = static_cast<double>(HugePageResidentBytes()) /
                                     static_cast<double>(std::max<int64_t>(1, loaded.weight_bytes));
@@ -271,7 +271,7 @@ void RunBench(const BenchArgs& args) {
                  {"read_bandwidth_gb_s", bandwidth_gb_s},
                  {"read_bandwidth_before_gb_s", probe_before_gb_s},
                  {"read_bandwidth_after_gb_s", probe_after_gb_s},
-                 {"weight_bytes_per_token", WeightBytesPerToken(loaded)},
+                 {"weight_bytes_per_token", loaded.weight_bytes_per_token},
                  {"decode_ceiling_tok_s", bandwidth_gb_s / weight_gb_per_token},
                  {"timestamp", timestamp},
                  {"results", results}});

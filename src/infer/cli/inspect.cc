@@ -40,13 +40,18 @@ std::string RopeScalingName(const RopeConfig& rope) {
   return "?";
 }
 
+// "linear" (Gated DeltaNet), "sliding" (a window) or "full".
+const char* AttentionKind(const LayerConfig& layer) {
+  return layer.linear_attention ? "linear" : layer.sliding_window > 0 ? "sliding" : "full";
+}
+
 void RunInspect(const ModelArgs& args, bool as_json) {
   ThreadPool pool(args.threads);
   LoadedModel loaded = LoadModelFromArgs(args, &pool);
   const ModelConfig& config = loaded.config;
   const int64_t params = ParameterCount(config);
   const int64_t active_params = ActiveParameterCount(config);
-  const int64_t bytes_per_token = WeightBytesPerToken(loaded);
+  const int64_t bytes_per_token = loaded.weight_bytes_per_token;
   int64_t sparse_layers = 0;
   for (const auto& layer : config.layers) sparse_layers += layer.sparse_mlp ? 1 : 0;
   const int64_t kv_bytes_f32 = config.KvCacheBytesPerToken(DType::kF32);
@@ -63,7 +68,7 @@ void RunInspect(const ModelArgs& args, bool as_json) {
   if (as_json) {
     nlohmann::json layers = nlohmann::json::array();
     for (const auto& layer : config.layers) {
-      layers.push_back({{"attention", layer.sliding_window > 0 ? "sliding" : "full"},
+      layers.push_back({{"attention", AttentionKind(layer)},
                         {"sliding_window", layer.sliding_window},
                         {"rope_theta", layer.rope.theta},
                         {"mlp", layer.sparse_mlp ? "experts" : "dense"},
@@ -91,12 +96,25 @@ void RunInspect(const ModelArgs& args, bool as_json) {
                           {"weight_bytes_per_token", bytes_per_token},
                           {"layers", layers}};
     if (config.has_sparse_layers()) {
-      out["experts"] = {{"num_experts", config.moe.num_experts},
-                        {"experts_per_token", config.moe.experts_per_token},
-                        {"intermediate_size", config.moe.intermediate_size},
-                        {"normalize_top_k", config.moe.normalize_top_k},
-                        {"sparse_layers", sparse_layers}};
+      out["experts"] = {
+          {"num_experts", config.moe.num_experts},
+          {"experts_per_token", config.moe.experts_per_token},
+          {"intermediate_size", config.moe.intermediate_size},
+          {"shared_expert_intermediate_size", config.moe.shared_expert_intermediate_size},
+          {"normalize_top_k", config.moe.normalize_top_k},
+          {"sparse_layers", sparse_layers}};
     }
+    if (config.num_linear_layers() > 0) {
+      const LinearAttentionConfig& linear = config.linear;
+      out["linear_attention"] = {{"layers", config.num_linear_layers()},
+                                 {"key_heads", linear.key_heads},
+                                 {"value_heads", linear.value_heads},
+                                 {"key_head_dim", linear.key_head_dim},
+                                 {"value_head_dim", linear.value_head_dim},
+                                 {"conv_kernel", linear.conv_kernel},
+                                 {"recurrent_state_bytes", config.RecurrentStateBytes()}};
+    }
+    out["rotary_dim"] = config.rotary_dims();
     out.update(LoadedWeightsJson(args, loaded));
     nlohmann::json groups = nlohmann::json::array();
     for (const auto& group : loaded.file_tensor_groups) {
@@ -123,6 +141,19 @@ void RunInspect(const ModelArgs& args, bool as_json) {
                                 config.moe.num_experts, sparse_layers, config.num_layers,
                                 config.moe.experts_per_token, config.moe.intermediate_size,
                                 config.moe.normalize_top_k ? "renormalised" : "as softmax gives"));
+    if (config.moe.shared_expert_intermediate_size > 0) {
+      line("shared expert", fmt::format("intermediate {}, behind a sigmoid gate",
+                                        config.moe.shared_expert_intermediate_size));
+    }
+  }
+  if (config.num_linear_layers() > 0) {
+    const LinearAttentionConfig& linear = config.linear;
+    line("linear attention",
+         fmt::format("Gated DeltaNet in {} of {} layers: {} key heads of {}, {} value heads of {}, "
+                     "conv {}",
+                     config.num_linear_layers(), config.num_layers, linear.key_heads,
+                     linear.key_head_dim, linear.value_heads, linear.value_head_dim,
+                     linear.conv_kernel));
   }
   line("active parameters",
        fmt::format("{} per token ({})", HumanCount(active_params), active_params));
@@ -151,6 +182,10 @@ void RunInspect(const ModelArgs& args, bool as_json) {
                    "vocab {}",
                    config.num_layers, config.hidden_size, config.num_heads, config.num_kv_heads,
                    config.head_dim, config.intermediate_size, config.vocab_size));
+  if (config.rotary_dims() != config.head_dim) {
+    line("rope", fmt::format("first {} of each head's {} dimensions", config.rotary_dims(),
+                             config.head_dim));
+  }
   line("activation", config.activation == Activation::kSilu ? "silu" : "gelu_pytorch_tanh");
   line("norms", fmt::format("rms eps {}{}{}", config.rms_norm_eps,
                             config.norm_style == NormStyle::kOffsetInF32 ? ", (1+w) in f32" : "",
@@ -158,12 +193,18 @@ void RunInspect(const ModelArgs& args, bool as_json) {
   line("max positions", std::to_string(config.max_position_embeddings));
   line("eos ids", fmt::format("{}", fmt::join(eos, ", ")));
   line("kv cache per token",
-       fmt::format("{} bytes (f32), {} bytes (bf16)", kv_bytes_f32, kv_bytes_bf16));
+       fmt::format("{} bytes (f32), {} bytes (bf16){}", kv_bytes_f32, kv_bytes_bf16,
+                   config.num_linear_layers() > 0
+                       ? fmt::format(" in the {} attention layers", config.num_kv_layers())
+                       : ""));
+  if (config.num_linear_layers() > 0) {
+    line("recurrent state", fmt::format("{} per sequence (f32), whatever its length",
+                                        HumanBytes(config.RecurrentStateBytes())));
+  }
   text += "layer  attention  window  rope_theta  mlp      rope_scaling\n";
   for (size_t i = 0; i < config.layers.size(); ++i) {
     const auto& layer = config.layers[i];
-    text += fmt::format("{:>5}  {:<9}  {:>6}  {:>10}  {:<7}  {}\n", i,
-                        layer.sliding_window > 0 ? "sliding" : "full",
+    text += fmt::format("{:>5}  {:<9}  {:>6}  {:>10}  {:<7}  {}\n", i, AttentionKind(layer),
                         layer.sliding_window > 0 ? std::to_string(layer.sliding_window) : "-",
                         layer.rope.theta, layer.sparse_mlp ? "experts" : "dense",
                         RopeScalingName(layer.rope));

@@ -1,5 +1,6 @@
 #include "infer/engine/decoder_model.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "infer/cache/paged_kv_cache.h"
@@ -21,13 +22,14 @@ class DecoderModel final : public LanguageModel {
   int64_t kv_bytes_per_token(DType kv_dtype) const override {
     return decoder_.config().KvCacheBytesPerToken(kv_dtype);
   }
+  int64_t recurrent_state_bytes() const override { return decoder_.config().RecurrentStateBytes(); }
 
-  void AllocateKvCache(int64_t num_blocks, int64_t block_size, DType kv_dtype,
-                       bool use_kv_cache) override {
+  void AllocateKvCache(int64_t num_blocks, int64_t block_size, DType kv_dtype, bool use_kv_cache,
+                       int64_t state_slots) override {
     cache_.reset();  // free the old pool before allocating the new one
     if (use_kv_cache) {
-      cache_.emplace(
-          PagedKvCache::FromModelConfig(decoder_.config(), num_blocks, block_size, kv_dtype));
+      cache_.emplace(PagedKvCache::FromModelConfig(decoder_.config(), num_blocks, block_size,
+                                                   kv_dtype, std::max<int64_t>(1, state_slots)));
     }
   }
 
@@ -62,7 +64,7 @@ class DecoderModel final : public LanguageModel {
                   step.num_new);
       seqs_.push_back({step.tokens.subspan(static_cast<size_t>(num_old)), num_old, step.block_table,
                        step.wants_logits ? LogitsMode::kLastPosition : LogitsMode::kNone,
-                       step.num_logits, step.lora});
+                       step.num_logits, step.lora, step.state_slot});
     }
     decoder_.Forward(seqs_, *cache_, logits);
   }

@@ -56,6 +56,10 @@ void EngineConfig::Validate() const {
   speculative.Validate();
   INFER_CHECK(!speculative.enabled() || use_kv_cache,
               "speculative decoding needs the KV cache (drop --no-kv-cache)");
+  INFER_CHECK(recurrent_state_slots >= 0, "recurrent_state_slots must be >= 0, got {}",
+              recurrent_state_slots);
+  INFER_CHECK(recurrent_state_slots == 0 || (!enable_prefix_caching && !speculative.enabled()),
+              "a model with recurrent state runs without prefix caching and speculative decoding");
 }
 
 }  // namespace infer

@@ -87,6 +87,11 @@ struct EngineConfig {
   // stand (each kept token is the one it samples there, so outputs are the same as without).
   // Off by default. Needs the KV cache.
   SpeculativeConfig speculative;
+  // Recurrent-state slots, one per sequence that may run at once, for a model that keeps a state
+  // per sequence (LanguageModel::recurrent_state_bytes; set by the engine from the model, 0 for
+  // the others). Such a model runs without prefix caching and drafts: a sequence's state cannot
+  // be rebuilt from cached K/V blocks, nor rolled back past a rejected draft token.
+  int64_t recurrent_state_slots = 0;
 
   bool priority_policy() const { return scheduler_policy == SchedulerPolicy::kPriority; }
 

@@ -24,6 +24,9 @@ struct SequenceStep {
   // draft is checked), at most num_new.
   int64_t num_logits = 1;
   const LoraAdapter* lora = nullptr;  // the adapter its projections add (null: none)
+  // Its recurrent-state slot (a model with recurrent_state_bytes() > 0), held from its first
+  // token to its last: the state its earlier tokens left, which it starts afresh at token 0.
+  int64_t state_slot = 0;
 };
 
 class LanguageModel {
@@ -36,11 +39,16 @@ class LanguageModel {
 
   // K and V bytes one token takes across all layers at `kv_dtype` (0: the model keeps none).
   virtual int64_t kv_bytes_per_token(DType /*kv_dtype*/) const { return 0; }
+  // Bytes of one sequence's recurrent state (linear-attention layers; 0: none). Such a model
+  // cannot resume a sequence from cached K/V alone: the engine runs it without prefix caching
+  // or drafts, and gives each running sequence a state slot.
+  virtual int64_t recurrent_state_bytes() const { return 0; }
   // (Re)allocates the block pool the block tables index: num_blocks blocks of block_size
-  // positions in `kv_dtype`. With use_kv_cache false the model keeps no cache and recomputes
-  // every sequence from its first token each step (the oracle, --no-kv-cache).
+  // positions in `kv_dtype`, and state_slots recurrent-state slots (recurrent_state_bytes() >
+  // 0). With use_kv_cache false the model keeps no cache and recomputes every sequence from its
+  // first token each step (the oracle, --no-kv-cache).
   virtual void AllocateKvCache(int64_t /*num_blocks*/, int64_t /*block_size*/, DType /*kv_dtype*/,
-                               bool /*use_kv_cache*/) {}
+                               bool /*use_kv_cache*/, int64_t /*state_slots*/) {}
   // Copies one block's K/V to another (a forked sequence's partial block).
   virtual void CopyKvBlock(int32_t /*source*/, int32_t /*destination*/) {}
   // Bytes the KV pool holds (0 without one).

@@ -28,7 +28,7 @@ std::span<float> ModelRunner::Run(const SchedulerOutput& step) {
     }
     steps_.push_back({request.seq_id, tokens.first(static_cast<size_t>(end)), s.num_new,
                       request.block_table.blocks, s.wants_logits, 1 + request.num_draft_tokens(),
-                      request.lora.get()});
+                      request.lora.get(), std::max<int64_t>(0, request.block_table.state_slot)});
   }
   if (steps_.empty()) return {};
   fault::MaybeThrow("forward");  // tests only (INFER_FAULTS)

@@ -12,7 +12,8 @@ namespace infer {
 Scheduler::Scheduler(const EngineConfig& config, int64_t num_blocks)
     : config_(config),
       policy_(MakeBatchingPolicy(config)),
-      blocks_(num_blocks, config.block_size, config.enable_prefix_caching && config.use_kv_cache) {
+      blocks_(num_blocks, config.block_size, config.enable_prefix_caching && config.use_kv_cache,
+              config.use_kv_cache ? config.recurrent_state_slots : 0) {
   config_.Validate();
 }
 

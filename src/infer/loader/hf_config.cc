@@ -1,6 +1,7 @@
 // Hugging Face config.json -> ModelConfig. Defaults are those of the transformers config
-// classes (LlamaConfig, Qwen3Config, Qwen3MoeConfig, Gemma3TextConfig) for keys the file leaves
-// out; the keys that fix tensor shapes are required.
+// classes (LlamaConfig, Qwen3Config, Qwen3MoeConfig, Gemma3TextConfig, Qwen3_5TextConfig,
+// Qwen3_5MoeTextConfig) for keys the file leaves out; the keys that fix tensor shapes are
+// required.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -17,7 +18,7 @@ using nlohmann::json;
 
 namespace {
 
-enum class Family { kLlama, kQwen3, kQwen3Moe, kGemma3 };
+enum class Family { kLlama, kQwen3, kQwen3Moe, kGemma3, kQwen3_5, kQwen3_5Moe };
 
 class ConfigReader {
  public:
@@ -176,13 +177,71 @@ void ParseQwen3Moe(const ConfigReader& reader, ModelConfig& config) {
   }
 }
 
+// Qwen3.5's hybrid layers (Qwen3NextConfig, Qwen3_5TextConfig): layer_types of
+// "linear_attention" and "full_attention" (absent: every full_attention_interval-th layer is
+// full), the Gated DeltaNet dimensions, and for the MoE variant experts in every layer, always
+// renormalised, beside a shared expert.
+void ParseQwen3_5(const ConfigReader& reader, bool moe, ModelConfig& config) {
+  const std::string& source = reader.source();
+  LinearAttentionConfig& linear = config.linear;
+  linear.conv_kernel = reader.PositiveInt("linear_conv_kernel_dim", 4);
+  linear.key_heads = reader.PositiveInt("linear_num_key_heads", 16);
+  linear.value_heads = reader.PositiveInt("linear_num_value_heads", 32);
+  linear.key_head_dim = reader.PositiveInt("linear_key_head_dim", 128);
+  linear.value_head_dim = reader.PositiveInt("linear_value_head_dim", 128);
+  INFER_CHECK(linear.value_heads % linear.key_heads == 0,
+              "{}: linear_num_value_heads ({}) must be a multiple of linear_num_key_heads ({})",
+              source, linear.value_heads, linear.key_heads);
+  if (reader.Has("layer_types")) {
+    const json& types = reader.At("layer_types");
+    INFER_CHECK(types.is_array() && static_cast<int64_t>(types.size()) == config.num_layers,
+                "{}: layer_types must list one type per layer ({})", source, config.num_layers);
+    for (int64_t i = 0; i < config.num_layers; ++i) {
+      const json& type = types[static_cast<size_t>(i)];
+      INFER_CHECK(type.is_string() && (type.get<std::string>() == "linear_attention" ||
+                                       type.get<std::string>() == "full_attention"),
+                  "{}: layer_types[{}] is {}; expected \"linear_attention\" or "
+                  "\"full_attention\"",
+                  source, i, type.dump());
+      config.layers[static_cast<size_t>(i)].linear_attention =
+          type.get<std::string>() == "linear_attention";
+    }
+  } else {
+    const int64_t interval = reader.PositiveInt("full_attention_interval", 4);
+    for (int64_t i = 0; i < config.num_layers; ++i) {
+      config.layers[static_cast<size_t>(i)].linear_attention = (i + 1) % interval != 0;
+    }
+  }
+  if (!moe) return;
+  MoeConfig& experts = config.moe;
+  experts.num_experts = reader.Int("num_experts", 512);
+  INFER_CHECK(experts.num_experts > 0,
+              "{}: 'num_experts' is {}; a mixture of experts needs at least one", source,
+              experts.num_experts);
+  experts.experts_per_token = reader.Int("num_experts_per_tok", 10);
+  INFER_CHECK(experts.experts_per_token > 0 && experts.experts_per_token <= experts.num_experts,
+              "{}: 'num_experts_per_tok' is {}; it must be between 1 and num_experts ({})", source,
+              experts.experts_per_token, experts.num_experts);
+  experts.intermediate_size = reader.PositiveInt("moe_intermediate_size", 512);
+  experts.shared_expert_intermediate_size =
+      reader.PositiveInt("shared_expert_intermediate_size", 512);
+  experts.normalize_top_k = true;  // Qwen3_5MoeTopKRouter renormalises unconditionally
+  experts.fused_experts = true;
+  for (LayerConfig& layer : config.layers) layer.sparse_mlp = true;
+}
+
 ModelConfig ParseFamily(const ConfigReader& reader, Family family, ModelConfig config) {
   const std::string& source = reader.source();
   config.vocab_size = reader.RequiredInt("vocab_size");
   config.hidden_size = reader.RequiredInt("hidden_size");
-  // Qwen3MoeConfig has a default (its dense layers' width; unused when every layer is sparse).
-  config.intermediate_size = family == Family::kQwen3Moe ? reader.Int("intermediate_size", 6144)
-                                                         : reader.RequiredInt("intermediate_size");
+  // Qwen3MoeConfig has a default (its dense layers' width; unused when every layer is sparse);
+  // Qwen3_5MoeTextConfig has none (no layer is dense): the widest MLP of a layer stands in.
+  config.intermediate_size =
+      family == Family::kQwen3Moe ? reader.Int("intermediate_size", 6144)
+      : family == Family::kQwen3_5Moe
+          ? std::max(reader.PositiveInt("moe_intermediate_size", 512),
+                     reader.PositiveInt("shared_expert_intermediate_size", 512))
+          : reader.RequiredInt("intermediate_size");
   config.num_layers = reader.RequiredInt("num_hidden_layers");
   config.num_heads = reader.RequiredInt("num_attention_heads");
   for (auto [name, value] : {std::pair{"vocab_size", config.vocab_size},
@@ -197,10 +256,11 @@ ModelConfig ParseFamily(const ConfigReader& reader, Family family, ModelConfig c
               "{}: num_attention_heads ({}) must be a multiple of num_key_value_heads ({})", source,
               config.num_heads, config.num_kv_heads);
   // Qwen3MoeConfig has no head_dim argument: an absent key means hidden / heads there.
-  const int64_t default_head_dim = family == Family::kQwen3 ? 128
-                                   : family == Family::kGemma3
-                                       ? 256
-                                       : config.hidden_size / config.num_heads;
+  const int64_t default_head_dim =
+      family == Family::kQwen3 ? 128
+      : family == Family::kGemma3 || family == Family::kQwen3_5 || family == Family::kQwen3_5Moe
+          ? 256
+          : config.hidden_size / config.num_heads;
   INFER_CHECK((family != Family::kLlama && family != Family::kQwen3Moe) || reader.Has("head_dim") ||
                   config.hidden_size % config.num_heads == 0,
               "{}: hidden_size ({}) must be a multiple of num_attention_heads ({}) when head_dim "
@@ -288,6 +348,24 @@ ModelConfig ParseFamily(const ConfigReader& reader, Family family, ModelConfig c
     config.layers.push_back(layer);
   }
   if (family == Family::kQwen3Moe) ParseQwen3Moe(reader, config);
+  if (family == Family::kQwen3_5 || family == Family::kQwen3_5Moe) {
+    ParseQwen3_5(reader, family == Family::kQwen3_5Moe, config);
+    // Qwen3NextRMSNorm: x_hat (1 + w) in f32 for every norm, q_norm and k_norm included; the
+    // attention output gated; RoPE on the first partial_rotary_factor of each head.
+    config.norm_style = NormStyle::kOffsetInF32;
+    config.attn_output_gate = true;
+    double factor = reader.Number("partial_rotary_factor", 0.25);
+    if (reader.Has("rope_parameters") && reader.At("rope_parameters").is_object() &&
+        reader.At("rope_parameters").contains("partial_rotary_factor")) {
+      ConfigReader rope_reader(reader.At("rope_parameters"), source + " rope_parameters");
+      factor = rope_reader.Number("partial_rotary_factor", factor);
+    }
+    config.rotary_dim = static_cast<int64_t>(static_cast<double>(config.head_dim) * factor);
+    INFER_CHECK(factor > 0 && factor <= 1 && config.rotary_dim % 2 == 0 && config.rotary_dim > 0,
+                "{}: partial_rotary_factor {} gives {} rotary dimensions of head_dim {}; they "
+                "must be a positive even number",
+                source, factor, config.rotary_dim, config.head_dim);
+  }
 
   if (family == Family::kGemma3) {
     config.norm_style = NormStyle::kOffsetInF32;
@@ -306,7 +384,7 @@ ModelConfig ParseFamily(const ConfigReader& reader, Family family, ModelConfig c
                                 : reader.String("hidden_act", "gelu_pytorch_tanh");
     config.activation = ParseActivation(act, source);
   } else {
-    config.qk_norm = family == Family::kQwen3 || family == Family::kQwen3Moe;
+    config.qk_norm = family != Family::kLlama;
     config.query_scale = 1.0 / std::sqrt(static_cast<double>(config.head_dim));
     config.activation = ParseActivation(reader.String("hidden_act", "silu"), source);
   }
@@ -331,20 +409,40 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& so
   if (config.model_type == "qwen3") return ParseFamily(top, Family::kQwen3, config);
   if (config.model_type == "qwen3_moe") return ParseFamily(top, Family::kQwen3Moe, config);
   if (config.model_type == "gemma3_text") return ParseFamily(top, Family::kGemma3, config);
-  if (config.model_type == "gemma3") {
+  if (config.model_type == "qwen3_5_text" || config.model_type == "qwen3_5_moe_text") {
+    const Family family =
+        config.model_type == "qwen3_5_text" ? Family::kQwen3_5 : Family::kQwen3_5Moe;
+    config.skipped_prefixes = {"mtp."};
+    return ParseFamily(top, family, config);
+  }
+  if (config.model_type == "gemma3" || config.model_type == "qwen3_5" ||
+      config.model_type == "qwen3_5_moe") {
     // Multimodal wrapper: the language model's keys are in text_config; ids stay at the top.
     INFER_CHECK(top.Has("text_config") && top.At("text_config").is_object(),
-                "{}: model_type gemma3 needs a 'text_config' object", source);
+                "{}: model_type {} needs a 'text_config' object", source, config.model_type);
     json text = top.At("text_config");
     for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype"}) {
       if (!text.contains(key) && root.contains(key)) text[key] = root[key];
     }
+    // Qwen3.5's checkpoints repeat tie_word_embeddings at the top level (both the same in every
+    // released one); text_config's wins.
+    if (config.model_type != "gemma3" && !text.contains("tie_word_embeddings") &&
+        root.contains("tie_word_embeddings")) {
+      text["tie_word_embeddings"] = root["tie_word_embeddings"];
+    }
     ConfigReader text_reader(text, source + " text_config");
-    return ParseFamily(text_reader, Family::kGemma3, config);
+    if (config.model_type == "gemma3") return ParseFamily(text_reader, Family::kGemma3, config);
+    // The vision-language checkpoints keep the language model under its own prefix, beside a
+    // vision tower and a multi-token-prediction layer the text path does not run.
+    config.weights_prefix = "model.language_model.";
+    config.skipped_prefixes = {"model.visual.", "mtp."};
+    return ParseFamily(text_reader,
+                       config.model_type == "qwen3_5" ? Family::kQwen3_5 : Family::kQwen3_5Moe,
+                       config);
   }
   Fail(
       "{}: model_type '{}' is not supported (supported: llama, qwen3, qwen3_moe, gemma3_text, "
-      "gemma3)",
+      "gemma3, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text)",
       source, config.model_type);
 }
 

@@ -41,21 +41,37 @@ std::vector<WeightSlot> WeightSlots(const ModelConfig& config, ModelWeights& wei
     slots.push_back({std::move(name), std::move(shape), nullptr, matrix});
   };
   add_matrix("model.embed_tokens.weight", {config.vocab_size, hidden}, &weights.embed_tokens);
+  const LinearAttentionConfig& linear = config.linear;
   for (int64_t i = 0; i < config.num_layers; ++i) {
     LayerWeights& layer = weights.layers[static_cast<size_t>(i)];
     const std::string prefix = "model.layers." + std::to_string(i) + ".";
     add(prefix + "input_layernorm.weight", {hidden}, &layer.attn_norm);
-    add_matrix(prefix + "self_attn.q_proj.weight", {config.q_dim(), hidden}, &layer.q_proj);
-    add_matrix(prefix + "self_attn.k_proj.weight", {config.kv_dim(), hidden}, &layer.k_proj);
-    add_matrix(prefix + "self_attn.v_proj.weight", {config.kv_dim(), hidden}, &layer.v_proj);
-    add_matrix(prefix + "self_attn.o_proj.weight", {hidden, config.q_dim()}, &layer.o_proj);
-    if (config.attention_bias) {
+    if (config.linear_layer(i)) {
+      const std::string mixer = prefix + "linear_attn.";
+      add_matrix(mixer + "in_proj_qkv.weight", {linear.conv_dim(), hidden}, &layer.in_proj_qkv);
+      add_matrix(mixer + "in_proj_z.weight", {linear.value_dim(), hidden}, &layer.in_proj_z);
+      add_matrix(mixer + "in_proj_b.weight", {linear.value_heads, hidden}, &layer.in_proj_b);
+      add_matrix(mixer + "in_proj_a.weight", {linear.value_heads, hidden}, &layer.in_proj_a);
+      add(mixer + "conv1d.weight", {linear.conv_dim(), 1, linear.conv_kernel}, &layer.conv1d);
+      add(mixer + "dt_bias", {linear.value_heads}, &layer.dt_bias);
+      add(mixer + "A_log", {linear.value_heads}, &layer.a_log);
+      add(mixer + "norm.weight", {linear.value_head_dim}, &layer.linear_norm);
+      add_matrix(mixer + "out_proj.weight", {hidden, linear.value_dim()}, &layer.out_proj);
+    } else {
+      // With an output gate, q_proj holds each head's query rows and then its gate rows.
+      const int64_t q_rows = config.attn_output_gate ? 2 * config.q_dim() : config.q_dim();
+      add_matrix(prefix + "self_attn.q_proj.weight", {q_rows, hidden}, &layer.q_proj);
+      add_matrix(prefix + "self_attn.k_proj.weight", {config.kv_dim(), hidden}, &layer.k_proj);
+      add_matrix(prefix + "self_attn.v_proj.weight", {config.kv_dim(), hidden}, &layer.v_proj);
+      add_matrix(prefix + "self_attn.o_proj.weight", {hidden, config.q_dim()}, &layer.o_proj);
+    }
+    if (config.attention_bias && !config.linear_layer(i)) {
       add(prefix + "self_attn.q_proj.bias", {config.q_dim()}, &layer.q_bias);
       add(prefix + "self_attn.k_proj.bias", {config.kv_dim()}, &layer.k_bias);
       add(prefix + "self_attn.v_proj.bias", {config.kv_dim()}, &layer.v_bias);
       add(prefix + "self_attn.o_proj.bias", {hidden}, &layer.o_bias);
     }
-    if (config.qk_norm) {
+    if (config.qk_norm && !config.linear_layer(i)) {
       add(prefix + "self_attn.q_norm.weight", {head_dim}, &layer.q_norm);
       add(prefix + "self_attn.k_norm.weight", {head_dim}, &layer.k_norm);
     }
@@ -70,14 +86,51 @@ std::vector<WeightSlot> WeightSlots(const ModelConfig& config, ModelWeights& wei
     }
     if (config.sparse_layer(i)) {
       const int64_t expert_inter = config.moe.intermediate_size;
-      add_matrix(prefix + "mlp.gate.weight", {config.moe.num_experts, hidden}, &layer.router);
-      layer.experts.resize(static_cast<size_t>(config.moe.num_experts));
-      for (int64_t e = 0; e < config.moe.num_experts; ++e) {
+      const int64_t num_experts = config.moe.num_experts;
+      add_matrix(prefix + "mlp.gate.weight", {num_experts, hidden}, &layer.router);
+      layer.experts.resize(static_cast<size_t>(num_experts));
+      for (int64_t e = 0; e < num_experts; ++e) {
         kernels::Expert& expert = layer.experts[static_cast<size_t>(e)];
+        if (config.moe.fused_experts) {
+          // One stack per kind: gate_up_proj [experts, 2 I, hidden] (gate rows first) and
+          // down_proj [experts, hidden, I].
+          const std::string stack = prefix + "mlp.experts.";
+          slots.push_back({stack + "gate_up_proj",
+                           {expert_inter, hidden},
+                           nullptr,
+                           &expert.gate,
+                           e,
+                           {num_experts, 2 * expert_inter, hidden},
+                           0});
+          slots.push_back({stack + "gate_up_proj",
+                           {expert_inter, hidden},
+                           nullptr,
+                           &expert.up,
+                           e,
+                           {num_experts, 2 * expert_inter, hidden},
+                           expert_inter});
+          slots.push_back({stack + "down_proj",
+                           {hidden, expert_inter},
+                           nullptr,
+                           &expert.down,
+                           e,
+                           {num_experts, hidden, expert_inter},
+                           0});
+          continue;
+        }
         const std::string expert_prefix = prefix + "mlp.experts." + std::to_string(e) + ".";
         add_matrix(expert_prefix + "gate_proj.weight", {expert_inter, hidden}, &expert.gate);
         add_matrix(expert_prefix + "up_proj.weight", {expert_inter, hidden}, &expert.up);
         add_matrix(expert_prefix + "down_proj.weight", {hidden, expert_inter}, &expert.down);
+        slots.back().expert = slots[slots.size() - 2].expert = slots[slots.size() - 3].expert = e;
+      }
+      if (const int64_t shared = config.moe.shared_expert_intermediate_size; shared > 0) {
+        kernels::Expert& expert = layer.shared_expert;
+        add_matrix(prefix + "mlp.shared_expert.gate_proj.weight", {shared, hidden}, &expert.gate);
+        add_matrix(prefix + "mlp.shared_expert.up_proj.weight", {shared, hidden}, &expert.up);
+        add_matrix(prefix + "mlp.shared_expert.down_proj.weight", {hidden, shared}, &expert.down);
+        add_matrix(prefix + "mlp.shared_expert_gate.weight", {1, hidden},
+                   &layer.shared_expert_gate);
       }
       continue;
     }
@@ -103,58 +156,14 @@ int64_t ParameterCount(const ModelConfig& config) {
   return count;
 }
 
-int64_t ExpertIndexOf(const std::string& hf_name) {
-  const std::string marker = ".mlp.experts.";
-  const size_t at = hf_name.find(marker);
-  if (at == std::string::npos) return -1;
-  int64_t index = 0;
-  size_t i = at + marker.size();
-  if (i >= hf_name.size() || std::isdigit(static_cast<unsigned char>(hf_name[i])) == 0) return -1;
-  for (; i < hf_name.size() && std::isdigit(static_cast<unsigned char>(hf_name[i])) != 0; ++i) {
-    index = index * 10 + (hf_name[i] - '0');
-  }
-  return index;
-}
-
 int64_t ActiveParameterCount(const ModelConfig& config) {
   ModelWeights scratch;
   int64_t count = 0;
   for (const auto& slot : WeightSlots(config, scratch)) {
-    const int64_t expert = ExpertIndexOf(slot.hf_name);
-    if (expert >= config.moe.experts_per_token) continue;  // counted as the chosen ones
+    if (slot.expert >= config.moe.experts_per_token) continue;  // counted as the chosen ones
     count += NumElements(slot.shape);
   }
   return count;
-}
-
-int64_t WeightBytesPerToken(const LoadedModel& model) {
-  const ModelConfig& config = model.config;
-  const ModelWeights& w = model.weights;
-  auto bytes = [](const kernels::PackedMatrix& m) { return static_cast<int64_t>(m.size_bytes()); };
-  auto vector_bytes = [](const Tensor& t) {
-    return t.defined() ? static_cast<int64_t>(t.size_bytes()) : int64_t{0};
-  };
-  int64_t total = bytes(w.lm_head) + vector_bytes(w.final_norm);
-  for (const LayerWeights& layer : w.layers) {
-    total += bytes(layer.q_proj) + bytes(layer.k_proj) + bytes(layer.v_proj) + bytes(layer.o_proj);
-    for (const Tensor* t :
-         {&layer.attn_norm, &layer.q_bias, &layer.k_bias, &layer.v_bias, &layer.o_bias,
-          &layer.q_norm, &layer.k_norm, &layer.attn_post_norm, &layer.mlp_norm,
-          &layer.mlp_post_norm, &layer.gate_bias, &layer.up_bias, &layer.down_bias}) {
-      total += vector_bytes(*t);
-    }
-    if (layer.experts.empty()) {
-      total += bytes(layer.gate_proj) + bytes(layer.up_proj) + bytes(layer.down_proj);
-      continue;
-    }
-    int64_t experts = 0;
-    for (const kernels::Expert& e : layer.experts) {
-      experts += bytes(e.gate) + bytes(e.up) + bytes(e.down);
-    }
-    total += bytes(layer.router) +
-             experts * config.moe.experts_per_token / static_cast<int64_t>(layer.experts.size());
-  }
-  return total;
 }
 
 namespace {
@@ -214,7 +223,11 @@ kernels::Quantization QuantizationFor(const WeightSlot& slot, const ModelConfig&
   const bool embedding = slot.hf_name == "model.embed_tokens.weight";
   const bool head = slot.hf_name == "lm_head.weight" || (embedding && config.tie_word_embeddings);
   if (embedding && !head) return kernels::Quantization::kNone;
-  if (slot.hf_name.ends_with(".mlp.gate.weight")) return kernels::Quantization::kNone;  // router
+  // The routers (and a shared expert's one-row gate) stay in float.
+  if (slot.hf_name.ends_with(".mlp.gate.weight") ||
+      slot.hf_name.ends_with(".mlp.shared_expert_gate.weight")) {
+    return kernels::Quantization::kNone;
+  }
   if (head && options.quantization != kernels::Quantization::kNone) {
     return options.head == LoadOptions::Head::kUnquantized ? kernels::Quantization::kNone
            : options.head == LoadOptions::Head::kInt6      ? kernels::Quantization::kInt6
@@ -324,7 +337,15 @@ void InitDummy(const std::string& path, const ModelConfig& config, std::vector<W
     }
     const bool is_norm = slot.hf_name.find("norm.weight") != std::string::npos;
     const bool is_bias = slot.hf_name.ends_with(".bias");
-    if (is_norm) {
+    if (slot.hf_name.ends_with("linear_attn.norm.weight")) {
+      FillConstant(*slot.tensor, 1.0F);  // the gated norm's plain weight
+    } else if (slot.hf_name.ends_with("linear_attn.conv1d.weight")) {
+      FillUniform(*slot.tensor, slot.hf_name, options.dummy_seed,
+                  1.0 / std::sqrt(static_cast<double>(slot.shape.back())), options.pool);
+    } else if (slot.hf_name.ends_with("linear_attn.A_log") ||
+               slot.hf_name.ends_with("linear_attn.dt_bias")) {
+      FillConstant(*slot.tensor, 0.0F);  // decay exp(-softplus(a)) per step
+    } else if (is_norm) {
       FillConstant(*slot.tensor, norm_value);
     } else {
       INFER_CHECK(is_bias, "dummy weights: no rule for '{}'", slot.hf_name);
@@ -369,26 +390,53 @@ void LoadFromCheckpoint(const std::string& folder, std::vector<WeightSlot>& slot
       tensors.contains("language_model.model.embed_tokens.weight")) {
     prefix = "language_model.";
   }
+  // The slots' "model." is the config's weights_prefix in the checkpoint (Qwen3.5's
+  // "model.language_model.").
+  const auto checkpoint_name = [&](const std::string& hf_name) {
+    return hf_name.starts_with("model.")
+               ? prefix + config.weights_prefix + hf_name.substr(std::string("model.").size())
+               : prefix + hf_name;
+  };
   std::set<std::string> used;
   std::vector<Tensor> views;
   for (auto& slot : slots) {
-    const std::string name = prefix + slot.hf_name;
+    const std::string name = checkpoint_name(slot.hf_name);
     auto it = tensors.find(name);
+    const Shape& shape = slot.stack_shape.empty() ? slot.shape : slot.stack_shape;
     INFER_CHECK(it != tensors.end(), "{}: missing tensor '{}' (shape {})", folder, name,
-                ShapeString(slot.shape));
+                ShapeString(shape));
     const SafetensorsEntry& entry = *it->second.entry;
-    INFER_CHECK(entry.shape == slot.shape, "{}: tensor '{}' has shape {} but the config needs {}",
-                it->second.file->path(), name, ShapeString(entry.shape), ShapeString(slot.shape));
-    views.push_back(it->second.file->View(entry));
+    INFER_CHECK(entry.shape == shape, "{}: tensor '{}' has shape {} but the config needs {}",
+                it->second.file->path(), name, ShapeString(entry.shape), ShapeString(shape));
+    Tensor view = it->second.file->View(entry);
+    if (!slot.stack_shape.empty()) {
+      // Expert `expert`'s rows [row_begin, row_begin + rows) of the stack.
+      const Tensor matrix = view.Row(slot.expert);
+      const int64_t row_bytes = slot.shape[1] * static_cast<int64_t>(DTypeSize(matrix.dtype()));
+      view = Tensor::Borrow(matrix.dtype(), slot.shape,
+                            static_cast<std::byte*>(matrix.raw()) + slot.row_begin * row_bytes);
+    }
+    views.push_back(view);
     used.insert(name);
   }
+  std::map<std::string, int64_t> skipped;  // prefix -> tensors
   for (const auto& [name, location] : tensors) {
     if (used.contains(name)) continue;
+    const auto part = std::find_if(config.skipped_prefixes.begin(), config.skipped_prefixes.end(),
+                                   [&](const std::string& p) { return name.starts_with(p); });
+    if (part != config.skipped_prefixes.end()) {
+      ++skipped[*part];
+      continue;
+    }
     std::string warning =
         (name == prefix + "lm_head.weight" && config.tie_word_embeddings)
             ? fmt::format("tensor '{}' ignored: tie_word_embeddings uses the embedding", name)
             : fmt::format("unexpected tensor '{}' in {} ignored", name, location.file->path());
     warnings.push_back(std::move(warning));
+  }
+  for (const auto& [part, count] : skipped) {
+    spdlog::info("{}: {} tensors under '{}' skipped (not part of the text model infer runs)",
+                 folder, count, part);
   }
   TensorArena arena;  // the matrices, one after another in 2 MiB pages
   LoadProgress progress(folder, slots);
@@ -441,7 +489,7 @@ void LoadFromGguf(const GgufFile& file, std::vector<WeightSlot>& slots, const Mo
     const std::string name = GgufTensorName(slot.hf_name, config);
     const GgufTensorInfo* tensor = file.FindTensor(name);
     // Experts live in one stack per matrix kind: [experts, rows, cols].
-    const int64_t expert = ExpertIndexOf(slot.hf_name);
+    const int64_t expert = slot.expert;
     Shape shape = slot.shape;
     if (expert >= 0) shape.insert(shape.begin(), config.moe.num_experts);
     INFER_CHECK(tensor != nullptr, "{}: missing tensor '{}' (shape {})", file.path(), name,
@@ -534,28 +582,44 @@ LoadedModel LoadModel(const std::string& model, const LoadOptions& options) {
     LoadFromCheckpoint(loaded.path, slots, loaded.config, options, loaded.warnings);
   }
   if (loaded.config.tie_word_embeddings) loaded.weights.lm_head = loaded.weights.embed_tokens;
+  int64_t expert_bytes = 0;
   for (const auto& slot : slots) {
+    const auto bytes = static_cast<int64_t>(slot.matrix != nullptr ? slot.matrix->size_bytes()
+                                                                   : slot.tensor->size_bytes());
     if (slot.matrix != nullptr) {
       loaded.matrix_weights += NumElements(slot.shape);
-      loaded.matrix_weight_bytes += static_cast<int64_t>(slot.matrix->size_bytes());
-      loaded.weight_bytes += static_cast<int64_t>(slot.matrix->size_bytes());
+      loaded.matrix_weight_bytes += bytes;
+    }
+    loaded.weight_bytes += bytes;
+    // An untied embedding table is gathered a row at a time, not read per token.
+    if (slot.hf_name == "model.embed_tokens.weight" && !loaded.config.tie_word_embeddings) continue;
+    if (slot.expert >= 0) {
+      expert_bytes += bytes;
     } else {
-      loaded.weight_bytes += static_cast<int64_t>(slot.tensor->size_bytes());
+      loaded.weight_bytes_per_token += bytes;
     }
   }
+  if (loaded.config.moe.num_experts > 0) {
+    loaded.weight_bytes_per_token +=
+        expert_bytes * loaded.config.moe.experts_per_token / loaded.config.moe.num_experts;
+  }
   loaded.quantization = options.quantization;
+  // The first layer's first projection (q_proj, or a linear-attention layer's in_proj_qkv).
+  const kernels::PackedMatrix* first_matrix = nullptr;
+  if (!loaded.weights.layers.empty()) {
+    const LayerWeights& layer = loaded.weights.layers[0];
+    first_matrix = layer.q_proj.defined() ? &layer.q_proj : &layer.in_proj_qkv;
+  }
   if (gguf) {
     loaded.file_tensor_groups = GgufTensorGroups(*gguf);
     // The file's own quantization when it has one (a Q4_K_M file's layers: int4k).
-    if (!options.dummy && !loaded.weights.layers.empty()) {
-      loaded.quantization = loaded.weights.layers[0].q_proj.quantization();
+    if (!options.dummy && first_matrix != nullptr) {
+      loaded.quantization = first_matrix->quantization();
     }
   }
   loaded.head_quantization = loaded.weights.lm_head.quantization();
-  const bool packed_as_loaded =
-      !loaded.weights.layers.empty() && !loaded.weights.layers[0].q_proj.quantized();
-  loaded.weight_dtype =
-      packed_as_loaded ? loaded.weights.layers[0].q_proj.dtype() : loaded.config.dtype;
+  const bool packed_as_loaded = first_matrix != nullptr && !first_matrix->quantized();
+  loaded.weight_dtype = packed_as_loaded ? first_matrix->dtype() : loaded.config.dtype;
   constexpr size_t kMaxWarningsShown = 10;
   for (size_t i = 0; i < loaded.warnings.size() && i < kMaxWarningsShown; ++i) {
     spdlog::warn("{}", loaded.warnings[i]);

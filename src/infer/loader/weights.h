@@ -34,6 +34,15 @@ struct LayerWeights {
   // (never quantized), and the experts.
   kernels::PackedMatrix router;
   std::vector<kernels::Expert> experts;
+  // MoeConfig::shared_expert_intermediate_size: the shared expert and its gate [1, hidden].
+  kernels::Expert shared_expert;
+  kernels::PackedMatrix shared_expert_gate;
+  // A linear-attention layer (LayerConfig::linear_attention) instead of q/k/v/o: in_proj_qkv
+  // [conv_dim, hidden], in_proj_z [value_dim, hidden], in_proj_b and in_proj_a [value_heads,
+  // hidden], out_proj [hidden, value_dim]; the conv1d [conv_dim, 1, conv_kernel], A_log and
+  // dt_bias [value_heads], and the gated norm's weight [value_head_dim].
+  kernels::PackedMatrix in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, out_proj;
+  Tensor conv1d, a_log, dt_bias, linear_norm;
 };
 
 struct ModelWeights {
@@ -50,6 +59,13 @@ struct WeightSlot {
   Shape shape;
   Tensor* tensor = nullptr;
   kernels::PackedMatrix* matrix = nullptr;
+  // The expert a matrix belongs to (-1: none). With a non-empty stack_shape the matrix is a
+  // slice of a tensor that stacks every expert ([experts, rows, cols], as Qwen3.5-MoE's fused
+  // `mlp.experts.gate_up_proj` and `down_proj` are stored): expert `expert`'s rows [row_begin,
+  // row_begin + shape[0]).
+  int64_t expert = -1;
+  Shape stack_shape;
+  int64_t row_begin = 0;
 };
 // Every tensor of the model, in checkpoint order. lm_head is listed only when untied. A sparse
 // layer lists its router (`mlp.gate.weight`) and each expert's matrices
@@ -61,9 +77,6 @@ int64_t ParameterCount(const ModelConfig& config);
 // less the experts it does not choose (each sparse layer counts experts_per_token of its
 // experts); the embedding table included. ParameterCount for a dense model.
 int64_t ActiveParameterCount(const ModelConfig& config);
-// The expert a weight name belongs to ("model.layers.3.mlp.experts.7.up_proj.weight": 7), or -1
-// for any other weight.
-int64_t ExpertIndexOf(const std::string& hf_name);
 
 // Where the norm and bias vectors (and an untied embedding table) live. kHugePageCopy (the
 // default): one copy into 2 MiB-page-backed memory at load, after which the checkpoint's files
@@ -101,6 +114,10 @@ struct LoadedModel {
   int64_t weight_bytes = 0;         // as stored in memory (quantized matrices at their packed size)
   int64_t matrix_weights = 0;       // elements of the packed weight matrices
   int64_t matrix_weight_bytes = 0;  // their bytes in memory
+  // The weight bytes one token's decode reads: every tensor but an untied embedding table
+  // (gathered one row at a time), each sparse layer's experts counted as experts_per_token
+  // experts of the layer's mean expert size.
+  int64_t weight_bytes_per_token = 0;
   double load_time_s = 0.0;
   std::vector<std::string> warnings;  // unexpected tensors and the like, already logged
   // A GGUF file's tensor groups (llama.cpp's names without "blk.N."), in file order: the ggml
@@ -112,11 +129,6 @@ struct LoadedModel {
   };
   std::vector<TensorGroup> file_tensor_groups;
 };
-
-// The weight bytes one token's decode reads as loaded: every matrix but the embedding table
-// (gathered one row at a time) unless it is the output head, with each sparse layer's experts
-// counted as experts_per_token experts of the layer's mean expert size, plus the vectors.
-int64_t WeightBytesPerToken(const LoadedModel& model);
 
 // `model` is a folder or a Hugging Face id (see model_path.h). Throws infer::Error that
 // names the file and tensor at fault.

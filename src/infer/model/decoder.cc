@@ -5,6 +5,7 @@
 
 #include "infer/core/error.h"
 #include "infer/kernels/experts.h"
+#include "infer/kernels/linear_attention.h"
 #include "infer/kernels/ops.h"
 #include "infer/model/rope.h"
 
@@ -74,10 +75,33 @@ Decoder::Decoder(const LoadedModel& model, ThreadPool& pool, kernels::MatMulPrec
     layer_rope_.push_back(static_cast<size_t>(it - distinct.begin()));
   }
   for (const RopeConfig& rope : distinct) {
-    inv_freqs_.push_back(RopeInverseFrequencies(rope, config_.head_dim));
+    inv_freqs_.push_back(RopeInverseFrequencies(rope, config_.rotary_dims()));
   }
   rope_cos_.resize(distinct.size());
   rope_sin_.resize(distinct.size());
+  int64_t kv_layers = 0;
+  int64_t linear_layers = 0;
+  linear_params_.resize(static_cast<size_t>(config_.num_layers));
+  for (int64_t i = 0; i < config_.num_layers; ++i) {
+    if (!config_.linear_layer(i)) {
+      cache_layer_.push_back(kv_layers++);
+      continue;
+    }
+    cache_layer_.push_back(linear_layers++);
+    const LayerWeights& w = weights_.layers[static_cast<size_t>(i)];
+    LinearParams& p = linear_params_[static_cast<size_t>(i)];
+    const auto widen = [](const Tensor& t, const auto& fn) {
+      std::vector<float> values(static_cast<size_t>(t.numel()));
+      for (int64_t j = 0; j < t.numel(); ++j)
+        values[static_cast<size_t>(j)] = fn(ElementAsF32(t, j));
+      return values;
+    };
+    const auto same = [](float x) { return x; };
+    p.conv = widen(w.conv1d, same);
+    p.neg_a = widen(w.a_log, [](float x) { return -std::exp(x); });
+    p.dt_bias = widen(w.dt_bias, same);
+    p.norm = widen(w.linear_norm, same);
+  }
 }
 
 void Decoder::EnsureScratch(int64_t num_tokens) {
@@ -92,6 +116,23 @@ void Decoder::EnsureScratch(int64_t num_tokens) {
   v_.resize(n * config_.kv_dim());
   gate_.resize(n * config_.intermediate_size);
   up_.resize(n * config_.intermediate_size);
+  if (config_.attn_output_gate) {
+    q_gate_.resize(n * 2 * config_.q_dim());
+    attn_gate_.resize(n * config_.q_dim());
+  }
+  if (config_.num_linear_layers() > 0) {
+    const LinearAttentionConfig& linear = config_.linear;
+    mixed_.resize(n * linear.conv_dim());
+    z_.resize(n * linear.value_dim());
+    lin_out_.resize(n * linear.value_dim());
+    for (auto* buffer : {&lin_b_, &lin_a_, &lin_g_, &lin_beta_}) {
+      buffer->resize(n * linear.value_heads);
+    }
+  }
+  if (config_.moe.shared_expert_intermediate_size > 0) {
+    shared_out_.resize(n * config_.hidden_size);
+    shared_logit_.resize(n);
+  }
   if (config_.has_sparse_layers()) {
     router_logits_.resize(n * config_.moe.num_experts);
     expert_ids_.resize(n * config_.moe.experts_per_token);
@@ -163,7 +204,7 @@ PagedKvCache Decoder::MakeSequenceCache(int64_t max_tokens, DType dtype) const {
 }
 
 void Decoder::RunLayers(std::span<const SequenceTokens> seqs, PagedKvCache& cache) {
-  INFER_CHECK(cache.num_layers() == config_.num_layers &&
+  INFER_CHECK(cache.num_layers() == config_.num_kv_layers() &&
                   cache.num_kv_heads() == config_.num_kv_heads &&
                   cache.head_dim() == config_.head_dim,
               "KV cache shape does not match the model");
@@ -181,6 +222,8 @@ void Decoder::RunLayers(std::span<const SequenceTokens> seqs, PagedKvCache& cach
                                seq.block_table.data(),
                                static_cast<int64_t>(seq.block_table.size())});
     batch_tokens_.insert(batch_tokens_.end(), seq.tokens.begin(), seq.tokens.end());
+    // A sequence that starts now starts from an empty recurrent state.
+    if (config_.num_linear_layers() > 0 && seq.first_pos == 0) cache.ClearState(seq.state_slot);
   }
   const auto num_tokens = static_cast<int64_t>(batch_tokens_.size());
   EnsureScratch(num_tokens);
@@ -254,60 +297,18 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer_idx)];
   const LayerConfig& layer = config_.layers[static_cast<size_t>(layer_idx)];
   const int64_t hidden = config_.hidden_size;
-  const int64_t q_dim = config_.q_dim();
-  const int64_t kv_dim = config_.kv_dim();
-  const int64_t head_dim = config_.head_dim;
   const auto eps = static_cast<float>(config_.rms_norm_eps);
   const int64_t n = num_tokens;
 
-  // Attention block.
   ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
     kernels::RmsNorm(hidden_.data() + t0 * hidden, rows, hidden, w.attn_norm, eps,
                      norm_weight_offset_, normed_.data() + t0 * hidden);
   });
-  const kernels::MatMulOutput qkv[] = {{&w.q_proj, OptionalTensor(w.q_bias), q_.data(), q_dim},
-                                       {&w.k_proj, OptionalTensor(w.k_bias), k_.data(), kv_dim},
-                                       {&w.v_proj, OptionalTensor(w.v_bias), v_.data(), kv_dim}};
-  kernels::MatMuls(normed_.data(), n, hidden, hidden, qkv, pool_, precision_, activations_);
-  ApplyLora(layer_idx, normed_.data(), n, hidden,
-            {{LoraTarget::kQ, q_.data(), q_dim},
-             {LoraTarget::kK, k_.data(), kv_dim},
-             {LoraTarget::kV, v_.data(), kv_dim}});
-  const size_t rope = layer_rope_[static_cast<size_t>(layer_idx)];
-  ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
-    float* q = q_.data() + t0 * q_dim;
-    float* k = k_.data() + t0 * kv_dim;
-    if (config_.qk_norm) {
-      // Per head over head_dim, before RoPE.
-      kernels::RmsNorm(q, rows * config_.num_heads, head_dim, w.q_norm, eps, norm_weight_offset_,
-                       q);
-      kernels::RmsNorm(k, rows * config_.num_kv_heads, head_dim, w.k_norm, eps, norm_weight_offset_,
-                       k);
-    }
-    // (The tables hold head_dim / 2 angles per token.)
-    const float* cos = rope_cos_[rope].data() + t0 * (head_dim / 2);
-    const float* sin = rope_sin_[rope].data() + t0 * (head_dim / 2);
-    kernels::Rope(q, rows, config_.num_heads, head_dim, q_dim, cos, sin);
-    kernels::Rope(k, rows, config_.num_kv_heads, head_dim, kv_dim, cos, sin);
-  });
-  kernels::AttentionParams params;
-  params.num_heads = config_.num_heads;
-  params.num_kv_heads = config_.num_kv_heads;
-  params.head_dim = head_dim;
-  params.scale = static_cast<float>(config_.query_scale);
-  params.sliding_window = layer.sliding_window;
-  // Every sequence's new K/V first, then one attention call for the step: a query reads keys
-  // only from the cache (bf16-rounded in a bf16 cache), the same values alone or in a batch.
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    const kernels::AttentionSequence& a = attention_seqs_[i];
-    cache.Write(layer_idx, seqs[i].block_table, a.first_pos, k_.data() + a.row * kv_dim,
-                v_.data() + a.row * kv_dim, a.num_tokens);
+  if (layer.linear_attention) {
+    LinearAttention(layer_idx, w, n, seqs, cache);
+  } else {
+    Attention(layer_idx, w, n, seqs, cache);
   }
-  kernels::PagedAttention(q_.data(), attention_seqs_, cache.Layer(layer_idx), params, attn_.data(),
-                          pool_);
-  kernels::MatMul(attn_.data(), n, q_dim, q_dim, w.o_proj, OptionalTensor(w.o_bias), proj_.data(),
-                  hidden, pool_, precision_, activations_);
-  ApplyLora(layer_idx, attn_.data(), n, q_dim, {{LoraTarget::kO, proj_.data(), hidden}});
   // The residual add, then the MLP's norm.
   ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
     float* x = hidden_.data() + t0 * hidden;
@@ -331,6 +332,137 @@ void Decoder::ForwardLayer(int64_t layer_idx, int64_t num_tokens,
     }
     kernels::Add(hidden_.data() + t0 * hidden, proj, rows * hidden);
   });
+}
+
+void Decoder::Attention(int64_t layer_idx, const LayerWeights& w, int64_t n,
+                        std::span<const SequenceTokens> seqs, PagedKvCache& cache) {
+  const LayerConfig& layer = config_.layers[static_cast<size_t>(layer_idx)];
+  const int64_t hidden = config_.hidden_size;
+  const int64_t q_dim = config_.q_dim();
+  const int64_t kv_dim = config_.kv_dim();
+  const int64_t head_dim = config_.head_dim;
+  const int64_t rotary_dim = config_.rotary_dims();
+  const auto eps = static_cast<float>(config_.rms_norm_eps);
+  const bool gated = config_.attn_output_gate;
+  // With an output gate, q_proj's rows are each head's query then its gate: into q_gate_ first.
+  const kernels::MatMulOutput qkv[] = {
+      {&w.q_proj, OptionalTensor(w.q_bias), gated ? q_gate_.data() : q_.data(),
+       gated ? 2 * q_dim : q_dim},
+      {&w.k_proj, OptionalTensor(w.k_bias), k_.data(), kv_dim},
+      {&w.v_proj, OptionalTensor(w.v_bias), v_.data(), kv_dim}};
+  kernels::MatMuls(normed_.data(), n, hidden, hidden, qkv, pool_, precision_, activations_);
+  if (gated) {
+    ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
+      for (int64_t t = t0; t < t0 + rows; ++t) {
+        for (int64_t h = 0; h < config_.num_heads; ++h) {
+          const float* from = q_gate_.data() + t * 2 * q_dim + 2 * h * head_dim;
+          std::copy_n(from, head_dim, q_.data() + t * q_dim + h * head_dim);
+          std::copy_n(from + head_dim, head_dim, attn_gate_.data() + t * q_dim + h * head_dim);
+        }
+      }
+    });
+  }
+  ApplyLora(layer_idx, normed_.data(), n, hidden,
+            {{LoraTarget::kQ, q_.data(), q_dim},
+             {LoraTarget::kK, k_.data(), kv_dim},
+             {LoraTarget::kV, v_.data(), kv_dim}});
+  const size_t rope = layer_rope_[static_cast<size_t>(layer_idx)];
+  ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
+    float* q = q_.data() + t0 * q_dim;
+    float* k = k_.data() + t0 * kv_dim;
+    if (config_.qk_norm) {
+      // Per head over head_dim, before RoPE.
+      kernels::RmsNorm(q, rows * config_.num_heads, head_dim, w.q_norm, eps, norm_weight_offset_,
+                       q);
+      kernels::RmsNorm(k, rows * config_.num_kv_heads, head_dim, w.k_norm, eps, norm_weight_offset_,
+                       k);
+    }
+    // (The tables hold rotary_dim / 2 angles per token.)
+    const float* cos = rope_cos_[rope].data() + t0 * (rotary_dim / 2);
+    const float* sin = rope_sin_[rope].data() + t0 * (rotary_dim / 2);
+    if (rotary_dim == head_dim) {
+      kernels::Rope(q, rows, config_.num_heads, head_dim, q_dim, cos, sin);
+      kernels::Rope(k, rows, config_.num_kv_heads, head_dim, kv_dim, cos, sin);
+    } else {
+      // Partial RoPE: the first rotary_dim dimensions of each head, one head at a time.
+      for (int64_t h = 0; h < config_.num_heads; ++h) {
+        kernels::Rope(q + h * head_dim, rows, 1, rotary_dim, q_dim, cos, sin);
+      }
+      for (int64_t h = 0; h < config_.num_kv_heads; ++h) {
+        kernels::Rope(k + h * head_dim, rows, 1, rotary_dim, kv_dim, cos, sin);
+      }
+    }
+  });
+  kernels::AttentionParams params;
+  params.num_heads = config_.num_heads;
+  params.num_kv_heads = config_.num_kv_heads;
+  params.head_dim = head_dim;
+  params.scale = static_cast<float>(config_.query_scale);
+  params.sliding_window = layer.sliding_window;
+  // Every sequence's new K/V first, then one attention call for the step: a query reads keys
+  // only from the cache (bf16-rounded in a bf16 cache), the same values alone or in a batch.
+  const int64_t kv_layer = cache_layer_[static_cast<size_t>(layer_idx)];
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const kernels::AttentionSequence& a = attention_seqs_[i];
+    cache.Write(kv_layer, seqs[i].block_table, a.first_pos, k_.data() + a.row * kv_dim,
+                v_.data() + a.row * kv_dim, a.num_tokens);
+  }
+  kernels::PagedAttention(q_.data(), attention_seqs_, cache.Layer(kv_layer), params, attn_.data(),
+                          pool_);
+  if (gated) {
+    ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
+      float* out = attn_.data() + t0 * q_dim;
+      const float* gate = attn_gate_.data() + t0 * q_dim;
+      for (int64_t i = 0; i < rows * q_dim; ++i) out[i] *= 1.0F / (1.0F + std::exp(-gate[i]));
+    });
+  }
+  kernels::MatMul(attn_.data(), n, q_dim, q_dim, w.o_proj, OptionalTensor(w.o_bias), proj_.data(),
+                  hidden, pool_, precision_, activations_);
+  ApplyLora(layer_idx, attn_.data(), n, q_dim, {{LoraTarget::kO, proj_.data(), hidden}});
+}
+
+void Decoder::LinearAttention(int64_t layer_idx, const LayerWeights& w, int64_t n,
+                              std::span<const SequenceTokens> seqs, PagedKvCache& cache) {
+  const LinearAttentionConfig& linear = config_.linear;
+  const LinearParams& p = linear_params_[static_cast<size_t>(layer_idx)];
+  const int64_t hidden = config_.hidden_size;
+  const int64_t conv_dim = linear.conv_dim();
+  const int64_t value_dim = linear.value_dim();
+  const int64_t heads = linear.value_heads;
+  const kernels::MatMulOutput projections[] = {{&w.in_proj_qkv, nullptr, mixed_.data(), conv_dim},
+                                               {&w.in_proj_z, nullptr, z_.data(), value_dim},
+                                               {&w.in_proj_b, nullptr, lin_b_.data(), heads},
+                                               {&w.in_proj_a, nullptr, lin_a_.data(), heads}};
+  kernels::MatMuls(normed_.data(), n, hidden, hidden, projections, pool_, precision_, activations_);
+  // beta = sigmoid(b); g = -exp(A_log) softplus(a + dt_bias) (softplus linear past 20, as
+  // torch's threshold).
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t i = t * heads + h;
+      const float x = lin_a_[static_cast<size_t>(i)] + p.dt_bias[static_cast<size_t>(h)];
+      const float softplus = x > 20.0F ? x : std::log1p(std::exp(x));
+      lin_g_[static_cast<size_t>(i)] = p.neg_a[static_cast<size_t>(h)] * softplus;
+      lin_beta_[static_cast<size_t>(i)] = 1.0F / (1.0F + std::exp(-lin_b_[static_cast<size_t>(i)]));
+    }
+  }
+  const kernels::GatedDeltaDims dims{linear.key_heads, linear.value_heads, linear.key_head_dim,
+                                     linear.value_head_dim};
+  const int64_t state_layer = cache_layer_[static_cast<size_t>(layer_idx)];
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const kernels::AttentionSequence& a = attention_seqs_[i];
+    float* state = cache.State(state_layer, seqs[i].state_slot);
+    float* conv_state = state;  // [kernel - 1, conv_dim], then S
+    float* delta_state = state + (linear.conv_kernel - 1) * conv_dim;
+    kernels::CausalConv1dSilu(mixed_.data() + a.row * conv_dim, a.num_tokens, conv_dim, conv_dim,
+                              p.conv.data(), linear.conv_kernel, conv_state, pool_);
+    kernels::GatedDeltaRule(mixed_.data() + a.row * conv_dim, a.num_tokens, conv_dim,
+                            lin_g_.data() + a.row * heads, lin_beta_.data() + a.row * heads, dims,
+                            delta_state, lin_out_.data() + a.row * value_dim, value_dim, pool_);
+  }
+  kernels::GatedRmsNorm(lin_out_.data(), z_.data(), n, heads, linear.value_head_dim, p.norm.data(),
+                        static_cast<float>(config_.rms_norm_eps), pool_);
+  kernels::MatMul(lin_out_.data(), n, value_dim, value_dim, w.out_proj, nullptr, proj_.data(),
+                  hidden, pool_, precision_, activations_);
 }
 
 void Decoder::DenseMlp(int64_t layer_idx, const LayerWeights& w, int64_t n) {
@@ -370,6 +502,25 @@ void Decoder::SparseMlp(const LayerWeights& w, int64_t n) {
                                 ? kernels::GatedActivation::kSilu
                                 : kernels::GatedActivation::kGeluTanh,
                             proj_.data(), hidden, pool_, precision_, activations_);
+  if (const int64_t shared = moe.shared_expert_intermediate_size; shared > 0) {
+    // out += sigmoid(shared_expert_gate . x) * shared_expert(x).
+    const kernels::MatMulOutput gate_up[] = {
+        {&w.shared_expert.gate, nullptr, gate_.data(), shared},
+        {&w.shared_expert.up, nullptr, up_.data(), shared},
+        {&w.shared_expert_gate, nullptr, shared_logit_.data(), 1}};
+    kernels::MatMuls(normed_.data(), n, hidden, hidden, gate_up, pool_, precision_, activations_);
+    kernels::SiluMul(gate_.data(), up_.data(), gate_.data(), n * shared);
+    kernels::MatMul(gate_.data(), n, shared, shared, w.shared_expert.down, nullptr,
+                    shared_out_.data(), hidden, pool_, precision_, activations_);
+    ForTokenRows(pool_, n, [&](int64_t t0, int64_t rows) {
+      for (int64_t t = t0; t < t0 + rows; ++t) {
+        const float scale = 1.0F / (1.0F + std::exp(-shared_logit_[static_cast<size_t>(t)]));
+        float* out = proj_.data() + t * hidden;
+        const float* from = shared_out_.data() + t * hidden;
+        for (int64_t i = 0; i < hidden; ++i) out[i] += scale * from[i];
+      }
+    });
+  }
 }
 
 }  // namespace infer

@@ -1,7 +1,8 @@
-// The one decoder for Llama 3, Qwen3, Qwen3-MoE and Gemma 3: every architectural difference is
-// a field of ModelConfig (norm style, QK-norm, sandwich norms, embedding scale, per-layer RoPE
-// and sliding window, dense or mixture-of-experts MLP per layer, activation, soft-cap, tied
-// head), never a branch on a name.
+// The one decoder for Llama 3, Qwen3, Qwen3-MoE, Gemma 3 and Qwen3.5: every architectural
+// difference is a field of ModelConfig (norm style, QK-norm, sandwich norms, embedding scale,
+// per-layer RoPE and sliding window, softmax or linear attention per layer, an attention output
+// gate, partial RoPE, dense or mixture-of-experts MLP per layer with or without a shared expert,
+// activation, soft-cap, tied head), never a branch on a name.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,9 @@ struct SequenceTokens {
   int64_t num_last_logits = 1;
   // The LoRA adapter its projections add (null: the base model alone); outlives the call.
   const LoraAdapter* lora = nullptr;
+  // Its recurrent-state slot in the cache (models with linear-attention layers): the state its
+  // tokens before first_pos left, cleared when first_pos is 0.
+  int64_t state_slot = 0;
 };
 
 class Decoder {
@@ -72,6 +76,12 @@ class Decoder {
   void RunLayers(std::span<const SequenceTokens> seqs, PagedKvCache& cache);
   void ForwardLayer(int64_t layer_idx, int64_t num_tokens, std::span<const SequenceTokens> seqs,
                     PagedKvCache& cache);
+  // The token mixers of a layer on normed_ [n, hidden], into proj_: softmax attention over the
+  // KV cache, or Gated DeltaNet over each sequence's recurrent state.
+  void Attention(int64_t layer_idx, const LayerWeights& w, int64_t n,
+                 std::span<const SequenceTokens> seqs, PagedKvCache& cache);
+  void LinearAttention(int64_t layer_idx, const LayerWeights& w, int64_t n,
+                       std::span<const SequenceTokens> seqs, PagedKvCache& cache);
   // The MLP of a layer on normed_ [n, hidden], into proj_: one gated MLP, or the experts the
   // router picks for each row (LayerConfig::sparse_mlp).
   void DenseMlp(int64_t layer_idx, const LayerWeights& w, int64_t n);
@@ -99,6 +109,14 @@ class Decoder {
   std::vector<std::vector<double>> inv_freqs_;
   std::vector<size_t> layer_rope_;
   std::vector<std::vector<float>> rope_cos_, rope_sin_;
+  // Each layer's index among the layers that keep K/V, or among the linear ones (their state).
+  std::vector<int64_t> cache_layer_;
+  // A linear layer's small parameters in f32: conv taps [conv_dim, kernel], -exp(A_log) and
+  // dt_bias [value_heads], the gated norm's weight [value_head_dim].
+  struct LinearParams {
+    std::vector<float> conv, neg_a, dt_bias, norm;
+  };
+  std::vector<LinearParams> linear_params_;  // by layer (empty for the others)
 
   // Activations of the current call, [num_tokens, width] each.
   int64_t scratch_tokens_ = 0;
@@ -115,6 +133,10 @@ class Decoder {
   std::vector<kernels::LoraRows> lora_rows_;
   std::vector<kernels::LoraOutput> lora_outputs_;
   std::vector<float> hidden_, normed_, q_, k_, v_, attn_, proj_, gate_, up_;
+  std::vector<float> q_gate_, attn_gate_;  // attn_output_gate: q_proj's rows, the gates
+  // Linear layers: q/k/v (the conv's channels), z, b, a, log decay g, beta, the heads' outputs.
+  std::vector<float> mixed_, z_, lin_b_, lin_a_, lin_g_, lin_beta_, lin_out_;
+  std::vector<float> shared_out_, shared_logit_;       // a shared expert's output and gate logit
   std::vector<float> router_logits_, expert_weights_;  // sparse layers: [n, experts], [n, top k]
   std::vector<int32_t> expert_ids_;                    // [n, top k]
 };

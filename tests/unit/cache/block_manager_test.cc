@@ -95,6 +95,35 @@ TEST(BlockManagerTest, TablesOfAnotherSaltNeverShareBlocks) {
   EXPECT_NO_THROW(blocks.CheckInvariants(tables));
 }
 
+// A model with recurrent state: each table holds one state slot from its first allocation to
+// Free; with every slot taken, Allocate fails and changes nothing (the scheduler's cue to wait or
+// preempt, as for blocks); a freed slot is handed out again.
+TEST(BlockManagerTest, StateSlotsGoWithTheTables) {
+  BlockManager blocks(8, 16, false, 2);
+  BlockTable a, b, c;
+  const auto tokens = Tokens(20, 0);
+  ASSERT_TRUE(blocks.Allocate(a, tokens, 20));
+  ASSERT_TRUE(blocks.Allocate(b, tokens, 20));
+  EXPECT_EQ(a.state_slot, 0);
+  EXPECT_EQ(b.state_slot, 1);
+  ASSERT_TRUE(blocks.Allocate(a, tokens, 40));  // growing keeps the slot
+  EXPECT_EQ(a.state_slot, 0);
+  const int64_t free_before = blocks.num_free_blocks();
+  EXPECT_FALSE(blocks.Allocate(c, tokens, 20));
+  EXPECT_EQ(c.state_slot, -1);
+  EXPECT_TRUE(c.blocks.empty());
+  EXPECT_EQ(blocks.num_free_blocks(), free_before);
+  blocks.Free(a);
+  EXPECT_EQ(a.state_slot, -1);
+  ASSERT_TRUE(blocks.Allocate(c, tokens, 20));
+  EXPECT_EQ(c.state_slot, 0);
+  // Without state slots a table never takes one.
+  BlockManager plain(4, 16, false);
+  BlockTable d;
+  ASSERT_TRUE(plain.Allocate(d, tokens, 20));
+  EXPECT_EQ(d.state_slot, -1);
+}
+
 TEST(BlockManagerTest, UnreferencedCachedBlocksAreEvictedLruOnlyWhenNeeded) {
   BlockManager blocks(4, 16, true);
   BlockTable a, b;

@@ -718,6 +718,87 @@ TEST(EngineMoeTest, EightRequestsAreTheirOwnAtEveryLevel) {
   kernels::SetActiveIsa(active);
 }
 
+// A hybrid model (Gated DeltaNet layers beside attention: a recurrent state per sequence, in a
+// slot the block manager hands out with its blocks) at every SIMD level the CPU runs, float and
+// int8 weights: 8 requests with different prompts give each request's tokens and logprobs, bit
+// for bit, alone, batched with chunks of 16 tokens (a prompt's state carried from chunk to
+// chunk), and preempted (recomputed from a fresh state). The engine turns prefix caching and
+// drafts off for such a model, so asking for them changes nothing.
+class EngineHybridTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(EngineHybridTest, EightRequestsAreTheirOwnAtEveryLevel) {
+  const std::string dir =
+      std::string(::infer::testing::FixturesDir()) + "/models/" + GetParam() + "/model";
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t i = 0; i < 8; ++i) prompts.push_back(Range(3 + 29 * i, 5 + 9 * i));
+  prompts[7].insert(prompts[7].begin(), prompts[6].begin(), prompts[6].begin() + 32);
+  std::vector<SamplingParams> params;
+  for (int64_t i = 0; i < 8; ++i) {
+    params.push_back(Params(5 + i % 4, i % 2 == 0 ? 0.0 : 0.9));
+    params.back().seed = 60 + i;
+    params.back().logprobs = 5;
+  }
+  const auto run = [&](LanguageModel& model, const EngineConfig& config, int rounds) {
+    Engine engine(config, model, nullptr, {});
+    std::vector<std::vector<std::vector<float>>> tokens;
+    for (int round = 0; round < rounds; ++round) {
+      std::vector<std::shared_ptr<OutputChannel>> outputs;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        outputs.push_back(engine.AddRequest(std::to_string(i), prompts[i], params[i]));
+      }
+      while (engine.HasWork()) engine.Step();
+      tokens.clear();
+      for (const auto& output : outputs) tokens.push_back(Trace(Drain(*output)));
+    }
+    EXPECT_EQ(engine.stats().cached_prompt_tokens, 0);  // no prefix caching
+    return std::pair(tokens, engine.stats().preemptions);
+  };
+  std::vector<kernels::Isa> isas = {kernels::Isa::kScalar};
+  for (const kernels::Isa isa : {kernels::Isa::kAvx2, kernels::Isa::kAvxVnni, kernels::Isa::kAvx512,
+                                 kernels::Isa::kAvx512Bf16, kernels::Isa::kAvx512Amx}) {
+    if (kernels::IsaSupported(isa)) isas.push_back(isa);
+  }
+  const kernels::Isa active = kernels::ActiveIsa();
+  for (const auto quantization : {kernels::Quantization::kNone, kernels::Quantization::kInt8}) {
+    LoadOptions options;
+    options.quantization = quantization;
+    const LoadedModel loaded = LoadModel(dir, options);
+    ThreadPool pool(2);
+    const auto model = MakeDecoderModel(loaded, pool, kernels::MatMulPrecision::kF32);
+    EXPECT_GT(model->recurrent_state_bytes(), 0);
+    for (const kernels::Isa isa : isas) {
+      kernels::SetActiveIsa(isa);
+      SCOPED_TRACE(
+          fmt::format("{} {}", kernels::IsaName(isa), kernels::QuantizationName(quantization)));
+      std::vector<std::vector<std::vector<float>>> alone;
+      EngineConfig one = TestConfig(1);
+      one.num_blocks = 64;
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        Engine engine(one, *model, nullptr, {});
+        auto output = engine.AddRequest("0", prompts[i], params[i]);
+        while (engine.HasWork()) engine.Step();
+        alone.push_back(Trace(Drain(*output)));
+        EXPECT_EQ(alone.back().size(), static_cast<size_t>(params[i].max_new_tokens));
+      }
+      EngineConfig batched = TestConfig(8);
+      batched.num_blocks = 64;
+      batched.max_num_batched_tokens = 16;
+      batched.enable_prefix_caching = true;  // turned off by the engine
+      batched.speculative = {4, 1, 3};       // likewise
+      EXPECT_EQ(run(*model, batched, 2).first, alone) << "batched, chunked, twice";
+      EngineConfig tight = batched;
+      tight.num_blocks = 8;
+      tight.enable_preemption = true;
+      const auto [preempted, preemptions] = run(*model, tight, 1);
+      EXPECT_EQ(preempted, alone) << "preempted";
+      EXPECT_GT(preemptions, 0);
+    }
+  }
+  kernels::SetActiveIsa(active);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, EngineHybridTest, ::testing::Values("qwen3_5", "qwen3_5_moe"));
+
 TEST_P(EngineFixtureTest, KvPoolHoldsTheConfiguredBlocks) {
   // Bytes of the pool from config.json's shapes: 2 (K, V) x layers x kv heads x head_dim x
   // dtype size per token.

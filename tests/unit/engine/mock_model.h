@@ -23,7 +23,7 @@ class ScriptedModel : public LanguageModel {
 
   int64_t vocab_size() const override { return vocab_size_; }
   int64_t context_length() const override { return context_length_; }
-  void AllocateKvCache(int64_t num_blocks, int64_t, DType, bool use_kv_cache) override {
+  void AllocateKvCache(int64_t num_blocks, int64_t, DType, bool use_kv_cache, int64_t) override {
     num_blocks_ = num_blocks;
     used_cache_ = use_kv_cache;
   }

@@ -71,6 +71,90 @@ TEST(HfConfig, Qwen3Moe) {
   EXPECT_EQ(fixture.moe.intermediate_size, 32);
 }
 
+// Qwen3.5 (HF_SEMANTICS.md "Qwen3.5"): the text model of the vision-language checkpoints, three
+// Gated DeltaNet layers to one full-attention layer, partial RoPE, an output gate; the issue's
+// "32 KiB of KV per token in its 8 attention layers" and "~48 MiB of state per sequence" for 4B.
+TEST(HfConfig, Qwen3_5) {
+  const ModelConfig dense = LoadReal("Qwen3.5-4B");
+  EXPECT_EQ(dense.num_layers, 32);
+  EXPECT_EQ(dense.weights_prefix, "model.language_model.");
+  EXPECT_EQ(dense.skipped_prefixes, (std::vector<std::string>{"model.visual.", "mtp."}));
+  for (int64_t i = 0; i < 32; ++i) EXPECT_EQ(dense.linear_layer(i), (i + 1) % 4 != 0) << i;
+  EXPECT_EQ(dense.num_kv_layers(), 8);
+  EXPECT_EQ(dense.head_dim, 256);
+  EXPECT_EQ(dense.rotary_dims(), 64);
+  EXPECT_TRUE(dense.attn_output_gate);
+  EXPECT_TRUE(dense.qk_norm);
+  EXPECT_EQ(dense.norm_style, NormStyle::kOffsetInF32);
+  EXPECT_TRUE(dense.tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(dense.layers[3].rope.theta, 1e7);
+  EXPECT_EQ(dense.linear.conv_kernel, 4);
+  EXPECT_EQ(dense.linear.key_heads, 16);
+  EXPECT_EQ(dense.linear.value_heads, 32);
+  EXPECT_EQ(dense.linear.conv_dim(), 2 * 16 * 128 + 32 * 128);
+  EXPECT_EQ(dense.KvCacheBytesPerToken(DType::kBF16), 32 * 1024);
+  const double state_mib = static_cast<double>(dense.RecurrentStateBytes()) / 0x1p20;
+  EXPECT_GT(state_mib, 48.0);
+  EXPECT_LT(state_mib, 52.0);
+  EXPECT_FALSE(dense.has_sparse_layers());
+
+  const ModelConfig moe = LoadReal("Qwen3.5-35B-A3B");
+  EXPECT_EQ(moe.num_layers, 40);
+  EXPECT_EQ(moe.num_kv_layers(), 10);
+  EXPECT_FALSE(moe.tie_word_embeddings);
+  EXPECT_EQ(moe.moe.num_experts, 256);
+  EXPECT_EQ(moe.moe.experts_per_token, 8);
+  EXPECT_EQ(moe.moe.intermediate_size, 512);
+  EXPECT_EQ(moe.moe.shared_expert_intermediate_size, 512);
+  EXPECT_TRUE(moe.moe.normalize_top_k);  // no norm_topk_prob key: always renormalised
+  EXPECT_TRUE(moe.moe.fused_experts);
+  for (const LayerConfig& layer : moe.layers) EXPECT_TRUE(layer.sparse_mlp);
+
+  // The text-only forms keep "model." and skip only the MTP layer.
+  const ModelConfig text = ParseModelConfig(
+      R"({"model_type":"qwen3_5_text","vocab_size":64,"hidden_size":32,"intermediate_size":64,
+          "num_hidden_layers":3,"num_attention_heads":2,"num_key_value_heads":1,"head_dim":16})",
+      "c");
+  EXPECT_EQ(text.weights_prefix, "model.");
+  EXPECT_EQ(text.skipped_prefixes, std::vector<std::string>{"mtp."});
+  EXPECT_TRUE(text.linear_layer(0));
+  EXPECT_FALSE(text.linear_layer(3));  // past the layers
+  EXPECT_EQ(text.rotary_dims(), 4);    // partial_rotary_factor 0.25 by default
+}
+
+TEST(HfConfig, Qwen3_5BadValuesAreNamed) {
+  const auto error_of = [](const std::string& extra) {
+    try {
+      ParseModelConfig(R"({"model_type":"qwen3_5_text","vocab_size":64,"hidden_size":32,
+          "intermediate_size":64,"num_hidden_layers":2,"num_attention_heads":2,
+          "num_key_value_heads":1,"head_dim":16)" +
+                           extra + "}",
+                       "c");
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error_of(R"(,"linear_num_key_heads":3,"linear_num_value_heads":4)")
+                .find("linear_num_value_heads"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of(R"(,"layer_types":["linear_attention","sliding_attention"])").find("layer_types[1]"),
+      std::string::npos);
+  EXPECT_NE(error_of(R"(,"layer_types":["linear_attention"])").find("layer_types"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"(,"linear_conv_kernel_dim":0)").find("linear_conv_kernel_dim"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"(,"partial_rotary_factor":0.1)").find("partial_rotary_factor"),
+            std::string::npos);
+  try {
+    ParseModelConfig(R"({"model_type":"qwen3_5"})", "c");
+    ADD_FAILURE() << "a qwen3_5 config without text_config was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("text_config"), std::string::npos) << e.what();
+  }
+}
+
 TEST(HfConfig, Gemma3) {
   const ModelConfig config = LoadReal("gemma-3-1b-it");
   EXPECT_EQ(config.num_layers, 26);

@@ -192,7 +192,7 @@ TEST(Weights, ExpertsAreLoadedPerExpertAndTheRouterStaysFloat) {
     }
   }
   // Bytes per token: attention, router, dense MLP and head whole, 2 of 8 experts per layer.
-  EXPECT_LT(WeightBytesPerToken(exact), exact.weight_bytes);
+  EXPECT_LT(exact.weight_bytes_per_token, exact.weight_bytes);
 }
 
 TEST(Weights, DummyIsDeterministicAndThreadCountFree) {

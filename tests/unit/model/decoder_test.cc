@@ -137,15 +137,15 @@ TEST_P(DecoderFixture, GreedyWithoutKvCache) {
               dir + "/greedy_long_step_logits.f32.bin", false);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, DecoderFixture,
-                         ::testing::Values(Case{"llama", "model"}, Case{"llama", "model_f32"},
-                                           Case{"qwen3", "model"}, Case{"qwen3", "model_f32"},
-                                           Case{"qwen3_moe", "model"},
-                                           Case{"qwen3_moe", "model_f32"}, Case{"gemma3", "model"},
-                                           Case{"gemma3", "model_f32"}),
-                         [](const auto& info) {
-                           return std::string(info.param.arch) + "_" + info.param.variant;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Fixtures, DecoderFixture,
+    ::testing::Values(Case{"llama", "model"}, Case{"llama", "model_f32"}, Case{"qwen3", "model"},
+                      Case{"qwen3", "model_f32"}, Case{"qwen3_moe", "model"},
+                      Case{"qwen3_moe", "model_f32"}, Case{"gemma3", "model"},
+                      Case{"gemma3", "model_f32"}, Case{"qwen3_5", "model"},
+                      Case{"qwen3_5", "model_f32"}, Case{"qwen3_5_moe", "model"},
+                      Case{"qwen3_5_moe", "model_f32"}),
+    [](const auto& info) { return std::string(info.param.arch) + "_" + info.param.variant; });
 
 // --matmul-precision bf16 (kernels/ops.h) rounds every projection's input to bf16. On these
 // random models the rounding is amplified layer by layer: measured on the scalar reference
