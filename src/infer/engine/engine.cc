@@ -47,7 +47,7 @@ EngineConfig ForModel(EngineConfig config, const LanguageModel& model) {
     config.speculative = {};
     spdlog::warn("speculative decoding is off: this model keeps a recurrent state per sequence");
   }
-  spdlog::info("recurrent state: {} slots of {:.1f} MiB", config.recurrent_state_slots,
+  spdlog::info("recurrent state: {} slots of {:.3f} MiB", config.recurrent_state_slots,
                static_cast<double>(model.recurrent_state_bytes()) / 0x1p20);
   return config;
 }

@@ -721,8 +721,8 @@ TEST(EngineMoeTest, EightRequestsAreTheirOwnAtEveryLevel) {
 // A hybrid model (Gated DeltaNet layers beside attention: a recurrent state per sequence, in a
 // slot the block manager hands out with its blocks) at every SIMD level the CPU runs, float and
 // int8 weights: 8 requests with different prompts give each request's tokens and logprobs, bit
-// for bit, alone, batched with chunks of 16 tokens (a prompt's state carried from chunk to
-// chunk), and preempted (recomputed from a fresh state). The engine turns prefix caching and
+// for bit, alone, batched with chunks of 1, 7 and 16 tokens (a prompt's state carried from
+// chunk to chunk), and preempted (recomputed from a fresh state). The engine turns prefix caching and
 // drafts off for such a model, so asking for them changes nothing.
 class EngineHybridTest : public ::testing::TestWithParam<std::string> {};
 
@@ -782,10 +782,13 @@ TEST_P(EngineHybridTest, EightRequestsAreTheirOwnAtEveryLevel) {
       }
       EngineConfig batched = TestConfig(8);
       batched.num_blocks = 64;
-      batched.max_num_batched_tokens = 16;
       batched.enable_prefix_caching = true;  // turned off by the engine
       batched.speculative = {4, 1, 3};       // likewise
-      EXPECT_EQ(run(*model, batched, 2).first, alone) << "batched, chunked, twice";
+      for (const int64_t chunk : {1, 7, 16}) {
+        batched.max_num_batched_tokens = chunk;
+        EXPECT_EQ(run(*model, batched, chunk == 16 ? 2 : 1).first, alone)
+            << "batched, chunks of " << chunk;
+      }
       EngineConfig tight = batched;
       tight.num_blocks = 8;
       tight.enable_preemption = true;

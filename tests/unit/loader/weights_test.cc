@@ -79,10 +79,31 @@ TEST_P(FixtureWeights, Bf16AndF32CheckpointsHoldTheSameValues) {
 // per layer, and three for a dense MLP or a router and three per expert for a sparse one.
 int64_t MatrixCount(const ModelConfig& config) {
   int64_t count = config.tie_word_embeddings ? 1 : 2;
+  const bool shared = config.moe.shared_expert_intermediate_size > 0;
   for (const LayerConfig& layer : config.layers) {
-    count += 4 + (layer.sparse_mlp ? 1 + 3 * config.moe.num_experts : 3);
+    // q, k, v, o; or Gated DeltaNet's in_proj_qkv, _z, _b, _a and out_proj.
+    count += layer.linear_attention ? 5 : 4;
+    // The router and every expert's three, a shared expert's three and its gate; or a dense MLP.
+    count += layer.sparse_mlp ? 1 + 3 * config.moe.num_experts + (shared ? 4 : 0) : 3;
   }
   return count;
+}
+
+// A slot's values as the checkpoint holds them: its tensor under the config's prefix (Qwen3.5:
+// "model.language_model."), and for an expert of a fused stack ([experts, rows, cols]) that
+// expert's rows, gate rows before up rows (HF_SEMANTICS.md, Qwen3.5-MoE).
+Tensor CheckpointValues(const SafetensorsCheckpoint& checkpoint, const ModelConfig& config,
+                        const WeightSlot& slot) {
+  const std::string name = slot.hf_name.starts_with("model.")
+                               ? config.weights_prefix + slot.hf_name.substr(6)
+                               : slot.hf_name;
+  const auto& location = checkpoint.tensors().at(name);
+  Tensor view = location.file->View(*location.entry);
+  if (slot.stack_shape.empty()) return view;
+  const Tensor expert = view.Row(slot.expert);
+  const int64_t row_bytes = expert.dim(1) * static_cast<int64_t>(DTypeSize(expert.dtype()));
+  return Tensor::Borrow(expert.dtype(), slot.shape,
+                        static_cast<std::byte*>(expert.raw()) + slot.row_begin * row_bytes);
 }
 
 // The packed matrices hold exactly the checkpoint's values (read here straight from the file).
@@ -93,8 +114,8 @@ TEST_P(FixtureWeights, MatricesArePackedFromTheCheckpoint) {
   int matrices = 0;
   for (const WeightSlot& slot : WeightSlots(loaded.config, loaded.weights)) {
     if (slot.matrix == nullptr) continue;
-    const auto& location = checkpoint.tensors().at(slot.hf_name);
-    EXPECT_TRUE(SameValues(*slot.matrix, location.file->View(*location.entry))) << slot.hf_name;
+    EXPECT_TRUE(SameValues(*slot.matrix, CheckpointValues(checkpoint, loaded.config, slot)))
+        << slot.hf_name;
     ++matrices;
   }
   EXPECT_EQ(matrices, MatrixCount(loaded.config));
@@ -147,7 +168,8 @@ TEST_P(FixtureWeights, HugePageCopyEqualsMmap) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureWeights,
-                         ::testing::Values("llama", "qwen3", "qwen3_moe", "gemma3"));
+                         ::testing::Values("llama", "qwen3", "qwen3_moe", "gemma3", "qwen3_5",
+                                           "qwen3_5_moe"));
 
 TEST(Weights, ParameterCountsOfTheDevModels) {
   // Published sizes: Llama-3.2-1B 1,235,814,400; Qwen3-1.7B 1.72B; gemma-3-1b 999,885,952.
@@ -318,6 +340,39 @@ TEST(Weights, MissingOrMisShapedExpertsAreNamed) {
     EXPECT_NE(error.find("model.layers.3.mlp.experts.2.gate_proj.weight"), std::string::npos)
         << error;
   }
+}
+
+// Qwen3.5: the linear-attention tensors and the fused expert stacks are named in the
+// checkpoint's own terms (under model.language_model.) when missing or mis-shaped.
+TEST(Weights, HybridTensorsAreNamed) {
+  const auto error_of = [](const char* arch, const std::function<void(std::map<std::string, Tensor>&)>& edit) {
+    TempDir dir;
+    return LoadError(EditedCopy(dir, arch, edit));
+  };
+  std::string error = error_of("qwen3_5", [](std::map<std::string, Tensor>& t) {
+    t.erase("model.language_model.layers.1.linear_attn.A_log");
+  });
+  EXPECT_NE(error.find("missing tensor 'model.language_model.layers.1.linear_attn.A_log'"),
+            std::string::npos)
+      << error;
+  // A conv kernel of 3 taps where the config has 4.
+  error = error_of("qwen3_5", [](std::map<std::string, Tensor>& t) {
+    t["model.language_model.layers.0.linear_attn.conv1d.weight"] =
+        Tensor::Empty(DType::kBF16, {112, 1, 3});
+  });
+  EXPECT_NE(error.find("'model.language_model.layers.0.linear_attn.conv1d.weight' has shape "
+                       "[112, 1, 3] but the config needs [112, 1, 4]"),
+            std::string::npos)
+      << error;
+  // A fused expert stack with 7 experts where the config has 8.
+  error = error_of("qwen3_5_moe", [](std::map<std::string, Tensor>& t) {
+    t["model.language_model.layers.2.mlp.experts.gate_up_proj"] =
+        Tensor::Empty(DType::kBF16, {7, 64, 64});
+  });
+  EXPECT_NE(error.find("'model.language_model.layers.2.mlp.experts.gate_up_proj' has shape "
+                       "[7, 64, 64] but the config needs [8, 64, 64]"),
+            std::string::npos)
+      << error;
 }
 
 TEST(Weights, UnexpectedTensorIsAWarning) {
