@@ -4,6 +4,8 @@
 #include <cmath>
 #include <vector>
 
+#include "infer/kernels/cpu/dispatch.h"
+
 namespace infer::kernels {
 
 namespace {
@@ -16,6 +18,14 @@ void L2Normalize(const float* x, int64_t dim, float scale, float* y) {
   for (int64_t i = 0; i < dim; ++i) sum += x[i] * x[i];
   const float factor = scale / std::sqrt(sum + 1e-6F);
   for (int64_t i = 0; i < dim; ++i) y[i] = x[i] * factor;
+}
+
+// One value head's tokens, on the active ISA's kernel.
+void HeadStep(const float* q, const float* k, int64_t qk_stride, const float* v, int64_t v_stride,
+              const float* decay, const float* beta, int64_t gb_stride, int64_t n, int64_t dk,
+              int64_t dv, float* s, float* o, int64_t o_stride) {
+  INFER_DISPATCH(GatedDeltaHead, q, k, qk_stride, v, v_stride, decay, beta, gb_stride, n, dk, dv, s,
+                 o, o_stride);
 }
 
 }  // namespace
@@ -63,53 +73,32 @@ void CausalConv1dSilu(float* x, int64_t n, int64_t channels, int64_t x_stride, c
       });
 }
 
-void GatedDeltaRule(const float* qkv, int64_t n, int64_t qkv_stride, const float* g,
-                    const float* beta, const GatedDeltaDims& dims, float* state, float* out,
-                    int64_t out_stride, ThreadPool& pool) {
+void GatedDeltaRule(float* qkv, int64_t n, int64_t qkv_stride, const float* g, const float* beta,
+                    const GatedDeltaDims& dims, float* state, float* out, int64_t out_stride,
+                    ThreadPool& pool) {
   const int64_t dk = dims.key_head_dim;
   const int64_t dv = dims.value_head_dim;
   const int64_t group = dims.value_heads / dims.key_heads;
   const int64_t key_dim = dims.key_heads * dk;
   const float q_scale = 1.0F / std::sqrt(static_cast<float>(dk));
+  // q and k normalised in place, once per key head; the decays exp(g).
+  pool.ParallelFor(n, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t) {
+      float* row = qkv + t * qkv_stride;
+      for (int64_t h = 0; h < dims.key_heads; ++h) {
+        L2Normalize(row + h * dk, dk, q_scale, row + h * dk);
+        L2Normalize(row + key_dim + h * dk, dk, 1.0F, row + key_dim + h * dk);
+      }
+    }
+  });
+  std::vector<float> decay(static_cast<size_t>(n * dims.value_heads));
+  for (size_t i = 0; i < decay.size(); ++i) decay[i] = std::exp(g[i]);
   pool.ParallelFor(dims.value_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> q(static_cast<size_t>(dk)), k(static_cast<size_t>(dk));
-    std::vector<float> delta(static_cast<size_t>(dv));
     for (int64_t h = begin; h < end; ++h) {
       const int64_t key_head = h / group;
-      float* s = state + h * dk * dv;  // [dk, dv]
-      for (int64_t t = 0; t < n; ++t) {
-        const float* row = qkv + t * qkv_stride;
-        L2Normalize(row + key_head * dk, dk, q_scale, q.data());
-        L2Normalize(row + key_dim + key_head * dk, dk, 1.0F, k.data());
-        const float* v = row + 2 * key_dim + h * dv;
-        const float decay = std::exp(g[t * dims.value_heads + h]);
-        const float b = beta[t * dims.value_heads + h];
-        // S = decay S, and delta = beta (v - S^T k) from the decayed S.
-        std::fill(delta.begin(), delta.end(), 0.0F);
-        for (int64_t i = 0; i < dk; ++i) {
-          float* s_row = s + i * dv;
-          const float ki = k[static_cast<size_t>(i)];
-          for (int64_t j = 0; j < dv; ++j) {
-            s_row[j] *= decay;
-            delta[static_cast<size_t>(j)] += s_row[j] * ki;
-          }
-        }
-        for (int64_t j = 0; j < dv; ++j) {
-          delta[static_cast<size_t>(j)] = b * (v[j] - delta[static_cast<size_t>(j)]);
-        }
-        // S += k delta^T, and o = S^T q from the updated S.
-        float* o = out + t * out_stride + h * dv;
-        std::fill(o, o + dv, 0.0F);
-        for (int64_t i = 0; i < dk; ++i) {
-          float* s_row = s + i * dv;
-          const float ki = k[static_cast<size_t>(i)];
-          const float qi = q[static_cast<size_t>(i)];
-          for (int64_t j = 0; j < dv; ++j) {
-            s_row[j] += ki * delta[static_cast<size_t>(j)];
-            o[j] += s_row[j] * qi;
-          }
-        }
-      }
+      HeadStep(qkv + key_head * dk, qkv + key_dim + key_head * dk, qkv_stride,
+               qkv + 2 * key_dim + h * dv, qkv_stride, decay.data() + h, beta + h, dims.value_heads,
+               n, dk, dv, state + h * dk * dv, out + h * dv, out_stride);
     }
   });
 }

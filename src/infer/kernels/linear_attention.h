@@ -28,15 +28,15 @@ struct GatedDeltaDims {
 
 // The gated delta rule over one sequence's n tokens. qkv [n, ...] (row stride qkv_stride) holds
 // per token q [key_heads, key_head_dim], k (the same) and v [value_heads, value_head_dim]; q and
-// k are L2-normalised here (x / sqrt(sum x^2 + 1e-6)) and q scaled by key_head_dim^-0.5. g and
+// k are L2-normalised in place (x / sqrt(sum x^2 + 1e-6)) and q scaled by key_head_dim^-0.5. g and
 // beta [n, value_heads]: the log decay (<= 0) and the write strength. For value head h, reading
 // key head h / (value_heads / key_heads), with S = `state` + h dk dv ([dk, dv], f32) per token:
 //   S = exp(g) S;  delta = beta (v - S^T k);  S = S + k delta^T;  o = S^T q
 // o into out [n, value_heads * value_head_dim] (row stride out_stride). Heads split across the
-// pool; each head's tokens run in order.
-void GatedDeltaRule(const float* qkv, int64_t n, int64_t qkv_stride, const float* g,
-                    const float* beta, const GatedDeltaDims& dims, float* state, float* out,
-                    int64_t out_stride, ThreadPool& pool);
+// pool; each head's tokens run in order, on the active ISA (cpu/kernels.h GatedDeltaHead).
+void GatedDeltaRule(float* qkv, int64_t n, int64_t qkv_stride, const float* g, const float* beta,
+                    const GatedDeltaDims& dims, float* state, float* out, int64_t out_stride,
+                    ThreadPool& pool);
 
 // Per value head of x [n, value_heads * dim] in place: rms-normalise over dim (eps), times w
 // [dim], times silu(z) (z the same shape as x). Rows split across the pool.

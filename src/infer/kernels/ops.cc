@@ -8,30 +8,13 @@
 #include <vector>
 
 #include "infer/core/error.h"
+#include "infer/kernels/cpu/dispatch.h"
 #include "infer/kernels/cpu/isa.h"
 #include "infer/kernels/cpu/kernels.h"
 
 namespace infer::kernels {
 
 namespace {
-
-// Calls the kernel `name` from the namespace of the active ISA (kAvx512Amx: avx512bf16's,
-// kAvxVnni: avx2's, but for QuantizedMatMuls, see QuantizedProducts).
-#define INFER_DISPATCH(name, ...)                  \
-  do {                                             \
-    switch (ActiveIsa()) {                         \
-      case Isa::kAvx512Amx:                        \
-      case Isa::kAvx512Bf16:                       \
-        return cpu::avx512bf16::name(__VA_ARGS__); \
-      case Isa::kAvx512:                           \
-        return cpu::avx512::name(__VA_ARGS__);     \
-      case Isa::kAvxVnni:                          \
-      case Isa::kAvx2:                             \
-        return cpu::avx2::name(__VA_ARGS__);       \
-      case Isa::kScalar:                           \
-        return cpu::reference::name(__VA_ARGS__);  \
-    }                                              \
-  } while (0)
 
 // Quantized products: on kAvx512Amx the tile kernels (many rows), on kAvxVnni the vpdpbusd
 // ones, otherwise the active ISA's.

@@ -4,6 +4,8 @@
 // call or in several (its state carried between them) give the same bits.
 #include "infer/kernels/linear_attention.h"
 
+#include "infer/kernels/cpu/isa.h"
+
 #include <cmath>
 #include <random>
 #include <vector>
@@ -106,18 +108,27 @@ TEST(LinearAttentionTest, GatedDeltaRuleMatchesTheRecurrenceAndSplitsExactly) {
   }
   const size_t state_size =
       static_cast<size_t>(dims.value_heads * dims.key_head_dim * dims.value_head_dim);
-  std::vector<float> state(state_size, 0.0F), whole(kN * out_width);
-  GatedDeltaRule(qkv.data(), kN, width, g.data(), beta.data(), dims, state.data(), whole.data(),
-                 out_width, pool);
-  for (int64_t i = 0; i < kN * out_width; ++i) ASSERT_NEAR(whole[i], expected[i], 1e-5) << i;
-  std::vector<float> split(kN * out_width);
-  std::fill(state.begin(), state.end(), 0.0F);
-  for (const auto& [first, count] : {std::pair{0, 3}, {3, 1}, {4, 3}}) {
-    GatedDeltaRule(qkv.data() + first * width, count, width, g.data() + first * dims.value_heads,
-                   beta.data() + first * dims.value_heads, dims, state.data(),
-                   split.data() + first * out_width, out_width, pool);
+  const Isa active = ActiveIsa();
+  for (const Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+    if (!IsaSupported(isa)) continue;
+    SetActiveIsa(isa);
+    SCOPED_TRACE(IsaName(isa));
+    std::vector<float> state(state_size, 0.0F), whole(kN * out_width);
+    std::vector<float> normed = qkv;  // q and k normalised in place
+    GatedDeltaRule(normed.data(), kN, width, g.data(), beta.data(), dims, state.data(),
+                   whole.data(), out_width, pool);
+    for (int64_t i = 0; i < kN * out_width; ++i) ASSERT_NEAR(whole[i], expected[i], 1e-5) << i;
+    std::vector<float> split(kN * out_width);
+    std::fill(state.begin(), state.end(), 0.0F);
+    normed = qkv;
+    for (const auto& [first, count] : {std::pair{0, 3}, {3, 1}, {4, 3}}) {
+      GatedDeltaRule(normed.data() + first * width, count, width,
+                     g.data() + first * dims.value_heads, beta.data() + first * dims.value_heads,
+                     dims, state.data(), split.data() + first * out_width, out_width, pool);
+    }
+    EXPECT_EQ(split, whole);
   }
-  EXPECT_EQ(split, whole);
+  SetActiveIsa(active);
 }
 
 }  // namespace

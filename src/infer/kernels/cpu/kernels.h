@@ -84,6 +84,13 @@ inline void FillWithBias(int64_t m, std::span<const Product> outputs) {
   void PagedAttention(const float* q, std::span<const AttentionSequence> seqs,                     \
                       const PagedKvLayer& kv, const AttentionParams& params, float* out,           \
                       ThreadPool& pool);                                                           \
+  /* One value head of Gated DeltaNet over n tokens (linear_attention.h GatedDeltaRule): for */    \
+  /* token t, q and k at t qk_stride ([dk], normalised, q scaled), v at t v_stride ([dv]), */      \
+  /* decay and beta at t gb_stride; S [dk, dv]: S = decay S; delta = beta (v - S^T k); */          \
+  /* S += k delta^T; o (at t o_stride) = S^T q. */                                                 \
+  void GatedDeltaHead(const float* q, const float* k, int64_t qk_stride, const float* v,           \
+                      int64_t v_stride, const float* decay, const float* beta, int64_t gb_stride,  \
+                      int64_t n, int64_t dk, int64_t dv, float* s, float* o, int64_t o_stride);    \
   void SiluMul(const float* gate, const float* up, float* out, int64_t n);                         \
   void GeluTanhMul(const float* gate, const float* up, float* out, int64_t n);                     \
   void Add(float* x, const float* y, int64_t n);                                                   \

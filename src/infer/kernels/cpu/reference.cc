@@ -220,6 +220,36 @@ void PagedAttention(const float* q, std::span<const AttentionSequence> seqs, con
   }
 }
 
+void GatedDeltaHead(const float* q, const float* k, int64_t qk_stride, const float* v,
+                    int64_t v_stride, const float* decay, const float* beta, int64_t gb_stride,
+                    int64_t n, int64_t dk, int64_t dv, float* s, float* o, int64_t o_stride) {
+  std::vector<float> delta(static_cast<size_t>(dv));
+  for (int64_t t = 0; t < n; ++t) {
+    const float* q_t = q + t * qk_stride;
+    const float* k_t = k + t * qk_stride;
+    const float d = decay[t * gb_stride];
+    std::fill(delta.begin(), delta.end(), 0.0F);
+    for (int64_t i = 0; i < dk; ++i) {
+      for (int64_t j = 0; j < dv; ++j) {
+        s[i * dv + j] *= d;
+        delta[static_cast<size_t>(j)] += s[i * dv + j] * k_t[i];
+      }
+    }
+    for (int64_t j = 0; j < dv; ++j) {
+      delta[static_cast<size_t>(j)] =
+          beta[t * gb_stride] * (v[t * v_stride + j] - delta[static_cast<size_t>(j)]);
+    }
+    float* o_t = o + t * o_stride;
+    std::fill(o_t, o_t + dv, 0.0F);
+    for (int64_t i = 0; i < dk; ++i) {
+      for (int64_t j = 0; j < dv; ++j) {
+        s[i * dv + j] += k_t[i] * delta[static_cast<size_t>(j)];
+        o_t[j] += s[i * dv + j] * q_t[i];
+      }
+    }
+  }
+}
+
 void SiluMul(const float* gate, const float* up, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const double g = gate[i];
