@@ -18,7 +18,7 @@ using nlohmann::json;
 
 namespace {
 
-enum class Family { kLlama, kQwen3, kQwen3Moe, kGemma3, kQwen3_5, kQwen3_5Moe };
+enum class Family { kLlama, kQwen3, kQwen3Moe, kGemma3, kQwen35, kQwen35Moe };
 
 class ConfigReader {
  public:
@@ -181,7 +181,7 @@ void ParseQwen3Moe(const ConfigReader& reader, ModelConfig& config) {
 // "linear_attention" and "full_attention" (absent: every full_attention_interval-th layer is
 // full), the Gated DeltaNet dimensions, and for the MoE variant experts in every layer, always
 // renormalised, beside a shared expert.
-void ParseQwen3_5(const ConfigReader& reader, bool moe, ModelConfig& config) {
+void ParseQwen35(const ConfigReader& reader, bool moe, ModelConfig& config) {
   const std::string& source = reader.source();
   LinearAttentionConfig& linear = config.linear;
   linear.conv_kernel = reader.PositiveInt("linear_conv_kernel_dim", 4);
@@ -238,7 +238,7 @@ ModelConfig ParseFamily(const ConfigReader& reader, Family family, ModelConfig c
   // Qwen3_5MoeTextConfig has none (no layer is dense): the widest MLP of a layer stands in.
   config.intermediate_size =
       family == Family::kQwen3Moe ? reader.Int("intermediate_size", 6144)
-      : family == Family::kQwen3_5Moe
+      : family == Family::kQwen35Moe
           ? std::max(reader.PositiveInt("moe_intermediate_size", 512),
                      reader.PositiveInt("shared_expert_intermediate_size", 512))
           : reader.RequiredInt("intermediate_size");
@@ -258,7 +258,7 @@ ModelConfig ParseFamily(const ConfigReader& reader, Family family, ModelConfig c
   // Qwen3MoeConfig has no head_dim argument: an absent key means hidden / heads there.
   const int64_t default_head_dim =
       family == Family::kQwen3 ? 128
-      : family == Family::kGemma3 || family == Family::kQwen3_5 || family == Family::kQwen3_5Moe
+      : family == Family::kGemma3 || family == Family::kQwen35 || family == Family::kQwen35Moe
           ? 256
           : config.hidden_size / config.num_heads;
   INFER_CHECK((family != Family::kLlama && family != Family::kQwen3Moe) || reader.Has("head_dim") ||
@@ -348,8 +348,8 @@ ModelConfig ParseFamily(const ConfigReader& reader, Family family, ModelConfig c
     config.layers.push_back(layer);
   }
   if (family == Family::kQwen3Moe) ParseQwen3Moe(reader, config);
-  if (family == Family::kQwen3_5 || family == Family::kQwen3_5Moe) {
-    ParseQwen3_5(reader, family == Family::kQwen3_5Moe, config);
+  if (family == Family::kQwen35 || family == Family::kQwen35Moe) {
+    ParseQwen35(reader, family == Family::kQwen35Moe, config);
     // Qwen3NextRMSNorm: x_hat (1 + w) in f32 for every norm, q_norm and k_norm included; the
     // attention output gated; RoPE on the first partial_rotary_factor of each head.
     config.norm_style = NormStyle::kOffsetInF32;
@@ -411,7 +411,7 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& so
   if (config.model_type == "gemma3_text") return ParseFamily(top, Family::kGemma3, config);
   if (config.model_type == "qwen3_5_text" || config.model_type == "qwen3_5_moe_text") {
     const Family family =
-        config.model_type == "qwen3_5_text" ? Family::kQwen3_5 : Family::kQwen3_5Moe;
+        config.model_type == "qwen3_5_text" ? Family::kQwen35 : Family::kQwen35Moe;
     config.skipped_prefixes = {"mtp."};
     return ParseFamily(top, family, config);
   }
@@ -436,9 +436,8 @@ ModelConfig ParseModelConfig(const std::string& json_text, const std::string& so
     // vision tower and a multi-token-prediction layer the text path does not run.
     config.weights_prefix = "model.language_model.";
     config.skipped_prefixes = {"model.visual.", "mtp."};
-    return ParseFamily(text_reader,
-                       config.model_type == "qwen3_5" ? Family::kQwen3_5 : Family::kQwen3_5Moe,
-                       config);
+    return ParseFamily(
+        text_reader, config.model_type == "qwen3_5" ? Family::kQwen35 : Family::kQwen35Moe, config);
   }
   Fail(
       "{}: model_type '{}' is not supported (supported: llama, qwen3, qwen3_moe, gemma3_text, "

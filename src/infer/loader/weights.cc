@@ -422,8 +422,10 @@ void LoadFromCheckpoint(const std::string& folder, std::vector<WeightSlot>& slot
   std::map<std::string, int64_t> skipped;  // prefix -> tensors
   for (const auto& [name, location] : tensors) {
     if (used.contains(name)) continue;
-    const auto part = std::find_if(config.skipped_prefixes.begin(), config.skipped_prefixes.end(),
-                                   [&](const std::string& p) { return name.starts_with(p); });
+    const std::string& tensor_name = name;  // (a lambda cannot capture a structured binding)
+    const auto part =
+        std::find_if(config.skipped_prefixes.begin(), config.skipped_prefixes.end(),
+                     [&](const std::string& p) { return tensor_name.starts_with(p); });
     if (part != config.skipped_prefixes.end()) {
       ++skipped[*part];
       continue;

@@ -722,8 +722,8 @@ TEST(EngineMoeTest, EightRequestsAreTheirOwnAtEveryLevel) {
 // slot the block manager hands out with its blocks) at every SIMD level the CPU runs, float and
 // int8 weights: 8 requests with different prompts give each request's tokens and logprobs, bit
 // for bit, alone, batched with chunks of 1, 7 and 16 tokens (a prompt's state carried from
-// chunk to chunk), and preempted (recomputed from a fresh state). The engine turns prefix caching and
-// drafts off for such a model, so asking for them changes nothing.
+// chunk to chunk), and preempted (recomputed from a fresh state). The engine turns prefix caching
+// and drafts off for such a model, so asking for them changes nothing.
 class EngineHybridTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EngineHybridTest, EightRequestsAreTheirOwnAtEveryLevel) {

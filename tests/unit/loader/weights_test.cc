@@ -345,7 +345,8 @@ TEST(Weights, MissingOrMisShapedExpertsAreNamed) {
 // Qwen3.5: the linear-attention tensors and the fused expert stacks are named in the
 // checkpoint's own terms (under model.language_model.) when missing or mis-shaped.
 TEST(Weights, HybridTensorsAreNamed) {
-  const auto error_of = [](const char* arch, const std::function<void(std::map<std::string, Tensor>&)>& edit) {
+  const auto error_of = [](const char* arch,
+                           const std::function<void(std::map<std::string, Tensor>&)>& edit) {
     TempDir dir;
     return LoadError(EditedCopy(dir, arch, edit));
   };
