@@ -38,8 +38,8 @@ void CausalConv1dSilu(float* x, int64_t n, int64_t channels, int64_t x_stride, c
       (channels + kChannelBlock - 1) / kChannelBlock, 1, [&](int64_t begin, int64_t end) {
         // A block of channels: the inputs extended by the state ([history + n][width], oldest
         // first) and the taps transposed ([kernel][width]), so that every product runs along the
-        // channels.
-        std::vector<float> inputs, taps;
+        // channels. (Per thread, reused from call to call: decode calls this per layer and step.)
+        thread_local std::vector<float> inputs, taps;
         for (int64_t block = begin; block < end; ++block) {
           const int64_t c0 = block * kChannelBlock;
           const int64_t width = std::min(kChannelBlock, channels - c0);
@@ -91,14 +91,18 @@ void GatedDeltaRule(float* qkv, int64_t n, int64_t qkv_stride, const float* g, c
       }
     }
   });
-  std::vector<float> decay(static_cast<size_t>(n * dims.value_heads));
+  // Reused from call to call; the workers read it through `decays` (a thread_local named in
+  // the lambda would be each worker's own).
+  thread_local std::vector<float> decay;
+  decay.resize(static_cast<size_t>(n * dims.value_heads));
   for (size_t i = 0; i < decay.size(); ++i) decay[i] = std::exp(g[i]);
+  const float* decays = decay.data();
   pool.ParallelFor(dims.value_heads, 1, [&](int64_t begin, int64_t end) {
     for (int64_t h = begin; h < end; ++h) {
       const int64_t key_head = h / group;
       HeadStep(qkv + key_head * dk, qkv + key_dim + key_head * dk, qkv_stride,
-               qkv + 2 * key_dim + h * dv, qkv_stride, decay.data() + h, beta + h, dims.value_heads,
-               n, dk, dv, state + h * dk * dv, out + h * dv, out_stride);
+               qkv + 2 * key_dim + h * dv, qkv_stride, decays + h, beta + h, dims.value_heads, n,
+               dk, dv, state + h * dk * dv, out + h * dv, out_stride);
     }
   });
 }

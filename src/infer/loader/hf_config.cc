@@ -149,20 +149,30 @@ std::vector<bool> ParseLayerTypes(const ConfigReader& reader, int64_t num_layers
   return sliding;
 }
 
+// The experts' count, how many a token uses and their width: num_experts,
+// num_experts_per_tok and moe_intermediate_size, with the config class's defaults.
+struct ExpertDefaults {
+  int64_t num_experts, experts_per_token, intermediate_size;
+};
+void ReadExperts(const ConfigReader& reader, const ExpertDefaults& defaults, MoeConfig& moe) {
+  const std::string& source = reader.source();
+  moe.num_experts = reader.Int("num_experts", defaults.num_experts);
+  INFER_CHECK(moe.num_experts > 0,
+              "{}: 'num_experts' is {}; a mixture of experts needs at least one", source,
+              moe.num_experts);
+  moe.experts_per_token = reader.Int("num_experts_per_tok", defaults.experts_per_token);
+  INFER_CHECK(moe.experts_per_token > 0 && moe.experts_per_token <= moe.num_experts,
+              "{}: 'num_experts_per_tok' is {}; it must be between 1 and num_experts ({})", source,
+              moe.experts_per_token, moe.num_experts);
+  moe.intermediate_size = reader.PositiveInt("moe_intermediate_size", defaults.intermediate_size);
+}
+
 // Qwen3MoeConfig's experts: which layers are sparse (Qwen3MoeDecoderLayer: not in
 // mlp_only_layers, and (i + 1) % decoder_sparse_step == 0) and the router's numbers.
 void ParseQwen3Moe(const ConfigReader& reader, ModelConfig& config) {
   const std::string& source = reader.source();
   MoeConfig& moe = config.moe;
-  moe.num_experts = reader.Int("num_experts", 128);
-  INFER_CHECK(moe.num_experts > 0,
-              "{}: 'num_experts' is {}; a mixture of experts needs at least one", source,
-              moe.num_experts);
-  moe.experts_per_token = reader.Int("num_experts_per_tok", 8);
-  INFER_CHECK(moe.experts_per_token > 0 && moe.experts_per_token <= moe.num_experts,
-              "{}: 'num_experts_per_tok' is {}; it must be between 1 and num_experts ({})", source,
-              moe.experts_per_token, moe.num_experts);
-  moe.intermediate_size = reader.PositiveInt("moe_intermediate_size", 768);
+  ReadExperts(reader, {128, 8, 768}, moe);
   moe.normalize_top_k = reader.Bool("norm_topk_prob", false);
   const int64_t step = reader.PositiveInt("decoder_sparse_step", 1);
   const std::vector<int64_t> dense = reader.IntList("mlp_only_layers");
@@ -214,15 +224,7 @@ void ParseQwen35(const ConfigReader& reader, bool moe, ModelConfig& config) {
   }
   if (!moe) return;
   MoeConfig& experts = config.moe;
-  experts.num_experts = reader.Int("num_experts", 512);
-  INFER_CHECK(experts.num_experts > 0,
-              "{}: 'num_experts' is {}; a mixture of experts needs at least one", source,
-              experts.num_experts);
-  experts.experts_per_token = reader.Int("num_experts_per_tok", 10);
-  INFER_CHECK(experts.experts_per_token > 0 && experts.experts_per_token <= experts.num_experts,
-              "{}: 'num_experts_per_tok' is {}; it must be between 1 and num_experts ({})", source,
-              experts.experts_per_token, experts.num_experts);
-  experts.intermediate_size = reader.PositiveInt("moe_intermediate_size", 512);
+  ReadExperts(reader, {512, 10, 512}, experts);
   experts.shared_expert_intermediate_size =
       reader.PositiveInt("shared_expert_intermediate_size", 512);
   experts.normalize_top_k = true;  // Qwen3_5MoeTopKRouter renormalises unconditionally

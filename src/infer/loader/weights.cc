@@ -37,8 +37,9 @@ std::vector<WeightSlot> WeightSlots(const ModelConfig& config, ModelWeights& wei
   auto add = [&](std::string name, Shape shape, Tensor* tensor) {
     slots.push_back({std::move(name), std::move(shape), tensor, nullptr});
   };
-  auto add_matrix = [&](std::string name, Shape shape, kernels::PackedMatrix* matrix) {
-    slots.push_back({std::move(name), std::move(shape), nullptr, matrix});
+  auto add_matrix = [&](std::string name, Shape shape, kernels::PackedMatrix* matrix,
+                        int64_t expert = -1) {
+    slots.push_back({std::move(name), std::move(shape), nullptr, matrix, expert});
   };
   add_matrix("model.embed_tokens.weight", {config.vocab_size, hidden}, &weights.embed_tokens);
   const LinearAttentionConfig& linear = config.linear;
@@ -119,10 +120,9 @@ std::vector<WeightSlot> WeightSlots(const ModelConfig& config, ModelWeights& wei
           continue;
         }
         const std::string expert_prefix = prefix + "mlp.experts." + std::to_string(e) + ".";
-        add_matrix(expert_prefix + "gate_proj.weight", {expert_inter, hidden}, &expert.gate);
-        add_matrix(expert_prefix + "up_proj.weight", {expert_inter, hidden}, &expert.up);
-        add_matrix(expert_prefix + "down_proj.weight", {hidden, expert_inter}, &expert.down);
-        slots.back().expert = slots[slots.size() - 2].expert = slots[slots.size() - 3].expert = e;
+        add_matrix(expert_prefix + "gate_proj.weight", {expert_inter, hidden}, &expert.gate, e);
+        add_matrix(expert_prefix + "up_proj.weight", {expert_inter, hidden}, &expert.up, e);
+        add_matrix(expert_prefix + "down_proj.weight", {hidden, expert_inter}, &expert.down, e);
       }
       if (const int64_t shared = config.moe.shared_expert_intermediate_size; shared > 0) {
         kernels::Expert& expert = layer.shared_expert;

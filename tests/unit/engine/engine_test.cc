@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -645,38 +646,64 @@ std::vector<std::vector<float>> Trace(const std::vector<StepOutput>& outputs) {
   return trace;
 }
 
-// A mixture of experts at every SIMD level the CPU runs (and the scalar reference), float and
-// int8 experts: 8 requests with different prompts (two sharing a prefix) give each request's
-// tokens and logprobs, bit for bit, alone, batched with chunks of 16 tokens, from the prefix
-// cache and preempted.
-TEST(EngineMoeTest, EightRequestsAreTheirOwnAtEveryLevel) {
-  const std::string dir = std::string(::infer::testing::FixturesDir()) + "/models/qwen3_moe/model";
+// The batch-invariance workload of the tests below: 8 requests with different prompts (the last
+// two sharing 32 tokens), greedy and seeded in turn (seeds from `seed`), each with logprobs.
+struct EightRequests {
   std::vector<std::vector<int32_t>> prompts;
-  for (int32_t i = 0; i < 8; ++i) prompts.push_back(Range(3 + 29 * i, 5 + 9 * i));
-  prompts[7].insert(prompts[7].begin(), prompts[6].begin(), prompts[6].begin() + 32);
   std::vector<SamplingParams> params;
-  for (int64_t i = 0; i < 8; ++i) {
-    params.push_back(Params(5 + i % 4, i % 2 == 0 ? 0.0 : 0.9));
-    params.back().seed = 40 + i;
-    params.back().logprobs = 5;
+};
+
+EightRequests MakeEightRequests(uint64_t seed) {
+  EightRequests requests;
+  for (int32_t i = 0; i < 8; ++i) requests.prompts.push_back(Range(3 + 29 * i, 5 + 9 * i));
+  std::vector<int32_t>& last = requests.prompts[7];
+  last.insert(last.begin(), requests.prompts[6].begin(), requests.prompts[6].begin() + 32);
+  for (uint64_t i = 0; i < 8; ++i) {
+    requests.params.push_back(Params(5 + static_cast<int64_t>(i % 4), i % 2 == 0 ? 0.0 : 0.9));
+    requests.params.back().seed = seed + i;
+    requests.params.back().logprobs = 5;
   }
-  const auto run = [&](LanguageModel& model, const EngineConfig& config, bool twice) {
-    Engine engine(config, model, nullptr, {});
-    std::vector<std::vector<std::vector<float>>> tokens;
-    for (int round = 0; round < (twice ? 2 : 1); ++round) {
-      std::vector<std::shared_ptr<OutputChannel>> outputs;
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        outputs.push_back(engine.AddRequest(std::to_string(i), prompts[i], params[i]));
-      }
-      while (engine.HasWork()) engine.Step();
-      tokens.clear();
-      for (const auto& output : outputs) tokens.push_back(Trace(Drain(*output)));
+  return requests;
+}
+
+using Traces = std::vector<std::vector<std::vector<float>>>;
+
+// All of `requests` on one engine, `rounds` times: the last round's traces and the stats.
+std::pair<Traces, SchedulerStats> RunTraced(LanguageModel& model, const EngineConfig& config,
+                                            const EightRequests& requests, int rounds) {
+  Engine engine(config, model, nullptr, {});
+  Traces traces;
+  for (int round = 0; round < rounds; ++round) {
+    std::vector<std::shared_ptr<OutputChannel>> outputs;
+    for (size_t i = 0; i < requests.prompts.size(); ++i) {
+      outputs.push_back(
+          engine.AddRequest(std::to_string(i), requests.prompts[i], requests.params[i]));
     }
-    if (twice) {
-      EXPECT_GT(engine.stats().cached_prompt_tokens, 0);
-    }
-    return std::pair(tokens, engine.stats().preemptions);
-  };
+    while (engine.HasWork()) engine.Step();
+    traces.clear();
+    for (const auto& output : outputs) traces.push_back(Trace(Drain(*output)));
+  }
+  return {traces, engine.stats()};
+}
+
+// Each request alone on an engine of its own, each running to its max_new_tokens.
+Traces AloneTraced(LanguageModel& model, const EightRequests& requests) {
+  EngineConfig one = TestConfig(1);
+  one.num_blocks = 64;
+  Traces alone;
+  for (size_t i = 0; i < requests.prompts.size(); ++i) {
+    Engine engine(one, model, nullptr, {});
+    auto output = engine.AddRequest("0", requests.prompts[i], requests.params[i]);
+    while (engine.HasWork()) engine.Step();
+    alone.push_back(Trace(Drain(*output)));
+    EXPECT_EQ(alone.back().size(), static_cast<size_t>(requests.params[i].max_new_tokens));
+  }
+  return alone;
+}
+
+// fn(model) for the fixture model in `dir` with float and with int8 weights, at every SIMD level
+// the CPU runs (the scalar reference first); the active level is restored after.
+void AtEveryLevel(const std::string& dir, const std::function<void(LanguageModel&)>& fn) {
   std::vector<kernels::Isa> isas = {kernels::Isa::kScalar};
   for (const kernels::Isa isa : {kernels::Isa::kAvx2, kernels::Isa::kAvxVnni, kernels::Isa::kAvx512,
                                  kernels::Isa::kAvx512Bf16, kernels::Isa::kAvx512Amx}) {
@@ -693,29 +720,34 @@ TEST(EngineMoeTest, EightRequestsAreTheirOwnAtEveryLevel) {
       kernels::SetActiveIsa(isa);
       SCOPED_TRACE(
           fmt::format("{} {}", kernels::IsaName(isa), kernels::QuantizationName(quantization)));
-      std::vector<std::vector<std::vector<float>>> alone;
-      EngineConfig one = TestConfig(1);
-      one.num_blocks = 64;
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        Engine engine(one, *model, nullptr, {});
-        auto output = engine.AddRequest("0", prompts[i], params[i]);
-        while (engine.HasWork()) engine.Step();
-        alone.push_back(Trace(Drain(*output)));
-        EXPECT_EQ(alone.back().size(), static_cast<size_t>(params[i].max_new_tokens));
-      }
-      EngineConfig batched = TestConfig(8);
-      batched.num_blocks = 64;
-      batched.max_num_batched_tokens = 16;
-      EXPECT_EQ(run(*model, batched, true).first, alone) << "batched, chunked, prefix-cached";
-      EngineConfig tight = batched;
-      tight.num_blocks = 8;
-      tight.enable_preemption = true;
-      const auto [preempted, preemptions] = run(*model, tight, false);
-      EXPECT_EQ(preempted, alone) << "preempted";
-      EXPECT_GT(preemptions, 0);
+      fn(*model);
     }
   }
   kernels::SetActiveIsa(active);
+}
+
+// A mixture of experts at every SIMD level the CPU runs (and the scalar reference), float and
+// int8 experts: 8 requests with different prompts (two sharing a prefix) give each request's
+// tokens and logprobs, bit for bit, alone, batched with chunks of 16 tokens, from the prefix
+// cache and preempted.
+TEST(EngineMoeTest, EightRequestsAreTheirOwnAtEveryLevel) {
+  const std::string dir = std::string(::infer::testing::FixturesDir()) + "/models/qwen3_moe/model";
+  const EightRequests requests = MakeEightRequests(40);
+  AtEveryLevel(dir, [&](LanguageModel& model) {
+    const Traces alone = AloneTraced(model, requests);
+    EngineConfig batched = TestConfig(8);
+    batched.num_blocks = 64;
+    batched.max_num_batched_tokens = 16;
+    const auto [cached, cached_stats] = RunTraced(model, batched, requests, 2);
+    EXPECT_GT(cached_stats.cached_prompt_tokens, 0);
+    EXPECT_EQ(cached, alone) << "batched, chunked, prefix-cached";
+    EngineConfig tight = batched;
+    tight.num_blocks = 8;
+    tight.enable_preemption = true;
+    const auto [preempted, stats] = RunTraced(model, tight, requests, 1);
+    EXPECT_EQ(preempted, alone) << "preempted";
+    EXPECT_GT(stats.preemptions, 0);
+  });
 }
 
 // A hybrid model (Gated DeltaNet layers beside attention: a recurrent state per sequence, in a
@@ -729,75 +761,28 @@ class EngineHybridTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(EngineHybridTest, EightRequestsAreTheirOwnAtEveryLevel) {
   const std::string dir =
       std::string(::infer::testing::FixturesDir()) + "/models/" + GetParam() + "/model";
-  std::vector<std::vector<int32_t>> prompts;
-  for (int32_t i = 0; i < 8; ++i) prompts.push_back(Range(3 + 29 * i, 5 + 9 * i));
-  prompts[7].insert(prompts[7].begin(), prompts[6].begin(), prompts[6].begin() + 32);
-  std::vector<SamplingParams> params;
-  for (int64_t i = 0; i < 8; ++i) {
-    params.push_back(Params(5 + i % 4, i % 2 == 0 ? 0.0 : 0.9));
-    params.back().seed = 60 + i;
-    params.back().logprobs = 5;
-  }
-  const auto run = [&](LanguageModel& model, const EngineConfig& config, int rounds) {
-    Engine engine(config, model, nullptr, {});
-    std::vector<std::vector<std::vector<float>>> tokens;
-    for (int round = 0; round < rounds; ++round) {
-      std::vector<std::shared_ptr<OutputChannel>> outputs;
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        outputs.push_back(engine.AddRequest(std::to_string(i), prompts[i], params[i]));
-      }
-      while (engine.HasWork()) engine.Step();
-      tokens.clear();
-      for (const auto& output : outputs) tokens.push_back(Trace(Drain(*output)));
+  const EightRequests requests = MakeEightRequests(60);
+  AtEveryLevel(dir, [&](LanguageModel& model) {
+    EXPECT_GT(model.recurrent_state_bytes(), 0);
+    const Traces alone = AloneTraced(model, requests);
+    EngineConfig batched = TestConfig(8);
+    batched.num_blocks = 64;
+    batched.enable_prefix_caching = true;  // turned off by the engine
+    batched.speculative = {4, 1, 3};       // likewise
+    for (const int64_t chunk : {1, 7, 16}) {
+      batched.max_num_batched_tokens = chunk;
+      const auto [traces, stats] = RunTraced(model, batched, requests, chunk == 16 ? 2 : 1);
+      EXPECT_EQ(stats.cached_prompt_tokens, 0);  // no prefix caching
+      EXPECT_EQ(traces, alone) << "batched, chunks of " << chunk;
     }
-    EXPECT_EQ(engine.stats().cached_prompt_tokens, 0);  // no prefix caching
-    return std::pair(tokens, engine.stats().preemptions);
-  };
-  std::vector<kernels::Isa> isas = {kernels::Isa::kScalar};
-  for (const kernels::Isa isa : {kernels::Isa::kAvx2, kernels::Isa::kAvxVnni, kernels::Isa::kAvx512,
-                                 kernels::Isa::kAvx512Bf16, kernels::Isa::kAvx512Amx}) {
-    if (kernels::IsaSupported(isa)) isas.push_back(isa);
-  }
-  const kernels::Isa active = kernels::ActiveIsa();
-  for (const auto quantization : {kernels::Quantization::kNone, kernels::Quantization::kInt8}) {
-    LoadOptions options;
-    options.quantization = quantization;
-    const LoadedModel loaded = LoadModel(dir, options);
-    ThreadPool pool(2);
-    const auto model = MakeDecoderModel(loaded, pool, kernels::MatMulPrecision::kF32);
-    EXPECT_GT(model->recurrent_state_bytes(), 0);
-    for (const kernels::Isa isa : isas) {
-      kernels::SetActiveIsa(isa);
-      SCOPED_TRACE(
-          fmt::format("{} {}", kernels::IsaName(isa), kernels::QuantizationName(quantization)));
-      std::vector<std::vector<std::vector<float>>> alone;
-      EngineConfig one = TestConfig(1);
-      one.num_blocks = 64;
-      for (size_t i = 0; i < prompts.size(); ++i) {
-        Engine engine(one, *model, nullptr, {});
-        auto output = engine.AddRequest("0", prompts[i], params[i]);
-        while (engine.HasWork()) engine.Step();
-        alone.push_back(Trace(Drain(*output)));
-        EXPECT_EQ(alone.back().size(), static_cast<size_t>(params[i].max_new_tokens));
-      }
-      EngineConfig batched = TestConfig(8);
-      batched.num_blocks = 64;
-      batched.enable_prefix_caching = true;  // turned off by the engine
-      batched.speculative = {4, 1, 3};       // likewise
-      for (const int64_t chunk : {1, 7, 16}) {
-        batched.max_num_batched_tokens = chunk;
-        EXPECT_EQ(run(*model, batched, chunk == 16 ? 2 : 1).first, alone)
-            << "batched, chunks of " << chunk;
-      }
-      EngineConfig tight = batched;
-      tight.num_blocks = 8;
-      tight.enable_preemption = true;
-      const auto [preempted, preemptions] = run(*model, tight, 1);
-      EXPECT_EQ(preempted, alone) << "preempted";
-      EXPECT_GT(preemptions, 0);
-    }
-  }
-  kernels::SetActiveIsa(active);
+    EngineConfig tight = batched;
+    tight.num_blocks = 8;
+    tight.enable_preemption = true;
+    const auto [preempted, stats] = RunTraced(model, tight, requests, 1);
+    EXPECT_EQ(stats.cached_prompt_tokens, 0);
+    EXPECT_EQ(preempted, alone) << "preempted";
+    EXPECT_GT(stats.preemptions, 0);
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, EngineHybridTest, ::testing::Values("qwen3_5", "qwen3_5_moe"));

@@ -356,24 +356,31 @@ TEST(Weights, HybridTensorsAreNamed) {
   EXPECT_NE(error.find("missing tensor 'model.language_model.layers.1.linear_attn.A_log'"),
             std::string::npos)
       << error;
-  // A conv kernel of 3 taps where the config has 4.
-  error = error_of("qwen3_5", [](std::map<std::string, Tensor>& t) {
-    t["model.language_model.layers.0.linear_attn.conv1d.weight"] =
-        Tensor::Empty(DType::kBF16, {112, 1, 3});
-  });
-  EXPECT_NE(error.find("'model.language_model.layers.0.linear_attn.conv1d.weight' has shape "
-                       "[112, 1, 3] but the config needs [112, 1, 4]"),
-            std::string::npos)
-      << error;
-  // A fused expert stack with 7 experts where the config has 8.
-  error = error_of("qwen3_5_moe", [](std::map<std::string, Tensor>& t) {
-    t["model.language_model.layers.2.mlp.experts.gate_up_proj"] =
-        Tensor::Empty(DType::kBF16, {7, 64, 64});
-  });
-  EXPECT_NE(error.find("'model.language_model.layers.2.mlp.experts.gate_up_proj' has shape "
-                       "[7, 64, 64] but the config needs [8, 64, 64]"),
-            std::string::npos)
-      << error;
+  // A conv kernel of 3 taps where the config has 4; a fused expert stack with 7 experts where
+  // the config has 8.
+  struct Misshapen {
+    const char* arch;
+    const char* name;
+    Shape shape;
+    const char* expected;
+  };
+  const Misshapen cases[] = {
+      {"qwen3_5",
+       "model.language_model.layers.0.linear_attn.conv1d.weight",
+       {112, 1, 3},
+       "'model.language_model.layers.0.linear_attn.conv1d.weight' has shape [112, 1, 3] but the "
+       "config needs [112, 1, 4]"},
+      {"qwen3_5_moe",
+       "model.language_model.layers.2.mlp.experts.gate_up_proj",
+       {7, 64, 64},
+       "'model.language_model.layers.2.mlp.experts.gate_up_proj' has shape [7, 64, 64] but the "
+       "config needs [8, 64, 64]"}};
+  for (const Misshapen& c : cases) {
+    error = error_of(c.arch, [&](std::map<std::string, Tensor>& t) {
+      t[c.name] = Tensor::Empty(DType::kBF16, c.shape);
+    });
+    EXPECT_NE(error.find(c.expected), std::string::npos) << error;
+  }
 }
 
 TEST(Weights, UnexpectedTensorIsAWarning) {
