@@ -12,7 +12,12 @@ Usage (Debian's python3-numpy):
 TYPE: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K. A mixture of experts (qwen3_moe) is
 written as the converter writes qwen3moe: each layer's experts stacked into one
 [experts, rows, cols] tensor per matrix (ffn_{gate,up,down}_exps), the router (ffn_gate_inp) in
-F32, and the expert_count, expert_used_count and expert_feed_forward_length keys.
+F32, and the expert_count, expert_used_count and expert_feed_forward_length keys. Qwen3.5
+(qwen3_5, qwen3_5_moe) is written as its qwen35 / qwen35moe classes write it: the text model
+only, the MTP layer as block num_hidden_layers (nextn_predict_layers), norms but the gated one
+as 1 + w, ssm_a = -exp(A_log), conv1d squeezed, value heads reordered from grouped to tiled,
+fused experts split into gate and up stacks; a matrix whose rows are not whole blocks of TYPE
+falls back to F16, as the converter's does.
 (For tests of bad files: --set KEY=JSON overrides a metadata value, --drop NAME leaves out a
 checkpoint tensor before conversion or a file tensor after it.) --dequantized writes DIR/config.json
 and DIR/model.safetensors (f32, Hugging Face names and layout) holding what the file's weights
@@ -326,7 +331,7 @@ def write_container(path, metadata, tensors, alignment=32):
 
 # --- the converter ---------------------------------------------------------------------------
 
-def gguf_name(hf, gemma):
+def gguf_name(hf, gemma, hybrid=False):
     fixed = {"model.embed_tokens.weight": "token_embd.weight",
              "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
     if hf in fixed:
@@ -341,7 +346,23 @@ def gguf_name(hf, gemma):
              "pre_feedforward_layernorm": "ffn_norm", "post_feedforward_layernorm": "post_ffw_norm",
              "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down",
              "mlp.gate": "ffn_gate_inp", "mlp.experts.gate_proj": "ffn_gate_exps",
-             "mlp.experts.up_proj": "ffn_up_exps", "mlp.experts.down_proj": "ffn_down_exps"}
+             "mlp.experts.up_proj": "ffn_up_exps", "mlp.experts.down_proj": "ffn_down_exps",
+             "mlp.shared_expert.gate_proj": "ffn_gate_shexp",
+             "mlp.shared_expert.up_proj": "ffn_up_shexp",
+             "mlp.shared_expert.down_proj": "ffn_down_shexp",
+             "mlp.shared_expert_gate": "ffn_gate_inp_shexp",
+             "linear_attn.in_proj_qkv": "attn_qkv", "linear_attn.in_proj_z": "attn_gate",
+             "linear_attn.in_proj_b": "ssm_beta", "linear_attn.in_proj_a": "ssm_alpha",
+             "linear_attn.conv1d": "ssm_conv1d", "linear_attn.norm": "ssm_norm",
+             "linear_attn.out_proj": "ssm_out",
+             "nextn.eh_proj": "nextn.eh_proj", "nextn.enorm": "nextn.enorm",
+             "nextn.hnorm": "nextn.hnorm", "nextn.shared_head_norm": "nextn.shared_head_norm"}
+    if part == "linear_attn" and suffix == "dt_bias":
+        return f"blk.{layer}.ssm_dt.bias"
+    if part == "linear_attn" and suffix == "A_log":
+        return f"blk.{layer}.ssm_a"
+    if part == "post_attention_layernorm" and hybrid:
+        return f"blk.{layer}.post_attention_norm.{suffix}"
     return f"blk.{layer}.{names[part]}.{suffix}"
 
 
@@ -380,9 +401,17 @@ def rope_factors(config, head_dim):
     return np.array(out, np.float32)
 
 
+def text_config(config):
+    """The text model's config: a multimodal checkpoint's text_config, else the config."""
+    return config.get("text_config", config)
+
+
 def metadata_for(config):
     kind = config["model_type"]
-    arch = {"llama": "llama", "qwen3": "qwen3", "qwen3_moe": "qwen3moe", "gemma3_text": "gemma3"}[kind]
+    arch = {"llama": "llama", "qwen3": "qwen3", "qwen3_moe": "qwen3moe", "gemma3_text": "gemma3",
+            "qwen3_5": "qwen35", "qwen3_5_text": "qwen35", "qwen3_5_moe": "qwen35moe",
+            "qwen3_5_moe_text": "qwen35moe"}[kind]
+    config = text_config(config)
     heads = config["num_attention_heads"]
     head_dim = config.get("head_dim") or config["hidden_size"] // heads
     m = {"general.architecture": arch, "general.name": "fixture",
@@ -397,10 +426,33 @@ def metadata_for(config):
     if "head_dim" in config:
         m[f"{arch}.attention.key_length"] = head_dim
         m[f"{arch}.attention.value_length"] = head_dim
-    if arch == "qwen3moe":  # Qwen2MoeModel.set_gguf_parameters
-        m["qwen3moe.expert_count"] = config["num_experts"]
-        m["qwen3moe.expert_used_count"] = config["num_experts_per_tok"]
-        m["qwen3moe.expert_feed_forward_length"] = config["moe_intermediate_size"]
+    if arch in ("qwen3moe", "qwen35moe"):  # Qwen2MoeModel.set_gguf_parameters
+        m[f"{arch}.expert_count"] = config["num_experts"]
+        m[f"{arch}.expert_used_count"] = config["num_experts_per_tok"]
+        m[f"{arch}.expert_feed_forward_length"] = config["moe_intermediate_size"]
+        if "shared_expert_intermediate_size" in config:
+            m[f"{arch}.expert_shared_feed_forward_length"] = \
+                config["shared_expert_intermediate_size"]
+    if arch in ("qwen35", "qwen35moe"):  # Qwen3NextModel, _Qwen35MRopeMixin, _QwenMtpMixin
+        rope = config.get("rope_parameters") or {}
+        m[f"{arch}.rope.freq_base"] = float(rope.get("rope_theta", config.get("rope_theta",
+                                                                                10000.0)))
+        factor = rope.get("partial_rotary_factor", config.get("partial_rotary_factor", 0.25))
+        m[f"{arch}.rope.dimension_count"] = int(head_dim * factor)
+        sections = list(rope.get("mrope_section", [11, 11, 10]))
+        m[f"{arch}.rope.dimension_sections"] = sections + [0] * (4 - len(sections))
+        m[f"{arch}.ssm.conv_kernel"] = config["linear_conv_kernel_dim"]
+        m[f"{arch}.ssm.state_size"] = config["linear_key_head_dim"]
+        m[f"{arch}.ssm.group_count"] = config["linear_num_key_heads"]
+        m[f"{arch}.ssm.time_step_rank"] = config["linear_num_value_heads"]
+        m[f"{arch}.ssm.inner_size"] = \
+            config["linear_value_head_dim"] * config["linear_num_value_heads"]
+        m[f"{arch}.full_attention_interval"] = config.get("full_attention_interval", 4)
+        if config.get("mtp_num_hidden_layers", 0):
+            m[f"{arch}.block_count"] += config["mtp_num_hidden_layers"]
+            m[f"{arch}.nextn_predict_layers"] = config["mtp_num_hidden_layers"]
+        if "intermediate_size" not in config:
+            del m[f"{arch}.feed_forward_length"]
     if arch == "llama":
         m["llama.vocab_size"] = config["vocab_size"]
         m["llama.rope.dimension_count"] = head_dim
@@ -540,6 +592,117 @@ def tokenizer_metadata(tok_dir, vocab_size=None):
     return m
 
 
+def v_reorder(w, dim, config, head, inverse=False):
+    """_LinearAttentionVReorderBase: the value heads along `dim` (each `head` wide) from Hugging
+    Face's order, grouped by key head, to ggml's tiled one (value head j Hk + g is grouped head
+    g r + j); `inverse` back. Nothing moves when key and value heads are as many."""
+    nk, nv = config["linear_num_key_heads"], config["linear_num_value_heads"]
+    if nk == nv:
+        return w
+    dim %= w.ndim
+    split = (nv // nk, nk) if inverse else (nk, nv // nk)
+    shape = w.shape[:dim] + split + (head,) + w.shape[dim + 1:]
+    return np.ascontiguousarray(w.reshape(shape).swapaxes(dim, dim + 1)).reshape(w.shape)
+
+
+def hybrid_tensor(hf, w, config, inverse=False):
+    """Qwen3NextModel / _LinearAttentionVReorderBase's transformations of a qwen35 tensor `hf`
+    (Hugging Face's name and values, f32), or (inverse) back from what the file holds."""
+    key_dim = config["linear_key_head_dim"] * config["linear_num_key_heads"]
+    dv = config["linear_value_head_dim"]
+    if not inverse:
+        if hf.endswith("linear_attn.A_log"):
+            w = -np.exp(w)
+        elif hf.endswith("linear_attn.conv1d.weight"):
+            w = w.reshape(w.shape[0], w.shape[-1])
+        elif hf.endswith("norm.weight") and not hf.endswith("linear_attn.norm.weight"):
+            w = w + np.float32(1)
+    if ".linear_attn." not in hf:
+        return w
+    if hf.endswith(("in_proj_qkv.weight", "conv1d.weight")):
+        w = np.concatenate([w[:2 * key_dim], v_reorder(w[2 * key_dim:], 0, config, dv, inverse)])
+    elif hf.endswith("in_proj_z.weight"):
+        w = v_reorder(w, 0, config, dv, inverse)
+    elif hf.endswith(("in_proj_a.weight", "in_proj_b.weight", "A_log", "dt_bias")):
+        w = v_reorder(w, 0, config, 1, inverse)
+    elif hf.endswith("out_proj.weight"):
+        w = v_reorder(w, 1, config, dv, inverse)
+    return w
+
+
+def hybrid_names(weights, layers):
+    """A multimodal checkpoint's text model by the converter's names: "model.language_model."
+    as "model.", the vision tower dropped, the multi-token-prediction layer ("mtp.") as layer
+    `layers` (its nextn.* tensors as _QwenMtpMixin names them). Returns {converter name: name}."""
+    nextn = {"fc": "nextn.eh_proj", "pre_fc_norm_embedding": "nextn.enorm",
+             "pre_fc_norm_hidden": "nextn.hnorm", "norm": "nextn.shared_head_norm"}
+    names = {}
+    for name in weights:
+        if name.startswith("model.language_model."):
+            names["model." + name[len("model.language_model."):]] = name
+        elif name.startswith("mtp.layers.0."):
+            names[f"model.layers.{layers}." + name[len("mtp.layers.0."):]] = name
+        elif name.startswith("mtp.") and name.split(".")[1] in nextn:
+            names[f"model.layers.{layers}.{nextn[name.split('.')[1]]}.weight"] = name
+        elif not name.startswith(("model.visual.", "mtp.")):
+            names[name] = name
+    return names
+
+
+def convert_hybrid(weights, config, kind, tied, tensors, widened):
+    """qwen35 / qwen35moe: each tensor transformed as the converter does (hybrid_tensor), the fused
+    experts split into ffn_gate_exps and ffn_up_exps (gate rows first) and ffn_down_exps, the
+    routers (ffn_gate_inp, ffn_gate_inp_shexp), conv1d, ssm_a, ssm_dt and the norms in F32.
+    `widened` gets, under the checkpoint's names, what the file's values dequantize to, in the
+    checkpoint's layout."""
+    names = hybrid_names(weights, config["num_hidden_layers"])
+    stacks = {}  # the MTP layer's experts come one per tensor: stacked as Qwen2MoeModel does
+    for hf, original in names.items():
+        if expert_of(hf):
+            stack, e = expert_of(hf)
+            stacks.setdefault(stack, {})[e] = original
+    for stack, members in stacks.items():
+        w = np.stack([weights[members[e]].astype(np.float32) for e in sorted(members)])
+        raw, back = encode(kind, w.reshape(-1, w.shape[2]))
+        tensors.append((gguf_name(stack, False, True), TYPES[kind][0], w.shape, raw))
+        for e in sorted(members):
+            widened[members[e]] = back.reshape(w.shape)[e]
+    for hf, original in names.items():
+        w = weights[original].astype(np.float32)
+        if hf == "lm_head.weight" and tied or expert_of(hf):
+            continue
+        if hf.endswith("mlp.experts.gate_up_proj"):
+            half = w.shape[1] // 2
+            backs = []
+            for part, values in (("gate_proj", w[:, :half]), ("up_proj", w[:, half:])):
+                raw, back = encode(kind, values.reshape(-1, values.shape[2]))
+                name = gguf_name(hf.replace("gate_up_proj", part) + ".weight", False, True)
+                tensors.append((name, TYPES[kind][0], values.shape, raw))
+                backs.append(back.reshape(values.shape))
+            widened[original] = np.concatenate(backs, axis=1)
+            continue
+        if hf.endswith("mlp.experts.down_proj"):
+            raw, back = encode(kind, w.reshape(-1, w.shape[2]))
+            tensors.append((gguf_name(hf + ".weight", False, True), TYPES[kind][0], w.shape, raw))
+            widened[original] = back.reshape(w.shape)
+            continue
+        stored = hybrid_tensor(hf, w, config)
+        name = gguf_name(hf, False, True)
+        floats = stored.ndim == 1 or name.endswith(("_norm.weight", "ssm_conv1d.weight")) or \
+            hf.endswith(("mlp.gate.weight", "mlp.shared_expert_gate.weight"))
+        # Rows that are not whole blocks of the type: the converter's F16 fallback.
+        typed = kind if stored.shape[-1] % TYPES[kind][1] == 0 else "F16"
+        if floats:
+            raw, back = stored.astype(np.float32).tobytes(), stored.astype(np.float32)
+        else:
+            raw, back = encode(typed, stored)
+        tensors.append((name, 0 if floats else TYPES[typed][0], stored.shape, raw))
+        if hf.endswith("linear_attn.A_log") or stored.ndim == 1 and "norm" in hf:
+            widened[original] = w  # the file's 1 + w and -exp(A_log) hold w and A_log in f32
+        else:
+            widened[original] = hybrid_tensor(hf, back.reshape(w.shape), config, inverse=True)
+
+
 def convert(hf_dir, out, kind, dequantized_dir=None, tokenizer_dir=None, overrides=(), drops=()):
     config = json.loads((Path(hf_dir) / "config.json").read_text())
     weights = read_safetensors(Path(hf_dir) / "model.safetensors")
@@ -547,8 +710,12 @@ def convert(hf_dir, out, kind, dequantized_dir=None, tokenizer_dir=None, overrid
         weights.pop(name, None)
     arch, head_dim, metadata = metadata_for(config)
     gemma = arch == "gemma3"
+    hybrid = arch in ("qwen35", "qwen35moe")
     tied = config.get("tie_word_embeddings", gemma)
     tensors, widened = [], {}
+    if hybrid:
+        convert_hybrid(weights, text_config(config), kind, tied, tensors, widened)
+        weights = {}
     stacks = {}
     for hf in list(weights):
         if expert_of(hf):
@@ -590,12 +757,12 @@ def convert(hf_dir, out, kind, dequantized_dir=None, tokenizer_dir=None, overrid
             inverse = np.argsort(permute(np.arange(w.shape[0]), heads))
             back = back[inverse]
         widened[hf] = back
-    scaling = config.get("rope_scaling") or {}
+    scaling = text_config(config).get("rope_scaling") or {}
     if scaling.get("rope_type", scaling.get("type")) == "llama3":
         factors = rope_factors(config, head_dim)
         tensors.append(("rope_freqs.weight", 0, factors.shape, factors.tobytes()))
     if tokenizer_dir:
-        metadata.update(tokenizer_metadata(tokenizer_dir, config.get("vocab_size")))
+        metadata.update(tokenizer_metadata(tokenizer_dir, text_config(config).get("vocab_size")))
     for override in overrides:
         key, value = override.split("=", 1)
         metadata[key] = json.loads(value)

@@ -99,7 +99,7 @@ void GatedDeltaRule(float* qkv, int64_t n, int64_t qkv_stride, const float* g, c
   const float* decays = decay.data();
   pool.ParallelFor(dims.value_heads, 1, [&](int64_t begin, int64_t end) {
     for (int64_t h = begin; h < end; ++h) {
-      const int64_t key_head = h / group;
+      const int64_t key_head = dims.value_heads_tiled ? h % dims.key_heads : h / group;
       HeadStep(qkv + key_head * dk, qkv + key_dim + key_head * dk, qkv_stride,
                qkv + 2 * key_dim + h * dv, qkv_stride, decays + h, beta + h, dims.value_heads, n,
                dk, dv, state + h * dk * dv, out + h * dv, out_stride);

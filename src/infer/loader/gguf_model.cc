@@ -1,5 +1,6 @@
 #include "infer/loader/gguf_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -14,7 +15,7 @@ namespace infer {
 
 namespace {
 
-enum class Arch { kLlama, kQwen3, kQwen3Moe, kGemma3 };
+enum class Arch { kLlama, kQwen3, kQwen3Moe, kGemma3, kQwen35, kQwen35Moe };
 
 Arch ArchOf(const GgufFile& file) {
   const std::string arch = file.String("general.architecture").value_or("");
@@ -22,8 +23,12 @@ Arch ArchOf(const GgufFile& file) {
   if (arch == "qwen3") return Arch::kQwen3;
   if (arch == "qwen3moe") return Arch::kQwen3Moe;
   if (arch == "gemma3") return Arch::kGemma3;
-  Fail("{}: general.architecture is '{}'; infer runs llama, qwen3, qwen3moe and gemma3 GGUF files",
-       file.path(), arch);
+  if (arch == "qwen35") return Arch::kQwen35;
+  if (arch == "qwen35moe") return Arch::kQwen35Moe;
+  Fail(
+      "{}: general.architecture is '{}'; infer runs llama, qwen3, qwen3moe, gemma3, qwen35 and "
+      "qwen35moe GGUF files",
+      file.path(), arch);
 }
 
 // The `<arch>.` keys, read with the file's name and the key in every error.
@@ -123,11 +128,52 @@ void ReadExperts(const GgufFile& file, const Keys& keys, ModelConfig& config) {
               keys.Name("expert_count"));
   moe.intermediate_size = keys.Positive("expert_feed_forward_length");
   moe.normalize_top_k = file.Int(keys.Name("expert_weights_norm")).value_or(1) != 0;
+  if (keys.Has("expert_shared_feed_forward_length")) {
+    moe.shared_expert_intermediate_size = keys.Positive("expert_shared_feed_forward_length");
+  }
   for (int64_t i = 0; i < config.num_layers; ++i) {
     const std::string layer = "blk." + std::to_string(i) + ".";
     config.layers[static_cast<size_t>(i)].sparse_mlp =
         file.FindTensor(layer + "ffn_gate_inp.weight") != nullptr ||
         file.FindTensor(layer + "ffn_gate_exps.weight") != nullptr;
+  }
+}
+
+// llama.cpp's hybrid (qwen35, qwen35moe) keys: the Gated DeltaNet sizes under ssm.*, the value
+// head size as inner_size / time_step_rank (llama.cpp itself takes it equal to the key head's),
+// value heads tiled (its converter reorders them so), and the layer kinds from
+// attention.recurrent_layers (a bool per layer) or full_attention_interval (every interval-th
+// layer full, as in Hugging Face's config).
+void ReadLinearAttention(const GgufFile& file, const Keys& keys, ModelConfig& config) {
+  LinearAttentionConfig& linear = config.linear;
+  linear.conv_kernel = keys.Positive("ssm.conv_kernel");
+  linear.key_head_dim = keys.Positive("ssm.state_size");
+  linear.key_heads = keys.Positive("ssm.group_count");
+  linear.value_heads = keys.Positive("ssm.time_step_rank");
+  const int64_t inner = keys.Positive("ssm.inner_size");
+  INFER_CHECK(inner % linear.value_heads == 0,
+              "{}: metadata '{}' ({}) is not a whole number of '{}' ({}) value heads", file.path(),
+              keys.Name("ssm.inner_size"), inner, keys.Name("ssm.time_step_rank"),
+              linear.value_heads);
+  linear.value_head_dim = inner / linear.value_heads;
+  INFER_CHECK(linear.value_heads % linear.key_heads == 0,
+              "{}: metadata '{}' ({}) must be a multiple of '{}' ({})", file.path(),
+              keys.Name("ssm.time_step_rank"), linear.value_heads, keys.Name("ssm.group_count"),
+              linear.key_heads);
+  linear.value_heads_tiled = true;
+  const std::string recurrent = keys.Name("attention.recurrent_layers");
+  if (const std::vector<int64_t>* flags = file.Has(recurrent) ? file.Ints(recurrent) : nullptr) {
+    INFER_CHECK(static_cast<int64_t>(flags->size()) >= config.num_layers,
+                "{}: {} has {} entries for {} layers", file.path(), recurrent, flags->size(),
+                config.num_layers);
+    for (int64_t i = 0; i < config.num_layers; ++i) {
+      config.layers[static_cast<size_t>(i)].linear_attention = (*flags)[i] != 0;
+    }
+    return;
+  }
+  const int64_t interval = keys.Positive("full_attention_interval", 4);
+  for (int64_t i = 0; i < config.num_layers; ++i) {
+    config.layers[static_cast<size_t>(i)].linear_attention = (i + 1) % interval != 0;
   }
 }
 
@@ -139,15 +185,27 @@ ModelConfig GgufModelConfig(const GgufFile& file) {
   const Keys keys(file, arch_name);
   ModelConfig config;
   config.model_type = arch_name;
-  config.architecture = arch == Arch::kLlama      ? "LlamaForCausalLM"
-                        : arch == Arch::kQwen3    ? "Qwen3ForCausalLM"
-                        : arch == Arch::kQwen3Moe ? "Qwen3MoeForCausalLM"
-                                                  : "Gemma3ForCausalLM";
+  const bool hybrid = arch == Arch::kQwen35 || arch == Arch::kQwen35Moe;
+  const bool experts = arch == Arch::kQwen3Moe || arch == Arch::kQwen35Moe;
+  config.architecture = arch == Arch::kLlama       ? "LlamaForCausalLM"
+                        : arch == Arch::kQwen3     ? "Qwen3ForCausalLM"
+                        : arch == Arch::kQwen3Moe  ? "Qwen3MoeForCausalLM"
+                        : arch == Arch::kQwen35    ? "Qwen3_5ForCausalLM"
+                        : arch == Arch::kQwen35Moe ? "Qwen3_5MoeForCausalLM"
+                                                   : "Gemma3ForCausalLM";
   config.num_layers = keys.Positive("block_count");
+  // The converter counts the multi-token-prediction layers in block_count and stores them
+  // after the decoder's (blk.N and up); the decoder is the layers before them.
+  if (const std::optional<int64_t> extra = file.Int(keys.Name("nextn_predict_layers"))) {
+    INFER_CHECK(*extra >= 0 && *extra < config.num_layers,
+                "{}: metadata '{}' is {}, out of range for {} blocks", file.path(),
+                keys.Name("nextn_predict_layers"), *extra, config.num_layers);
+    config.num_layers -= *extra;
+  }
   config.hidden_size = keys.Positive("embedding_length");
   // A mixture of experts' dense width is unused when every layer is sparse.
   config.intermediate_size = keys.Positive(
-      "feed_forward_length", arch == Arch::kQwen3Moe ? std::optional<int64_t>(1) : std::nullopt);
+      "feed_forward_length", experts ? std::optional<int64_t>(1) : std::nullopt);
   config.num_heads = keys.Positive("attention.head_count");
   config.num_kv_heads = keys.Positive("attention.head_count_kv", config.num_heads);
   INFER_CHECK(config.num_heads % config.num_kv_heads == 0, "{}: {} heads cannot share {} KV heads",
@@ -158,9 +216,14 @@ ModelConfig GgufModelConfig(const GgufFile& file) {
               "{}: key and value heads of {} and {} values (infer needs one even size)",
               file.path(), config.head_dim, value_length);
   const int64_t rope_dims = keys.Positive("rope.dimension_count", config.head_dim);
-  INFER_CHECK(rope_dims == config.head_dim,
+  // The hybrids rotate part of each head (their rope.dimension_sections split it for image
+  // positions; a text position is the same in every section, so the rope is a plain one).
+  INFER_CHECK(rope_dims == config.head_dim || (hybrid && rope_dims < config.head_dim),
               "{}: rope over {} of the head's {} values (partial rope) is not supported",
               file.path(), rope_dims, config.head_dim);
+  INFER_CHECK(rope_dims % 2 == 0, "{}: metadata '{}' is {}; rope rotates pairs", file.path(),
+              keys.Name("rope.dimension_count"), rope_dims);
+  if (rope_dims < config.head_dim) config.rotary_dim = rope_dims;
   config.max_position_embeddings = keys.Positive("context_length");
   config.rms_norm_eps =
       keys.Number("attention.layer_norm_rms_epsilon", arch == Arch::kLlama ? 1e-5 : 1e-6);
@@ -207,10 +270,27 @@ ModelConfig GgufModelConfig(const GgufFile& file) {
     }
     config.final_logit_softcap = keys.Number("final_logit_softcapping", 0.0);
   } else {
-    config.qk_norm = arch == Arch::kQwen3 || arch == Arch::kQwen3Moe;
+    config.qk_norm = arch != Arch::kLlama;
     config.activation = Activation::kSilu;
   }
-  if (arch == Arch::kQwen3Moe) ReadExperts(file, keys, config);
+  if (hybrid) {
+    // The converter stored every norm but the gated one (ssm_norm) as 1 + w, in f32 as Hugging
+    // Face computes it, so they scale directly; q_proj's rows are each head's query, then its
+    // output gate, as in the checkpoint.
+    config.attn_output_gate = true;
+    ReadLinearAttention(file, keys, config);
+    config.skipped_prefixes.clear();
+    for (int64_t i = config.num_layers; i < keys.Positive("block_count"); ++i) {
+      config.skipped_prefixes.push_back("blk." + std::to_string(i) + ".");
+    }
+  }
+  if (experts) ReadExperts(file, keys, config);
+  if (arch == Arch::kQwen35Moe) {
+    // Qwen3.5's router renormalises its top k unconditionally; no layer is dense.
+    config.moe.normalize_top_k = true;
+    config.intermediate_size =
+        std::max(config.moe.intermediate_size, config.moe.shared_expert_intermediate_size);
+  }
   const GenerationConfig generation = GgufGenerationConfig(file);
   config.bos_token_id = generation.bos_token_id.value_or(-1);
   config.pad_token_id = generation.pad_token_id.value_or(-1);
@@ -246,6 +326,10 @@ std::string GgufTensorName(const std::string& hf_name, const ModelConfig& config
   const size_t dot = hf_name.find('.', prefix.size());
   const std::string layer = hf_name.substr(prefix.size(), dot - prefix.size());
   const std::string rest = hf_name.substr(dot + 1);
+  // Gated DeltaNet's two parameters without a ".weight": ssm_a holds -exp(A_log) (GgufVector
+  // undoes it), ssm_dt's bias is dt_bias.
+  if (rest == "linear_attn.A_log") return "blk." + layer + ".ssm_a";
+  if (rest == "linear_attn.dt_bias") return "blk." + layer + ".ssm_dt.bias";
   const size_t last = rest.rfind('.');
   std::string part = rest.substr(0, last);
   // The experts of a layer are stacked in one tensor per matrix: "mlp.experts.E.up_proj" is
@@ -271,11 +355,24 @@ std::string GgufTensorName(const std::string& hf_name, const ModelConfig& config
       {"mlp.gate", "ffn_gate_inp"},
       {"mlp.experts.gate_proj", "ffn_gate_exps"},
       {"mlp.experts.up_proj", "ffn_up_exps"},
-      {"mlp.experts.down_proj", "ffn_down_exps"}};
+      {"mlp.experts.down_proj", "ffn_down_exps"},
+      {"mlp.shared_expert.gate_proj", "ffn_gate_shexp"},
+      {"mlp.shared_expert.up_proj", "ffn_up_shexp"},
+      {"mlp.shared_expert.down_proj", "ffn_down_shexp"},
+      {"mlp.shared_expert_gate", "ffn_gate_inp_shexp"},
+      {"linear_attn.in_proj_qkv", "attn_qkv"},
+      {"linear_attn.in_proj_z", "attn_gate"},
+      {"linear_attn.in_proj_b", "ssm_beta"},
+      {"linear_attn.in_proj_a", "ssm_alpha"},
+      {"linear_attn.conv1d", "ssm_conv1d"},
+      {"linear_attn.norm", "ssm_norm"},
+      {"linear_attn.out_proj", "ssm_out"}};
   std::string gguf;
   if (part == "post_attention_layernorm") {
-    // Llama's is the pre-MLP norm; Gemma's sandwich layout has a real post-attention norm.
-    gguf = config.sandwich_norms ? "post_attention_norm" : "ffn_norm";
+    // Llama's is the pre-MLP norm, ffn_norm; llama.cpp's hybrids (qwen35, qwen35moe) name that
+    // one post_attention_norm, as does Gemma's sandwich layout for its real post-attention norm.
+    gguf = config.sandwich_norms || config.linear.conv_kernel > 0 ? "post_attention_norm"
+                                                                  : "ffn_norm";
   }
   for (const auto& [hf, name] : kLayer) {
     if (part == hf) gguf = name;
@@ -301,12 +398,13 @@ kernels::PackedMatrix GgufMatrix(const GgufFile& file, const GgufTensorInfo& ten
                                  const std::string& hf_name, const ModelConfig& config,
                                  kernels::Quantization quantization, ThreadPool* pool,
                                  TensorArena* arena, int64_t expert) {
-  INFER_CHECK(
-      expert < 0 ? tensor.dims.size() == 2 : tensor.dims.size() == 3 && expert < tensor.dims[2],
-      "{}: tensor '{}' is not {}", file.path(), tensor.name,
-      expert < 0 ? std::string("a matrix")
-                 : fmt::format("a stack of matrices holding expert {}", expert));
-  const int64_t rows = tensor.dims[1];
+  // A one-row matrix may be stored as a vector (the converter squeezes unit dimensions).
+  INFER_CHECK(expert < 0 ? tensor.dims.size() == 2 || tensor.dims.size() == 1
+                         : tensor.dims.size() == 3 && expert < tensor.dims[2],
+              "{}: tensor '{}' is not {}", file.path(), tensor.name,
+              expert < 0 ? std::string("a matrix")
+                         : fmt::format("a stack of matrices holding expert {}", expert));
+  const int64_t rows = tensor.dims.size() == 1 ? 1 : tensor.dims[1];
   const int64_t cols = tensor.dims[0];
   const int64_t first_row = expert < 0 ? 0 : expert * rows;
   const bool permuted = ArchOf(file) == Arch::kLlama &&
@@ -346,7 +444,8 @@ kernels::PackedMatrix GgufMatrix(const GgufFile& file, const GgufTensorInfo& ten
   }
   INFER_CHECK(float_type, "{}: tensor '{}': {} has no infer layout", file.path(), tensor.name,
               type);
-  Tensor values = expert < 0 ? file.View(tensor) : file.View(tensor).Row(expert);
+  Tensor values = expert < 0 ? file.View(tensor).Reshape({rows, cols})
+                             : file.View(tensor).Row(expert).Reshape({rows, cols});
   if (permuted) {
     Tensor reordered = Tensor::Empty(values.dtype(), values.shape(), /*huge_pages=*/true);
     ParallelForOn(pool, rows, 64, [&](int64_t begin, int64_t end) {

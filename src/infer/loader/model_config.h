@@ -50,6 +50,10 @@ struct LinearAttentionConfig {
   int64_t value_heads = 0;
   int64_t key_head_dim = 0;
   int64_t value_head_dim = 0;
+  // Which key head value head h reads: h / (value_heads / key_heads) (Hugging Face's grouped
+  // order), or h % key_heads when the value heads are tiled (llama.cpp's GGUF files store them
+  // so: its value head j key_heads + g is Hugging Face's g (value_heads / key_heads) + j).
+  bool value_heads_tiled = false;
 
   int64_t key_dim() const { return key_heads * key_head_dim; }
   int64_t value_dim() const { return value_heads * value_head_dim; }

@@ -22,6 +22,7 @@
 #include "infer/core/memory.h"
 #include "infer/core/splitmix.h"
 #include "infer/loader/gguf.h"
+#include "infer/loader/gguf_blocks.h"
 #include "infer/loader/gguf_model.h"
 #include "infer/loader/model_path.h"
 #include "infer/loader/safetensors.h"
@@ -480,6 +481,30 @@ std::vector<LoadedModel::TensorGroup> GgufTensorGroups(const GgufFile& file) {
   return groups;
 }
 
+// `shape` without its unit dimensions: llama.cpp's converter squeezes them (conv1d's [C, 1, K]
+// is stored [C, K], a one-row gate [1, H] as [H]).
+Shape Squeezed(const Shape& shape) {
+  Shape out;
+  for (const int64_t d : shape) {
+    if (d != 1) out.push_back(d);
+  }
+  return out;
+}
+
+// Gated DeltaNet's A_log from the converter's ssm_a = -exp(A_log), in f32.
+Tensor ALogFromSsmA(const GgufFile& file, const GgufTensorInfo& tensor, const Shape& shape) {
+  Tensor a_log = Tensor::Empty(DType::kF32, shape);
+  std::vector<float> values(static_cast<size_t>(tensor.elements()));
+  DequantizeGgmlRow(tensor.type, file.Data(tensor), values);
+  for (size_t i = 0; i < values.size(); ++i) {
+    INFER_CHECK(std::isfinite(values[i]) && values[i] < 0,
+                "{}: tensor '{}' holds {} at {}; it must hold -exp(A_log) < 0", file.path(),
+                tensor.name, values[i], i);
+    a_log.data<float>()[i] = std::log(-values[i]);
+  }
+  return a_log;
+}
+
 void LoadFromGguf(const GgufFile& file, std::vector<WeightSlot>& slots, const ModelConfig& config,
                   const LoadOptions& options, std::vector<std::string>& warnings) {
   std::set<std::string> used = {"rope_freqs.weight"};  // read into the config
@@ -496,23 +521,38 @@ void LoadFromGguf(const GgufFile& file, std::vector<WeightSlot>& slots, const Mo
     if (expert >= 0) shape.insert(shape.begin(), config.moe.num_experts);
     INFER_CHECK(tensor != nullptr, "{}: missing tensor '{}' (shape {})", file.path(), name,
                 ShapeString(shape));
-    INFER_CHECK(tensor->shape() == shape, "{}: tensor '{}' has shape {} but the metadata needs {}",
-                file.path(), name, ShapeString(tensor->shape()), ShapeString(shape));
+    INFER_CHECK(tensor->shape() == shape || Squeezed(tensor->shape()) == Squeezed(shape),
+                "{}: tensor '{}' has shape {} but the metadata needs {}", file.path(), name,
+                ShapeString(tensor->shape()), ShapeString(shape));
     used.insert(name);
     if (slot.matrix != nullptr) {
       *slot.matrix =
           GgufMatrix(file, *tensor, slot.hf_name, config, QuantizationFor(slot, config, options),
                      options.pool, &arena, expert);
       progress.Step(slot.matrix->size_bytes());
+    } else if (slot.hf_name.ends_with(".linear_attn.A_log")) {
+      views[i] = ALogFromSsmA(file, *tensor, slot.shape);
     } else {
-      views[i] = file.View(*tensor);
+      views[i] = file.View(*tensor).Reshape(slot.shape);
     }
   }
+  std::map<std::string, int64_t> skipped;  // prefix -> tensors
   for (const GgufTensorInfo& tensor : file.tensors()) {
-    if (!used.contains(tensor.name)) {
-      warnings.push_back(
-          fmt::format("unexpected tensor '{}' in {} ignored", tensor.name, file.path()));
+    if (used.contains(tensor.name)) continue;
+    const auto part = std::find_if(
+        config.skipped_prefixes.begin(), config.skipped_prefixes.end(),
+        [&](const std::string& prefix) { return tensor.name.starts_with(prefix); });
+    if (part != config.skipped_prefixes.end()) {
+      ++skipped[*part];
+      continue;
     }
+    warnings.push_back(
+        fmt::format("unexpected tensor '{}' in {} ignored", tensor.name, file.path()));
+  }
+  for (const auto& [part, count] : skipped) {
+    spdlog::info("{}: {} tensors under '{}' skipped (the multi-token-prediction layer infer "
+                 "does not run)",
+                 file.path(), count, part);
   }
   PlaceVectors(slots, views, options);
 }

@@ -446,7 +446,7 @@ void Decoder::LinearAttention(int64_t layer_idx, const LayerWeights& w, int64_t 
     }
   }
   const kernels::GatedDeltaDims dims{linear.key_heads, linear.value_heads, linear.key_head_dim,
-                                     linear.value_head_dim};
+                                     linear.value_head_dim, linear.value_heads_tiled};
   const int64_t state_layer = cache_layer_[static_cast<size_t>(layer_idx)];
   for (size_t i = 0; i < seqs.size(); ++i) {
     const kernels::AttentionSequence& a = attention_seqs_[i];

@@ -25,8 +25,8 @@ struct BytePreTokenizer {
   bool add_bos_default = false;  // when the file does not say
 };
 
-const std::array<BytePreTokenizer, 2>& BytePreTokenizers() {
-  static const std::array<BytePreTokenizer, 2> kTable = {{
+const std::array<BytePreTokenizer, 3>& BytePreTokenizers() {
+  static const std::array<BytePreTokenizer, 3> kTable = {{
       {{"llama-bpe", "llama3", "llama-v3"},
        R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
        false,
@@ -34,6 +34,12 @@ const std::array<BytePreTokenizer, 2>& BytePreTokenizers() {
        true},
       {{"qwen2"},
        R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+       true,
+       false,
+       false},
+      // Qwen3.5's: Qwen2's with combining marks (\p{M}) kept inside words.
+      {{"qwen35"},
+       R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
        true,
        false,
        false},

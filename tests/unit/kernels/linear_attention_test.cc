@@ -6,6 +6,7 @@
 
 #include "infer/kernels/cpu/isa.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -127,6 +128,37 @@ TEST(LinearAttentionTest, GatedDeltaRuleMatchesTheRecurrenceAndSplitsExactly) {
                      dims, state.data(), split.data() + first * out_width, out_width, pool);
     }
     EXPECT_EQ(split, whole);
+    // Tiled value heads (llama.cpp's GGUF order, value head j key_heads + g = grouped head
+    // g group + j): the same inputs in that order give the same outputs in that order.
+    GatedDeltaDims tiled = dims;
+    tiled.value_heads_tiled = true;
+    const int64_t group = dims.value_heads / dims.key_heads;
+    const auto grouped_head = [&](int64_t h) {
+      return h % dims.key_heads * group + h / dims.key_heads;
+    };
+    std::vector<float> moved = qkv, moved_g = g, moved_beta = beta;
+    for (int64_t t = 0; t < kN; ++t) {
+      for (int64_t h = 0; h < dims.value_heads; ++h) {
+        const int64_t from = grouped_head(h);
+        std::copy_n(qkv.data() + t * width + 2 * key_dim + from * dims.value_head_dim,
+                    dims.value_head_dim,
+                    moved.data() + t * width + 2 * key_dim + h * dims.value_head_dim);
+        moved_g[t * dims.value_heads + h] = g[t * dims.value_heads + from];
+        moved_beta[t * dims.value_heads + h] = beta[t * dims.value_heads + from];
+      }
+    }
+    std::vector<float> tiled_out(kN * out_width);
+    std::fill(state.begin(), state.end(), 0.0F);
+    GatedDeltaRule(moved.data(), kN, width, moved_g.data(), moved_beta.data(), tiled,
+                   state.data(), tiled_out.data(), out_width, pool);
+    for (int64_t t = 0; t < kN; ++t) {
+      for (int64_t h = 0; h < dims.value_heads; ++h) {
+        for (int64_t j = 0; j < dims.value_head_dim; ++j) {
+          ASSERT_EQ(tiled_out[t * out_width + h * dims.value_head_dim + j],
+                    whole[t * out_width + grouped_head(h) * dims.value_head_dim + j]);
+        }
+      }
+    }
   }
   SetActiveIsa(active);
 }

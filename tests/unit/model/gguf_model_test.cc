@@ -134,7 +134,7 @@ class GgufModelTest : public ::testing::Test {
 };
 
 TEST_F(GgufModelTest, FloatFilesGiveTheReferenceLogitsAndTheConfig) {
-  for (const char* arch : {"llama", "qwen3", "qwen3_moe", "gemma3"}) {
+  for (const char* arch : {"llama", "qwen3", "qwen3_moe", "gemma3", "qwen3_5", "qwen3_5_moe"}) {
     const std::vector<int32_t> ids = Ids(arch);
     const std::string source = FixtureDir(arch) + "/model";
     const std::vector<float> fixture = ReadF32(FixtureDir(arch) + "/logits.f32.bin");
@@ -158,7 +158,16 @@ TEST_F(GgufModelTest, FloatFilesGiveTheReferenceLogitsAndTheConfig) {
       EXPECT_EQ(a.moe.experts_per_token, b.moe.experts_per_token);
       EXPECT_EQ(a.moe.intermediate_size, b.moe.intermediate_size);
       EXPECT_EQ(a.moe.normalize_top_k, b.moe.normalize_top_k);
+      EXPECT_EQ(a.moe.shared_expert_intermediate_size, b.moe.shared_expert_intermediate_size);
+      EXPECT_EQ(a.rotary_dims(), b.rotary_dims());
+      EXPECT_EQ(a.attn_output_gate, b.attn_output_gate);
+      EXPECT_EQ(a.linear.conv_kernel, b.linear.conv_kernel);
+      EXPECT_EQ(a.linear.key_heads, b.linear.key_heads);
+      EXPECT_EQ(a.linear.value_heads, b.linear.value_heads);
+      EXPECT_EQ(a.linear.key_head_dim, b.linear.key_head_dim);
+      EXPECT_EQ(a.linear.value_head_dim, b.linear.value_head_dim);
       for (int64_t i = 0; i < a.num_layers; ++i) {
+        EXPECT_EQ(a.layers[i].linear_attention, b.layers[i].linear_attention) << "layer " << i;
         EXPECT_EQ(a.layers[i].sparse_mlp, b.layers[i].sparse_mlp) << "layer " << i;
         EXPECT_EQ(a.layers[i].sliding_window, b.layers[i].sliding_window) << "layer " << i;
         EXPECT_EQ(a.layers[i].rope.theta, b.layers[i].rope.theta) << "layer " << i;
@@ -221,6 +230,11 @@ TEST_F(GgufModelTest, QuantizedFilesAreNoFurtherFromTheirWeightsThanInfersOwnQua
   cases.push_back({"qwen3_moe", "Q8_0", Quantization::kInt8, false});
   cases.push_back({"qwen3_moe", "Q4_K", Quantization::kInt4K, true});
   cases.push_back({"qwen3_moe", "Q6_K", Quantization::kInt6, true});
+  // The hybrids (out_proj's 48 columns are no whole block: F16, as the converter falls back).
+  for (const char* arch : {"qwen3_5", "qwen3_5_moe"}) {
+    cases.push_back({arch, "Q8_0", Quantization::kInt8, false});
+    cases.push_back({arch, "Q4_0", Quantization::kInt4, false});
+  }
   for (const QuantCase& c : cases) {
     SCOPED_TRACE(fmt::format("{} {}", c.arch, c.type));
     const std::vector<int32_t> ids = Ids(c.arch);
@@ -315,6 +329,39 @@ TEST_F(GgufModelTest, BadExpertFilesAreNamed) {
   int index = 0;
   for (const auto& [extra, expected] : cases) {
     const std::string error = error_of(fmt::format("bad{}", index++), extra);
+    EXPECT_NE(error.find(expected), std::string::npos) << extra << ": " << error;
+  }
+}
+
+// Bad hybrid (qwen35) files: each refused with one error naming the key or tensor.
+TEST_F(GgufModelTest, BadHybridFilesAreNamed) {
+  const std::string source = FixtureDir("qwen3_5") + "/model";
+  const auto error_of = [&](const std::string& tag, const std::string& extra) {
+    try {
+      LoadModel(Write(source, "F32", tag, extra), {});
+    } catch (const Error& error) {
+      return std::string(error.what());
+    }
+    return std::string("loaded");
+  };
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--set qwen35.ssm.inner_size=50",
+       "metadata 'qwen35.ssm.inner_size' (50) is not a whole number of 'qwen35.ssm.time_step_rank' "
+       "(4) value heads"},
+      {"--set qwen35.ssm.group_count=3",
+       "metadata 'qwen35.ssm.time_step_rank' (4) must be a multiple of 'qwen35.ssm.group_count' "
+       "(3)"},
+      {"--set qwen35.ssm.conv_kernel=3",
+       "tensor 'blk.0.ssm_conv1d.weight' has shape [112, 4] but the metadata needs [112, 1, 3]"},
+      {"--set qwen35.nextn_predict_layers=9", "metadata 'qwen35.nextn_predict_layers' is 9"},
+      {"--set qwen35.rope.dimension_count=7", "metadata 'qwen35.rope.dimension_count' is 7"},
+      {"--drop blk.0.ssm_a", "missing tensor 'blk.0.ssm_a'"},
+      {"--drop blk.4.ssm_dt.bias", "missing tensor 'blk.4.ssm_dt.bias'"},
+      {"--drop blk.3.attn_q.weight", "missing tensor 'blk.3.attn_q.weight'"},
+  };
+  int index = 0;
+  for (const auto& [extra, expected] : cases) {
+    const std::string error = error_of(fmt::format("badh{}", index++), extra);
     EXPECT_NE(error.find(expected), std::string::npos) << extra << ": " << error;
   }
 }
