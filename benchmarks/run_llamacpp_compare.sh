@@ -12,6 +12,11 @@
 # Usage: [PAIRS="none:bf16 int8:q8_0 int4:q4_0"] benchmarks/run_llamacpp_compare.sh
 #          [REPETITIONS [MODEL_DIR...]]
 #   (idle machine; ~10 GB of GGUFs in .cache/gguf; default: the three models/ folders)
+#   A MODEL_DIR may hold a config.json only, as tests/fixtures/configs/Qwen3.5-4B and
+#   Qwen3.5-35B-A3B do (Hugging Face multimodal configs, the text model under text_config):
+#   infer's dummy weights need no tokenizer, and make_gguf.py then writes a placeholder
+#   vocabulary (llama.cpp's qwen35 / qwen35moe). Mind the sizes: Qwen3.5-4B's q8_0 GGUF is
+#   4.5 GB; Qwen3.5-35B-A3B's about 20 GB in q4_0, 37 GB in q8_0, 69 GB in bf16.
 #   PAIRS: infer's --quantization and llama.cpp's GGUF type per row (make_gguf.py's types:
 #   bf16, q8_0, q4_0, q4_k_m, q5_k_m), e.g. "int4:q4_0 int4k:q4_0 int4k:q4_k_m". infer's "none"
 #   keeps bf16 weights and multiplies in f32 (its default --matmul-precision); "bf16" multiplies in
