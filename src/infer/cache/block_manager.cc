@@ -9,12 +9,20 @@
 namespace infer {
 
 BlockManager::BlockManager(int64_t num_blocks, int64_t block_size, bool enable_prefix_caching,
-                           int64_t num_state_slots)
+                           int64_t num_state_slots, int64_t num_snapshot_slots)
     : block_size_(block_size), prefix_caching_(enable_prefix_caching) {
-  INFER_CHECK(num_state_slots >= 0, "block manager: num_state_slots = {}", num_state_slots);
+  INFER_CHECK(num_state_slots >= 0 && num_snapshot_slots >= 0,
+              "block manager: num_state_slots = {}, num_snapshot_slots = {}", num_state_slots,
+              num_snapshot_slots);
   num_state_slots_ = num_state_slots;
   // Handed out from the back: slot 0 first.
   for (int64_t s = num_state_slots - 1; s >= 0; --s) free_state_slots_.push_back(s);
+  if (snapshots()) {
+    num_snapshot_slots_ = num_snapshot_slots;
+    for (int64_t s = num_snapshot_slots - 1; s >= 0; --s) {
+      free_snapshot_slots_.push_back(num_state_slots + s);
+    }
+  }
   INFER_CHECK(num_blocks >= 1 && num_blocks <= (int64_t{1} << 30),
               "block manager: num_blocks must be in [1, 2^30], got {}", num_blocks);
   INFER_CHECK(block_size >= 1, "block manager: block_size must be at least 1, got {}", block_size);
@@ -46,10 +54,54 @@ int32_t BlockManager::Lookup(uint64_t hash, std::span<const int32_t> tokens, uin
   return it->second;
 }
 
+BlockManager::CachedPrefix BlockManager::RegisteredChain(std::span<const int32_t> tokens,
+                                                         uint64_t salt) const {
+  CachedPrefix chain;
+  if (!prefix_caching_ || tokens.empty()) return chain;
+  const int64_t max_blocks = (static_cast<int64_t>(tokens.size()) - 1) / block_size_;
+  uint64_t parent = ChainStart(salt);
+  for (int64_t i = 0; i < max_blocks; ++i) {
+    const auto block_tokens =
+        tokens.subspan(static_cast<size_t>(i * block_size_), static_cast<size_t>(block_size_));
+    const uint64_t hash = HashBlock(parent, block_tokens);
+    const int32_t block = Lookup(hash, block_tokens, salt);
+    if (block < 0) break;
+    chain.blocks.push_back(block);
+    chain.hashes.push_back(hash);
+    parent = hash;
+  }
+  return chain;
+}
+
+const BlockManager::Snapshot* BlockManager::FindSnapshot(uint64_t hash) const {
+  const auto it = snapshots_.find(hash);
+  return it == snapshots_.end() ? nullptr : &it->second;
+}
+
 BlockManager::CachedPrefix BlockManager::FindCachedPrefix(std::span<const int32_t> tokens,
                                                           uint64_t salt) const {
   CachedPrefix prefix;
   if (!prefix_caching_ || tokens.empty()) return prefix;
+  if (snapshots()) {
+    // Usable up to the last computed block with a snapshot after it; wait when the chain goes on
+    // and a block of it, or a snapshot in it, is being computed.
+    const CachedPrefix chain = RegisteredChain(tokens, salt);
+    size_t usable = 0;
+    bool pending = false;
+    for (size_t i = 0; i < chain.blocks.size(); ++i) {
+      const Snapshot* snapshot = FindSnapshot(chain.hashes[i]);
+      if (!meta_[static_cast<size_t>(chain.blocks[i])].computed ||
+          (snapshot != nullptr && snapshot->slot >= 0 && !snapshot->computed)) {
+        pending = true;
+        break;
+      }
+      if (snapshot != nullptr && snapshot->computed) usable = i + 1;
+    }
+    prefix.blocks.assign(chain.blocks.begin(), chain.blocks.begin() + static_cast<long>(usable));
+    prefix.hashes.assign(chain.hashes.begin(), chain.hashes.begin() + static_cast<long>(usable));
+    prefix.next_pending = pending;
+    return prefix;
+  }
   const auto size = static_cast<int64_t>(tokens.size());
   const int64_t max_blocks = (size - 1) / block_size_;
   uint64_t parent = ChainStart(salt);
@@ -125,6 +177,7 @@ void BlockManager::Unregister(int32_t block) {
   Meta& meta = meta_[static_cast<size_t>(block)];
   if (!meta.registered) return;
   by_hash_.erase(meta.hash);
+  DropSnapshot(meta.hash);  // no sequence can reach it any more
   meta.registered = false;
   meta.tokens.clear();
 }
@@ -142,6 +195,8 @@ bool BlockManager::Allocate(BlockTable& table, std::span<const int32_t> tokens,
     free_state_slots_.pop_back();
   }
   const auto known = std::min(tokens.size(), static_cast<size_t>(num_tokens));
+  const bool first = table.blocks.empty();
+  if (first && snapshots()) WantSnapshot(tokens.first(known), table.salt);
   if (table.blocks.empty() && prefix_caching_) {
     const CachedPrefix prefix = FindCachedPrefix(tokens.first(known), table.salt);
     prefix_queries_ +=
@@ -158,6 +213,17 @@ bool BlockManager::Allocate(BlockTable& table, std::span<const int32_t> tokens,
     table.blocks = prefix.blocks;
     table.hashes = prefix.hashes;
     table.num_cached_tokens = static_cast<int64_t>(prefix.blocks.size()) * block_size_;
+    if (snapshots() && !prefix.hashes.empty()) {
+      // Pinned until the table's state is restored from it (TakeRestore).
+      Snapshot& snapshot = snapshots_.at(prefix.hashes.back());
+      if (snapshot.in_lru) {
+        snapshot_lru_.erase(snapshot.lru);
+        snapshot.in_lru = false;
+      }
+      ++snapshot.pins;
+      table.restore_slot = snapshot.slot;
+      table.restore_hash = prefix.hashes.back();
+    }
   }
   while (static_cast<int64_t>(table.blocks.size()) < BlocksFor(num_tokens)) {
     const int32_t block = TakeFresh();
@@ -173,7 +239,120 @@ bool BlockManager::Allocate(BlockTable& table, std::span<const int32_t> tokens,
     table.hashes.push_back(hash);
     Register(block, hash, block_tokens, table.salt);
   }
+  // A prompt's last full block (before the token whose logits it needs) wants a snapshot: the
+  // same prompt again, or a conversation's next turn, resumes there.
+  const auto prompt_blocks = static_cast<size_t>((static_cast<int64_t>(known) - 1) / block_size_);
+  if (first && snapshots() && known > 0 && prompt_blocks > 0 &&
+      table.hashes.size() >= prompt_blocks) {
+    snapshots_.try_emplace(table.hashes[prompt_blocks - 1]);
+  }
   return true;
+}
+
+void BlockManager::WantSnapshot(std::span<const int32_t> tokens, uint64_t salt) {
+  if (!snapshots()) return;
+  const CachedPrefix chain = RegisteredChain(tokens, salt);
+  if (!chain.hashes.empty()) snapshots_.try_emplace(chain.hashes.back());
+}
+
+std::optional<uint64_t> BlockManager::BoundaryHash(const BlockTable& table,
+                                                   std::span<const int32_t> tokens,
+                                                   int64_t boundary) const {
+  const auto index = static_cast<size_t>(boundary / block_size_) - 1;
+  if (index < table.hashes.size()) return table.hashes[index];
+  if (index != table.hashes.size() || static_cast<int64_t>(tokens.size()) < boundary) {
+    return std::nullopt;
+  }
+  return HashBlock(ParentHash(table), tokens.subspan(static_cast<size_t>(boundary - block_size_),
+                                                     static_cast<size_t>(block_size_)));
+}
+
+std::optional<int64_t> BlockManager::NextCapture(const BlockTable& table,
+                                                 std::span<const int32_t> tokens, int64_t from,
+                                                 int64_t to, bool decoding) const {
+  if (!snapshots() || num_snapshot_slots_ == 0 || table.state_slot < 0) return std::nullopt;
+  for (int64_t b = (from / block_size_ + 1) * block_size_; b <= to; b += block_size_) {
+    const std::optional<uint64_t> hash = BoundaryHash(table, tokens, b);
+    if (!hash) continue;
+    const Snapshot* snapshot = FindSnapshot(*hash);
+    if (snapshot != nullptr ? snapshot->slot < 0 : decoding && b == to) return b;
+  }
+  return std::nullopt;
+}
+
+std::optional<StateCapture> BlockManager::BeginCapture(BlockTable& table,
+                                                       std::span<const int32_t> tokens,
+                                                       int64_t boundary, bool decoding) {
+  const std::optional<uint64_t> hash = BoundaryHash(table, tokens, boundary);
+  if (!hash || table.state_slot < 0) return std::nullopt;
+  const auto [it, created] = snapshots_.try_emplace(*hash);
+  if (it->second.slot >= 0) return std::nullopt;  // taken, or being taken, already
+  if (free_snapshot_slots_.empty() && !snapshot_lru_.empty()) {
+    DropSnapshot(snapshot_lru_.front());  // the least recently used (never this one: no slot)
+  }
+  if (free_snapshot_slots_.empty()) {
+    if (created) snapshots_.erase(*hash);
+    return std::nullopt;
+  }
+  Snapshot& snapshot = snapshots_.at(*hash);
+  snapshot.slot = free_snapshot_slots_.back();
+  free_snapshot_slots_.pop_back();
+  if (decoding) {
+    // A decoding sequence's older snapshots are the first to go.
+    if (const auto previous = snapshots_.find(table.last_snapshot);
+        table.last_snapshot != 0 && previous != snapshots_.end() && previous->second.in_lru) {
+      snapshot_lru_.splice(snapshot_lru_.begin(), snapshot_lru_, previous->second.lru);
+    }
+    table.last_snapshot = *hash;
+  }
+  return StateCapture{table.state_slot, snapshot.slot, *hash};
+}
+
+void BlockManager::EndCapture(uint64_t hash, bool taken) {
+  const auto it = snapshots_.find(hash);
+  if (it == snapshots_.end() || it->second.slot < 0 || it->second.computed) return;
+  Snapshot& snapshot = it->second;
+  // Kept only while its block is cached (a finished step has registered it).
+  if (!taken || !by_hash_.contains(hash)) {
+    free_snapshot_slots_.push_back(snapshot.slot);
+    snapshots_.erase(it);
+    return;
+  }
+  snapshot.computed = true;
+  if (snapshot.pins == 0) {
+    snapshot.lru = snapshot_lru_.insert(snapshot_lru_.end(), hash);
+    snapshot.in_lru = true;
+  }
+}
+
+int64_t BlockManager::TakeRestore(BlockTable& table) {
+  const int64_t slot = table.restore_slot;
+  if (slot >= 0) {
+    Unpin(table.restore_hash);
+    table.restore_slot = -1;
+  }
+  return slot;
+}
+
+void BlockManager::Unpin(uint64_t hash) {
+  const auto it = snapshots_.find(hash);
+  if (it == snapshots_.end()) return;
+  Snapshot& snapshot = it->second;
+  if (--snapshot.pins == 0 && snapshot.computed && !snapshot.in_lru) {
+    snapshot.lru = snapshot_lru_.insert(snapshot_lru_.end(), hash);
+    snapshot.in_lru = true;
+  }
+}
+
+void BlockManager::DropSnapshot(uint64_t hash) {
+  const auto it = snapshots_.find(hash);
+  if (it == snapshots_.end()) return;
+  Snapshot& snapshot = it->second;
+  // One being taken is settled by EndCapture; a pinned one keeps its blocks referenced.
+  if ((snapshot.slot >= 0 && !snapshot.computed) || snapshot.pins > 0) return;
+  if (snapshot.in_lru) snapshot_lru_.erase(snapshot.lru);
+  if (snapshot.slot >= 0) free_snapshot_slots_.push_back(snapshot.slot);
+  snapshots_.erase(it);
 }
 
 void BlockManager::MarkComputed(BlockTable& table, std::span<const int32_t> tokens,
@@ -241,6 +420,8 @@ void BlockManager::Free(BlockTable& table) {
   table.blocks.clear();
   table.hashes.clear();
   table.num_cached_tokens = 0;
+  if (table.restore_slot >= 0) TakeRestore(table);
+  table.last_snapshot = 0;
   if (table.state_slot >= 0) {
     free_state_slots_.push_back(table.state_slot);
     table.state_slot = -1;
@@ -285,6 +466,21 @@ void BlockManager::CheckInvariants(std::span<const BlockTable* const> tables) co
                     meta_[static_cast<size_t>(block)].hash == hash,
                 "invariant: hash index points at block {} which is not registered under it", block);
   }
+  int64_t held = 0;
+  int64_t listed_snapshots = 0;
+  for (const auto& [hash, snapshot] : snapshots_) {
+    held += snapshot.slot >= 0 ? 1 : 0;
+    listed_snapshots += snapshot.in_lru ? 1 : 0;
+    INFER_CHECK(by_hash_.contains(hash) || (snapshot.slot >= 0 && !snapshot.computed),
+                "invariant: a snapshot outlives its block");
+    INFER_CHECK(snapshot.in_lru == (snapshot.computed && snapshot.pins == 0),
+                "invariant: a snapshot is {} the LRU with {} pins", snapshot.in_lru ? "in" : "out of",
+                snapshot.pins);
+  }
+  INFER_CHECK(held + static_cast<int64_t>(free_snapshot_slots_.size()) == num_snapshot_slots_ &&
+                  listed_snapshots == static_cast<int64_t>(snapshot_lru_.size()),
+              "invariant: {} snapshot slots held, {} free, of {}", held,
+              free_snapshot_slots_.size(), num_snapshot_slots_);
 }
 
 }  // namespace infer

@@ -64,6 +64,13 @@ float* PagedKvCache::State(int64_t layer, int64_t slot) {
   return state_.data<float>() + (layer * state_slots_ + slot) * state_floats_;
 }
 
+void PagedKvCache::CopyState(int64_t source, int64_t destination) {
+  for (int64_t layer = 0; layer < state_layers_; ++layer) {
+    std::memcpy(State(layer, destination), State(layer, source),
+                static_cast<size_t>(state_floats_) * sizeof(float));
+  }
+}
+
 void PagedKvCache::ClearState(int64_t slot) {
   for (int64_t layer = 0; layer < state_layers_; ++layer) {
     std::memset(State(layer, slot), 0, static_cast<size_t>(state_floats_) * sizeof(float));

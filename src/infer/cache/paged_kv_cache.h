@@ -51,6 +51,8 @@ class PagedKvCache {
   float* State(int64_t layer, int64_t slot);
   // Zeroes slot `slot` in every state layer (a sequence that starts at position 0).
   void ClearState(int64_t slot);
+  // Copies slot `source` to `destination` in every state layer (a state snapshot).
+  void CopyState(int64_t source, int64_t destination);
 
   // What attention reads for one layer.
   kernels::PagedKvLayer Layer(int64_t layer_idx) const;

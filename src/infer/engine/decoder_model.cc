@@ -38,6 +38,11 @@ class DecoderModel final : public LanguageModel {
     cache_->CopyBlock(source, destination);
   }
 
+  void CopyState(int64_t source, int64_t destination) override {
+    INFER_CHECK(cache_.has_value(), "copy of a state slot without a KV cache");
+    cache_->CopyState(source, destination);
+  }
+
   int64_t kv_cache_bytes() const override { return cache_ ? cache_->memory_bytes() : 0; }
 
   void Forward(std::span<const SequenceStep> steps, std::vector<float>& logits) override {

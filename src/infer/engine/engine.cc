@@ -26,7 +26,9 @@ KvCacheSizing KvSizingOf(const EngineConfig& config, const LanguageModel& model)
   if (config.num_blocks == 0 && sizing.bytes_per_token > 0) {
     sizing.available_bytes = AvailableMemoryBytes();
     // The recurrent-state slots are allocated beside the blocks, out of the same memory.
-    const int64_t state_bytes = config.recurrent_state_slots * model.recurrent_state_bytes();
+    const int64_t state_bytes =
+        (config.recurrent_state_slots + std::max<int64_t>(0, config.state_snapshot_slots)) *
+        model.recurrent_state_bytes();
     if (sizing.available_bytes > 0) {
       sizing.available_bytes = std::max<int64_t>(1, sizing.available_bytes - state_bytes);
     }
@@ -36,19 +38,27 @@ KvCacheSizing KvSizingOf(const EngineConfig& config, const LanguageModel& model)
 
 // A model with recurrent state (linear-attention layers) gets a state slot per sequence it may
 // run at once, and runs without what would resume or roll back a sequence from its K/V alone.
+// Its prefix cache resumes from state snapshots: by default as many as the running sequences,
+// at most 16.
 EngineConfig ForModel(EngineConfig config, const LanguageModel& model) {
-  if (model.recurrent_state_bytes() == 0) return config;
+  if (model.recurrent_state_bytes() == 0) {
+    config.state_snapshot_slots = 0;
+    return config;
+  }
   config.recurrent_state_slots = config.max_num_seqs;
-  if (config.enable_prefix_caching) {
-    config.enable_prefix_caching = false;
-    spdlog::info("prefix caching is off: this model keeps a recurrent state per sequence");
+  if (!config.enable_prefix_caching || !config.use_kv_cache) {
+    config.state_snapshot_slots = 0;
+  } else if (config.state_snapshot_slots < 0) {
+    config.state_snapshot_slots = std::min<int64_t>(config.max_num_seqs, 16);
   }
   if (config.speculative.enabled()) {
     config.speculative = {};
     spdlog::warn("speculative decoding is off: this model keeps a recurrent state per sequence");
   }
-  spdlog::info("recurrent state: {} slots of {:.3f} MiB", config.recurrent_state_slots,
-               static_cast<double>(model.recurrent_state_bytes()) / 0x1p20);
+  spdlog::info("recurrent state: {} slots of {:.3f} MiB, {} prefix-cache snapshots",
+               config.recurrent_state_slots,
+               static_cast<double>(model.recurrent_state_bytes()) / 0x1p20,
+               config.state_snapshot_slots);
   return config;
 }
 
@@ -69,7 +79,8 @@ Engine::Engine(EngineConfig config, LanguageModel& model, const Tokenizer* token
       front_door_(config_, model, tokenizer, chat_template, eos_token_ids, kv_cache_),
       core_(config_, model, tokenizer, kv_cache_.num_blocks, std::move(eos_token_ids)) {
   model_.AllocateKvCache(kv_cache_.num_blocks, kv_cache_.block_size, kv_cache_.dtype,
-                         config_.use_kv_cache, config_.recurrent_state_slots);
+                         config_.use_kv_cache,
+                         config_.recurrent_state_slots + config_.state_snapshot_slots);
   if (config_.num_blocks == 0 &&
       kv_cache_.capacity_tokens() < std::min(config_.max_model_len, model_.context_length())) {
     spdlog::warn(

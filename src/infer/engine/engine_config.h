@@ -89,9 +89,12 @@ struct EngineConfig {
   SpeculativeConfig speculative;
   // Recurrent-state slots, one per sequence that may run at once, for a model that keeps a state
   // per sequence (LanguageModel::recurrent_state_bytes; set by the engine from the model, 0 for
-  // the others). Such a model runs without prefix caching and drafts: a sequence's state cannot
-  // be rebuilt from cached K/V blocks, nor rolled back past a rejected draft token.
+  // the others). Such a model runs without drafts (a state cannot be rolled back past a rejected
+  // draft token), and its prefix cache resumes only where it holds a state snapshot.
   int64_t recurrent_state_slots = 0;
+  // State snapshots the prefix cache may hold for such a model (block_manager.h), beside the
+  // slots of the running sequences (--state-snapshots; -1: the engine picks, 0: none).
+  int64_t state_snapshot_slots = -1;
 
   bool priority_policy() const { return scheduler_policy == SchedulerPolicy::kPriority; }
 

@@ -115,6 +115,10 @@ EngineMetrics EngineCore::metrics() const {
                                 ? 1.0 - static_cast<double>(blocks.num_free_blocks()) /
                                             static_cast<double>(blocks.num_blocks())
                                 : 0.0;
+  snapshot.state_slots = blocks.num_state_slots_total();
+  snapshot.state_slots_used = blocks.num_state_slots_used();
+  snapshot.state_snapshot_slots = blocks.num_snapshot_slots();
+  snapshot.state_snapshots = blocks.num_snapshots();
   if (config_.enable_lora) {
     snapshot.max_loras = config_.max_loras;
     const auto names = [](const auto& requests) {

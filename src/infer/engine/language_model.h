@@ -40,8 +40,8 @@ class LanguageModel {
   // K and V bytes one token takes across all layers at `kv_dtype` (0: the model keeps none).
   virtual int64_t kv_bytes_per_token(DType /*kv_dtype*/) const { return 0; }
   // Bytes of one sequence's recurrent state (linear-attention layers; 0: none). Such a model
-  // cannot resume a sequence from cached K/V alone: the engine runs it without prefix caching
-  // or drafts, and gives each running sequence a state slot.
+  // cannot resume a sequence from cached K/V alone: the engine gives each running sequence a
+  // state slot, runs it without drafts, and resumes cached prefixes from state snapshots.
   virtual int64_t recurrent_state_bytes() const { return 0; }
   // (Re)allocates the block pool the block tables index: num_blocks blocks of block_size
   // positions in `kv_dtype`, and state_slots recurrent-state slots (recurrent_state_bytes() >
@@ -51,6 +51,9 @@ class LanguageModel {
                                bool /*use_kv_cache*/, int64_t /*state_slots*/) {}
   // Copies one block's K/V to another (a forked sequence's partial block).
   virtual void CopyKvBlock(int32_t /*source*/, int32_t /*destination*/) {}
+  // Copies one recurrent-state slot to another (a prefix cache's state snapshot, taken or
+  // restored).
+  virtual void CopyState(int64_t /*source*/, int64_t /*destination*/) {}
   // Bytes the KV pool holds (0 without one).
   virtual int64_t kv_cache_bytes() const { return 0; }
 

@@ -130,6 +130,18 @@ std::string PrometheusText(const EngineMetrics& metrics, std::string_view model_
             static_cast<double>(metrics.num_requests_waiting));
   out.Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
             metrics.kv_cache_usage);
+  if (metrics.state_slots > 0) {
+    out.Gauge("infer_state_slots_used",
+              "Recurrent-state slots held by running sequences (models with linear attention).",
+              static_cast<double>(metrics.state_slots_used));
+    out.Gauge("infer_state_slots", "Recurrent-state slots for running sequences.",
+              static_cast<double>(metrics.state_slots));
+    out.Gauge("infer_state_snapshots",
+              "Recurrent-state snapshots the prefix cache holds (or is taking).",
+              static_cast<double>(metrics.state_snapshots));
+    out.Gauge("infer_state_snapshot_slots", "Recurrent-state snapshots the prefix cache may hold.",
+              static_cast<double>(metrics.state_snapshot_slots));
+  }
   if (metrics.max_loras > 0) {
     // vLLM's: the value is when the labels were read.
     out.Header("vllm:lora_requests_info", "gauge", "Running stats on lora requests.");

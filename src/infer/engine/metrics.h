@@ -38,6 +38,10 @@ struct EngineMetrics {
   int64_t num_requests_running = 0;
   int64_t num_requests_waiting = 0;
   double kv_cache_usage = 0.0;  // fraction of KV blocks in use, 0-1
+  // A model with recurrent state (state_slots > 0): running sequences' slots in use, and the
+  // prefix cache's state snapshots held, of state_snapshot_slots.
+  int64_t state_slots = 0, state_slots_used = 0;
+  int64_t state_snapshot_slots = 0, state_snapshots = 0;
   // LoRA (EngineConfig::enable_lora; max_loras 0 when off): the adapters of the running and of
   // the waiting requests, by name, each once, and when the snapshot was taken (Unix seconds).
   int64_t max_loras = 0;

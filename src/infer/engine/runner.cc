@@ -32,12 +32,16 @@ std::span<float> ModelRunner::Run(const SchedulerOutput& step) {
   }
   if (steps_.empty()) return {};
   fault::MaybeThrow("forward");  // tests only (INFER_FAULTS)
+  for (const auto& copy : step.state_restores) model_.CopyState(copy.from_slot, copy.to_slot);
   int64_t total = 0;
   for (const SequenceStep& s : steps_) total += s.num_new;
   if (total <= max_forward_tokens_) {
     model_.Forward(steps_, logits_);
   } else {
     ForwardInCalls();
+  }
+  for (const StateCapture& capture : step.state_captures) {
+    model_.CopyState(capture.from_slot, capture.slot);
   }
   return logits_;
 }

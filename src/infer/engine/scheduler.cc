@@ -13,7 +13,8 @@ Scheduler::Scheduler(const EngineConfig& config, int64_t num_blocks)
     : config_(config),
       policy_(MakeBatchingPolicy(config)),
       blocks_(num_blocks, config.block_size, config.enable_prefix_caching && config.use_kv_cache,
-              config.use_kv_cache ? config.recurrent_state_slots : 0) {
+              config.use_kv_cache ? config.recurrent_state_slots : 0,
+              std::max<int64_t>(0, config.state_snapshot_slots)) {
   config_.Validate();
 }
 
@@ -205,6 +206,9 @@ void Scheduler::AdmitWaiting(int64_t& budget, SchedulerOutput& output) {
   for (auto it = waiting_.begin(); it != waiting_.end() && budget > 0 &&
                                    static_cast<int64_t>(running_.size()) < config_.max_num_seqs;) {
     const std::shared_ptr<Request> request = *it;
+    // (A model with state: the sequence computing the prefix it shares takes a snapshot at its
+    // end on the way.)
+    blocks_.WantSnapshot(request->token_ids, request->block_table.salt);
     if (blocks_.Match(request->token_ids, request->block_table.salt).next_pending) {
       ++it;  // its next prefix block is being computed: share it next step
       continue;
@@ -233,9 +237,35 @@ bool Scheduler::AdmitFirstWaiting() {
 SchedulerOutput Scheduler::Schedule(double now_s) {
   SchedulerOutput output;
   policy_->Schedule(*this, now_s, output);
+  if (blocks_.snapshots()) PlanSnapshots(output);
   output.failed = std::move(failed_);
   failed_.clear();
   return output;
+}
+
+void Scheduler::PlanSnapshots(SchedulerOutput& output) {
+  for (ScheduledRequest& s : output.scheduled) {
+    if (s.num_new == 0) continue;
+    Request& request = *s.request;
+    BlockTable& table = request.block_table;
+    if (const int64_t slot = blocks_.TakeRestore(table); slot >= 0) {
+      output.state_restores.push_back({slot, table.state_slot});
+    }
+    const int64_t from = request.num_computed_tokens;
+    const int64_t to = from + s.num_new;
+    const bool decoding = request.state == RequestState::kDecode;
+    const std::optional<int64_t> boundary =
+        blocks_.NextCapture(table, request.token_ids, from, to, decoding);
+    if (!boundary) continue;
+    const std::optional<StateCapture> capture =
+        blocks_.BeginCapture(table, request.token_ids, *boundary, decoding);
+    if (!capture) continue;
+    // The chunk ends at the snapshot's boundary; the rest runs next step.
+    output.num_batched_tokens -= to - *boundary;
+    s.num_new = *boundary - from;
+    s.wants_logits = s.wants_logits && *boundary == to;
+    output.state_captures.push_back(*capture);
+  }
 }
 
 namespace {
@@ -323,6 +353,8 @@ std::vector<std::vector<StepOutput>> Scheduler::Update(const SchedulerOutput& ou
     blocks_.Free((*it)->block_table);
     it = running_.erase(it);
   }
+  // After the blocks are registered: a snapshot is kept while its block is cached.
+  for (const StateCapture& capture : output.state_captures) blocks_.EndCapture(capture.hash, ran);
   return outputs;
 }
 

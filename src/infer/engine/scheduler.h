@@ -43,6 +43,14 @@ struct SchedulerOutput {
   // their blocks freed, out of the queues. The others are scheduled as usual.
   std::vector<std::shared_ptr<Request>> failed;
   int64_t num_batched_tokens = 0;
+  // A model with recurrent state and prefix caching: state slots copied before the step (from a
+  // snapshot into the slot of a sequence that resumes there) and after it (snapshots taken).
+  struct StateCopy {
+    int64_t from_slot = 0;
+    int64_t to_slot = 0;
+  };
+  std::vector<StateCopy> state_restores;
+  std::vector<StateCapture> state_captures;
 };
 
 struct SchedulerStats {
@@ -141,6 +149,9 @@ class Scheduler {
   // Whether `request`'s adapter runs already or another one may join the running ones
   // (EngineConfig::max_loras); always for a base-model request.
   bool AdapterFits(const Request& request) const;
+  // A model with state: restores and snapshots for the step's sequences (block_manager.h); a
+  // chunk that crosses a wanted snapshot boundary ends there.
+  void PlanSnapshots(SchedulerOutput& output);
   // Takes blocks for a waiting request and moves it to running; false if they are not free.
   bool Admit(const std::shared_ptr<Request>& request, int64_t budget, SchedulerOutput& output);
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -122,6 +123,115 @@ TEST(BlockManagerTest, StateSlotsGoWithTheTables) {
   BlockTable d;
   ASSERT_TRUE(plain.Allocate(d, tokens, 20));
   EXPECT_EQ(d.state_slot, -1);
+}
+
+// Runs a table's step from `from` to `to` as the scheduler does with snapshots: restore, the
+// chunk cut at the first wanted boundary, the capture settled after the step. Returns where the
+// chunk ended.
+int64_t SnapshotStep(BlockManager& blocks, BlockTable& table, const std::vector<int32_t>& tokens,
+                     int64_t from, int64_t to, bool decoding = false) {
+  blocks.TakeRestore(table);
+  const std::optional<int64_t> boundary = blocks.NextCapture(table, tokens, from, to, decoding);
+  std::optional<StateCapture> capture;
+  if (boundary) capture = blocks.BeginCapture(table, tokens, *boundary, decoding);
+  const int64_t end = capture ? *boundary : to;
+  blocks.MarkComputed(table, tokens, end);
+  if (capture) blocks.EndCapture(capture->hash, true);
+  return end;
+}
+
+// A model with state resumes a cached prefix only from a snapshot: the prompt's last full block
+// is snapshotted on the way, a prefix another request computes is snapshotted where the two part
+// (the second waits for it), snapshots go with their blocks and least recently used first.
+TEST(BlockManagerTest, StatePrefixesResumeFromSnapshots) {
+  BlockManager blocks(40, 4, true, /*num_state_slots=*/4, /*num_snapshot_slots=*/2);
+  ASSERT_TRUE(blocks.snapshots());
+  const auto check = [&](std::vector<const BlockTable*> tables) {
+    blocks.CheckInvariants(tables);
+  };
+  // a: 10 tokens; its chunk stops at 8, the end of its last full block before the last token.
+  BlockTable a;
+  const auto ta = Tokens(10);
+  ASSERT_TRUE(blocks.Allocate(a, ta, 10));
+  EXPECT_EQ(SnapshotStep(blocks, a, ta, 0, 10), 8);
+  EXPECT_EQ(blocks.num_snapshots(), 1);
+  EXPECT_EQ(SnapshotStep(blocks, a, ta, 8, 10), 10);
+  check({&a});
+  // b shares a's first 8 tokens: it resumes at 8, from the snapshot's slot (after the 4 running
+  // ones).
+  BlockTable b;
+  auto tb = Tokens(8);
+  for (const int32_t t : Tokens(5, 100)) tb.push_back(t);
+  EXPECT_EQ(blocks.Match(tb).num_blocks, 2);
+  ASSERT_TRUE(blocks.Allocate(b, tb, 13));
+  EXPECT_EQ(b.num_cached_tokens, 8);
+  EXPECT_EQ(b.restore_slot, 4);
+  EXPECT_EQ(blocks.TakeRestore(b), 4);
+  EXPECT_EQ(blocks.TakeRestore(b), -1);
+  check({&a, &b});
+  // c shares only 4: no snapshot there, so nothing is usable and nothing pending; it computes
+  // from 0 and snapshots the boundary it shares, which d then resumes from.
+  auto tc = Tokens(4);
+  for (const int32_t t : Tokens(6, 200)) tc.push_back(t);
+  EXPECT_EQ(blocks.Match(tc).num_blocks, 0);
+  EXPECT_FALSE(blocks.Match(tc).next_pending);
+  BlockTable c;
+  ASSERT_TRUE(blocks.Allocate(c, tc, 10));
+  EXPECT_EQ(c.num_cached_tokens, 0);
+  EXPECT_EQ(SnapshotStep(blocks, c, tc, 0, 10), 4);
+  auto td = Tokens(4);
+  for (const int32_t t : Tokens(3, 300)) td.push_back(t);
+  EXPECT_EQ(blocks.Match(td).num_blocks, 1);
+  check({&a, &b, &c});
+  blocks.Free(b);
+  blocks.Free(c);
+  // e is being computed; f shares its first 8 tokens and waits; e is cut there and snapshots it
+  // (the want f left), and f resumes at 8. Two snapshot slots: the least recently used goes.
+  BlockTable e, f;
+  const auto te = Tokens(16, 500);
+  auto tf = Tokens(8, 500);
+  for (const int32_t t : Tokens(4, 700)) tf.push_back(t);
+  ASSERT_TRUE(blocks.Allocate(e, te, 16));
+  blocks.WantSnapshot(tf, 0);
+  EXPECT_TRUE(blocks.Match(tf).next_pending);
+  EXPECT_EQ(SnapshotStep(blocks, e, te, 0, 16), 8);
+  EXPECT_EQ(blocks.num_snapshots(), 2);
+  EXPECT_FALSE(blocks.Match(tf).next_pending);
+  EXPECT_EQ(blocks.Match(tf).num_blocks, 2);
+  ASSERT_TRUE(blocks.Allocate(f, tf, 12));
+  EXPECT_EQ(f.num_cached_tokens, 8);
+  check({&a, &e, &f});
+  // A decoding table snapshots each block it completes (while slots last).
+  BlockTable g;
+  auto tg = Tokens(7, 900);
+  ASSERT_TRUE(blocks.Allocate(g, tg, 7));
+  EXPECT_EQ(SnapshotStep(blocks, g, tg, 0, 4), 4);  // its prompt's last full block
+  EXPECT_EQ(SnapshotStep(blocks, g, tg, 4, 7), 7);
+  tg.push_back(950);
+  ASSERT_TRUE(blocks.Allocate(g, tg, 8));
+  EXPECT_EQ(blocks.NextCapture(g, tg, 7, 8, /*decoding=*/true), 8);
+  EXPECT_EQ(blocks.NextCapture(g, tg, 7, 8, /*decoding=*/false), std::nullopt);
+  EXPECT_EQ(SnapshotStep(blocks, g, tg, 7, 8, true), 8);
+  tg.push_back(951);
+  EXPECT_EQ(blocks.Match(tg).num_blocks, 2);
+  check({&a, &e, &f, &g});
+  // Freed and evicted blocks take their snapshots with them; every slot comes back.
+  for (BlockTable* t : {&a, &e, &f, &g}) blocks.Free(*t);
+  BlockTable big;
+  const auto tbig = Tokens(160, 5000);
+  ASSERT_TRUE(blocks.Allocate(big, tbig, 160));
+  EXPECT_EQ(blocks.num_snapshots(), 0);
+  check({&big});
+  blocks.Free(big);
+  // Without snapshot slots a state model's prefix is never usable.
+  BlockManager none(8, 4, true, 1, 0);
+  BlockTable h, i;
+  ASSERT_TRUE(none.Allocate(h, ta, 10));
+  none.MarkComputed(h, ta, 10);
+  none.Free(h);
+  EXPECT_EQ(none.Match(ta).num_blocks, 0);
+  ASSERT_TRUE(none.Allocate(i, ta, 10));
+  EXPECT_EQ(i.num_cached_tokens, 0);
 }
 
 TEST(BlockManagerTest, UnreferencedCachedBlocksAreEvictedLruOnlyWhenNeeded) {

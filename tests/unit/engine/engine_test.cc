@@ -754,8 +754,9 @@ TEST(EngineMoeTest, EightRequestsAreTheirOwnAtEveryLevel) {
 // slot the block manager hands out with its blocks) at every SIMD level the CPU runs, float and
 // int8 weights: 8 requests with different prompts give each request's tokens and logprobs, bit
 // for bit, alone, batched with chunks of 1, 7 and 16 tokens (a prompt's state carried from
-// chunk to chunk), and preempted (recomputed from a fresh state). The engine turns prefix caching
-// and drafts off for such a model, so asking for them changes nothing.
+// chunk to chunk), from the prefix cache (a second round resumes from state snapshots), and
+// preempted (recomputed from a fresh state). The engine turns drafts off for such a model, so
+// asking for them changes nothing.
 class EngineHybridTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EngineHybridTest, EightRequestsAreTheirOwnAtEveryLevel) {
@@ -767,22 +768,80 @@ TEST_P(EngineHybridTest, EightRequestsAreTheirOwnAtEveryLevel) {
     const Traces alone = AloneTraced(model, requests);
     EngineConfig batched = TestConfig(8);
     batched.num_blocks = 64;
-    batched.enable_prefix_caching = true;  // turned off by the engine
-    batched.speculative = {4, 1, 3};       // likewise
+    batched.enable_prefix_caching = true;
+    batched.speculative = {4, 1, 3};  // turned off by the engine
     for (const int64_t chunk : {1, 7, 16}) {
       batched.max_num_batched_tokens = chunk;
-      const auto [traces, stats] = RunTraced(model, batched, requests, chunk == 16 ? 2 : 1);
-      EXPECT_EQ(stats.cached_prompt_tokens, 0);  // no prefix caching
-      EXPECT_EQ(traces, alone) << "batched, chunks of " << chunk;
+      const auto [traces, stats] = RunTraced(model, batched, requests, 2);
+      // The second round resumes every prompt from a snapshot at its last full block.
+      EXPECT_GT(stats.cached_prompt_tokens, 0);
+      EXPECT_EQ(traces, alone) << "batched, chunks of " << chunk << ", prefix-cached";
     }
     EngineConfig tight = batched;
     tight.num_blocks = 8;
     tight.enable_preemption = true;
     const auto [preempted, stats] = RunTraced(model, tight, requests, 1);
-    EXPECT_EQ(stats.cached_prompt_tokens, 0);
     EXPECT_EQ(preempted, alone) << "preempted";
     EXPECT_GT(stats.preemptions, 0);
   });
+}
+
+// Prefix hits at every block boundary: requests sharing the first 8, 16, ..., 80 tokens of one
+// prompt (blocks of 16), sent together and then again, each give their tokens and logprobs bit for
+// bit as alone; the first round already shares (a request waiting for a prefix another one
+// computes has it snapshotted on the way), the second resumes mostly from snapshots. A multi-turn
+// follow-up (a prompt extended by its own output) resumes past its first turn's prompt.
+TEST_P(EngineHybridTest, PrefixHitsAtEveryBoundaryAreExact) {
+  const std::string dir =
+      std::string(::infer::testing::FixturesDir()) + "/models/" + GetParam() + "/model";
+  const LoadedModel loaded = LoadModel(dir, {});
+  ThreadPool pool(2);
+  const auto model = MakeDecoderModel(loaded, pool, kernels::MatMulPrecision::kF32);
+  const std::vector<int32_t> base = Range(11, 88);
+  EightRequests requests;
+  for (int32_t shared = 8; shared <= 80; shared += 8) {
+    std::vector<int32_t> prompt(base.begin(), base.begin() + shared);
+    const std::vector<int32_t> tail = Range(300 + shared, 1 + shared % 7);
+    prompt.insert(prompt.end(), tail.begin(), tail.end());
+    requests.prompts.push_back(prompt);
+    requests.params.push_back(Params(4, shared % 16 == 0 ? 0.0 : 0.9));
+    requests.params.back().seed = static_cast<uint64_t>(shared);
+    requests.params.back().logprobs = 3;
+  }
+  const Traces alone = AloneTraced(*model, requests);
+  EngineConfig config = TestConfig(10);
+  config.num_blocks = 128;
+  config.enable_prefix_caching = true;
+  config.max_num_batched_tokens = 24;
+  for (const int rounds : {1, 2}) {
+    const auto [traces, stats] = RunTraced(*model, config, requests, rounds);
+    EXPECT_EQ(traces, alone) << rounds << " rounds";
+    EXPECT_GT(stats.cached_prompt_tokens, 0) << rounds << " rounds";
+  }
+  // A conversation's second turn: the first turn's prompt and output, then new tokens.
+  Engine engine(config, *model, nullptr, {});
+  SamplingParams params = Params(12);
+  params.logprobs = 3;
+  const std::vector<int32_t> turn1 = requests.prompts[5];
+  auto first = engine.AddRequest("1", turn1, params);
+  while (engine.HasWork()) engine.Step();
+  std::vector<int32_t> turn2 = turn1;
+  for (const StepOutput& output : Drain(*first)) {
+    if (output.token_id) turn2.push_back(*output.token_id);
+  }
+  const std::vector<int32_t> more = Range(400, 6);
+  turn2.insert(turn2.end(), more.begin(), more.end());
+  const int64_t cached_before = engine.stats().cached_prompt_tokens;
+  auto second = engine.AddRequest("2", turn2, params);
+  while (engine.HasWork()) engine.Step();
+  const int64_t resumed = engine.stats().cached_prompt_tokens - cached_before;
+  EXPECT_GT(resumed, static_cast<int64_t>(turn1.size()));  // past the first turn's prompt
+  EngineConfig one = TestConfig(1);
+  one.num_blocks = 64;
+  Engine fresh(one, *model, nullptr, {});
+  auto reference = fresh.AddRequest("2", turn2, params);
+  while (fresh.HasWork()) fresh.Step();
+  EXPECT_EQ(Trace(Drain(*second)), Trace(Drain(*reference)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, EngineHybridTest, ::testing::Values("qwen3_5", "qwen3_5_moe"));
