@@ -272,9 +272,13 @@ TEST(BlockManagerTest, ForkSharesFullBlocksAndCopiesThePartialOne) {
 }
 
 TEST(BlockManagerTest, PropertyEveryBlockComesBackAfterRandomOperations) {
-  for (const bool prefix_caching : {true, false}) {
-    BlockManager blocks(64, 16, prefix_caching);
-    std::mt19937 rng(prefix_caching ? 1 : 2);
+  // Prefix caching, none, and a model with state: 8 state slots and 3 snapshots (computing goes
+  // through the snapshot steps; no forks).
+  for (const int mode : {0, 1, 2}) {
+    const bool prefix_caching = mode != 1;
+    const bool state = mode == 2;
+    BlockManager blocks(64, 16, prefix_caching, state ? 8 : 0, state ? 3 : 0);
+    std::mt19937 rng(static_cast<uint32_t>(mode + 1));
     struct Seq {
       std::vector<int32_t> tokens;
       int64_t computed = 0;
@@ -300,11 +304,18 @@ TEST(BlockManagerTest, PropertyEveryBlockComesBackAfterRandomOperations) {
           seq.computed = seq.table.num_cached_tokens;
           seqs.push_back(std::move(seq));
         }
-      } else if (kind == 1) {  // compute some of a sequence
+      } else if (kind == 1 || (state && kind == 3)) {  // compute some of a sequence
         Seq& seq = seqs[pick(seqs.size())];
-        seq.computed = std::min<int64_t>(static_cast<int64_t>(seq.tokens.size()),
-                                         seq.computed + static_cast<int64_t>(pick(40)));
-        blocks.MarkComputed(seq.table, seq.tokens, seq.computed);
+        const int64_t to = std::min<int64_t>(static_cast<int64_t>(seq.tokens.size()),
+                                             seq.computed + static_cast<int64_t>(pick(40)));
+        if (state) {
+          seq.computed = to > seq.computed ? SnapshotStep(blocks, seq.table, seq.tokens,
+                                                          seq.computed, to, pick(2) == 0)
+                                           : seq.computed;
+        } else {
+          seq.computed = to;
+          blocks.MarkComputed(seq.table, seq.tokens, seq.computed);
+        }
       } else if (kind == 2) {  // grow by generated tokens
         Seq& seq = seqs[pick(seqs.size())];
         const int more = 1 + static_cast<int>(pick(20));
@@ -332,6 +343,9 @@ TEST(BlockManagerTest, PropertyEveryBlockComesBackAfterRandomOperations) {
     }
     if (prefix_caching) {
       EXPECT_GT(blocks.prefix_hits(), 0);
+    }
+    if (state) {
+      EXPECT_GT(blocks.num_snapshots(), 0);
     }
     for (Seq& seq : seqs) blocks.Free(seq.table);
     EXPECT_EQ(blocks.num_free_blocks(), blocks.num_blocks());
