@@ -33,6 +33,12 @@ class ForwardingModel : public LanguageModel {
   void CopyKvBlock(int32_t source, int32_t destination) override {
     inner_.CopyKvBlock(source, destination);
   }
+  void CopyState(int64_t source, int64_t destination) override {
+    inner_.CopyState(source, destination);
+  }
+  void EnableStateCheckpoints(int64_t slots, int64_t max_tokens) override {
+    inner_.EnableStateCheckpoints(slots, max_tokens);
+  }
   int64_t kv_cache_bytes() const override { return inner_.kv_cache_bytes(); }
   void Forward(std::span<const SequenceStep> steps, std::vector<float>& logits) override {
     inner_.Forward(steps, logits);

@@ -69,9 +69,44 @@ void PagedKvCache::CopyState(int64_t source, int64_t destination) {
     std::memcpy(State(layer, destination), State(layer, source),
                 static_cast<size_t>(state_floats_) * sizeof(float));
   }
+  if (destination < checkpoint_slots_) checkpoints_[static_cast<size_t>(destination)] = {};
+}
+
+void PagedKvCache::AllocateCheckpoints(int64_t slots, int64_t max_tokens, int64_t input_floats) {
+  INFER_CHECK(state_layers_ > 0 && slots > 0 && slots <= state_slots_ && max_tokens > 0 &&
+                  input_floats > 0,
+              "state checkpoints: {} slots of {} tokens for {} state slots", slots, max_tokens,
+              state_slots_);
+  checkpoint_slots_ = slots;
+  checkpoint_tokens_ = max_tokens;
+  checkpoint_input_floats_ = input_floats;
+  checkpoints_.assign(static_cast<size_t>(slots), {});
+  checkpoint_state_ = Tensor::Empty(DType::kF32, {state_layers_, slots, state_floats_}, true);
+  checkpoint_inputs_ =
+      Tensor::Empty(DType::kF32, {state_layers_, slots, max_tokens * input_floats}, true);
+}
+
+PagedKvCache::Checkpoint& PagedKvCache::checkpoint(int64_t slot) {
+  INFER_CHECK(slot >= 0 && slot < checkpoint_slots_, "state checkpoint: slot {} of {}", slot,
+              checkpoint_slots_);
+  return checkpoints_[static_cast<size_t>(slot)];
+}
+
+float* PagedKvCache::CheckpointState(int64_t layer, int64_t slot) {
+  INFER_CHECK(layer >= 0 && layer < state_layers_ && slot >= 0 && slot < checkpoint_slots_,
+              "state checkpoint: layer {} slot {}", layer, slot);
+  return checkpoint_state_.data<float>() + (layer * checkpoint_slots_ + slot) * state_floats_;
+}
+
+float* PagedKvCache::CheckpointInputs(int64_t layer, int64_t slot) {
+  INFER_CHECK(layer >= 0 && layer < state_layers_ && slot >= 0 && slot < checkpoint_slots_,
+              "state checkpoint: layer {} slot {}", layer, slot);
+  return checkpoint_inputs_.data<float>() +
+         (layer * checkpoint_slots_ + slot) * checkpoint_tokens_ * checkpoint_input_floats_;
 }
 
 void PagedKvCache::ClearState(int64_t slot) {
+  if (slot < checkpoint_slots_) checkpoints_[static_cast<size_t>(slot)] = {};
   for (int64_t layer = 0; layer < state_layers_; ++layer) {
     std::memset(State(layer, slot), 0, static_cast<size_t>(state_floats_) * sizeof(float));
   }

@@ -39,8 +39,9 @@ class PagedKvCache {
   int64_t block_size() const { return block_size_; }
   DType dtype() const { return dtype_; }
   int64_t memory_bytes() const {
-    return static_cast<int64_t>(storage_.size_bytes() +
-                                (state_.defined() ? state_.size_bytes() : 0));
+    const auto bytes = [](const Tensor& t) { return t.defined() ? t.size_bytes() : 0; };
+    return static_cast<int64_t>(storage_.size_bytes() + bytes(state_) +
+                                bytes(checkpoint_state_) + bytes(checkpoint_inputs_));
   }
 
   // Recurrent state: `slots` slots of `floats_per_layer` f32 values in each of `layers` layers,
@@ -53,6 +54,22 @@ class PagedKvCache {
   void ClearState(int64_t slot);
   // Copies slot `source` to `destination` in every state layer (a state snapshot).
   void CopyState(int64_t source, int64_t destination);
+
+  // Draft checks on a model with state: for each of the first `slots` slots, the state before
+  // its latest step of several tokens (a draft's check) and that step's inputs, `input_floats`
+  // per token and layer for up to `max_tokens` tokens, so that a sequence that keeps only the
+  // first of them goes back to the state after those (the decoder replays them). ClearState
+  // and CopyState into a slot drop its checkpoint.
+  void AllocateCheckpoints(int64_t slots, int64_t max_tokens, int64_t input_floats);
+  struct Checkpoint {
+    int64_t begin = -1;  // the step's positions [begin, end); -1: none
+    int64_t end = -1;
+  };
+  int64_t checkpoint_slots() const { return checkpoint_slots_; }
+  int64_t checkpoint_tokens() const { return checkpoint_tokens_; }
+  Checkpoint& checkpoint(int64_t slot);
+  float* CheckpointState(int64_t layer, int64_t slot);
+  float* CheckpointInputs(int64_t layer, int64_t slot);  // [max_tokens][input_floats]
 
   // What attention reads for one layer.
   kernels::PagedKvLayer Layer(int64_t layer_idx) const;
@@ -76,6 +93,10 @@ class PagedKvCache {
   Tensor storage_;          // [layers][2][num_blocks][block_elements]
   int64_t state_layers_ = 0, state_slots_ = 0, state_floats_ = 0;
   Tensor state_;  // [state_layers][state_slots][state_floats], f32
+  int64_t checkpoint_slots_ = 0, checkpoint_tokens_ = 0, checkpoint_input_floats_ = 0;
+  std::vector<Checkpoint> checkpoints_;
+  Tensor checkpoint_state_;   // [state_layers][checkpoint_slots][state_floats]
+  Tensor checkpoint_inputs_;  // [state_layers][checkpoint_slots][tokens][input_floats]
 };
 
 }  // namespace infer

@@ -43,6 +43,13 @@ class DecoderModel final : public LanguageModel {
     cache_->CopyState(source, destination);
   }
 
+  void EnableStateCheckpoints(int64_t slots, int64_t max_tokens) override {
+    const ModelConfig& config = decoder_.config();
+    if (!cache_ || config.num_linear_layers() == 0) return;
+    cache_->AllocateCheckpoints(slots, max_tokens,
+                                config.linear.conv_dim() + 2 * config.linear.value_heads);
+  }
+
   int64_t kv_cache_bytes() const override { return cache_ ? cache_->memory_bytes() : 0; }
 
   void Forward(std::span<const SequenceStep> steps, std::vector<float>& logits) override {

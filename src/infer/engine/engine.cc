@@ -37,7 +37,7 @@ KvCacheSizing KvSizingOf(const EngineConfig& config, const LanguageModel& model)
 }
 
 // A model with recurrent state (linear-attention layers) gets a state slot per sequence it may
-// run at once, and runs without what would resume or roll back a sequence from its K/V alone.
+// run at once (and checkpoints of them for draft checks).
 // Its prefix cache resumes from state snapshots: by default as many as the running sequences,
 // at most 16.
 EngineConfig ForModel(EngineConfig config, const LanguageModel& model) {
@@ -50,10 +50,6 @@ EngineConfig ForModel(EngineConfig config, const LanguageModel& model) {
     config.state_snapshot_slots = 0;
   } else if (config.state_snapshot_slots < 0) {
     config.state_snapshot_slots = std::min<int64_t>(config.max_num_seqs, 16);
-  }
-  if (config.speculative.enabled()) {
-    config.speculative = {};
-    spdlog::warn("speculative decoding is off: this model keeps a recurrent state per sequence");
   }
   spdlog::info("recurrent state: {} slots of {:.3f} MiB, {} prefix-cache snapshots",
                config.recurrent_state_slots,
@@ -81,6 +77,11 @@ Engine::Engine(EngineConfig config, LanguageModel& model, const Tokenizer* token
   model_.AllocateKvCache(kv_cache_.num_blocks, kv_cache_.block_size, kv_cache_.dtype,
                          config_.use_kv_cache,
                          config_.recurrent_state_slots + config_.state_snapshot_slots);
+  if (config_.recurrent_state_slots > 0 && config_.speculative.enabled() && config_.use_kv_cache) {
+    // A draft check is its last token and the draft.
+    model_.EnableStateCheckpoints(config_.recurrent_state_slots,
+                                  1 + config_.speculative.num_speculative_tokens);
+  }
   if (config_.num_blocks == 0 &&
       kv_cache_.capacity_tokens() < std::min(config_.max_model_len, model_.context_length())) {
     spdlog::warn(

@@ -58,8 +58,6 @@ void EngineConfig::Validate() const {
               "speculative decoding needs the KV cache (drop --no-kv-cache)");
   INFER_CHECK(recurrent_state_slots >= 0, "recurrent_state_slots must be >= 0, got {}",
               recurrent_state_slots);
-  INFER_CHECK(recurrent_state_slots == 0 || !speculative.enabled(),
-              "a model with recurrent state runs without speculative decoding");
   INFER_CHECK(state_snapshot_slots >= -1, "--state-snapshots must be >= 0, got {}",
               state_snapshot_slots);
 }

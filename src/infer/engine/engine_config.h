@@ -89,8 +89,8 @@ struct EngineConfig {
   SpeculativeConfig speculative;
   // Recurrent-state slots, one per sequence that may run at once, for a model that keeps a state
   // per sequence (LanguageModel::recurrent_state_bytes; set by the engine from the model, 0 for
-  // the others). Such a model runs without drafts (a state cannot be rolled back past a rejected
-  // draft token), and its prefix cache resumes only where it holds a state snapshot.
+  // the others). Its prefix cache resumes only where it holds a state snapshot, and a draft
+  // check's rejected tokens are undone from a checkpoint of the state.
   int64_t recurrent_state_slots = 0;
   // State snapshots the prefix cache may hold for such a model (block_manager.h), beside the
   // slots of the running sequences (--state-snapshots; -1: the engine picks, 0: none).

@@ -41,7 +41,8 @@ class LanguageModel {
   virtual int64_t kv_bytes_per_token(DType /*kv_dtype*/) const { return 0; }
   // Bytes of one sequence's recurrent state (linear-attention layers; 0: none). Such a model
   // cannot resume a sequence from cached K/V alone: the engine gives each running sequence a
-  // state slot, runs it without drafts, and resumes cached prefixes from state snapshots.
+  // state slot, checkpoints its state for draft checks, and resumes cached prefixes from state
+  // snapshots.
   virtual int64_t recurrent_state_bytes() const { return 0; }
   // (Re)allocates the block pool the block tables index: num_blocks blocks of block_size
   // positions in `kv_dtype`, and state_slots recurrent-state slots (recurrent_state_bytes() >
@@ -54,6 +55,10 @@ class LanguageModel {
   // Copies one recurrent-state slot to another (a prefix cache's state snapshot, taken or
   // restored).
   virtual void CopyState(int64_t /*source*/, int64_t /*destination*/) {}
+  // Draft checks on a model with recurrent state: the first `slots` state slots keep the state
+  // before a check of up to `max_tokens` tokens, so that a sequence that keeps only some of
+  // them continues from the state after those (after AllocateKvCache).
+  virtual void EnableStateCheckpoints(int64_t /*slots*/, int64_t /*max_tokens*/) {}
   // Bytes the KV pool holds (0 without one).
   virtual int64_t kv_cache_bytes() const { return 0; }
 

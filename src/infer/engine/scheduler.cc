@@ -251,6 +251,8 @@ void Scheduler::PlanSnapshots(SchedulerOutput& output) {
     if (const int64_t slot = blocks_.TakeRestore(table); slot >= 0) {
       output.state_restores.push_back({slot, table.state_slot});
     }
+    // A draft's check is not cut, and its state is not final until the draw keeps it.
+    if (request.num_draft_tokens() > 0) continue;
     const int64_t from = request.num_computed_tokens;
     const int64_t to = from + s.num_new;
     const bool decoding = request.state == RequestState::kDecode;

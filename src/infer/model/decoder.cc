@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "infer/core/error.h"
 #include "infer/kernels/experts.h"
@@ -225,6 +226,21 @@ void Decoder::RunLayers(std::span<const SequenceTokens> seqs, PagedKvCache& cach
     // A sequence that starts now starts from an empty recurrent state.
     if (config_.num_linear_layers() > 0 && seq.first_pos == 0) cache.ClearState(seq.state_slot);
   }
+  // Draft checks: a sequence that kept only the first tokens of its last check goes back to the
+  // state before it and replays those; a check now is checkpointed.
+  replay_.assign(seqs.size(), -1);
+  checkpoint_.assign(seqs.size(), 0);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const SequenceTokens& seq = seqs[i];
+    if (config_.num_linear_layers() == 0 || seq.state_slot >= cache.checkpoint_slots()) continue;
+    const PagedKvCache::Checkpoint& last = cache.checkpoint(seq.state_slot);
+    if (last.begin >= 0 && seq.first_pos >= last.begin && seq.first_pos < last.end) {
+      replay_[i] = seq.first_pos - last.begin;
+    }
+    const auto n = static_cast<int64_t>(seq.tokens.size());
+    checkpoint_[i] = seq.logits == LogitsMode::kLastPosition && seq.num_last_logits > 1 &&
+                     n <= cache.checkpoint_tokens();
+  }
   const auto num_tokens = static_cast<int64_t>(batch_tokens_.size());
   EnsureScratch(num_tokens);
   GroupLoraRows(seqs);
@@ -247,6 +263,16 @@ void Decoder::RunLayers(std::span<const SequenceTokens> seqs, PagedKvCache& cach
   }
   for (int64_t layer_idx = 0; layer_idx < config_.num_layers; ++layer_idx) {
     ForwardLayer(layer_idx, num_tokens, seqs, cache);
+  }
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    if (config_.num_linear_layers() == 0 || seqs[i].state_slot >= cache.checkpoint_slots()) {
+      continue;
+    }
+    const int64_t first = seqs[i].first_pos;
+    cache.checkpoint(seqs[i].state_slot) =
+        checkpoint_[i] != 0
+            ? PagedKvCache::Checkpoint{first, first + static_cast<int64_t>(seqs[i].tokens.size())}
+            : PagedKvCache::Checkpoint{};
   }
 }
 
@@ -434,23 +460,31 @@ void Decoder::LinearAttention(int64_t layer_idx, const LayerWeights& w, int64_t 
                                                {&w.in_proj_b, nullptr, lin_b_.data(), heads},
                                                {&w.in_proj_a, nullptr, lin_a_.data(), heads}};
   kernels::MatMuls(normed_.data(), n, hidden, hidden, projections, pool_, precision_, activations_);
-  // beta = sigmoid(b); g = -exp(A_log) softplus(a + dt_bias) (softplus linear past 20, as
-  // torch's threshold).
-  for (int64_t t = 0; t < n; ++t) {
-    for (int64_t h = 0; h < heads; ++h) {
-      const int64_t i = t * heads + h;
-      const float x = lin_a_[static_cast<size_t>(i)] + p.dt_bias[static_cast<size_t>(h)];
-      const float softplus = x > 20.0F ? x : std::log1p(std::exp(x));
-      lin_g_[static_cast<size_t>(i)] = p.neg_a[static_cast<size_t>(h)] * softplus;
-      lin_beta_[static_cast<size_t>(i)] = 1.0F / (1.0F + std::exp(-lin_b_[static_cast<size_t>(i)]));
-    }
-  }
+  DecayAndStrength(layer_idx, lin_a_.data(), lin_b_.data(), n, lin_g_.data(), lin_beta_.data());
   const kernels::GatedDeltaDims dims{linear.key_heads, linear.value_heads, linear.key_head_dim,
                                      linear.value_head_dim, linear.value_heads_tiled};
   const int64_t state_layer = cache_layer_[static_cast<size_t>(layer_idx)];
+  const int64_t input_floats = conv_dim + 2 * heads;  // a checkpoint's per token: qkv, a, b
+  const size_t state_bytes = static_cast<size_t>(linear.state_floats()) * sizeof(float);
   for (size_t i = 0; i < seqs.size(); ++i) {
     const kernels::AttentionSequence& a = attention_seqs_[i];
-    float* state = cache.State(state_layer, seqs[i].state_slot);
+    const int64_t slot = seqs[i].state_slot;
+    float* state = cache.State(state_layer, slot);
+    if (replay_[i] >= 0) {
+      std::memcpy(state, cache.CheckpointState(state_layer, slot), state_bytes);
+      ReplayLinear(layer_idx, cache.CheckpointInputs(state_layer, slot), replay_[i], state);
+    }
+    if (checkpoint_[i] != 0) {
+      std::memcpy(cache.CheckpointState(state_layer, slot), state, state_bytes);
+      float* inputs = cache.CheckpointInputs(state_layer, slot);
+      for (int64_t t = 0; t < a.num_tokens; ++t) {
+        const int64_t row = a.row + t;
+        float* to = inputs + t * input_floats;
+        std::copy_n(mixed_.data() + row * conv_dim, conv_dim, to);
+        std::copy_n(lin_a_.data() + row * heads, heads, to + conv_dim);
+        std::copy_n(lin_b_.data() + row * heads, heads, to + conv_dim + heads);
+      }
+    }
     float* conv_state = state;  // [kernel - 1, conv_dim], then S
     float* delta_state = state + (linear.conv_kernel - 1) * conv_dim;
     kernels::CausalConv1dSilu(mixed_.data() + a.row * conv_dim, a.num_tokens, conv_dim, conv_dim,
@@ -463,6 +497,54 @@ void Decoder::LinearAttention(int64_t layer_idx, const LayerWeights& w, int64_t 
                         static_cast<float>(config_.rms_norm_eps), pool_);
   kernels::MatMul(lin_out_.data(), n, value_dim, value_dim, w.out_proj, nullptr, proj_.data(),
                   hidden, pool_, precision_, activations_);
+}
+
+void Decoder::DecayAndStrength(int64_t layer_idx, const float* a, const float* b, int64_t n,
+                               float* g, float* beta) const {
+  const LinearParams& p = linear_params_[static_cast<size_t>(layer_idx)];
+  const int64_t heads = config_.linear.value_heads;
+  // beta = sigmoid(b); g = -exp(A_log) softplus(a + dt_bias) (softplus linear past 20, as
+  // torch's threshold).
+  for (int64_t t = 0; t < n; ++t) {
+    for (int64_t h = 0; h < heads; ++h) {
+      const int64_t i = t * heads + h;
+      const float x = a[i] + p.dt_bias[static_cast<size_t>(h)];
+      const float softplus = x > 20.0F ? x : std::log1p(std::exp(x));
+      g[i] = p.neg_a[static_cast<size_t>(h)] * softplus;
+      beta[i] = 1.0F / (1.0F + std::exp(-b[i]));
+    }
+  }
+}
+
+void Decoder::ReplayLinear(int64_t layer_idx, const float* inputs, int64_t count, float* state) {
+  if (count == 0) return;
+  const LinearAttentionConfig& linear = config_.linear;
+  const LinearParams& p = linear_params_[static_cast<size_t>(layer_idx)];
+  const int64_t conv_dim = linear.conv_dim();
+  const int64_t heads = linear.value_heads;
+  const int64_t input_floats = conv_dim + 2 * heads;
+  const auto rows = static_cast<size_t>(count);
+  replay_qkv_.resize(rows * static_cast<size_t>(conv_dim));
+  replay_a_.resize(rows * static_cast<size_t>(heads));
+  replay_b_.resize(rows * static_cast<size_t>(heads));
+  replay_g_.resize(rows * static_cast<size_t>(heads));
+  replay_beta_.resize(rows * static_cast<size_t>(heads));
+  replay_out_.resize(rows * static_cast<size_t>(linear.value_dim()));
+  for (int64_t t = 0; t < count; ++t) {
+    const float* from = inputs + t * input_floats;
+    std::copy_n(from, conv_dim, replay_qkv_.data() + t * conv_dim);
+    std::copy_n(from + conv_dim, heads, replay_a_.data() + t * heads);
+    std::copy_n(from + conv_dim + heads, heads, replay_b_.data() + t * heads);
+  }
+  DecayAndStrength(layer_idx, replay_a_.data(), replay_b_.data(), count, replay_g_.data(),
+                   replay_beta_.data());
+  const kernels::GatedDeltaDims dims{linear.key_heads, linear.value_heads, linear.key_head_dim,
+                                     linear.value_head_dim, linear.value_heads_tiled};
+  kernels::CausalConv1dSilu(replay_qkv_.data(), count, conv_dim, conv_dim, p.conv.data(),
+                            linear.conv_kernel, state, pool_);
+  kernels::GatedDeltaRule(replay_qkv_.data(), count, conv_dim, replay_g_.data(),
+                          replay_beta_.data(), dims, state + (linear.conv_kernel - 1) * conv_dim,
+                          replay_out_.data(), linear.value_dim(), pool_);
 }
 
 void Decoder::DenseMlp(int64_t layer_idx, const LayerWeights& w, int64_t n) {

@@ -82,6 +82,12 @@ class Decoder {
                  std::span<const SequenceTokens> seqs, PagedKvCache& cache);
   void LinearAttention(int64_t layer_idx, const LayerWeights& w, int64_t n,
                        std::span<const SequenceTokens> seqs, PagedKvCache& cache);
+  // Gated DeltaNet's log decay g and write strength beta [n, value_heads] from a and b.
+  void DecayAndStrength(int64_t layer_idx, const float* a, const float* b, int64_t n, float* g,
+                        float* beta) const;
+  // Takes a linear layer's state `state` (the conv's inputs, then S) through `count` tokens of
+  // a checkpoint's inputs (PagedKvCache::CheckpointInputs), as their step did.
+  void ReplayLinear(int64_t layer_idx, const float* inputs, int64_t count, float* state);
   // The MLP of a layer on normed_ [n, hidden], into proj_: one gated MLP, or the experts the
   // router picks for each row (LayerConfig::sparse_mlp).
   void DenseMlp(int64_t layer_idx, const LayerWeights& w, int64_t n);
@@ -136,6 +142,12 @@ class Decoder {
   std::vector<float> q_gate_, attn_gate_;  // attn_output_gate: q_proj's rows, the gates
   // Linear layers: q/k/v (the conv's channels), z, b, a, log decay g, beta, the heads' outputs.
   std::vector<float> mixed_, z_, lin_b_, lin_a_, lin_g_, lin_beta_, lin_out_;
+  // Draft checks (PagedKvCache checkpoints), per sequence of the step: the tokens of its last
+  // check it keeps, replayed from the checkpoint before it runs (-1: none), and whether this
+  // step is a check to checkpoint. Scratch of a replay.
+  std::vector<int64_t> replay_;
+  std::vector<char> checkpoint_;
+  std::vector<float> replay_qkv_, replay_a_, replay_b_, replay_g_, replay_beta_, replay_out_;
   std::vector<float> shared_out_, shared_logit_;       // a shared expert's output and gate logit
   std::vector<float> router_logits_, expert_weights_;  // sparse layers: [n, experts], [n, top k]
   std::vector<int32_t> expert_ids_;                    // [n, top k]

@@ -754,9 +754,9 @@ TEST(EngineMoeTest, EightRequestsAreTheirOwnAtEveryLevel) {
 // slot the block manager hands out with its blocks) at every SIMD level the CPU runs, float and
 // int8 weights: 8 requests with different prompts give each request's tokens and logprobs, bit
 // for bit, alone, batched with chunks of 1, 7 and 16 tokens (a prompt's state carried from
-// chunk to chunk), from the prefix cache (a second round resumes from state snapshots), and
-// preempted (recomputed from a fresh state). The engine turns drafts off for such a model, so
-// asking for them changes nothing.
+// chunk to chunk), from the prefix cache (a second round resumes from state snapshots), with
+// n-gram drafts (a check's rejected tokens undone from a state checkpoint), and preempted
+// (recomputed from a fresh state).
 class EngineHybridTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(EngineHybridTest, EightRequestsAreTheirOwnAtEveryLevel) {
@@ -769,7 +769,6 @@ TEST_P(EngineHybridTest, EightRequestsAreTheirOwnAtEveryLevel) {
     EngineConfig batched = TestConfig(8);
     batched.num_blocks = 64;
     batched.enable_prefix_caching = true;
-    batched.speculative = {4, 1, 3};  // turned off by the engine
     for (const int64_t chunk : {1, 7, 16}) {
       batched.max_num_batched_tokens = chunk;
       const auto [traces, stats] = RunTraced(model, batched, requests, 2);
@@ -777,6 +776,14 @@ TEST_P(EngineHybridTest, EightRequestsAreTheirOwnAtEveryLevel) {
       EXPECT_GT(stats.cached_prompt_tokens, 0);
       EXPECT_EQ(traces, alone) << "batched, chunks of " << chunk << ", prefix-cached";
     }
+    // Drafts of any last token seen before: many, mostly rejected, some kept in part.
+    EngineConfig drafting = batched;
+    drafting.max_num_batched_tokens = 64;
+    drafting.speculative = {4, 1, 3};
+    const auto [drafted, draft_stats] = RunTraced(model, drafting, requests, 1);
+    EXPECT_EQ(drafted, alone) << "with drafts";
+    EXPECT_GT(draft_stats.spec_decode_draft_tokens, draft_stats.spec_decode_accepted_tokens);
+    EXPECT_GT(draft_stats.spec_decode_drafts, 0);
     EngineConfig tight = batched;
     tight.num_blocks = 8;
     tight.enable_preemption = true;
