@@ -474,8 +474,8 @@ void BlockManager::CheckInvariants(std::span<const BlockTable* const> tables) co
     INFER_CHECK(by_hash_.contains(hash) || (snapshot.slot >= 0 && !snapshot.computed),
                 "invariant: a snapshot outlives its block");
     INFER_CHECK(snapshot.in_lru == (snapshot.computed && snapshot.pins == 0),
-                "invariant: a snapshot is {} the LRU with {} pins", snapshot.in_lru ? "in" : "out of",
-                snapshot.pins);
+                "invariant: a snapshot is {} the LRU with {} pins",
+                snapshot.in_lru ? "in" : "out of", snapshot.pins);
   }
   INFER_CHECK(held + static_cast<int64_t>(free_snapshot_slots_.size()) == num_snapshot_slots_ &&
                   listed_snapshots == static_cast<int64_t>(snapshot_lru_.size()),

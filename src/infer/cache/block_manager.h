@@ -215,7 +215,7 @@ class BlockManager {
   int64_t num_snapshot_slots_ = 0;
   std::vector<int64_t> free_snapshot_slots_;
   std::unordered_map<uint64_t, Snapshot> snapshots_;  // by the chain hash of their last block
-  std::list<uint64_t> snapshot_lru_;                   // computed and unpinned; front: evicted first
+  std::list<uint64_t> snapshot_lru_;                  // computed and unpinned; front: evicted first
   std::vector<Meta> meta_;
   std::vector<int32_t> free_;
   std::list<int32_t> evictable_;  // front: evicted first

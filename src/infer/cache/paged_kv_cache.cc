@@ -73,10 +73,10 @@ void PagedKvCache::CopyState(int64_t source, int64_t destination) {
 }
 
 void PagedKvCache::AllocateCheckpoints(int64_t slots, int64_t max_tokens, int64_t input_floats) {
-  INFER_CHECK(state_layers_ > 0 && slots > 0 && slots <= state_slots_ && max_tokens > 0 &&
-                  input_floats > 0,
-              "state checkpoints: {} slots of {} tokens for {} state slots", slots, max_tokens,
-              state_slots_);
+  INFER_CHECK(
+      state_layers_ > 0 && slots > 0 && slots <= state_slots_ && max_tokens > 0 && input_floats > 0,
+      "state checkpoints: {} slots of {} tokens for {} state slots", slots, max_tokens,
+      state_slots_);
   checkpoint_slots_ = slots;
   checkpoint_tokens_ = max_tokens;
   checkpoint_input_floats_ = input_floats;

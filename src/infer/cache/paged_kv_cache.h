@@ -40,8 +40,8 @@ class PagedKvCache {
   DType dtype() const { return dtype_; }
   int64_t memory_bytes() const {
     const auto bytes = [](const Tensor& t) { return t.defined() ? t.size_bytes() : 0; };
-    return static_cast<int64_t>(storage_.size_bytes() + bytes(state_) +
-                                bytes(checkpoint_state_) + bytes(checkpoint_inputs_));
+    return static_cast<int64_t>(storage_.size_bytes() + bytes(state_) + bytes(checkpoint_state_) +
+                                bytes(checkpoint_inputs_));
   }
 
   // Recurrent state: `slots` slots of `floats_per_layer` f32 values in each of `layers` layers,

@@ -323,10 +323,11 @@ void AddServeCommand(CLI::App& app) {
   command->add_flag("--enable-prefix-caching,!--no-enable-prefix-caching",
                     engine.enable_prefix_caching,
                     "Reuse the KV of cached prompt prefixes (default: on)");
-  command->add_option("--state-snapshots", engine.state_snapshot_slots,
-                      "Models with recurrent state (Qwen3.5): state snapshots the prefix cache "
-                      "holds, each the size of one sequence's state (default: max-num-seqs, at "
-                      "most 16; 0: no prefix caching for them)")
+  command
+      ->add_option("--state-snapshots", engine.state_snapshot_slots,
+                   "Models with recurrent state (Qwen3.5): state snapshots the prefix cache "
+                   "holds, each the size of one sequence's state (default: max-num-seqs, at "
+                   "most 16; 0: no prefix caching for them)")
       ->check(CLI::NonNegativeNumber);
   command->add_flag("--enable-jump-forward,!--no-jump-forward", engine.enable_jump_forward,
                     "Structured output: emit the tokens the grammar forces (fixed keys, "

@@ -31,7 +31,8 @@ struct GatedDeltaDims {
 // per token q [key_heads, key_head_dim], k (the same) and v [value_heads, value_head_dim]; q and
 // k are L2-normalised in place (x / sqrt(sum x^2 + 1e-6)) and q scaled by key_head_dim^-0.5. g and
 // beta [n, value_heads]: the log decay (<= 0) and the write strength. For value head h, reading
-// key head h / (value_heads / key_heads) (h % key_heads when value_heads_tiled), with S = `state` + h dk dv ([dk, dv], f32) per token:
+// key head h / (value_heads / key_heads) (h % key_heads when value_heads_tiled), with S = `state` +
+// h dk dv ([dk, dv], f32) per token:
 //   S = exp(g) S;  delta = beta (v - S^T k);  S = S + k delta^T;  o = S^T q
 // o into out [n, value_heads * value_head_dim] (row stride out_stride). Heads split across the
 // pool; each head's tokens run in order, on the active ISA (cpu/kernels.h GatedDeltaHead).

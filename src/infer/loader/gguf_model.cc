@@ -204,8 +204,8 @@ ModelConfig GgufModelConfig(const GgufFile& file) {
   }
   config.hidden_size = keys.Positive("embedding_length");
   // A mixture of experts' dense width is unused when every layer is sparse.
-  config.intermediate_size = keys.Positive(
-      "feed_forward_length", experts ? std::optional<int64_t>(1) : std::nullopt);
+  config.intermediate_size =
+      keys.Positive("feed_forward_length", experts ? std::optional<int64_t>(1) : std::nullopt);
   config.num_heads = keys.Positive("attention.head_count");
   config.num_kv_heads = keys.Positive("attention.head_count_kv", config.num_heads);
   INFER_CHECK(config.num_heads % config.num_kv_heads == 0, "{}: {} heads cannot share {} KV heads",
@@ -371,8 +371,8 @@ std::string GgufTensorName(const std::string& hf_name, const ModelConfig& config
   if (part == "post_attention_layernorm") {
     // Llama's is the pre-MLP norm, ffn_norm; llama.cpp's hybrids (qwen35, qwen35moe) name that
     // one post_attention_norm, as does Gemma's sandwich layout for its real post-attention norm.
-    gguf = config.sandwich_norms || config.linear.conv_kernel > 0 ? "post_attention_norm"
-                                                                  : "ffn_norm";
+    gguf =
+        config.sandwich_norms || config.linear.conv_kernel > 0 ? "post_attention_norm" : "ffn_norm";
   }
   for (const auto& [hf, name] : kLayer) {
     if (part == hf) gguf = name;

@@ -539,9 +539,9 @@ void LoadFromGguf(const GgufFile& file, std::vector<WeightSlot>& slots, const Mo
   std::map<std::string, int64_t> skipped;  // prefix -> tensors
   for (const GgufTensorInfo& tensor : file.tensors()) {
     if (used.contains(tensor.name)) continue;
-    const auto part = std::find_if(
-        config.skipped_prefixes.begin(), config.skipped_prefixes.end(),
-        [&](const std::string& prefix) { return tensor.name.starts_with(prefix); });
+    const auto part =
+        std::find_if(config.skipped_prefixes.begin(), config.skipped_prefixes.end(),
+                     [&](const std::string& prefix) { return tensor.name.starts_with(prefix); });
     if (part != config.skipped_prefixes.end()) {
       ++skipped[*part];
       continue;
@@ -550,9 +550,10 @@ void LoadFromGguf(const GgufFile& file, std::vector<WeightSlot>& slots, const Mo
         fmt::format("unexpected tensor '{}' in {} ignored", tensor.name, file.path()));
   }
   for (const auto& [part, count] : skipped) {
-    spdlog::info("{}: {} tensors under '{}' skipped (the multi-token-prediction layer infer "
-                 "does not run)",
-                 file.path(), count, part);
+    spdlog::info(
+        "{}: {} tensors under '{}' skipped (the multi-token-prediction layer infer "
+        "does not run)",
+        file.path(), count, part);
   }
   PlaceVectors(slots, views, options);
 }

@@ -146,9 +146,7 @@ int64_t SnapshotStep(BlockManager& blocks, BlockTable& table, const std::vector<
 TEST(BlockManagerTest, StatePrefixesResumeFromSnapshots) {
   BlockManager blocks(40, 4, true, /*num_state_slots=*/4, /*num_snapshot_slots=*/2);
   ASSERT_TRUE(blocks.snapshots());
-  const auto check = [&](std::vector<const BlockTable*> tables) {
-    blocks.CheckInvariants(tables);
-  };
+  const auto check = [&](std::vector<const BlockTable*> tables) { blocks.CheckInvariants(tables); };
   // a: 10 tokens; its chunk stops at 8, the end of its last full block before the last token.
   BlockTable a;
   const auto ta = Tokens(10);

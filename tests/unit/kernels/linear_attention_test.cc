@@ -149,8 +149,8 @@ TEST(LinearAttentionTest, GatedDeltaRuleMatchesTheRecurrenceAndSplitsExactly) {
     }
     std::vector<float> tiled_out(kN * out_width);
     std::fill(state.begin(), state.end(), 0.0F);
-    GatedDeltaRule(moved.data(), kN, width, moved_g.data(), moved_beta.data(), tiled,
-                   state.data(), tiled_out.data(), out_width, pool);
+    GatedDeltaRule(moved.data(), kN, width, moved_g.data(), moved_beta.data(), tiled, state.data(),
+                   tiled_out.data(), out_width, pool);
     for (int64_t t = 0; t < kN; ++t) {
       for (int64_t h = 0; h < dims.value_heads; ++h) {
         for (int64_t j = 0; j < dims.value_head_dim; ++j) {
