@@ -25,10 +25,11 @@ KvCacheSizing KvSizingOf(const EngineConfig& config, const LanguageModel& model)
   // Read only when the budget is derived from it or checked against it.
   if (config.num_blocks == 0 && sizing.bytes_per_token > 0) {
     sizing.available_bytes = AvailableMemoryBytes();
-    // The recurrent-state slots are allocated beside the blocks, out of the same memory.
-    const int64_t state_bytes =
-        (config.recurrent_state_slots + std::max<int64_t>(0, config.state_snapshot_slots)) *
-        model.recurrent_state_bytes();
+    // The recurrent-state slots (running, snapshots, and with drafts a checkpoint of each
+    // running one) are allocated beside the blocks, out of the same memory.
+    const int64_t slots = config.recurrent_state_slots * (config.speculative.enabled() ? 2 : 1) +
+                          std::max<int64_t>(0, config.state_snapshot_slots);
+    const int64_t state_bytes = slots * model.recurrent_state_bytes();
     if (sizing.available_bytes > 0) {
       sizing.available_bytes = std::max<int64_t>(1, sizing.available_bytes - state_bytes);
     }
