@@ -41,11 +41,15 @@ export function makeLlama3VocabModel({ generationConfig = false, maxPositionEmbe
 
 // `infer serve --model MODEL --load-format dummy ... EXTRA` on 127.0.0.1 with a free port;
 // resolves to {child, url (http://127.0.0.1:PORT), log()} once it listens.
+// The date chat templates read (strftime_now: Llama 3's "Today Date"), pinned so that prompts,
+// and what the tiny models answer them, do not change with the day the tests run.
+export const pinnedDateEnv = { ...process.env, SOURCE_DATE_EPOCH: '1796644800' };  // 07 Dec 2026
+
 export function startServer(model, extra) {
   return new Promise((resolve, reject) => {
     const child = spawn(infer, ['serve', '--model', model, '--load-format', 'dummy', '--threads',
       '1', '--host', '127.0.0.1', '--port', '0', '--served-model-name', 'tiny', ...extra],
-    { stdio: ['ignore', 'ignore', 'pipe'] });
+    { stdio: ['ignore', 'ignore', 'pipe'], env: pinnedDateEnv });
     let log = '';
     const timer = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 120000);
     child.stderr.on('data', (data) => {
@@ -66,7 +70,8 @@ export function startServer(model, extra) {
 // connection and reuse a dead socket.
 export async function generate(model, args) {
   const { stdout } = await promisify(execFile)(infer, ['generate', '--model', model,
-    '--load-format', 'dummy', '--threads', '1', '--json', ...args], { encoding: 'utf8' });
+    '--load-format', 'dummy', '--threads', '1', '--json', ...args],
+  { encoding: 'utf8', env: pinnedDateEnv });
   return JSON.parse(stdout.trim().split('\n').pop());
 }
 

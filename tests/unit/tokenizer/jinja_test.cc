@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "infer/core/mapped_file.h"
@@ -47,6 +48,16 @@ TEST(TokenizerJinjaTest, RaiseExceptionCarriesTheMessage) {
   } catch (const TemplateException& e) {
     EXPECT_STREQ(e.what(), "roles must alternate");
   }
+}
+
+// strftime_now reads the clock, or SOURCE_DATE_EPOCH (UTC) when set: 1796644800 is 2026-12-07
+// 12:00:00 UTC (Python's calendar.timegm).
+TEST(TokenizerJinjaTest, StrftimeNowTakesSourceDateEpoch) {
+  ASSERT_EQ(setenv("SOURCE_DATE_EPOCH", "1796644800", 1), 0);
+  EXPECT_EQ(Template("{{ strftime_now('%d %b %Y %H:%M') }}").Render({}), "07 Dec 2026 12:00");
+  ASSERT_EQ(setenv("SOURCE_DATE_EPOCH", "not a number", 1), 0);  // ignored: the clock
+  EXPECT_EQ(Template("{{ strftime_now('%Y') }}").Render({}).size(), 4U);
+  ASSERT_EQ(unsetenv("SOURCE_DATE_EPOCH"), 0);
 }
 
 TEST(TokenizerJinjaTest, UnsupportedFeaturesFailAtParse) {

@@ -3,6 +3,7 @@
 #include "infer/tokenizer/jinja/interpreter.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <memory>
 #include <string>
@@ -69,11 +70,21 @@ class Renderer {
     define("raise_exception", [](const ValueList& args, const ValueDict&) -> Value {
       throw TemplateException(args.empty() ? std::string("raise_exception") : args[0].Str());
     });
+    // Local time now; with SOURCE_DATE_EPOCH set (the reproducible-builds convention: seconds
+    // since 1970, UTC) that instant in UTC, so that a prompt does not change with the day.
     define("strftime_now", [](const ValueList& args, const ValueDict&) -> Value {
       INFER_CHECK(!args.empty() && args[0].IsString(), "strftime_now expects a format string");
-      const std::time_t now = std::time(nullptr);
+      std::time_t now = std::time(nullptr);
       std::tm local{};
-      localtime_r(&now, &local);
+      const char* epoch = std::getenv("SOURCE_DATE_EPOCH");
+      char* end = nullptr;
+      const long long pinned = epoch != nullptr ? std::strtoll(epoch, &end, 10) : 0;
+      if (epoch != nullptr && *epoch != '\0' && end != nullptr && *end == '\0' && pinned >= 0) {
+        now = static_cast<std::time_t>(pinned);
+        gmtime_r(&now, &local);
+      } else {
+        localtime_r(&now, &local);
+      }
       char buffer[256];
       const size_t n = std::strftime(buffer, sizeof(buffer), args[0].AsString().c_str(), &local);
       return Value(std::string(buffer, n));
