@@ -80,45 +80,23 @@ const BlockManager::Snapshot* BlockManager::FindSnapshot(uint64_t hash) const {
 
 BlockManager::CachedPrefix BlockManager::FindCachedPrefix(std::span<const int32_t> tokens,
                                                           uint64_t salt) const {
+  // Usable up to the first block still being computed (waiting for it: next_pending); with
+  // snapshots only up to the last of those with a snapshot after it, and a snapshot being taken
+  // in the chain is waited for too.
+  const CachedPrefix chain = RegisteredChain(tokens, salt);
   CachedPrefix prefix;
-  if (!prefix_caching_ || tokens.empty()) return prefix;
-  if (snapshots()) {
-    // Usable up to the last computed block with a snapshot after it; wait when the chain goes on
-    // and a block of it, or a snapshot in it, is being computed.
-    const CachedPrefix chain = RegisteredChain(tokens, salt);
-    size_t usable = 0;
-    bool pending = false;
-    for (size_t i = 0; i < chain.blocks.size(); ++i) {
-      const Snapshot* snapshot = FindSnapshot(chain.hashes[i]);
-      if (!meta_[static_cast<size_t>(chain.blocks[i])].computed ||
-          (snapshot != nullptr && snapshot->slot >= 0 && !snapshot->computed)) {
-        pending = true;
-        break;
-      }
-      if (snapshot != nullptr && snapshot->computed) usable = i + 1;
-    }
-    prefix.blocks.assign(chain.blocks.begin(), chain.blocks.begin() + static_cast<long>(usable));
-    prefix.hashes.assign(chain.hashes.begin(), chain.hashes.begin() + static_cast<long>(usable));
-    prefix.next_pending = pending;
-    return prefix;
-  }
-  const auto size = static_cast<int64_t>(tokens.size());
-  const int64_t max_blocks = (size - 1) / block_size_;
-  uint64_t parent = ChainStart(salt);
-  for (int64_t i = 0; i < max_blocks; ++i) {
-    const auto block_tokens =
-        tokens.subspan(static_cast<size_t>(i * block_size_), static_cast<size_t>(block_size_));
-    const uint64_t hash = HashBlock(parent, block_tokens);
-    const int32_t block = Lookup(hash, block_tokens, salt);
-    if (block < 0) break;
-    if (!meta_[static_cast<size_t>(block)].computed) {
+  size_t usable = 0;
+  for (size_t i = 0; i < chain.blocks.size(); ++i) {
+    const Snapshot* snapshot = snapshots() ? FindSnapshot(chain.hashes[i]) : nullptr;
+    if (!meta_[static_cast<size_t>(chain.blocks[i])].computed ||
+        (snapshot != nullptr && snapshot->slot >= 0 && !snapshot->computed)) {
       prefix.next_pending = true;
       break;
     }
-    prefix.blocks.push_back(block);
-    prefix.hashes.push_back(hash);
-    parent = hash;
+    if (!snapshots() || (snapshot != nullptr && snapshot->computed)) usable = i + 1;
   }
+  prefix.blocks.assign(chain.blocks.begin(), chain.blocks.begin() + static_cast<long>(usable));
+  prefix.hashes.assign(chain.hashes.begin(), chain.hashes.begin() + static_cast<long>(usable));
   return prefix;
 }
 

@@ -701,6 +701,17 @@ Traces AloneTraced(LanguageModel& model, const EightRequests& requests) {
   return alone;
 }
 
+// `requests` on `config` squeezed to 8 blocks with preemption on: some are preempted, and each
+// still gives `alone`'s bits.
+void ExpectPreemptedAsAlone(LanguageModel& model, EngineConfig config,
+                            const EightRequests& requests, const Traces& alone) {
+  config.num_blocks = 8;
+  config.enable_preemption = true;
+  const auto [preempted, stats] = RunTraced(model, config, requests, 1);
+  EXPECT_EQ(preempted, alone) << "preempted";
+  EXPECT_GT(stats.preemptions, 0);
+}
+
 // fn(model) for the fixture model in `dir` with float and with int8 weights, at every SIMD level
 // the CPU runs (the scalar reference first); the active level is restored after.
 void AtEveryLevel(const std::string& dir, const std::function<void(LanguageModel&)>& fn) {
@@ -741,12 +752,7 @@ TEST(EngineMoeTest, EightRequestsAreTheirOwnAtEveryLevel) {
     const auto [cached, cached_stats] = RunTraced(model, batched, requests, 2);
     EXPECT_GT(cached_stats.cached_prompt_tokens, 0);
     EXPECT_EQ(cached, alone) << "batched, chunked, prefix-cached";
-    EngineConfig tight = batched;
-    tight.num_blocks = 8;
-    tight.enable_preemption = true;
-    const auto [preempted, stats] = RunTraced(model, tight, requests, 1);
-    EXPECT_EQ(preempted, alone) << "preempted";
-    EXPECT_GT(stats.preemptions, 0);
+    ExpectPreemptedAsAlone(model, batched, requests, alone);
   });
 }
 
@@ -784,12 +790,7 @@ TEST_P(EngineHybridTest, EightRequestsAreTheirOwnAtEveryLevel) {
     EXPECT_EQ(drafted, alone) << "with drafts";
     EXPECT_GT(draft_stats.spec_decode_draft_tokens, draft_stats.spec_decode_accepted_tokens);
     EXPECT_GT(draft_stats.spec_decode_drafts, 0);
-    EngineConfig tight = batched;
-    tight.num_blocks = 8;
-    tight.enable_preemption = true;
-    const auto [preempted, stats] = RunTraced(model, tight, requests, 1);
-    EXPECT_EQ(preempted, alone) << "preempted";
-    EXPECT_GT(stats.preemptions, 0);
+    ExpectPreemptedAsAlone(model, batched, requests, alone);
   });
 }
 

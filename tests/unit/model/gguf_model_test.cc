@@ -130,6 +130,21 @@ class GgufModelTest : public ::testing::Test {
             type + " --dequantized " + (dir_.path() / tag).string() + " " + extra);
     return file;
   }
+  // Each case (write_gguf.py's options, the text its error must hold) written from `source` in
+  // F32 and loaded: refused with that error.
+  void ExpectErrors(const std::string& source, const std::string& tag,
+                    const std::vector<std::pair<std::string, std::string>>& cases) {
+    int index = 0;
+    for (const auto& [extra, expected] : cases) {
+      std::string error = "loaded";
+      try {
+        LoadModel(Write(source, "F32", fmt::format("{}{}", tag, index++), extra), {});
+      } catch (const Error& e) {
+        error = e.what();
+      }
+      EXPECT_NE(error.find(expected), std::string::npos) << extra << ": " << error;
+    }
+  }
   testing::TempDir dir_;
 };
 
@@ -302,68 +317,47 @@ TEST_F(GgufModelTest, QuantizedFilesAreNoFurtherFromTheirWeightsThanInfersOwnQua
 
 // Bad mixture-of-experts files: each refused with one error naming the key or tensor.
 TEST_F(GgufModelTest, BadExpertFilesAreNamed) {
-  const std::string source = FixtureDir("qwen3_moe") + "/model";
-  const auto error_of = [&](const std::string& tag, const std::string& extra) {
-    try {
-      LoadModel(Write(source, "F32", tag, extra), {});
-    } catch (const Error& error) {
-      return std::string(error.what());
-    }
-    return std::string("loaded");
-  };
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"--set qwen3moe.expert_used_count=9",
-       "metadata 'qwen3moe.expert_used_count' is 9, more than the 8 experts"},
-      {"--set qwen3moe.expert_count=0", "metadata 'qwen3moe.expert_count' is 0"},
-      {"--set qwen3moe.expert_used_count=0", "metadata 'qwen3moe.expert_used_count' is 0"},
-      // A router of the wrong width for the metadata's expert count.
-      {"--set qwen3moe.expert_count=7",
-       "tensor 'blk.0.ffn_gate_inp.weight' has shape [8, 64] but the metadata needs [7, 64]"},
-      {"--drop blk.1.ffn_down_exps.weight", "missing tensor 'blk.1.ffn_down_exps.weight'"},
-      {"--drop blk.3.ffn_gate_inp.weight", "missing tensor 'blk.3.ffn_gate_inp.weight'"},
-      // One expert short in one stack.
-      {"--drop model.layers.1.mlp.experts.7.up_proj.weight",
-       "tensor 'blk.1.ffn_up_exps.weight' has shape [7, 32, 64] but the metadata needs "
-       "[8, 32, 64]"},
-  };
-  int index = 0;
-  for (const auto& [extra, expected] : cases) {
-    const std::string error = error_of(fmt::format("bad{}", index++), extra);
-    EXPECT_NE(error.find(expected), std::string::npos) << extra << ": " << error;
-  }
+  ExpectErrors(
+      FixtureDir("qwen3_moe") + "/model", "bad",
+      {
+          {"--set qwen3moe.expert_used_count=9",
+           "metadata 'qwen3moe.expert_used_count' is 9, more than the 8 experts"},
+          {"--set qwen3moe.expert_count=0", "metadata 'qwen3moe.expert_count' is 0"},
+          {"--set qwen3moe.expert_used_count=0", "metadata 'qwen3moe.expert_used_count' is 0"},
+          // A router of the wrong width for the metadata's expert count.
+          {"--set qwen3moe.expert_count=7",
+           "tensor 'blk.0.ffn_gate_inp.weight' has shape [8, 64] but the metadata needs [7, 64]"},
+          {"--drop blk.1.ffn_down_exps.weight", "missing tensor 'blk.1.ffn_down_exps.weight'"},
+          {"--drop blk.3.ffn_gate_inp.weight", "missing tensor 'blk.3.ffn_gate_inp.weight'"},
+          // One expert short in one stack.
+          {"--drop model.layers.1.mlp.experts.7.up_proj.weight",
+           "tensor 'blk.1.ffn_up_exps.weight' has shape [7, 32, 64] but the metadata needs "
+           "[8, 32, 64]"},
+      });
 }
 
 // Bad hybrid (qwen35) files: each refused with one error naming the key or tensor.
 TEST_F(GgufModelTest, BadHybridFilesAreNamed) {
-  const std::string source = FixtureDir("qwen3_5") + "/model";
-  const auto error_of = [&](const std::string& tag, const std::string& extra) {
-    try {
-      LoadModel(Write(source, "F32", tag, extra), {});
-    } catch (const Error& error) {
-      return std::string(error.what());
-    }
-    return std::string("loaded");
-  };
-  const std::vector<std::pair<std::string, std::string>> cases = {
-      {"--set qwen35.ssm.inner_size=50",
-       "metadata 'qwen35.ssm.inner_size' (50) is not a whole number of 'qwen35.ssm.time_step_rank' "
-       "(4) value heads"},
-      {"--set qwen35.ssm.group_count=3",
-       "metadata 'qwen35.ssm.time_step_rank' (4) must be a multiple of 'qwen35.ssm.group_count' "
-       "(3)"},
-      {"--set qwen35.ssm.conv_kernel=3",
-       "tensor 'blk.0.ssm_conv1d.weight' has shape [112, 4] but the metadata needs [112, 1, 3]"},
-      {"--set qwen35.nextn_predict_layers=9", "metadata 'qwen35.nextn_predict_layers' is 9"},
-      {"--set qwen35.rope.dimension_count=7", "metadata 'qwen35.rope.dimension_count' is 7"},
-      {"--drop blk.0.ssm_a", "missing tensor 'blk.0.ssm_a'"},
-      {"--drop blk.4.ssm_dt.bias", "missing tensor 'blk.4.ssm_dt.bias'"},
-      {"--drop blk.3.attn_q.weight", "missing tensor 'blk.3.attn_q.weight'"},
-  };
-  int index = 0;
-  for (const auto& [extra, expected] : cases) {
-    const std::string error = error_of(fmt::format("badh{}", index++), extra);
-    EXPECT_NE(error.find(expected), std::string::npos) << extra << ": " << error;
-  }
+  ExpectErrors(
+      FixtureDir("qwen3_5") + "/model", "badh",
+      {
+          {"--set qwen35.ssm.inner_size=50",
+           "metadata 'qwen35.ssm.inner_size' (50) is not a whole number of "
+           "'qwen35.ssm.time_step_rank' "
+           "(4) value heads"},
+          {"--set qwen35.ssm.group_count=3",
+           "metadata 'qwen35.ssm.time_step_rank' (4) must be a multiple of "
+           "'qwen35.ssm.group_count' "
+           "(3)"},
+          {"--set qwen35.ssm.conv_kernel=3",
+           "tensor 'blk.0.ssm_conv1d.weight' has shape [112, 4] but the metadata needs [112, 1, "
+           "3]"},
+          {"--set qwen35.nextn_predict_layers=9", "metadata 'qwen35.nextn_predict_layers' is 9"},
+          {"--set qwen35.rope.dimension_count=7", "metadata 'qwen35.rope.dimension_count' is 7"},
+          {"--drop blk.0.ssm_a", "missing tensor 'blk.0.ssm_a'"},
+          {"--drop blk.4.ssm_dt.bias", "missing tensor 'blk.4.ssm_dt.bias'"},
+          {"--drop blk.3.attn_q.weight", "missing tensor 'blk.3.attn_q.weight'"},
+      });
 }
 
 TEST_F(GgufModelTest, QuantizedFilesRefuseRequantizationAndOddTypesAreNamed) {
