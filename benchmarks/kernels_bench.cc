@@ -150,8 +150,8 @@ kernels::PackedMatrix QuantizedWeights(const Tensor& values, kernels::Quantizati
       quantization, values.dim(0), values.dim(1),
       [six](int64_t row, kernels::PackedMatrix::QuantizedRow& out) {
         for (size_t i = 0; i < out.q.size(); ++i) {
-          out.q[i] = six ? static_cast<int>((row + i * 7) % 64) - 32
-                         : static_cast<int>((row + i * 7) % 32);
+          // The stored values: int6k's q + 32, int5k's q (its minimum is apart).
+          out.q[i] = static_cast<uint8_t>((row + i * 7) % (six ? 64 : 32));
         }
         for (size_t i = 0; i < out.sc16.size() && six; ++i) {
           out.sc16[i] = static_cast<int8_t>((row + i * 13) % 255 - 127);

@@ -98,7 +98,14 @@ constexpr int64_t PrefetchBytes(int rows, bool six) {
 // them).
 [[maybe_unused]] inline void KeepInRegister(VI& v) { asm volatile("" : "+v"(v)); }
 
-inline void PrefetchLine(const void* p) { _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0); }
+// A weight stream's line, to L2 or L1 as this ISA's row says (KernelTuning::quant_prefetch_l2).
+inline void PrefetchLine(const void* p) {
+  if constexpr (kTuning.quant_prefetch_l2) {
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T1);
+  } else {
+    _mm_prefetch(static_cast<const char*>(p), _MM_HINT_T0);
+  }
+}
 
 // One step of a tile: the two vectors at `p` (features [0, kLanes) and [kLanes, kNr) of the
 // tile, four bytes each), with the same two lines `ahead` bytes on asked for (kPrefetch).

@@ -60,6 +60,12 @@ struct KernelTuning {
   int64_t quant_ahead_one_row;
   int64_t quant_ahead_one_row_int6;
   int64_t quant_ahead_rows;
+  // Whether those prefetches bring the lines to L2 (prefetcht1) instead of L1 (prefetcht0): on
+  // Zen 4 the L1 prefetches held a one-row 4-bit or int6 stream near half the read bandwidth
+  // (the L1's few outstanding misses), the L2 ones let the core's own L1 prefetcher and the L2's
+  // deeper miss queue stream it; int8 and the many-row passes gained or held. AVX2's rows keep L1
+  // until a Zen 3 measures the change (their distances were set there, with L1 prefetches).
+  bool quant_prefetch_l2;
 
   // AMX-BF16 MatMul (matmul_bf16_tiles.cc): from this many rows the tiles (fewer: the vector
   // code); below it both stream the weights, from it the vector code is bound by its FMAs.
@@ -83,6 +89,7 @@ constexpr KernelTuning Avx2Tuning() {
           .quant_ahead_one_row = 8192,
           .quant_ahead_one_row_int6 = 8192,
           .quant_ahead_rows = 1024,
+          .quant_prefetch_l2 = false,
           .bf16_tile_min_rows = 0};
 }
 
@@ -112,6 +119,7 @@ constexpr KernelTuning Avx512Tuning() {
           .quant_ahead_one_row = 1024,
           .quant_ahead_one_row_int6 = 2048,
           .quant_ahead_rows = 1024,
+          .quant_prefetch_l2 = true,
           .bf16_tile_min_rows = 0};
 }
 
