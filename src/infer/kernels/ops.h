@@ -228,14 +228,20 @@ class PackedMatrix {
   // kInt5 and kInt5K: [0, 31]; kInt6K: [-32, 31] stored as q + 32); per group the f16 bits of d
   // and of m (kInt4, kInt5: the minimum; kInt4K, kInt5K: dm, the minimum step); kInt4K and kInt5K
   // also the 6-bit sc and mn of each sub-block of 32; kInt6K the int8 sc16 of each 16 channels.
+  // kInt4 and kInt4K may take their values as `nibbles` instead of q (fill sets `as_nibbles`):
+  // 16 bytes per sub-block of 32, byte c holding q[c] (low nibble) and q[c + 16] (high), the
+  // packed layout's own bytes, copied as they are (a 4-bit value cannot be out of range).
   struct QuantizedRow {
     std::vector<uint8_t> q;
     std::vector<uint16_t> d, m;
     std::vector<uint8_t> sc, mn;
     std::vector<int8_t> sc16;
+    std::vector<uint8_t> nibbles;
+    bool as_nibbles = false;
   };
   // w [rows, cols] from `fill(row, out)`, which sets out's values for each row (its vectors
-  // come sized: cols, groups, groups, cols / 32, cols / 32 and cols / 16). Groups of 32 (kInt8,
+  // come sized: cols, groups, groups, cols / 32, cols / 32, cols / 16 and, for the 4-bit types,
+  // cols / 2). Groups of 32 (kInt8,
   // kInt4, kInt5) or kSuperBlock (kInt4K, kInt5K, kInt6K); cols a multiple of the group. Throws
   // infer::Error for another type, a stored q out of range or a 6-bit value over 63. Runs on `pool`
   // (fill from several threads) when given.

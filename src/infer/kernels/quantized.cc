@@ -325,6 +325,13 @@ inline void StoreSubBlock(uint8_t* at, const uint8_t* u) {
   }
 }
 
+// A 4-bit sub-block's 16 bytes already in the layout's form (QuantizedRow::nibbles) at `at`:
+// slot j takes bytes [4 j, 4 j + 4).
+inline void StoreNibbles(uint8_t* at, const uint8_t* nibbles) {
+  constexpr int64_t kSlot = PackedMatrix::kPanelRows * 4;
+  for (int64_t j = 0; j < 4; ++j) std::memcpy(at + j * kSlot, nibbles + 4 * j, 4);
+}
+
 // Quantizes rows [row_begin, row_end) of w into packed's bytes.
 template <Quantization kType>
 void QuantizeRows(const Tensor& w, const PackedMatrix& packed, uint8_t* bytes, int64_t row_begin,
@@ -518,6 +525,7 @@ void StoreQuantizedRows(const PackedMatrix& packed, uint8_t* bytes, int64_t row_
                              : IsInt5(kType)                 ? 31
                                                              : 15;
   constexpr auto kOutside = static_cast<uint8_t>(~kMaxStored);
+  constexpr bool kNibbles = kType == Quantization::kInt4 || kType == Quantization::kInt4K;
   PackedMatrix::QuantizedRow out;
   for (int64_t row = row_begin; row < row_end; ++row) {
     out.q.assign(static_cast<size_t>(cols), 0);
@@ -526,8 +534,12 @@ void StoreQuantizedRows(const PackedMatrix& packed, uint8_t* bytes, int64_t row_
     out.sc.assign(static_cast<size_t>(cols / kQuantBlock), 0);
     out.mn.assign(static_cast<size_t>(cols / kQuantBlock), 0);
     out.sc16.assign(static_cast<size_t>(cols / 16), 0);
+    if constexpr (kNibbles) out.nibbles.assign(static_cast<size_t>(cols / 2), 0);
+    out.as_nibbles = false;
     fill(row, out);
-    if constexpr (kOutside != 0) {
+    INFER_CHECK(kNibbles || !out.as_nibbles, "quantized row {}: {} takes no nibbles", row,
+                QuantizationName(kType));
+    if (kOutside != 0 && !out.as_nibbles) {
       uint8_t bits = 0;
       for (const uint8_t u : out.q) bits |= u;
       if ((bits & kOutside) != 0) {
@@ -541,8 +553,12 @@ void StoreQuantizedRows(const PackedMatrix& packed, uint8_t* bytes, int64_t row_
       bool high = false;
       const int64_t first = packed.QuantIndex(row, g * group, &high);
       for (int64_t b = 0; b < group / kQuantBlock; ++b) {
-        StoreSubBlock<kType>(bytes + first + b * packed.sub_block_bytes(),
-                             out.q.data() + g * group + b * kQuantBlock);
+        uint8_t* at = bytes + first + b * packed.sub_block_bytes();
+        if (kNibbles && out.as_nibbles) {
+          StoreNibbles(at, out.nibbles.data() + (g * group + b * kQuantBlock) / 2);
+        } else {
+          StoreSubBlock<kType>(at, out.q.data() + g * group + b * kQuantBlock);
+        }
       }
       const int64_t scale = packed.ScaleIndex(row, g);
       std::copy_n(reinterpret_cast<const uint8_t*>(&out.d[static_cast<size_t>(g)]), 2,

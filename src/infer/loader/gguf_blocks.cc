@@ -45,6 +45,26 @@ void NibblesK(const uint8_t* qs, T* q) {
   }
 }
 
+// A Q4_K block's 128 nibble bytes as QuantizedRow::nibbles: sub-blocks 2 g and 2 g + 1 are the
+// low and high nibbles of bytes [32 g, 32 g + 32), and a sub-block's byte c pairs its values c
+// and c + 16.
+// Eight bytes at a time (each byte's nibbles kept in place by the masks).
+void PairNibblesK(const uint8_t* qs, uint8_t* nibbles) {
+  constexpr uint64_t kLow = 0x0F0F0F0F0F0F0F0FULL;
+  for (int pair = 0; pair < 4; ++pair) {
+    for (int half = 0; half < 2; ++half) {
+      uint64_t lo = 0;
+      uint64_t hi = 0;
+      std::memcpy(&lo, qs + 32 * pair + 8 * half, 8);
+      std::memcpy(&hi, qs + 32 * pair + 16 + 8 * half, 8);
+      const uint64_t even = (lo & kLow) | (hi & kLow) << 4;
+      const uint64_t odd = (lo >> 4 & kLow) | (hi & ~kLow);
+      std::memcpy(nibbles + 32 * pair + 8 * half, &even, 8);
+      std::memcpy(nibbles + 32 * pair + 16 + 8 * half, &odd, 8);
+    }
+  }
+}
+
 // The 5-bit q (0-31) of element e of a Q5_0 / Q5_1 block from `bits`: its 4 bytes of fifth bits
 // (bit e for element e), then its 16 bytes of nibbles.
 int Q5Bits(const uint8_t* bits, int e) {
@@ -249,9 +269,10 @@ void FillQuantizedRow(uint32_t type, std::span<const std::byte> row,
                       HalfAt(b));
           out.m[g] = F32ToF16(m);
         }
-        const uint8_t* qs = b + (with_min ? 4 : 2);
-        for (int e = 0; e < 32; ++e) out.q[g * 32 + e] = static_cast<uint8_t>(Nibble32(qs, e));
+        // The block's 16 bytes (element e < 16 low, e + 16 high) are the layout's own.
+        std::memcpy(out.nibbles.data() + g * 16, b + (with_min ? 4 : 2), 16);
       }
+      out.as_nibbles = true;
       return;
     }
     case GgmlType::kQ5_1:
@@ -270,8 +291,13 @@ void FillQuantizedRow(uint32_t type, std::span<const std::byte> row,
         out.d[g] = Half(b);
         out.m[g] = Half(b + 2) ^ 0x8000;  // the minimum step dm = -dmin
         for (int j = 0; j < 8; ++j) ScaleMin(b + 4, j, out.sc[g * 8 + j], out.mn[g * 8 + j]);
-        ValuesK(b, five, out.q.data() + g * 256);
+        if (five) {
+          ValuesK(b, five, out.q.data() + g * 256);
+        } else {
+          PairNibblesK(b + 16, out.nibbles.data() + g * 128);
+        }
       }
+      out.as_nibbles = !five;
       return;
     }
     case GgmlType::kQ6_K:

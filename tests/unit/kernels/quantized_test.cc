@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <set>
 #include <span>
@@ -736,6 +737,64 @@ TEST(QuantizedTest, Int6KHoldsQ6KRowsAndEveryPathMultipliesThem) {
   EXPECT_THROW(PackedMatrix::FromQuantizedRows(
                    Quantization::kInt6K, 1, 256,
                    [](int64_t, PackedMatrix::QuantizedRow& out) { out.q[3] = 32 + 32; }),
+               Error);
+}
+
+// The 4-bit types' values given as nibbles (QuantizedRow::nibbles: byte c of a sub-block holds
+// q[c] low and q[c + 16] high) pack to the same bytes as the same values given as q, whatever
+// the other fields; a type with no nibble plane refuses them.
+TEST(QuantizedTest, FourBitRowsAsNibblesPackAsTheirValues) {
+  for (const Quantization type : {Quantization::kInt4, Quantization::kInt4K}) {
+    const int64_t n = 45;  // a partial panel
+    const int64_t k = 512;
+    std::vector<uint8_t> q(static_cast<size_t>(n * k));
+    uint32_t state = 7;
+    for (uint8_t& v : q) {
+      state = state * 1664525U + 1013904223U;
+      v = static_cast<uint8_t>(state >> 28);
+    }
+    auto scales = [](int64_t row, PackedMatrix::QuantizedRow& out) {
+      for (size_t g = 0; g < out.d.size(); ++g) {
+        out.d[g] = F32ToF16(0.01F * static_cast<float>(row + 1));
+        out.m[g] = F32ToF16(-0.02F);
+      }
+      for (size_t b = 0; b < out.sc.size(); ++b) {
+        out.sc[b] = static_cast<uint8_t>((row + b) % 64);
+        out.mn[b] = static_cast<uint8_t>((row * 3 + b) % 64);
+      }
+    };
+    const PackedMatrix from_q = PackedMatrix::FromQuantizedRows(
+        type, n, k, [&](int64_t row, PackedMatrix::QuantizedRow& out) {
+          std::copy_n(q.begin() + row * k, k, out.q.begin());
+          scales(row, out);
+        });
+    const PackedMatrix from_nibbles = PackedMatrix::FromQuantizedRows(
+        type, n, k,
+        [&](int64_t row, PackedMatrix::QuantizedRow& out) {
+          ASSERT_EQ(static_cast<int64_t>(out.nibbles.size()), k / 2);
+          for (int64_t block = 0; block < k / 32; ++block) {
+            const uint8_t* v = q.data() + row * k + block * 32;
+            for (int64_t c = 0; c < 16; ++c) {
+              out.nibbles[block * 16 + c] = static_cast<uint8_t>(v[c] | v[c + 16] << 4);
+            }
+          }
+          out.as_nibbles = true;
+          scales(row, out);
+        },
+        &TestPool());
+    const int64_t bytes = from_q.num_panels() * from_q.panel_bytes();
+    ASSERT_EQ(from_nibbles.num_panels() * from_nibbles.panel_bytes(), bytes);
+    EXPECT_EQ(std::memcmp(from_q.data(), from_nibbles.data(), static_cast<size_t>(bytes)), 0)
+        << QuantizationName(type);
+    for (int64_t row = 0; row < n; row += 11) {
+      for (int64_t col = 0; col < k; col += 37) {
+        EXPECT_EQ(from_nibbles.At(row, col), from_q.At(row, col));
+      }
+    }
+  }
+  EXPECT_THROW(PackedMatrix::FromQuantizedRows(
+                   Quantization::kInt8, 1, 32,
+                   [](int64_t, PackedMatrix::QuantizedRow& out) { out.as_nibbles = true; }),
                Error);
 }
 
