@@ -599,9 +599,10 @@ template <bool kInt4, int kRows, bool kSix, bool kFar, bool kHalves = false>
 inline void QuantTileRun(int64_t tiles, const QuantizedRows& x, int64_t row0, const PackedMatrix& w,
                          int64_t j0, int64_t g0, int64_t g1, float* y, int64_t y_stride,
                          bool accumulate, const float* bias, const NextPanel& far) {
-  constexpr int kGroup = kFar                         ? 1
-                         : kHalves || (kInt4 && kSix) ? std::min(kRows == 1 ? 4 : 2, TilesPerCall(kRows))
-                                                      : TilesPerCall(kRows);
+  constexpr int kGroup = kFar ? 1
+                         : kHalves || (kInt4 && kSix)
+                             ? std::min(kRows == 1 ? 4 : 2, TilesPerCall(kRows))
+                             : TilesPerCall(kRows);
   int64_t t = 0;
   if constexpr (kGroup > 1) {
     for (; t + kGroup <= tiles; t += kGroup) {
