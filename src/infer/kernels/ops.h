@@ -241,10 +241,9 @@ class PackedMatrix {
   };
   // w [rows, cols] from `fill(row, out)`, which sets out's values for each row (its vectors
   // come sized: cols, groups, groups, cols / 32, cols / 32, cols / 16 and, for the 4-bit types,
-  // cols / 2). Groups of 32 (kInt8,
-  // kInt4, kInt5) or kSuperBlock (kInt4K, kInt5K, kInt6K); cols a multiple of the group. Throws
-  // infer::Error for another type, a stored q out of range or a 6-bit value over 63. Runs on `pool`
-  // (fill from several threads) when given.
+  // cols / 2). Groups of 32 (kInt8, kInt4, kInt5) or kSuperBlock (kInt4K, kInt5K, kInt6K); cols a
+  // multiple of the group. Throws infer::Error for another type, a stored q out of range or a
+  // 6-bit value over 63. Runs on `pool` (fill from several threads) when given.
   static PackedMatrix FromQuantizedRows(Quantization quantization, int64_t rows, int64_t cols,
                                         const std::function<void(int64_t, QuantizedRow&)>& fill,
                                         ThreadPool* pool = nullptr, TensorArena* arena = nullptr);

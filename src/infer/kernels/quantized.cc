@@ -295,6 +295,13 @@ inline void StoreQuant(uint8_t* bytes, int64_t first, int64_t sub_bytes, int64_t
   }
 }
 
+// A sub-block's 16 nibble bytes (byte c: value c low, value c + 16 high; QuantizedRow::nibbles)
+// at `at`, its first byte: slot j takes bytes [4 j, 4 j + 4).
+inline void StoreNibbles(uint8_t* at, const uint8_t* nibbles) {
+  constexpr int64_t kSlot = PackedMatrix::kPanelRows * 4;
+  for (int64_t j = 0; j < 4; ++j) std::memcpy(at + j * kSlot, nibbles + 4 * j, 4);
+}
+
 // Stores the 32 values u (what the type stores for q) of one row's sub-block whose first byte
 // (QuantIndex of its first channel) is `at`: StoreQuant's places, each byte written whole once.
 template <Quantization kType>
@@ -308,7 +315,7 @@ inline void StoreSubBlock(uint8_t* at, const uint8_t* u) {
   for (int64_t i = 0; i < 16; ++i) {  // quads j and j + 4 share slot j's nibbles
     nibbles[i] = static_cast<uint8_t>((u[i] & 15) | (u[16 + i] & 15) << 4);
   }
-  for (int64_t j = 0; j < 4; ++j) std::memcpy(at + j * kSlot, nibbles + 4 * j, 4);
+  StoreNibbles(at, nibbles);
   if constexpr (HasTopPlane(kType)) {
     // The top 2 bits of quads s, s + 2, s + 4, s + 6 in slot s (0, 1) of the plane after the
     // nibbles, at bits 0-1, 2-3, 4-5, 6-7 (PackedMatrix::Int6TopDelta, Int6TopShift).
@@ -323,13 +330,6 @@ inline void StoreSubBlock(uint8_t* at, const uint8_t* u) {
     std::memcpy(at + 4 * kSlot, top, 4);
     std::memcpy(at + 5 * kSlot, top + 4, 4);
   }
-}
-
-// A 4-bit sub-block's 16 bytes already in the layout's form (QuantizedRow::nibbles) at `at`:
-// slot j takes bytes [4 j, 4 j + 4).
-inline void StoreNibbles(uint8_t* at, const uint8_t* nibbles) {
-  constexpr int64_t kSlot = PackedMatrix::kPanelRows * 4;
-  for (int64_t j = 0; j < 4; ++j) std::memcpy(at + j * kSlot, nibbles + 4 * j, 4);
 }
 
 // Quantizes rows [row_begin, row_end) of w into packed's bytes.
